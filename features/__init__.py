@@ -1,0 +1,1 @@
+"""Feature schemas and ingestion: what the forecasters read, validated once."""

@@ -1,0 +1,1 @@
+"""Forecasters: batch-job needs (training, quantization) and real-time demand."""

@@ -1,0 +1,1 @@
+"""gpuplan: the command line and shared errors; the work lives in scheduler/, forecasting/, features/."""

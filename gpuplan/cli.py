@@ -1,0 +1,52 @@
+"""The ``gpuplan`` command line.
+
+Each subcommand lives in its own ``cmd_*`` module with ``add_arguments(parser)``
+and ``run(args) -> int``; this file only wires them. Those modules import heavy
+libraries inside ``run`` so that every command starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from gpuplan.errors import InputError
+
+# command name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("gpuplan.cmd_plan", "plan a scenario with one policy (or compare several)"),
+    "validate": ("gpuplan.cmd_validate", "check a plan file against a scenario"),
+    "demo": ("gpuplan.cmd_demo", "plan the bundled scenario with every policy and compare"),
+    "train": ("gpuplan.cmd_train", "retrain the job and real-time demand forecasters"),
+    "forecast": ("gpuplan.cmd_forecast", "forecast one job's needs or a real-time app's demand"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuplan", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        code: int = args.run(args)
+    except InputError as error:
+        print(f"gpuplan {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    return code

@@ -1,0 +1,1 @@
+"""The allocation core: scenario model, plan checker, metrics and policies (pure functions)."""

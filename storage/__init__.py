@@ -1,0 +1,1 @@
+"""Plan and history storage (SQL); filled in by the daemon issue."""
