@@ -1,0 +1,118 @@
+"""The contract's baselines: FIFO, FIFO with backfill, priority order with backfill.
+
+They model the usual scheduler: each real-time service reserves its daily peak all
+day (highest free GPU ids), and batch jobs take the first aligned block that fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from scheduler.board import Board, DownSchedule
+from scheduler.model import Allocation, BatchJob, Instance, Placement, RealtimeJob, gpus_of
+
+
+def fifo(instance: Instance) -> Allocation:
+    return _first_fit(instance, sorted(instance.queued_jobs, key=lambda j: j.order), in_order=True)
+
+
+def fifo_backfill(instance: Instance) -> Allocation:
+    return _first_fit(instance, sorted(instance.queued_jobs, key=lambda j: j.order), in_order=False)
+
+
+def priority_backfill(instance: Instance) -> Allocation:
+    jobs = sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order))
+    return _first_fit(instance, jobs, in_order=False)
+
+
+def _first_fit(instance: Instance, jobs: Iterable[BatchJob], *, in_order: bool) -> Allocation:
+    board = Board(instance)
+    realtime = _peak_reservations(instance, board)
+    placements: dict[str, Placement] = {}
+    earliest = 0  # FIFO: no job starts before the previous placed job's start
+    for job in jobs:
+        placed = first_fit(board, job, max(job.release_step, earliest))
+        if placed is None:
+            continue  # fits nowhere in the horizon: the next job is placed as if this one had not come
+        placements[job.id] = placed
+        if in_order:
+            earliest = placed.start_step
+    return Allocation(batch=placements, realtime=realtime)
+
+
+def first_fit(board: Board, job: BatchJob, not_before: int) -> Placement | None:
+    """Earliest start, then lowest aligned block free over the whole run; marks it taken."""
+    for start in range(not_before, board.horizon):
+        end = job.end_step(start, board.horizon)
+        starts = board.free_starts(job.gpus, start, end)
+        if starts:
+            first_gpu = (starts & -starts).bit_length() - 1
+            board.occupy_block(first_gpu, job.gpus, start, end)
+            return Placement(start_step=start, first_gpu=first_gpu)
+    return None
+
+
+def _peak_reservations(instance: Instance, board: Board) -> dict[str, tuple[int, ...]]:
+    """Static ``max(demand)`` reservations, closed to batch jobs for the whole horizon."""
+    never_free = 0
+    for t in range(instance.horizon_steps):
+        never_free |= board.busy[t]
+    for running in instance.running_realtime.values():
+        never_free |= running.mask
+    downs = DownSchedule(instance)
+    held_by_job: dict[str, tuple[int, ...]] = {}
+    for job in instance.realtime_jobs:
+        running = instance.running_realtime.get(job.id)
+        peak = max(job.demand, default=0)
+        reserved = 0
+        if running is not None:
+            for gpu in sorted(running.gpus, reverse=True)[:peak]:
+                reserved |= 1 << gpu
+        for gpu in range(instance.gpus - 1, -1, -1):
+            if reserved.bit_count() >= peak:
+                break
+            if not (never_free >> gpu & 1) and not (reserved >> gpu & 1):
+                reserved |= 1 << gpu
+        never_free |= reserved
+        held = _follow_reservation(instance, downs, job, running.mask if running else None, reserved)
+        held_by_job[job.id] = held
+        for t, mask in enumerate(held):
+            board.busy[t] |= mask | reserved
+    return held_by_job
+
+
+def _follow_reservation(
+    instance: Instance, downs: DownSchedule, job: RealtimeJob, running: int | None, reserved: int
+) -> tuple[int, ...]:
+    """Held GPUs per step: the running set at step 0, then toward the reservation by swap_cap a step."""
+    held: list[int] = []
+    previous = running
+    for t in range(instance.horizon_steps):
+        up = ~instance.down_masks[t]
+        if previous is None:
+            current = reserved & up
+        else:
+            forced = downs.must_drop(previous, t, job.swap_cap)
+            current = previous & ~forced
+            budget = job.swap_cap - forced.bit_count()
+            if t > 0 or running is None:
+                current, budget = _add_highest(current, reserved & up & ~current, budget)
+                current = _drop_lowest(current, current & ~reserved, budget)
+        held.append(current)
+        previous = current
+    return tuple(held)
+
+
+def _add_highest(current: int, candidates: int, budget: int) -> tuple[int, int]:
+    for gpu in reversed(gpus_of(candidates)):
+        if budget <= 0:
+            break
+        current |= 1 << gpu
+        budget -= 1
+    return current, budget
+
+
+def _drop_lowest(current: int, candidates: int, budget: int) -> int:
+    for gpu in gpus_of(candidates)[: max(budget, 0)]:
+        current &= ~(1 << gpu)
+    return current

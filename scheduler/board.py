@@ -1,0 +1,116 @@
+"""Working state shared by the policies: busy GPUs per step as integer bitmasks.
+
+One int per step makes "is this aligned block free over these steps" a handful of
+integer operations, whatever the cluster size (the fast mode's main cost).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from functools import cache
+
+from scheduler.model import Instance, block_mask
+
+
+@cache
+def aligned_starts(cluster_gpus: int, block_gpus: int) -> int:
+    """Bitmask with bit ``a`` set for every aligned block start ``a % block_gpus == 0``."""
+    mask = 0
+    for first in range(0, cluster_gpus - block_gpus + 1, block_gpus):
+        mask |= 1 << first
+    return mask
+
+
+def free_block_starts(free: int, cluster_gpus: int, block_gpus: int) -> int:
+    """Bit ``a`` set iff the aligned block ``[a, a + block_gpus)`` lies inside ``free``.
+
+    Folding ``x &= x >> k`` with k = 1, 2, 4, ... leaves bit ``a`` set exactly when
+    the ``block_gpus`` bits from ``a`` upward were all set.
+    """
+    span = 1
+    while span < block_gpus:
+        free &= free >> span
+        span <<= 1
+    return free & aligned_starts(cluster_gpus, block_gpus)
+
+
+class Board:
+    """Which GPUs are taken at each step; starts with down GPUs and running batch jobs."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self.gpus = instance.gpus
+        self.horizon = instance.horizon_steps
+        self.all_mask = instance.all_gpus_mask
+        self.busy = [d | r for d, r in zip(instance.down_masks, instance.running_masks, strict=True)]
+
+    def free_starts(self, block_gpus: int, start: int, end: int) -> int:
+        """Aligned block starts free at every step of ``[start, end)``."""
+        taken = 0
+        for t in range(start, end):
+            taken |= self.busy[t]
+        return free_block_starts(~taken & self.all_mask, self.gpus, block_gpus)
+
+    def occupy(self, mask: int, start: int, end: int) -> None:
+        for t in range(start, end):
+            self.busy[t] |= mask
+
+    def occupy_block(self, first_gpu: int, block_gpus: int, start: int, end: int) -> None:
+        self.occupy(block_mask(first_gpu, block_gpus), start, end)
+
+
+class DownSchedule:
+    """When each GPU next goes down: what a real-time job must leave, and how early."""
+
+    def __init__(self, instance: Instance) -> None:
+        steps: dict[int, list[int]] = {}
+        for window in instance.down:
+            steps.setdefault(window.gpu, []).extend(range(window.start_step, window.end_step))
+        self.down_steps = {gpu: sorted(set(s)) for gpu, s in steps.items()}
+        self.ever_down = sum(1 << gpu for gpu in self.down_steps)
+
+    def next_down(self, gpu: int, step: int) -> int | None:
+        steps = self.down_steps.get(gpu)
+        if not steps:
+            return None
+        i = bisect_left(steps, step)
+        return steps[i] if i < len(steps) else None
+
+    def up_through(self, gpu: int, start: int, end: int) -> bool:
+        """Whether ``gpu`` is up at every step of ``[start, end)``."""
+        nxt = self.next_down(gpu, start)
+        return nxt is None or nxt >= end
+
+    def must_drop(self, held: int, step: int, swap_cap: int) -> int:
+        """GPUs of ``held`` to release at ``step`` so that later down windows stay reachable.
+
+        Earliest-deadline-first: with ``N(u)`` the held GPUs down by step ``u``, at most
+        ``swap_cap`` can be released per step, so ``N(u) - swap_cap * (u - step)`` of them
+        must go now (all of those down at ``step`` itself).
+        """
+        at_risk = held & self.ever_down
+        if not at_risk:
+            return 0
+        deadlines = []
+        g = 0
+        while at_risk >> g:
+            if at_risk >> g & 1:
+                nxt = self.next_down(g, step)
+                if nxt is not None:
+                    deadlines.append((nxt, g))
+            g += 1
+        deadlines.sort()
+        needed = 0
+        for count, (deadline, _) in enumerate(deadlines, start=1):
+            needed = max(needed, count - swap_cap * (deadline - step))
+        drop = 0
+        for _, gpu in deadlines[:needed]:
+            drop |= 1 << gpu
+        return drop
+
+    def still_reachable(self, held: int, step: int, swap_cap: int) -> bool:
+        """Whether ``held`` at ``step`` can still shed its GPUs before they go down (from step+1 on)."""
+        deadlines = sorted(
+            d for g in range(held.bit_length()) if held >> g & 1 and (d := self.next_down(g, step + 1)) is not None
+        )
+        return all(count <= swap_cap * (d - step) for count, d in enumerate(deadlines, start=1))

@@ -1,0 +1,145 @@
+"""The independent plan checker: the contract's five constraints, in pure Python.
+
+``check_plan`` reads only the instance and the grid, never a policy's internals,
+so it judges baselines, the heuristic and the solver alike (the CP-SAT Primer's
+``assert_solution_is_feasible``). It returns every breach rather than the first.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scheduler.model import BatchJob, Cell, Instance
+
+CONSTRAINT_NAMES = {
+    1: "one job per GPU per step, none on a down GPU",
+    2: "demand ranges respected, running work inherited",
+    3: "contiguous power-of-two blocks",
+    4: "real-time swap cap",
+    5: "no preemption",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    constraint: int
+    job: str | None
+    gpu: int | None
+    step: int | None
+    detail: str
+
+    def __str__(self) -> str:
+        job = self.job if self.job is not None else "-"
+        gpu = self.gpu if self.gpu is not None else "-"
+        step = self.step if self.step is not None else "-"
+        return (
+            f"constraint {self.constraint} ({CONSTRAINT_NAMES[self.constraint]}): "
+            f"job {job}, GPU {gpu}, step {step}: {self.detail}"
+        )
+
+
+def check_plan(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[Violation]:
+    """Every violation of the contract in ``grid``; empty when the plan is legal."""
+    shape = _check_shape(instance, grid)
+    if shape:
+        return shape
+    violations: list[Violation] = []
+    # job id -> step -> GPUs holding it
+    cells: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    down = instance.down_masks
+    known = instance.jobs_by_id
+    for gpu, row in enumerate(grid):
+        for t, cell in enumerate(row):
+            if cell is None:
+                continue
+            if cell not in known:
+                violations.append(Violation(1, cell, gpu, t, "not a job of the scenario"))
+                continue
+            if down[t] >> gpu & 1:
+                violations.append(Violation(1, cell, gpu, t, "GPU is down at this step"))
+            cells[cell][t].append(gpu)
+    for job in instance.batch_jobs:
+        if job.id in instance.running_batch:
+            violations += _check_running(instance, job, cells.get(job.id, {}))
+        else:
+            violations += _check_batch(instance, job, cells.get(job.id, {}))
+    for rt in instance.realtime_jobs:
+        violations += _check_swaps(instance, rt.id, rt.swap_cap, cells.get(rt.id, {}))
+    return violations
+
+
+def _check_shape(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[Violation]:
+    if len(grid) != instance.gpus:
+        return [Violation(1, None, None, None, f"grid has {len(grid)} rows, expected one per GPU ({instance.gpus})")]
+    bad = [
+        Violation(1, None, gpu, None, f"row has {len(row)} cells, expected {instance.horizon_steps}")
+        for gpu, row in enumerate(grid)
+        if len(row) != instance.horizon_steps
+    ]
+    bad += [
+        Violation(1, None, gpu, t, f"cell must be a job id or null, got {cell!r}")
+        for gpu, row in enumerate(grid)
+        for t, cell in enumerate(row)
+        if cell is not None and not isinstance(cell, str)
+    ]
+    return bad
+
+
+def _check_batch(instance: Instance, job: BatchJob, held: dict[int, list[int]]) -> list[Violation]:
+    """Rules 2, 3 and 5 for a queued batch job."""
+    if not held:
+        return []  # never placed: legal, scored as unscheduled
+    out: list[Violation] = []
+    steps = sorted(held)
+    start = steps[0]
+    end = job.end_step(start, instance.horizon_steps)
+    first_block = sorted(held[start])
+    if start < job.release_step:
+        out.append(Violation(2, job.id, first_block[0], start, f"starts before its release step {job.release_step}"))
+    for t in range(start, end):
+        if t not in held:
+            out.append(Violation(5, job.id, first_block[0], t, f"interrupted: absent at step {t} of its run {start}..{end - 1}"))
+    for t in steps:
+        gpus = sorted(held[t])
+        if t >= end:
+            out.append(Violation(2, job.id, gpus[0], t, f"runs past its duration ({job.duration_steps} steps from {start})"))
+            continue
+        if len(gpus) != job.gpus:
+            out.append(Violation(2, job.id, gpus[0], t, f"holds {len(gpus)} GPUs, needs exactly {job.gpus}"))
+        elif gpus != list(range(gpus[0], gpus[0] + job.gpus)) or gpus[0] % job.gpus:
+            out.append(Violation(3, job.id, gpus[0], t, f"GPUs {gpus} are not an aligned block of {job.gpus}"))
+        elif gpus != first_block:
+            out.append(Violation(3, job.id, gpus[0], t, f"changes block from {first_block} to {gpus}"))
+    return out
+
+
+def _check_running(instance: Instance, job: BatchJob, held: dict[int, list[int]]) -> list[Violation]:
+    """A running job occupies its given GPUs from step 0 for its remaining steps, nowhere else."""
+    running = instance.running_batch[job.id]
+    end = min(running.remaining_steps, instance.horizon_steps)
+    expected = set(range(running.first_gpu, running.first_gpu + running.gpus))
+    out: list[Violation] = []
+    for t in range(instance.horizon_steps):
+        got = set(held.get(t, ()))
+        want = expected if t < end else set()
+        out += [Violation(5, job.id, g, t, "running job missing from its GPU (never moved or stopped)") for g in sorted(want - got)]
+        out += [Violation(5, job.id, g, t, "running job outside its GPUs or past its remaining steps") for g in sorted(got - want)]
+    return out
+
+
+def _check_swaps(instance: Instance, job_id: str, swap_cap: int, held: dict[int, list[int]]) -> list[Violation]:
+    running = instance.running_realtime.get(job_id)
+    previous: set[int] | None = set(running.gpus) if running else None
+    out: list[Violation] = []
+    for t in range(instance.horizon_steps):
+        current = set(held.get(t, ()))
+        if previous is not None:
+            changed = current ^ previous
+            if len(changed) > swap_cap:
+                out.append(
+                    Violation(4, job_id, min(changed), t, f"{len(changed)} GPUs changed since the previous step, cap {swap_cap}")
+                )
+        previous = current
+    return out

@@ -1,0 +1,121 @@
+"""One registry of policies, and :func:`plan`, the call a daemon tick or the CLI makes.
+
+A policy maps an :class:`Instance` to a :class:`Solution`. The plan that comes out
+is always checked by :func:`scheduler.check.check_plan` before it is returned, so an
+illegal grid can never leave this module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scheduler import baselines
+from scheduler.check import check_plan
+from scheduler.metrics import Metrics, score
+from scheduler.model import Allocation, Grid, Instance, build_grid
+
+
+class PolicyName(StrEnum):
+    FAST = "fast"
+    FULL = "full"
+    FIFO = "fifo"
+    FIFO_BACKFILL = "fifo-backfill"
+    PRIORITY_BACKFILL = "priority-backfill"
+
+
+@dataclass(frozen=True, slots=True)
+class SolveOptions:
+    time_limit_s: float = 30.0
+    workers: int = 2
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Solution:
+    allocation: Allocation
+    status: str = "FEASIBLE"
+    bound: float | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The contract's plan file, as a value."""
+
+    scenario: str
+    policy: str
+    grid: Grid
+    metrics: Metrics
+    solve_ms: float
+    status: str
+    bound: float | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "scenario": self.scenario,
+            "policy": self.policy,
+            "grid": [list(row) for row in self.grid],
+            "metrics": self.metrics.as_dict(),
+            "solve_ms": round(self.solve_ms, 3),
+            "status": self.status,
+            "bound": self.bound,
+        }
+
+
+class IllegalPlanError(RuntimeError):
+    """A policy produced a grid that breaks the contract: a bug, never the user's input."""
+
+
+PolicyFn = Callable[[Instance, SolveOptions], Solution]
+
+
+def _baseline(fn: Callable[[Instance], Allocation]) -> PolicyFn:
+    def policy(instance: Instance, options: SolveOptions) -> Solution:
+        return Solution(fn(instance))
+
+    return policy
+
+
+def _fast(instance: Instance, options: SolveOptions) -> Solution:
+    from scheduler.fast import allocate
+
+    return Solution(allocate(instance))
+
+
+def _full(instance: Instance, options: SolveOptions) -> Solution:
+    from scheduler.full import solve
+
+    return solve(instance, time_limit_s=options.time_limit_s, workers=options.workers, seed=options.seed)
+
+
+POLICIES: dict[PolicyName, PolicyFn] = {
+    PolicyName.FAST: _fast,
+    PolicyName.FULL: _full,
+    PolicyName.FIFO: _baseline(baselines.fifo),
+    PolicyName.FIFO_BACKFILL: _baseline(baselines.fifo_backfill),
+    PolicyName.PRIORITY_BACKFILL: _baseline(baselines.priority_backfill),
+}
+
+
+def plan(instance: Instance, policy: PolicyName, options: SolveOptions | None = None) -> Plan:
+    """Run ``policy`` on ``instance``; the result is checked and scored."""
+    options = options or SolveOptions()
+    started = time.perf_counter()
+    solution = POLICIES[policy](instance, options)
+    grid = build_grid(instance, solution.allocation)
+    solve_ms = (time.perf_counter() - started) * 1000
+    violations = check_plan(instance, grid)
+    if violations:
+        listing = "\n".join(str(v) for v in violations[:10])
+        raise IllegalPlanError(f"policy {policy} broke the contract on {instance.name!r}:\n{listing}")
+    return Plan(
+        scenario=instance.name,
+        policy=policy.value,
+        grid=grid,
+        metrics=score(instance, grid),
+        solve_ms=solve_ms,
+        status=solution.status,
+        bound=solution.bound,
+    )

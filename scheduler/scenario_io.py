@@ -1,0 +1,286 @@
+"""Reading scenario files and writing plan files, with the contract's validation.
+
+Every rule of ../shared/CONTRACT.md that a scenario can break is checked here, once,
+and reported as an :class:`~gpuplan.errors.InputError` naming the field (as a path
+such as ``jobs[3].gpus``), what was expected and what came.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpuplan.errors import InputError
+from scheduler.model import (
+    BATCH_KINDS,
+    BatchJob,
+    DownWindow,
+    Instance,
+    JobKind,
+    RealtimeJob,
+    RunningBatch,
+    RunningRealtime,
+)
+
+TOP_KEYS = {"name", "gpus", "horizon", "step_minutes", "decay", "rt_penalty", "jobs", "running", "down"}
+BATCH_KEYS = {"id", "kind", "priority", "gpus", "duration", "release", "order"}
+REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap"}
+RUNNING_KEYS = {"id", "gpus", "remaining"}
+DOWN_KEYS = {"gpu", "start", "end"}
+
+
+def read_document(path: Path) -> Any:
+    """Parse a JSON or YAML file (by suffix; JSON is tried first for other suffixes)."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise InputError("path", "a readable file", str(path), hint=str(error)) from None
+    if path.suffix.lower() in {".yaml", ".yml"}:
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise InputError("file", "valid YAML", path.name, source=str(path), hint=str(error)) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(
+            "file",
+            "valid JSON",
+            path.name,
+            source=str(path),
+            hint=f"line {error.lineno}, column {error.colno}: {error.msg}.",
+        ) from None
+
+
+def load_scenario(path: Path) -> Instance:
+    return parse_scenario(read_document(path), source=str(path), default_name=path.stem)
+
+
+class _Reader:
+    """Typed field access that raises InputError with the field's path."""
+
+    def __init__(self, source: str | None) -> None:
+        self.source = source
+
+    def fail(self, field: str, expected: str, got: object, hint: str | None = None) -> InputError:
+        return InputError(field, expected, got, source=self.source, hint=hint)
+
+    def mapping(self, value: object, field: str, allowed: set[str], required: set[str]) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(field, "an object", type(value).__name__)
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise self.fail(f"{field}.{unknown[0]}" if field else unknown[0], f"one of the keys {sorted(allowed)}", unknown[0], "Unknown key.")
+        missing = sorted(required - set(value))
+        if missing:
+            raise self.fail(f"{field}.{missing[0]}" if field else missing[0], "present", "missing")
+        return value
+
+    def integer(self, value: object, field: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(field, "an integer", value)
+        if minimum is not None and value < minimum:
+            raise self.fail(field, f"an integer >= {minimum}", value)
+        if maximum is not None and value > maximum:
+            raise self.fail(field, f"an integer <= {maximum}", value)
+        return value
+
+    def number(self, value: object, field: str, *, positive: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(field, "a number", value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise self.fail(field, "a finite number", value)
+        if positive and value <= 0:
+            raise self.fail(field, "a number > 0", value)
+        return float(value)
+
+    def string(self, value: object, field: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(field, "a non-empty string", value)
+        return value
+
+    def sequence(self, value: object, field: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(field, "a list", type(value).__name__)
+        return value
+
+
+def parse_scenario(document: object, *, source: str | None = None, default_name: str = "scenario") -> Instance:
+    """Validate a parsed scenario document and build the :class:`Instance`."""
+    r = _Reader(source)
+    top = r.mapping(document, "", TOP_KEYS, {"gpus", "jobs"})
+    name = r.string(top.get("name", default_name), "name")
+    cluster_gpus = r.integer(top["gpus"], "gpus", minimum=1)
+    horizon = r.integer(top.get("horizon", 24), "horizon", minimum=1)
+    step_minutes = r.integer(top.get("step_minutes", 60), "step_minutes", minimum=1)
+    decay = r.number(top.get("decay", 0.95), "decay", positive=True)
+    if decay > 1:
+        raise r.fail("decay", "a number in (0, 1]", decay)
+    rt_penalty = r.number(top.get("rt_penalty", 8.0), "rt_penalty")
+    if rt_penalty < 0:
+        raise r.fail("rt_penalty", "a number >= 0", rt_penalty)
+
+    batch_jobs: list[BatchJob] = []
+    realtime_jobs: list[RealtimeJob] = []
+    seen: dict[str, str] = {}
+    for index, raw in enumerate(r.sequence(top["jobs"], "jobs")):
+        field = f"jobs[{index}]"
+        if not isinstance(raw, Mapping):
+            raise r.fail(field, "an object", type(raw).__name__)
+        kind_value = raw.get("kind")
+        try:
+            kind = JobKind(kind_value)
+        except ValueError:
+            raise r.fail(f"{field}.kind", f"one of {[k.value for k in JobKind]}", kind_value) from None
+        if kind in BATCH_KINDS:
+            job_map = r.mapping(raw, field, BATCH_KEYS, {"id", "kind", "priority", "gpus", "duration"})
+        else:
+            job_map = r.mapping(raw, field, REALTIME_KEYS, {"id", "kind", "priority", "demand", "swap_cap"})
+        job_id = r.string(job_map["id"], f"{field}.id")
+        if job_id in seen:
+            raise r.fail(f"{field}.id", "an id used by no other job", job_id, f"Already used by {seen[job_id]}.")
+        seen[job_id] = field
+        priority = r.number(job_map["priority"], f"{field}.priority", positive=True)
+        if kind in BATCH_KINDS:
+            gpus = r.integer(job_map["gpus"], f"{field}.gpus", minimum=1)
+            if gpus & (gpus - 1):
+                raise r.fail(f"{field}.gpus", "a power of two (1, 2, 4, 8, ...)", gpus)
+            if gpus > cluster_gpus:
+                raise r.fail(f"{field}.gpus", f"at most the cluster's {cluster_gpus} GPUs", gpus)
+            batch_jobs.append(
+                BatchJob(
+                    id=job_id,
+                    kind=kind,
+                    priority=priority,
+                    gpus=gpus,
+                    duration_steps=r.integer(job_map["duration"], f"{field}.duration", minimum=1),
+                    release_step=r.integer(job_map.get("release", 0), f"{field}.release", minimum=0),
+                    order=r.integer(job_map.get("order", index), f"{field}.order"),
+                )
+            )
+        else:
+            demand_raw = r.sequence(job_map["demand"], f"{field}.demand")
+            if len(demand_raw) != horizon:
+                raise r.fail(f"{field}.demand", f"a list of {horizon} integers (one per step)", f"{len(demand_raw)} values")
+            demand = tuple(r.integer(v, f"{field}.demand[{t}]", minimum=0) for t, v in enumerate(demand_raw))
+            realtime_jobs.append(
+                RealtimeJob(
+                    id=job_id,
+                    priority=priority,
+                    demand=demand,
+                    swap_cap=r.integer(job_map["swap_cap"], f"{field}.swap_cap", minimum=0),
+                )
+            )
+
+    down = _parse_down(r, top.get("down", []), cluster_gpus, horizon)
+    running_batch, running_realtime = _parse_running(
+        r, top.get("running", []), cluster_gpus, {j.id: j for j in batch_jobs}, {j.id: j for j in realtime_jobs}
+    )
+    instance = Instance(
+        name=name,
+        gpus=cluster_gpus,
+        horizon_steps=horizon,
+        step_minutes=step_minutes,
+        decay=decay,
+        rt_penalty=rt_penalty,
+        batch_jobs=tuple(batch_jobs),
+        realtime_jobs=tuple(realtime_jobs),
+        running_batch=running_batch,
+        running_realtime=running_realtime,
+        down=down,
+    )
+    _check_running_against_down(r, instance)
+    return instance
+
+
+def _parse_down(r: _Reader, raw: object, cluster_gpus: int, horizon: int) -> tuple[DownWindow, ...]:
+    windows = []
+    for index, entry in enumerate(r.sequence(raw, "down")):
+        field = f"down[{index}]"
+        window = r.mapping(entry, field, DOWN_KEYS, {"gpu"})
+        gpu = r.integer(window["gpu"], f"{field}.gpu", minimum=0, maximum=cluster_gpus - 1)
+        start = r.integer(window.get("start", 0), f"{field}.start", minimum=0, maximum=horizon - 1)
+        end = r.integer(window.get("end", horizon), f"{field}.end", minimum=start + 1, maximum=horizon)
+        windows.append(DownWindow(gpu=gpu, start_step=start, end_step=end))
+    return tuple(windows)
+
+
+def _parse_running(
+    r: _Reader,
+    raw: object,
+    cluster_gpus: int,
+    batch: Mapping[str, BatchJob],
+    realtime: Mapping[str, RealtimeJob],
+) -> tuple[dict[str, RunningBatch], dict[str, RunningRealtime]]:
+    running_batch: dict[str, RunningBatch] = {}
+    running_realtime: dict[str, RunningRealtime] = {}
+    owner: dict[int, str] = {}
+    for index, entry in enumerate(r.sequence(raw, "running")):
+        field = f"running[{index}]"
+        item = r.mapping(entry, field, RUNNING_KEYS, {"id", "gpus"})
+        job_id = r.string(item["id"], f"{field}.id")
+        if job_id not in batch and job_id not in realtime:
+            raise r.fail(f"{field}.id", "the id of a job listed in `jobs`", job_id)
+        if job_id in running_batch or job_id in running_realtime:
+            raise r.fail(f"{field}.id", "a job listed once in `running`", job_id)
+        gpu_list = [
+            r.integer(g, f"{field}.gpus[{k}]", minimum=0, maximum=cluster_gpus - 1)
+            for k, g in enumerate(r.sequence(item["gpus"], f"{field}.gpus"))
+        ]
+        if len(set(gpu_list)) != len(gpu_list):
+            raise r.fail(f"{field}.gpus", "distinct GPU ids", gpu_list)
+        for gpu in gpu_list:
+            if gpu in owner:
+                raise r.fail(f"{field}.gpus", f"GPUs not held by another running job (GPU {gpu} is {owner[gpu]}'s)", gpu_list)
+            owner[gpu] = job_id
+        if job_id in batch:
+            job = batch[job_id]
+            if "remaining" not in item:
+                raise r.fail(f"{field}.remaining", "present for a running batch job", "missing")
+            remaining = r.integer(item["remaining"], f"{field}.remaining", minimum=1)
+            first = min(gpu_list) if gpu_list else 0
+            if sorted(gpu_list) != list(range(first, first + job.gpus)) or first % job.gpus:
+                raise r.fail(
+                    f"{field}.gpus",
+                    f"an aligned block of {job.gpus} GPUs [a, a+{job.gpus}) with a % {job.gpus} == 0",
+                    gpu_list,
+                )
+            running_batch[job_id] = RunningBatch(job_id, first, job.gpus, remaining)
+        else:
+            if "remaining" in item:
+                raise r.fail(f"{field}.remaining", "absent for a real-time job", item["remaining"])
+            running_realtime[job_id] = RunningRealtime(job_id, frozenset(gpu_list))
+    return running_batch, running_realtime
+
+
+def _check_running_against_down(r: _Reader, instance: Instance) -> None:
+    """Reject running work that no legal plan could honour, so every valid scenario has one."""
+    down = instance.down_masks
+    for running in instance.running_batch.values():
+        for t in range(min(running.remaining_steps, instance.horizon_steps)):
+            if down[t] & running.mask:
+                raise r.fail(
+                    f"running[{running.job_id}].gpus",
+                    f"GPUs that are up while the job runs (it cannot be moved); down at step {t}",
+                    sorted(g for g in range(instance.gpus) if down[t] >> g & 1 and running.mask >> g & 1),
+                )
+    for running_rt in instance.running_realtime.values():
+        cap = next(j.swap_cap for j in instance.realtime_jobs if j.id == running_rt.job_id)
+        # A held GPU that goes down must be released first; at most swap_cap per step.
+        first_down = sorted(
+            next(t for t in range(instance.horizon_steps) if down[t] >> g & 1)
+            for g in running_rt.gpus
+            if any(down[t] >> g & 1 for t in range(instance.horizon_steps))
+        )
+        for count, step in enumerate(first_down, start=1):
+            if count > cap * (step + 1):
+                raise r.fail(
+                    f"running[{running_rt.job_id}].gpus",
+                    f"a set the job can leave before its GPUs go down (swap_cap {cap} per step)",
+                    sorted(running_rt.gpus),
+                    f"{count} of them are down by step {step}.",
+                )
