@@ -20,26 +20,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("gpuplan.cmd_plan", "plan a scenario with one policy (or compare several)"),
     "validate": ("gpuplan.cmd_validate", "check a plan file against a scenario"),
     "demo": ("gpuplan.cmd_demo", "plan the bundled scenario with every policy and compare"),
+    "bench": ("gpuplan.cmd_bench", "the seven benchmark scenarios: FIFO vs fast vs full, and a scaling sweep"),
     "train": ("gpuplan.cmd_train", "retrain the job and real-time demand forecasters"),
     "forecast": ("gpuplan.cmd_forecast", "forecast one job's needs or a real-time app's demand"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported (all of them when None)."""
     parser = argparse.ArgumentParser(prog="gpuplan", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(command_parser)
-        command_parser.set_defaults(run=module.run)
+        if command in (None, name):
+            module = importlib.import_module(module_name)
+            module.add_arguments(command_parser)
+            command_parser.set_defaults(run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in arguments if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in COMMANDS else None)
+    args = parser.parse_args(arguments)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -284,3 +284,23 @@ def _check_running_against_down(r: _Reader, instance: Instance) -> None:
                     sorted(running_rt.gpus),
                     f"{count} of them are down by step {step}.",
                 )
+
+
+def read_plan_grid(path: Path) -> list[list[str | None]]:
+    """The ``grid`` of a plan file; its legality is :func:`scheduler.check.check_plan`'s job."""
+    r = _Reader(str(path))
+    document = read_document(path)
+    if not isinstance(document, Mapping):
+        raise r.fail("", "a plan object with a `grid`", type(document).__name__)
+    if "grid" not in document:
+        raise r.fail("grid", "present", "missing")
+    rows = r.sequence(document["grid"], "grid")
+    return [r.sequence(row, f"grid[{g}]") for g, row in enumerate(rows)]
+
+
+def write_json_atomic(path: Path, payload: object) -> None:
+    """Write to a temporary file beside ``path`` and rename: a failure leaves nothing half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    tmp.replace(path)

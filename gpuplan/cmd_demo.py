@@ -1,0 +1,62 @@
+"""``gpuplan demo`` (what ``make run`` runs): every policy on the bundled scenario, side by side."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+from gpuplan.table import format_table
+
+from scheduler.policies import Plan
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", type=Path, help="scenario file (default: the bundled mixed-control)")
+    parser.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS", help="full mode's limit")
+    parser.add_argument("--png", type=Path, metavar="GRIDS.png", help="draw the plans stacked")
+
+
+def comparison_table(plans: Sequence[Plan]) -> str:
+    rows = [
+        [
+            p.policy,
+            p.metrics.utilization,
+            p.metrics.value,
+            p.metrics.penalty,
+            p.metrics.objective,
+            p.metrics.rt_coverage,
+            p.metrics.completed,
+            p.metrics.unscheduled,
+            p.solve_ms,
+            p.status,
+            "-" if p.bound is None else p.bound,
+        ]
+        for p in plans
+    ]
+    headers = ["policy", "util", "value", "penalty", "objective", "rt_cov", "done", "unsched", "ms", "status", "bound"]
+    return format_table(headers, rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    from scheduler.policies import PolicyName, SolveOptions, plan
+    from scheduler.scenario_io import load_scenario
+
+    if args.scenario:
+        instance = load_scenario(args.scenario)
+    else:
+        bundled = resources.files("gpuplan") / "scenarios" / "mixed-control.json"
+        with resources.as_file(bundled) as path:
+            instance = load_scenario(path)
+    options = SolveOptions(time_limit_s=args.time_limit)
+    plans = [plan(instance, name, options) for name in PolicyName]
+    print(f"scenario {instance.name}: {instance.gpus} GPUs, {instance.horizon_steps} steps, "
+          f"{len(instance.batch_jobs)} batch and {len(instance.realtime_jobs)} real-time jobs")
+    print(comparison_table(plans))
+    if args.png:
+        from scheduler.render import draw_plans
+
+        draw_plans(instance, plans, args.png)
+        print(f"grids drawn to {args.png}")
+    return 0

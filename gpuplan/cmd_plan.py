@@ -1,0 +1,66 @@
+"""``gpuplan plan SCENARIO --policy NAME``: write the plan file (CONTRACT.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gpuplan.errors import InputError
+
+POLICY_NAMES = ("fast", "full", "fifo", "fifo-backfill", "priority-backfill")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", type=Path, help="scenario file (JSON or YAML)")
+    parser.add_argument("--policy", default="fast", choices=POLICY_NAMES)
+    parser.add_argument("--time-limit", type=float, default=30.0, metavar="SECONDS", help="full mode's limit")
+    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers in full mode")
+    parser.add_argument("--out", type=Path, metavar="PLAN.json", help="write here instead of stdout")
+    parser.add_argument("--png", type=Path, metavar="GRID.png", help="also draw the plan")
+    parser.add_argument(
+        "--compare",
+        metavar="P1,P2,...",
+        help="plan with several policies; print their metrics side by side (and stack their grids in --png)",
+    )
+
+
+def parse_policies(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if name not in POLICY_NAMES:
+            raise InputError("--compare", f"a comma-separated list of {list(POLICY_NAMES)}", name)
+    if not names:
+        raise InputError("--compare", "at least one policy name", text)
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    from scheduler.policies import PolicyName, SolveOptions, plan
+    from scheduler.scenario_io import load_scenario, write_json_atomic
+
+    if args.time_limit <= 0:
+        raise InputError("--time-limit", "a number of seconds > 0", args.time_limit)
+    if args.workers < 1:
+        raise InputError("--workers", "an integer >= 1", args.workers)
+    names = parse_policies(args.compare) if args.compare else [args.policy]
+    instance = load_scenario(args.scenario)
+    options = SolveOptions(time_limit_s=args.time_limit, workers=args.workers)
+    plans = [plan(instance, PolicyName(name), options) for name in names]
+    if args.png:
+        from scheduler.render import draw_plans
+
+        draw_plans(instance, plans, args.png)
+    if args.compare:
+        from gpuplan.cmd_demo import comparison_table
+
+        print(comparison_table(plans))
+        return 0
+    payload = plans[0].as_dict()
+    if args.out:
+        write_json_atomic(args.out, payload)
+    else:
+        json.dump(payload, sys.stdout)
+        sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,31 @@
+"""Plain-text tables for the CLI's own output."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Columns padded to their widest cell; numbers right-aligned, text left-aligned."""
+    cells = [[_text(value) for value in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    numeric = [all(_is_number(row[i]) for row in rows) and bool(rows) for i in range(len(headers))]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    out = [line(headers), line(["-" * w for w in widths])]
+    out += [line(row) for row in cells]
+    return "\n".join(out)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 2 else f"{value:,.1f}"
+    return str(value)
