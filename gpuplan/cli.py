@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("gpuplan.cmd_bench", "the seven benchmark scenarios: FIFO vs fast vs full, and a scaling sweep"),
     "train": ("gpuplan.cmd_train", "retrain the job and real-time demand forecasters"),
     "forecast": ("gpuplan.cmd_forecast", "forecast one job's needs or a real-time app's demand"),
+    "backtest": ("gpuplan.cmd_backtest", "day-ahead backtest of the real-time demand profile"),
 }
 
 

@@ -1,0 +1,139 @@
+"""``gpuplan backtest``: day-ahead backtest of the real-time profile on traffic series."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from forecasting.backtest import ForecastBacktest, GpuRow
+
+#: Unit of GPU capacity in the backtest: the observed peak of a series needs this many
+#: GPUs. A scale choice, not something learned: it sets how coarse a GPU step is.
+PEAK_GPUS = 16
+BASES: tuple[Literal["p90"], Literal["p50"]] = ("p90", "p50")
+TRADEOFF_HEADER = (
+    f"{'headroom':>8s} {'gpu_h':>7s} {'peak_h':>7s} {'saved':>7s} {'hours_cov':>9s} {'served':>7s}"
+)
+
+
+def _say(text: str) -> None:
+    """Command output goes to stdout; logging stays on stderr."""
+    sys.stdout.write(text + "\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--traffic",
+        type=Path,
+        action="append",
+        default=[],
+        help="CSV (repeatable); default: bundled",
+    )
+    parser.add_argument("--swap-cap", type=int, default=2, help="max GPUs changed per hour")
+    parser.add_argument("--json", action="store_true", help="print the tables as JSON")
+    parser.add_argument("--png", type=Path, default=None, help="directory for plots")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from features.traffic import load_traffic
+    from forecasting.backtest import accuracy, gpu_tradeoff, run_backtest, saving_at_served
+    from forecasting.realtime_training import backtest_config_for, bundled_traffic_paths
+
+    paths = list(args.traffic) or bundled_traffic_paths()
+    report: list[dict[str, object]] = []
+    for path in paths:
+        traffic = load_traffic(path)
+        config = backtest_config_for(len(traffic))
+        backtest = run_backtest(traffic, series=path.stem, config=config)
+        row = accuracy(backtest)
+        requests_per_gpu_hour = max(float(traffic.requests.max()), 1.0) / PEAK_GPUS
+        tradeoffs = {
+            basis: gpu_tradeoff(
+                backtest,
+                requests_per_gpu_hour=requests_per_gpu_hour,
+                swap_cap=args.swap_cap,
+                basis=basis,
+            )
+            for basis in BASES
+        }
+        tradeoff = tradeoffs["p90"]
+        best_by_basis = {basis: saving_at_served(rows, 0.99) for basis, rows in tradeoffs.items()}
+        short = config.initial_hours < 2 * 168
+        report.append(
+            {
+                "accuracy": asdict(row),
+                "short_history": short,
+                "requests_per_gpu_hour": requests_per_gpu_hour,
+                "tradeoff": [asdict(t) for rows in tradeoffs.values() for t in rows],
+                "at_99_served": {
+                    basis: None if found is None else asdict(found)
+                    for basis, found in best_by_basis.items()
+                },
+            }
+        )
+        if args.png is not None:
+            _plot(backtest, tradeoff, args.png)
+        if args.json:
+            continue
+        label = " (two weeks only: 1 week of history, 7 origins)" if short else ""
+        _say(f"\n== {path.stem}{label}")
+        mase = "n/a" if row.mase != row.mase else f"{row.mase:.3f}"
+        _say(
+            f"origins={row.origins} hours={row.hours} method={row.method} MASE={mase} "
+            f"MAE={row.mae:.4g} seasonal-naive MAE={row.seasonal_naive_mae:.4g} "
+            f"relMAE={row.relative_mae:.3f} P90 coverage={row.p90_coverage:.3f}"
+        )
+        _say(
+            f"GPUs: requests_per_gpu_hour={requests_per_gpu_hour:.4g} "
+            f"(peak = {PEAK_GPUS} GPUs), swap_cap={args.swap_cap}"
+        )
+        for basis, rows in tradeoffs.items():
+            _say(f"trade-off, GPUs from {basis.upper()} x (1 + headroom):")
+            _say(TRADEOFF_HEADER)
+            for t in rows:
+                _say(
+                    f"{t.headroom:8.2f} {t.gpu_hours:7d} {t.peak_reservation_gpu_hours:7d} "
+                    f"{t.saving:7.1%} {t.hours_covered:9.1%} {t.demand_served:7.2%}"
+                )
+            found = best_by_basis[basis]
+            if found is None:
+                _say(f"at 99% of GPU-demand served ({basis.upper()}): not reached")
+            else:
+                _say(
+                    f"at 99% of GPU-demand served ({basis.upper()}): headroom {found.headroom:g} "
+                    f"saves {found.saving:.1%} of GPU-hours vs peak reservation"
+                )
+    if args.json:
+        _say(json.dumps(report, indent=2))
+    return 0
+
+
+def _plot(backtest: ForecastBacktest, rows: Sequence[GpuRow], directory: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    directory.mkdir(parents=True, exist_ok=True)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7))
+    hours = np.arange(backtest.actual.size)
+    top.plot(hours, backtest.actual.ravel(), label="actual", color="black", lw=0.8)
+    top.plot(hours, backtest.p50.ravel(), label="P50", lw=0.8)
+    top.fill_between(hours, 0, backtest.p90.ravel(), alpha=0.2, label="≤ P90")
+    top.set_title(f"{backtest.series}: day-ahead forecasts")
+    top.set_xlabel("hour since first origin")
+    top.legend()
+    bottom.plot([r.demand_served for r in rows], [r.saving for r in rows], marker="o")
+    bottom.set_xlabel("share of GPU-demand served")
+    bottom.set_ylabel("GPU-hours saved vs peak")
+    figure.tight_layout()
+    figure.savefig(directory / f"{backtest.series}.png", dpi=100)
+    plt.close(figure)

@@ -1,0 +1,83 @@
+"""``gpuplan forecast realtime``: the next hours' P50, P90 and GPUs for one app."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _say(text: str) -> None:
+    """Command output goes to stdout; logging stays on stderr."""
+    sys.stdout.write(text + "\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--traffic", type=Path, required=True, help="CSV: hour,requests")
+    parser.add_argument(
+        "--at", required=True, help="first forecast hour; only history strictly before it is used"
+    )
+    parser.add_argument("--hours", type=int, default=24, help="horizon in hours (default 24)")
+    parser.add_argument(
+        "--requests-per-gpu-hour",
+        type=float,
+        default=None,
+        help="capacity of one GPU at the latency target (default: peak of history / 8)",
+    )
+    parser.add_argument("--headroom", type=float, default=0.0, help="fraction above P90")
+    parser.add_argument("--swap-cap", type=int, default=2, help="max GPUs changed per hour")
+    parser.add_argument("--json", action="store_true", help="print a JSON list")
+
+
+def run(args: argparse.Namespace) -> int:
+    from features.traffic import hour_of, load_traffic
+    from forecasting.gpu_mapping import AppCapacity, gpu_curve
+    from forecasting.realtime import RealtimeProfile
+    from gpuplan.errors import InputError
+
+    try:
+        at = hour_of(args.at)
+    except ValueError as error:
+        raise InputError("--at", "a timestamp such as 2024-12-01 00:00", args.at) from error
+    if args.hours < 1:
+        raise InputError("--hours", "an integer >= 1", args.hours)
+    history = load_traffic(args.traffic).before(at)
+    if len(history) == 0:
+        raise InputError(
+            "--at",
+            "a time after the first hour of the traffic file",
+            args.at,
+            source=str(args.traffic),
+        )
+    # When no capacity is given, a unit that puts the observed peak at 8 GPUs.
+    requests_per_gpu_hour = (
+        args.requests_per_gpu_hour or max(float(history.requests.max()), 1.0) / 8
+    )
+    capacity = AppCapacity(requests_per_gpu_hour, args.headroom, args.swap_cap)
+    profile = RealtimeProfile().fit(history.hours, history.requests)
+    forecast = profile.predict(at, args.hours)
+    gpus = gpu_curve(forecast.p90, capacity)
+    rows = [
+        {
+            "hour": str(hour.astype("datetime64[s]").item().isoformat()),
+            "p50": round(float(p50), 3),
+            "p90": round(float(p90), 3),
+            "gpus": int(count),
+        }
+        for hour, p50, p90, count in zip(
+            forecast.hours, forecast.p50, forecast.p90, gpus, strict=True
+        )
+    ]
+    if args.json:
+        _say(json.dumps(rows, indent=2))
+        return 0
+    _say(
+        f"{args.traffic.name}: {profile.method_.value} profile on {len(history)} hours, "
+        f"requests_per_gpu_hour={requests_per_gpu_hour:g}, headroom={args.headroom:g}, "
+        f"swap_cap={args.swap_cap}"
+    )
+    _say(f"{'hour':20s} {'p50':>12s} {'p90':>12s} {'gpus':>5s}")
+    for row in rows:
+        _say(f"{row['hour']:20s} {row['p50']:12.1f} {row['p90']:12.1f} {row['gpus']:5d}")
+    return 0
