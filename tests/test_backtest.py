@@ -1,0 +1,65 @@
+"""The day-ahead backtest on real traces (the long runs belong to `gpuplan backtest`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from features.traffic import load_traffic
+from forecasting.backtest import (
+    BacktestConfig,
+    accuracy,
+    gpu_tradeoff,
+    run_backtest,
+    saving_at_served,
+)
+from forecasting.realtime_training import fit_profiles
+from gpuplan.errors import InputError
+
+TRAFFIC = Path(__file__).resolve().parent.parent / "training_data" / "traffic"
+
+
+def test_philly_beats_seasonal_naive_with_calibrated_p90() -> None:
+    traffic = load_traffic(TRAFFIC / "philly_active_nodes_hourly.csv")
+    backtest = run_backtest(traffic, series="philly")
+    assert backtest.p50.shape == (59, 24)
+    row = accuracy(backtest)
+    assert row.mase < 1.0
+    assert row.relative_mae < 1.0
+    assert 0.8 <= row.p90_coverage <= 0.95
+    rows = gpu_tradeoff(backtest, requests_per_gpu_hour=traffic.requests.max() / 16, swap_cap=2)
+    served = [r.demand_served for r in rows]
+    assert served == sorted(served)  # more headroom never serves less
+    best = saving_at_served(rows, 0.99)
+    assert best is not None and best.saving > 0
+
+
+def test_lora_weekly_shape_beats_naive_in_mase() -> None:
+    traffic = load_traffic(TRAFFIC / "alibaba_genai_lora_hourly.csv")
+    row = accuracy(run_backtest(traffic, series="lora"))
+    assert row.origins == 9
+    assert row.mase < 1.0
+
+
+def test_too_short_series_is_refused() -> None:
+    traffic = load_traffic(TRAFFIC / "servegen_m-mid_hourly.csv")
+    message = (
+        "servegen: `traffic` must be at least 360 hours (initial 336 + horizon 24); "
+        "got '336 hours'."
+    )
+    with pytest.raises(InputError, match=re.escape(message)):
+        run_backtest(traffic, series="servegen")
+    short = run_backtest(traffic, series="servegen", config=BacktestConfig(initial_hours=168))
+    assert len(short.origins) == 7
+    assert np.isnan(accuracy(short).mase)  # no in-sample seasonal naive with one week
+
+
+def test_fit_profiles_saves_models_and_reports(tmp_path: Path) -> None:
+    rows = fit_profiles([TRAFFIC / "servegen_m-large_hourly.csv"], tmp_path)
+    assert rows[0]["series"] == "servegen_m-large_hourly"
+    assert rows[0]["short_history"] is True
+    assert (tmp_path / "realtime_servegen_m-large_hourly.pkl").exists()
+    assert (tmp_path / "realtime_servegen_m-large_hourly.json").exists()

@@ -1,0 +1,51 @@
+"""Requests -> GPUs under the swap cap (CONTRACT.md constraint 4)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from forecasting.gpu_mapping import AppCapacity, gpu_curve, gpus_needed, swap_capped_curve
+from gpuplan.errors import InputError
+
+
+@given(
+    need=st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=48),
+    swap_cap=st.integers(min_value=0, max_value=6),
+)
+def test_curve_covers_need_and_respects_swap_cap(need: list[int], swap_cap: int) -> None:
+    curve = swap_capped_curve(need, swap_cap)
+    assert np.all(curve >= np.asarray(need))
+    assert np.all(np.abs(np.diff(curve)) <= swap_cap)
+    # Minimal: lowering any single hour breaks coverage or the cap.
+    for t in range(curve.size):
+        if curve[t] > need[t]:
+            lowered = curve.copy()
+            lowered[t] -= 1
+            assert np.any(np.abs(np.diff(lowered)) > swap_cap)
+
+
+def test_rise_is_started_early_enough() -> None:
+    # The issue's example: 2 GPUs at night, 6 at midday, swap cap 2.
+    curve = swap_capped_curve([2, 2, 2, 2, 6, 6, 2, 2], 2)
+    np.testing.assert_array_equal(curve, [2, 2, 2, 4, 6, 6, 4, 2])
+
+
+def test_headroom_and_capacity_round_up() -> None:
+    np.testing.assert_array_equal(gpus_needed([0, 100, 101, 250], 100.0, 0.0), [0, 1, 2, 3])
+    np.testing.assert_array_equal(gpus_needed([100], 100.0, 0.2), [2])
+    curve = gpu_curve([100, 900, 100], AppCapacity(100.0, headroom=0.0, swap_cap=4))
+    np.testing.assert_array_equal(curve, [5, 9, 5])
+
+
+def test_capacity_rejects_nonsense() -> None:
+    with pytest.raises(
+        InputError, match=re.escape("`requests_per_gpu_hour` must be a number > 0; got 0.0.")
+    ):
+        AppCapacity(0.0)
+    with pytest.raises(InputError, match=re.escape("`swap_cap` must be an integer >= 0; got -1.")):
+        AppCapacity(10.0, swap_cap=-1)
