@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from scheduler.board import Board, DownSchedule
+from scheduler.board import Board, BlockedSchedule
 from scheduler.model import Allocation, BatchJob, Instance, Placement, RealtimeJob, gpus_of
 
 
@@ -59,7 +59,7 @@ def _peak_reservations(instance: Instance, board: Board) -> dict[str, tuple[int,
         never_free |= board.busy[t]
     for running in instance.running_realtime.values():
         never_free |= running.mask
-    downs = DownSchedule(instance)
+    downs = BlockedSchedule.of_down_windows(instance)
     held_by_job: dict[str, tuple[int, ...]] = {}
     for job in instance.realtime_jobs:
         running = instance.running_realtime.get(job.id)
@@ -82,7 +82,7 @@ def _peak_reservations(instance: Instance, board: Board) -> dict[str, tuple[int,
 
 
 def _follow_reservation(
-    instance: Instance, downs: DownSchedule, job: RealtimeJob, running: int | None, reserved: int
+    instance: Instance, downs: BlockedSchedule, job: RealtimeJob, running: int | None, reserved: int
 ) -> tuple[int, ...]:
     """Held GPUs per step: the running set at step 0, then toward the reservation by swap_cap a step."""
     held: list[int] = []

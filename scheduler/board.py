@@ -7,9 +7,10 @@ integer operations, whatever the cluster size (the fast mode's main cost).
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from functools import cache
 
-from scheduler.model import Instance, block_mask
+from scheduler.model import Instance, block_mask, gpus_of
 
 
 @cache
@@ -59,15 +60,24 @@ class Board:
         self.occupy(block_mask(first_gpu, block_gpus), start, end)
 
 
-class DownSchedule:
-    """When each GPU next goes down: what a real-time job must leave, and how early."""
+class BlockedSchedule:
+    """When each GPU is next unavailable to a real-time job (down, or promised to a batch job).
 
-    def __init__(self, instance: Instance) -> None:
+    It says what a real-time job must leave, and how early, given that at most
+    ``swap_cap`` of its GPUs may change per step.
+    """
+
+    def __init__(self, blocked_masks: Sequence[int]) -> None:
         steps: dict[int, list[int]] = {}
-        for window in instance.down:
-            steps.setdefault(window.gpu, []).extend(range(window.start_step, window.end_step))
-        self.down_steps = {gpu: sorted(set(s)) for gpu, s in steps.items()}
-        self.ever_down = sum(1 << gpu for gpu in self.down_steps)
+        for t, mask in enumerate(blocked_masks):
+            for gpu in gpus_of(mask):
+                steps.setdefault(gpu, []).append(t)
+        self.down_steps = steps
+        self.ever_down = sum(1 << gpu for gpu in steps)
+
+    @classmethod
+    def of_down_windows(cls, instance: Instance) -> BlockedSchedule:
+        return cls(instance.down_masks)
 
     def next_down(self, gpu: int, step: int) -> int | None:
         steps = self.down_steps.get(gpu)

@@ -13,33 +13,141 @@ Two passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    that best fits the holes already there (buddy best-fit: prefer blocks whose
    parent block is already partly taken, and runs that fill a trough in time).
    A few job orders are tried and the best total value kept.
+3. **Promote delayed jobs** (a bounded large-neighbourhood search): a batch job that
+   the first pass started later than the cluster's fixed load allows is promised its
+   earliest slot, the real-time services are re-planned around the promise (they
+   move GPUs ahead of time within their swap caps), the rest is re-packed, and the
+   change is kept only if the exact objective improves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
-from scheduler.board import Board, DownSchedule
+from scheduler.board import BlockedSchedule, Board
 from scheduler.model import Allocation, BatchJob, Instance, Placement, RealtimeJob, block_mask, gpus_of
 
 UNLIMITED = 1 << 30
 # Candidate blocks scored per job: enough to find a snug hole, bounded for large clusters.
 MAX_BLOCK_CANDIDATES = 12
+# Promotion passes over the delayed jobs; each trial re-plans the whole grid.
+PROMOTION_PASSES = 2
+# Earlier starts tried per job and pass.
+MAX_PROMISE_STARTS = 1
+# Re-plans allowed: at most this many, and fewer as jobs x GPUs grows (see promotion_budget).
+MAX_PROMOTION_TRIALS = 40
+PROMOTION_WORK = 4000
+EPSILON = 1e-9
+
+
+class InfeasiblePromise(Exception):
+    """A promised batch block would force a real-time job to change more GPUs than its swap cap."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    objective: float
+    allocation: Allocation
+    order: Sequence[BatchJob]  # the batch order that produced it
 
 
 def allocate(instance: Instance) -> Allocation:
-    base = Board(instance)
-    realtime = place_realtime(instance, base)
-    best: tuple[float, dict[str, Placement]] | None = None
-    for order in _job_orders(instance):
-        board = Board(instance)
-        board.busy = list(base.busy)
-        placements = place_batch(instance, board, order)
+    best = _build(instance, {}, _job_orders(instance))
+    order = best.order
+    promises: dict[str, Placement] = {}
+    trials = promotion_budget(instance)
+    for _ in range(PROMOTION_PASSES):
+        improved = False
+        for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order)):
+            current = best.allocation.batch.get(job.id)
+            latest = instance.horizon_steps if current is None else current.start_step
+            for promise in _earlier_slots(instance, best.allocation, job, promises, before=latest):
+                if trials == 0:
+                    return best.allocation
+                trials -= 1
+                committed = {**promises, job.id: promise}
+                try:
+                    trial = _build(instance, committed, [order])
+                except InfeasiblePromise:
+                    continue
+                if trial.objective > best.objective + EPSILON:
+                    best, promises, improved = trial, committed, True
+                    break
+        if not improved:
+            break
+    return best.allocation
+
+
+def promotion_budget(instance: Instance) -> int:
+    """How many re-plans the promotion search may run: each costs about one first pass,
+    which grows with jobs x GPUs, so large clusters get few (1,024 GPUs: none)."""
+    work = max(1, len(instance.queued_jobs)) * max(1, instance.gpus // 8)
+    return min(MAX_PROMOTION_TRIALS, PROMOTION_WORK // work)
+
+
+def _build(
+    instance: Instance, committed: Mapping[str, Placement], orders: Sequence[Sequence[BatchJob]]
+) -> _Candidate:
+    """Real-time around the committed blocks, then every other batch job greedily, in the
+    best of ``orders``."""
+    board = Board(instance)
+    blocked = list(instance.down_masks)
+    jobs = instance.jobs_by_id
+    for job_id, placement in committed.items():
+        job = jobs[job_id]
+        assert isinstance(job, BatchJob)
+        end = job.end_step(placement.start_step, instance.horizon_steps)
+        mask = block_mask(placement.first_gpu, job.gpus)
+        board.occupy(mask, placement.start_step, end)
+        for t in range(placement.start_step, end):
+            blocked[t] |= mask
+    realtime = place_realtime(instance, board, BlockedSchedule(blocked))
+    rt_objective = realtime_objective(instance, realtime)
+    best: tuple[float, dict[str, Placement], Sequence[BatchJob]] | None = None
+    for order in orders:
+        trial = Board(instance)
+        trial.busy = list(board.busy)
+        placements = {**committed, **place_batch(trial, [j for j in order if j.id not in committed])}
         value = batch_value(instance, placements)
-        if best is None or value > best[0] + 1e-9:
-            best = (value, placements)
+        if best is None or value > best[0] + EPSILON:
+            best = (value, placements, order)
     assert best is not None
-    return Allocation(batch=best[1], realtime=realtime)
+    return _Candidate(rt_objective + best[0], Allocation(batch=best[1], realtime=realtime), best[2])
+
+
+def _earlier_slots(
+    instance: Instance,
+    allocation: Allocation,
+    job: BatchJob,
+    promises: Mapping[str, Placement],
+    before: int,
+) -> list[Placement]:
+    """Up to ``MAX_PROMISE_STARTS`` starts before ``before`` that running jobs, down GPUs and
+    other promises leave free for ``job``, each on the block real-time uses least there."""
+    fixed = Board(instance)
+    jobs = instance.jobs_by_id
+    for job_id, placement in promises.items():
+        if job_id != job.id:
+            other = jobs[job_id]
+            assert isinstance(other, BatchJob)
+            end = other.end_step(placement.start_step, instance.horizon_steps)
+            fixed.occupy_block(placement.first_gpu, other.gpus, placement.start_step, end)
+    slots: list[Placement] = []
+    for start in range(job.release_step, min(before, instance.horizon_steps)):
+        end = job.end_step(start, instance.horizon_steps)
+        starts = fixed.free_starts(job.gpus, start, end)
+        if not starts:
+            continue
+
+        def rt_cells(first_gpu: int, start: int = start, end: int = end) -> int:
+            mask = block_mask(first_gpu, job.gpus)
+            return sum((held[t] & mask).bit_count() for held in allocation.realtime.values() for t in range(start, end))
+
+        slots.append(Placement(start_step=start, first_gpu=min(gpus_of(starts), key=rt_cells)))
+        if len(slots) == MAX_PROMISE_STARTS:
+            break
+    return slots
 
 
 # --- real-time -------------------------------------------------------------------------------
@@ -62,9 +170,23 @@ def count_curve(demand: Sequence[int], swap_cap: int, running: int | None) -> li
     return curve
 
 
-def place_realtime(instance: Instance, board: Board) -> dict[str, tuple[int, ...]]:
-    """Hold each service's curve, stacked from the highest GPU ids; marks the board."""
-    downs = DownSchedule(instance)
+def realtime_objective(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> float:
+    """Value minus penalty of the real-time holdings (the contract's scoring, per job and step)."""
+    total = 0.0
+    weights = instance.weights
+    for job in instance.realtime_jobs:
+        for t, mask in enumerate(realtime[job.id]):
+            served = min(mask.bit_count(), job.demand[t])
+            total += job.priority * weights[t] * (served - instance.rt_penalty * (job.demand[t] - served))
+    return total
+
+
+def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -> dict[str, tuple[int, ...]]:
+    """Hold each service's curve, stacked from the highest GPU ids; marks the board.
+
+    Raises :class:`InfeasiblePromise` when a blocked schedule (down windows and promised
+    batch blocks) would need more changes in one step than a job's swap cap.
+    """
     jobs = sorted(instance.realtime_jobs, key=lambda j: -j.priority)
     curves = {}
     previous: dict[str, int | None] = {}
@@ -80,7 +202,7 @@ def place_realtime(instance: Instance, board: Board) -> dict[str, tuple[int, ...
         taken_now = 0
         for job in jobs:
             free = board.all_mask & ~(board.busy[t] | taken_now | held_before)
-            current = _step_realtime(job, t, previous[job.id], curves[job.id], free, downs)
+            current = _step_realtime(job, t, previous[job.id], curves[job.id], free, blocked)
             taken_now |= current
             held[job.id].append(current)
         for job in jobs:
@@ -90,7 +212,7 @@ def place_realtime(instance: Instance, board: Board) -> dict[str, tuple[int, ...
 
 
 def _step_realtime(
-    job: RealtimeJob, t: int, previous: int | None, curve: list[int], free: int, downs: DownSchedule
+    job: RealtimeJob, t: int, previous: int | None, curve: list[int], free: int, downs: BlockedSchedule
 ) -> int:
     """The GPUs ``job`` holds at step ``t``, at most ``swap_cap`` changes away from ``previous``.
 
@@ -101,6 +223,8 @@ def _step_realtime(
         current, budget = 0, UNLIMITED
     else:
         forced = downs.must_drop(previous, t, job.swap_cap)
+        if forced.bit_count() > job.swap_cap:
+            raise InfeasiblePromise(job.id)
         current = previous & ~forced
         budget = job.swap_cap - forced.bit_count()
     want = curve[t]
@@ -165,7 +289,7 @@ def batch_value(instance: Instance, placements: dict[str, Placement]) -> float:
     return total
 
 
-def place_batch(instance: Instance, board: Board, jobs: Sequence[BatchJob]) -> dict[str, Placement]:
+def place_batch(board: Board, jobs: Sequence[BatchJob]) -> dict[str, Placement]:
     placements: dict[str, Placement] = {}
     for job in jobs:
         for start in range(job.release_step, board.horizon):

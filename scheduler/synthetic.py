@@ -1,0 +1,150 @@
+"""Scenarios of the seven benchmark shapes, drawn from a seed, with real-time demand from real traces.
+
+Each real-time service's 24-hour demand is one real day of a bundled traffic series
+(ServeGen production LLM traffic, Alibaba's diffusion-model LoRA serving, Microsoft
+Philly's active nodes; see training_data/traffic/SOURCES.md), scaled so that its peak
+hour needs ``peak`` GPUs. Batch jobs follow the ranges of the brief: training from a few
+hours to most of a day on 1 to 8 GPUs, batch inference and quantization from 1 to 6 hours.
+
+``python -m scheduler.synthetic DIR`` writes the seven benchmark files.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import sys
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+# Series with a daily cycle worth scheduling around, and where each day starts (hour 0).
+TRAFFIC_SERIES = (
+    "servegen_m-large_hourly.csv",
+    "servegen_m-mid_hourly.csv",
+    "alibaba_genai_lora_hourly.csv",
+    "philly_active_nodes_hourly.csv",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a benchmark scenario looks like; numbers drawn around these."""
+
+    name: str
+    gpus: int
+    batch_jobs: int
+    realtime_jobs: int
+    rt_peak_share: float  # the services' summed peak, as a share of the cluster
+    training_share: float  # share of batch jobs that are training (the rest: inference, quantization)
+    max_training_hours: int
+    uniform_priority: bool = False
+    running_share: float = 0.2
+
+
+SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        Shape("mixed-control", 8, 8, 2, 0.6, 0.4, 14),
+        Shape("realtime-contention", 8, 4, 4, 0.9, 0.3, 10),
+        Shape("training-heavy", 8, 15, 1, 0.35, 0.8, 20),
+        Shape("large-mixed", 14, 13, 3, 0.5, 0.45, 18),
+        Shape("oversubscribed", 8, 8, 1, 0.4, 0.6, 22),
+        Shape("scale-test", 64, 26, 4, 0.35, 0.5, 16),
+        Shape("uniform-priority", 14, 13, 3, 0.5, 0.45, 18, uniform_priority=True),
+    )
+}
+
+
+@cache
+def _series(name: str) -> tuple[float, ...]:
+    path = resources.files("training_data") / "traffic" / name
+    with resources.as_file(path) as file, file.open() as handle:
+        return tuple(float(row["requests"]) for row in csv.DictReader(handle))
+
+
+def real_day_demand(rng: random.Random, peak: int, horizon: int = 24) -> list[int]:
+    """GPUs per hour for one real day of traffic, the busiest hour needing ``peak`` GPUs."""
+    series = _series(rng.choice(TRAFFIC_SERIES))
+    days = [series[d * 24 : d * 24 + horizon] for d in range(len(series) // 24)]
+    days = [day for day in days if max(day) > 0 and len(day) == horizon]
+    day = rng.choice(days)
+    top = max(day)
+    return [max(1, math.ceil(peak * x / top - 1e-9)) for x in day]
+
+
+def _batch_job(rng: random.Random, index: int, shape: Shape, max_block: int) -> dict[str, Any]:
+    roll = rng.random()
+    if roll < shape.training_share:
+        kind, priority = "training", rng.randint(40, 90)
+        gpus = rng.choice([g for g in (1, 2, 2, 4, 4, 8) if g <= max_block])
+        duration = round(math.exp(rng.uniform(math.log(3), math.log(shape.max_training_hours))))
+    elif roll < shape.training_share + (1 - shape.training_share) * 0.6:
+        kind, priority = "batch_inference", rng.randint(20, 60)
+        gpus = rng.choice([g for g in (1, 2, 4) if g <= max_block])
+        duration = rng.randint(1, 6)
+    else:
+        kind, priority = "quantization", rng.randint(30, 70)
+        gpus = rng.choice([g for g in (1, 1, 2) if g <= max_block])
+        duration = rng.randint(1, 6)
+    job: dict[str, Any] = {"id": f"{kind[:5]}-{index:02d}", "kind": kind, "priority": priority, "gpus": gpus, "duration": duration}
+    if rng.random() < 0.4:
+        job["release"] = rng.randint(1, 12)
+    return job
+
+
+def generate(shape: Shape, seed: int) -> dict[str, Any]:
+    """One scenario document of ``shape``; the same seed gives the same document."""
+    rng = random.Random(f"{shape.name}:{seed}")
+    horizon = 24
+    peak_total = max(shape.realtime_jobs, round(shape.rt_peak_share * shape.gpus))
+    peaks = [1] * shape.realtime_jobs
+    for _ in range(peak_total - shape.realtime_jobs):
+        peaks[rng.randrange(shape.realtime_jobs)] += 1
+    jobs: list[dict[str, Any]] = []
+    running: list[dict[str, Any]] = []
+    top = shape.gpus  # real-time running sets stack down from the highest GPU id
+    for k, peak in enumerate(peaks):
+        demand = real_day_demand(rng, peak, horizon)
+        jobs.append({"id": f"rt-{k}", "kind": "realtime", "priority": rng.randint(60, 100), "swap_cap": rng.randint(1, 3), "demand": demand})
+        running.append({"id": f"rt-{k}", "gpus": list(range(top - demand[0], top))})
+        top -= demand[0]
+    max_block = 1 << int(math.log2(max(1, shape.gpus // 2)))
+    taken = set(range(top, shape.gpus))
+    for i in range(shape.batch_jobs):
+        job = _batch_job(rng, i, shape, max_block)
+        jobs.append(job)
+        if "release" not in job and job["duration"] > 1 and rng.random() < shape.running_share:
+            blocks = [a for a in range(0, shape.gpus - job["gpus"] + 1, job["gpus"]) if not taken & set(range(a, a + job["gpus"]))]
+            if blocks:
+                first = blocks[0]
+                taken |= set(range(first, first + job["gpus"]))
+                running.append({"id": job["id"], "gpus": list(range(first, first + job["gpus"])), "remaining": rng.randint(1, job["duration"] - 1)})
+    if shape.uniform_priority:
+        for job in jobs:
+            job["priority"] = 50
+    for order, job in enumerate(j for j in jobs if j["kind"] != "realtime"):
+        job["order"] = order
+    return {"name": shape.name, "gpus": shape.gpus, "horizon": horizon, "step_minutes": 60, "decay": 0.95, "rt_penalty": 8.0, "jobs": jobs, "running": running}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m scheduler.synthetic DIR\n")
+        return 2
+    out = Path(argv[0])
+    out.mkdir(parents=True, exist_ok=True)
+    for index, shape in enumerate(SHAPES.values(), start=1):
+        doc = generate(SHAPES["large-mixed"] if shape.uniform_priority else shape, seed=2026)
+        if shape.uniform_priority:
+            doc = {**doc, "name": shape.name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
+        (out / f"{index}-{shape.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

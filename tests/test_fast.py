@@ -1,0 +1,77 @@
+"""The fast mode: legal by construction on every generated scenario, and better than peak reservation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler.check import check_plan
+from scheduler.fast import allocate, count_curve
+from scheduler.metrics import score
+from scheduler.model import build_grid, gpus_of
+from scheduler.policies import PolicyName, plan
+from scheduler.scenario_io import parse_scenario
+from tests.strategies import instance_of, scenarios
+
+
+@given(scenarios())
+def test_fast_plan_is_legal(doc: dict[str, Any]) -> None:
+    instance = parse_scenario(doc)
+    assert check_plan(instance, build_grid(instance, allocate(instance))) == []
+
+
+@given(
+    st.lists(st.integers(0, 12), min_size=1, max_size=24),
+    st.integers(0, 4),
+    st.one_of(st.none(), st.integers(0, 12)),
+)
+def test_count_curve_covers_demand_within_swap_cap(demand: list[int], cap: int, running: int | None) -> None:
+    curve = count_curve(demand, cap, running)
+    assert all(c >= d for c, d in zip(curve, demand, strict=True))
+    assert all(abs(b - a) <= cap for a, b in zip(curve, curve[1:], strict=False))
+    if running is not None:
+        assert curve[0] >= running - cap
+    # least such curve: lowering any single step breaks one of the rules
+    for t, c in enumerate(curve):
+        if c > demand[t]:
+            lowered = [*curve[:t], c - 1, *curve[t + 1 :]]
+            ok_prev = t == 0 and (running is None or c - 1 >= running - cap) or t > 0 and lowered[t - 1] - lowered[t] <= cap
+            ok_next = t == len(curve) - 1 or lowered[t + 1] - lowered[t] <= cap
+            assert not (ok_prev and ok_next)
+
+
+def test_realtime_follows_the_curve_and_gives_gpus_back_in_troughs() -> None:
+    demand = [1, 1, 4, 4, 1, 1]
+    inst = instance_of(
+        {"gpus": 8, "horizon": 6, "jobs": [{"id": "rt", "kind": "realtime", "priority": 5, "swap_cap": 2, "demand": demand}]}
+    )
+    held = [mask.bit_count() for mask in allocate(inst).realtime["rt"]]
+    # ramps from 1 to 4 starting one step early (cap 2), then sheds 2 a step
+    assert held == [1, 2, 4, 4, 2, 1]
+    assert all(gpus_of(m)[-1] == 7 for m in allocate(inst).realtime["rt"])  # stacked at the top
+
+
+def test_high_priority_job_is_not_stuck_behind_earlier_arrivals() -> None:
+    jobs = [
+        {"id": f"early{i}", "kind": "training", "priority": 1, "gpus": 4, "duration": 10, "order": i} for i in range(2)
+    ] + [{"id": "urgent", "kind": "training", "priority": 50, "gpus": 4, "duration": 4, "order": 9}]
+    inst = instance_of({"gpus": 4, "horizon": 24, "jobs": jobs})
+    fast = plan(inst, PolicyName.FAST)
+    fifo = plan(inst, PolicyName.FIFO)
+    assert fast.grid[0][0] == "urgent" and fifo.grid[0][0] == "early0"
+    assert fast.metrics.value > fifo.metrics.value
+
+
+def test_fast_serves_more_realtime_than_peak_reservation_on_bundled_scenario() -> None:
+    from importlib import resources
+
+    from scheduler.scenario_io import load_scenario
+
+    with resources.as_file(resources.files("gpuplan") / "scenarios" / "mixed-control.json") as path:
+        inst = load_scenario(path)
+    fast = score(inst, build_grid(inst, allocate(inst)))
+    fifo = plan(inst, PolicyName.FIFO).metrics
+    assert fast.rt_coverage == 1.0 > fifo.rt_coverage
+    assert fast.objective > fifo.objective and fast.utilization > fifo.utilization
