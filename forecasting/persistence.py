@@ -87,9 +87,7 @@ def save_model(estimator: Any, path: Path) -> Path:
 def load_model(path: Path, expected_type: type[T]) -> T:
     """Load a model saved by :func:`save_model`, checking it is of ``expected_type``."""
     with path.open("rb") as handle:
-        estimator = pickle.load(handle)  # noqa: S301 - only files this tool wrote
+        estimator = pickle.load(handle)
     if not isinstance(estimator, expected_type):
-        raise TypeError(
-            f"{path} holds a {type(estimator).__name__}, expected {expected_type.__name__}."
-        )
+        raise TypeError(f"{path} holds a {type(estimator).__name__}, expected {expected_type.__name__}.")
     return estimator

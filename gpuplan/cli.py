@@ -20,7 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("gpuplan.cmd_plan", "plan a scenario with one policy (or compare several)"),
     "validate": ("gpuplan.cmd_validate", "check a plan file against a scenario"),
     "demo": ("gpuplan.cmd_demo", "plan the bundled scenario with every policy and compare"),
-    "bench": ("gpuplan.cmd_bench", "the seven benchmark scenarios: FIFO vs fast vs full, and a scaling sweep"),
+    "bench": (
+        "gpuplan.cmd_bench",
+        "the seven benchmark scenarios: FIFO vs fast vs full, and a scaling sweep",
+    ),
     "train": ("gpuplan.cmd_train", "retrain the job and real-time demand forecasters"),
     "forecast": ("gpuplan.cmd_forecast", "forecast one job's needs or a real-time app's demand"),
     "backtest": ("gpuplan.cmd_backtest", "day-ahead backtest of the real-time demand profile"),

@@ -7,6 +7,7 @@ import json
 import resource
 import sys
 from pathlib import Path
+from typing import Any
 
 from gpuplan.errors import InputError
 from gpuplan.table import format_table
@@ -14,21 +15,41 @@ from gpuplan.table import format_table
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenarios", type=Path, default=Path("benchmarks"), help="folder of scenario files")
-    parser.add_argument("--time-limit", type=float, default=60.0, metavar="SECONDS", help="full mode's limit per scenario")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="full mode's limit per scenario",
+    )
     parser.add_argument("--no-full", action="store_true", help="skip the full mode (CP-SAT)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--png", type=Path, metavar="DIR", help="draw FIFO above fast for each scenario")
     parser.add_argument("--scale", action="store_true", help="fast-mode latency from 8 to 1,024 GPUs")
     parser.add_argument("--sizes", default="8,16,32,64,128,256,512,1024", help="cluster sizes for --scale")
     parser.add_argument("--runs", type=int, default=50, help="timed runs per latency median")
-    parser.add_argument("--sample", type=int, default=0, metavar="N", help="N fresh scenarios per shape: fast vs full")
-    parser.add_argument("--shapes", default=None, help="comma-separated shapes for --sample (default: all seven)")
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N fresh scenarios per shape: fast vs full",
+    )
+    parser.add_argument(
+        "--shapes", default=None, help="comma-separated shapes for --sample (default: all seven)"
+    )
 
 
 def _progress(total: int, desc: str):  # type: ignore[no-untyped-def]
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, file=sys.stderr, disable=not sys.stderr.isatty() and total < 2, leave=False)
+    return tqdm(
+        total=total,
+        desc=desc,
+        file=sys.stderr,
+        disable=not sys.stderr.isatty() and total < 2,
+        leave=False,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,12 +73,20 @@ def _seven(args: argparse.Namespace) -> int:
     with _progress(len(paths), "scenarios") as bar:
         for path in paths:
             instance = load_scenario(path)
-            result = run_scenario(instance, full_time_limit_s=None if args.no_full else args.time_limit, latency_runs=args.runs)
+            result = run_scenario(
+                instance,
+                full_time_limit_s=None if args.no_full else args.time_limit,
+                latency_runs=args.runs,
+            )
             results.append(result)
             if args.png:
                 from scheduler.render import draw_plans
 
-                draw_plans(instance, [result.plans["fifo"], result.plans["fast"]], args.png / f"{path.stem}.png")
+                draw_plans(
+                    instance,
+                    [result.plans["fifo"], result.plans["fast"]],
+                    args.png / f"{path.stem}.png",
+                )
             bar.update(1)
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=1))
@@ -83,8 +112,18 @@ def _seven(args: argparse.Namespace) -> int:
             ]
         )
     headers = [
-        "scenario", "GPUs/jobs", "util FIFO -> fast", "value FIFO -> fast", "gain", "fast ms",
-        "PB obj", "fast obj", "full obj", "bound", "fast gap", "rt cov " + "/".join(results[0].plans),
+        "scenario",
+        "GPUs/jobs",
+        "util FIFO -> fast",
+        "value FIFO -> fast",
+        "gain",
+        "fast ms",
+        "PB obj",
+        "fast obj",
+        "full obj",
+        "bound",
+        "fast gap",
+        "rt cov " + "/".join(results[0].plans),
     ]
     print(format_table(headers, rows))
     return 0
@@ -99,10 +138,12 @@ def _sample(args: argparse.Namespace) -> int:
         if name not in SHAPES:
             raise InputError("--shapes", f"names from {list(SHAPES)}", name)
     seeds = range(1, args.sample + 1)
-    rows = []
+    rows: list[dict[str, Any]] = []
     with _progress(len(names) * args.sample, "samples") as bar:
         for instance in sample_instances((SHAPES[n] for n in names), seeds):
-            result = run_scenario(instance, full_time_limit_s=args.time_limit, latency_runs=max(1, args.runs // 10))
+            result = run_scenario(
+                instance, full_time_limit_s=args.time_limit, latency_runs=max(1, args.runs // 10)
+            )
             p = result.plans
             rows.append(
                 {
@@ -139,10 +180,22 @@ def _sample(args: argparse.Namespace) -> int:
                 f"{max(r['fast_ms'] for r in mine):.2f}",
             ]
         )
-    print(format_table(
-        ["shape", "n", "mean gap fast->full", "max gap", "mean gap fast->bound", "proved", "fast>=PB", "min rt cov", "max ms"],
-        table,
-    ))
+    print(
+        format_table(
+            [
+                "shape",
+                "n",
+                "mean gap fast->full",
+                "max gap",
+                "mean gap fast->bound",
+                "proved",
+                "fast>=PB",
+                "min rt cov",
+                "max ms",
+            ],
+            table,
+        )
+    )
     return 0
 
 
@@ -159,6 +212,11 @@ def _scale(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"rows": rows, "peak_rss_mb": peak_mb}, indent=1))
         return 0
-    print(format_table(["GPUs", "jobs", "fast ms (median)", "fifo ms (median)"], [[r["gpus"], r["jobs"], f"{r['fast_ms']:.2f}", f"{r['fifo_ms']:.2f}"] for r in rows]))
+    print(
+        format_table(
+            ["GPUs", "jobs", "fast ms (median)", "fifo ms (median)"],
+            [[r["gpus"], r["jobs"], f"{r['fast_ms']:.2f}", f"{r['fifo_ms']:.2f}"] for r in rows],
+        )
+    )
     print(f"peak memory of this process: {peak_mb:.0f} MB")
     return 0

@@ -8,7 +8,6 @@ from importlib import resources
 from pathlib import Path
 
 from gpuplan.table import format_table
-
 from scheduler.policies import Plan
 
 
@@ -35,7 +34,19 @@ def comparison_table(plans: Sequence[Plan]) -> str:
         ]
         for p in plans
     ]
-    headers = ["policy", "util", "value", "penalty", "objective", "rt_cov", "done", "unsched", "ms", "status", "bound"]
+    headers = [
+        "policy",
+        "util",
+        "value",
+        "penalty",
+        "objective",
+        "rt_cov",
+        "done",
+        "unsched",
+        "ms",
+        "status",
+        "bound",
+    ]
     return format_table(headers, rows)
 
 
@@ -51,8 +62,10 @@ def run(args: argparse.Namespace) -> int:
             instance = load_scenario(path)
     options = SolveOptions(time_limit_s=args.time_limit)
     plans = [plan(instance, name, options) for name in PolicyName]
-    print(f"scenario {instance.name}: {instance.gpus} GPUs, {instance.horizon_steps} steps, "
-          f"{len(instance.batch_jobs)} batch and {len(instance.realtime_jobs)} real-time jobs")
+    print(
+        f"scenario {instance.name}: {instance.gpus} GPUs, {instance.horizon_steps} steps, "
+        f"{len(instance.batch_jobs)} batch and {len(instance.realtime_jobs)} real-time jobs"
+    )
     print(comparison_table(plans))
     if args.png:
         from scheduler.render import draw_plans

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from scheduler.board import Board, BlockedSchedule
+from scheduler.board import BlockedSchedule, Board
 from scheduler.model import Allocation, BatchJob, Instance, Placement, RealtimeJob, gpus_of
 
 
@@ -57,8 +57,8 @@ def _peak_reservations(instance: Instance, board: Board) -> dict[str, tuple[int,
     never_free = 0
     for t in range(instance.horizon_steps):
         never_free |= board.busy[t]
-    for running in instance.running_realtime.values():
-        never_free |= running.mask
+    for running_set in instance.running_realtime.values():
+        never_free |= running_set.mask
     downs = BlockedSchedule.of_down_windows(instance)
     held_by_job: dict[str, tuple[int, ...]] = {}
     for job in instance.realtime_jobs:

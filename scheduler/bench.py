@@ -61,7 +61,12 @@ class ScenarioResult:
             "value_gain": self.value_gain,
             "fast_gap_to_bound": self.full_gap,
             "policies": {
-                name: {**p.metrics.as_dict(), "status": p.status, "bound": p.bound, "solve_ms": p.solve_ms}
+                name: {
+                    **p.metrics.as_dict(),
+                    "status": p.status,
+                    "bound": p.bound,
+                    "solve_ms": p.solve_ms,
+                }
                 for name, p in self.plans.items()
             },
         }
@@ -113,7 +118,9 @@ def scale_shape(gpus: int) -> Shape:
     )
 
 
-def scale_sweep(sizes: Iterable[int], runs: int, progress: Callable[[int], None] | None = None) -> list[dict[str, float]]:
+def scale_sweep(
+    sizes: Iterable[int], runs: int, progress: Callable[[int], None] | None = None
+) -> list[dict[str, float]]:
     rows = []
     for gpus in sizes:
         instance = parse_scenario(generate(scale_shape(gpus), seed=7), source=f"scale {gpus}")

@@ -121,6 +121,8 @@ class BlockedSchedule:
     def still_reachable(self, held: int, step: int, swap_cap: int) -> bool:
         """Whether ``held`` at ``step`` can still shed its GPUs before they go down (from step+1 on)."""
         deadlines = sorted(
-            d for g in range(held.bit_length()) if held >> g & 1 and (d := self.next_down(g, step + 1)) is not None
+            d
+            for g in range(held.bit_length())
+            if held >> g & 1 and (d := self.next_down(g, step + 1)) is not None
         )
         return all(count <= swap_cap * (d - step) for count, d in enumerate(deadlines, start=1))

@@ -72,7 +72,15 @@ def check_plan(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[Viola
 
 def _check_shape(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[Violation]:
     if len(grid) != instance.gpus:
-        return [Violation(1, None, None, None, f"grid has {len(grid)} rows, expected one per GPU ({instance.gpus})")]
+        return [
+            Violation(
+                1,
+                None,
+                None,
+                None,
+                f"grid has {len(grid)} rows, expected one per GPU ({instance.gpus})",
+            )
+        ]
     bad = [
         Violation(1, None, gpu, None, f"row has {len(row)} cells, expected {instance.horizon_steps}")
         for gpu, row in enumerate(grid)
@@ -97,19 +105,45 @@ def _check_batch(instance: Instance, job: BatchJob, held: dict[int, list[int]]) 
     end = job.end_step(start, instance.horizon_steps)
     first_block = sorted(held[start])
     if start < job.release_step:
-        out.append(Violation(2, job.id, first_block[0], start, f"starts before its release step {job.release_step}"))
+        out.append(
+            Violation(
+                2,
+                job.id,
+                first_block[0],
+                start,
+                f"starts before its release step {job.release_step}",
+            )
+        )
     for t in range(start, end):
         if t not in held:
-            out.append(Violation(5, job.id, first_block[0], t, f"interrupted: absent at step {t} of its run {start}..{end - 1}"))
+            out.append(
+                Violation(
+                    5,
+                    job.id,
+                    first_block[0],
+                    t,
+                    f"interrupted: absent at step {t} of its run {start}..{end - 1}",
+                )
+            )
     for t in steps:
         gpus = sorted(held[t])
         if t >= end:
-            out.append(Violation(2, job.id, gpus[0], t, f"runs past its duration ({job.duration_steps} steps from {start})"))
+            out.append(
+                Violation(
+                    2,
+                    job.id,
+                    gpus[0],
+                    t,
+                    f"runs past its duration ({job.duration_steps} steps from {start})",
+                )
+            )
             continue
         if len(gpus) != job.gpus:
             out.append(Violation(2, job.id, gpus[0], t, f"holds {len(gpus)} GPUs, needs exactly {job.gpus}"))
         elif gpus != list(range(gpus[0], gpus[0] + job.gpus)) or gpus[0] % job.gpus:
-            out.append(Violation(3, job.id, gpus[0], t, f"GPUs {gpus} are not an aligned block of {job.gpus}"))
+            out.append(
+                Violation(3, job.id, gpus[0], t, f"GPUs {gpus} are not an aligned block of {job.gpus}")
+            )
         elif gpus != first_block:
             out.append(Violation(3, job.id, gpus[0], t, f"changes block from {first_block} to {gpus}"))
     return out
@@ -124,12 +158,20 @@ def _check_running(instance: Instance, job: BatchJob, held: dict[int, list[int]]
     for t in range(instance.horizon_steps):
         got = set(held.get(t, ()))
         want = expected if t < end else set()
-        out += [Violation(5, job.id, g, t, "running job missing from its GPU (never moved or stopped)") for g in sorted(want - got)]
-        out += [Violation(5, job.id, g, t, "running job outside its GPUs or past its remaining steps") for g in sorted(got - want)]
+        out += [
+            Violation(5, job.id, g, t, "running job missing from its GPU (never moved or stopped)")
+            for g in sorted(want - got)
+        ]
+        out += [
+            Violation(5, job.id, g, t, "running job outside its GPUs or past its remaining steps")
+            for g in sorted(got - want)
+        ]
     return out
 
 
-def _check_swaps(instance: Instance, job_id: str, swap_cap: int, held: dict[int, list[int]]) -> list[Violation]:
+def _check_swaps(
+    instance: Instance, job_id: str, swap_cap: int, held: dict[int, list[int]]
+) -> list[Violation]:
     running = instance.running_realtime.get(job_id)
     previous: set[int] | None = set(running.gpus) if running else None
     out: list[Violation] = []
@@ -139,7 +181,13 @@ def _check_swaps(instance: Instance, job_id: str, swap_cap: int, held: dict[int,
             changed = current ^ previous
             if len(changed) > swap_cap:
                 out.append(
-                    Violation(4, job_id, min(changed), t, f"{len(changed)} GPUs changed since the previous step, cap {swap_cap}")
+                    Violation(
+                        4,
+                        job_id,
+                        min(changed),
+                        t,
+                        f"{len(changed)} GPUs changed since the previous step, cap {swap_cap}",
+                    )
                 )
         previous = current
     return out

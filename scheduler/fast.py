@@ -26,7 +26,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.board import BlockedSchedule, Board
-from scheduler.model import Allocation, BatchJob, Instance, Placement, RealtimeJob, block_mask, gpus_of
+from scheduler.model import (
+    Allocation,
+    BatchJob,
+    Instance,
+    Placement,
+    RealtimeJob,
+    block_mask,
+    gpus_of,
+)
 
 UNLIMITED = 1 << 30
 # Candidate blocks scored per job: enough to find a snug hole, bounded for large clusters.
@@ -41,7 +49,7 @@ PROMOTION_WORK = 4000
 EPSILON = 1e-9
 
 
-class InfeasiblePromise(Exception):
+class InfeasiblePromiseError(Exception):
     """A promised batch block would force a real-time job to change more GPUs than its swap cap."""
 
 
@@ -69,7 +77,7 @@ def allocate(instance: Instance) -> Allocation:
                 committed = {**promises, job.id: promise}
                 try:
                     trial = _build(instance, committed, [order])
-                except InfeasiblePromise:
+                except InfeasiblePromiseError:
                     continue
                 if trial.objective > best.objective + EPSILON:
                     best, promises, improved = trial, committed, True
@@ -108,7 +116,10 @@ def _build(
     for order in orders:
         trial = Board(instance)
         trial.busy = list(board.busy)
-        placements = {**committed, **place_batch(trial, [j for j in order if j.id not in committed])}
+        placements = {
+            **committed,
+            **place_batch(trial, [j for j in order if j.id not in committed]),
+        }
         value = batch_value(instance, placements)
         if best is None or value > best[0] + EPSILON:
             best = (value, placements, order)
@@ -142,7 +153,11 @@ def _earlier_slots(
 
         def rt_cells(first_gpu: int, start: int = start, end: int = end) -> int:
             mask = block_mask(first_gpu, job.gpus)
-            return sum((held[t] & mask).bit_count() for held in allocation.realtime.values() for t in range(start, end))
+            return sum(
+                (held[t] & mask).bit_count()
+                for held in allocation.realtime.values()
+                for t in range(start, end)
+            )
 
         slots.append(Placement(start_step=start, first_gpu=min(gpus_of(starts), key=rt_cells)))
         if len(slots) == MAX_PROMISE_STARTS:
@@ -184,7 +199,7 @@ def realtime_objective(instance: Instance, realtime: Mapping[str, Sequence[int]]
 def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -> dict[str, tuple[int, ...]]:
     """Hold each service's curve, stacked from the highest GPU ids; marks the board.
 
-    Raises :class:`InfeasiblePromise` when a blocked schedule (down windows and promised
+    Raises :class:`InfeasiblePromiseError` when a blocked schedule (down windows and promised
     batch blocks) would need more changes in one step than a job's swap cap.
     """
     jobs = sorted(instance.realtime_jobs, key=lambda j: -j.priority)
@@ -202,7 +217,9 @@ def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -
         taken_now = 0
         for job in jobs:
             free = board.all_mask & ~(board.busy[t] | taken_now | held_before)
-            current = _step_realtime(job, t, previous[job.id], curves[job.id], free, blocked)
+            current = _step_realtime(
+                job, t, previous=previous[job.id], curve=curves[job.id], free=free, downs=blocked
+            )
             taken_now |= current
             held[job.id].append(current)
         for job in jobs:
@@ -212,7 +229,13 @@ def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -
 
 
 def _step_realtime(
-    job: RealtimeJob, t: int, previous: int | None, curve: list[int], free: int, downs: BlockedSchedule
+    job: RealtimeJob,
+    t: int,
+    *,
+    previous: int | None,
+    curve: list[int],
+    free: int,
+    downs: BlockedSchedule,
 ) -> int:
     """The GPUs ``job`` holds at step ``t``, at most ``swap_cap`` changes away from ``previous``.
 
@@ -224,7 +247,7 @@ def _step_realtime(
     else:
         forced = downs.must_drop(previous, t, job.swap_cap)
         if forced.bit_count() > job.swap_cap:
-            raise InfeasiblePromise(job.id)
+            raise InfeasiblePromiseError(job.id)
         current = previous & ~forced
         budget = job.swap_cap - forced.bit_count()
     want = curve[t]
@@ -242,8 +265,7 @@ def _step_realtime(
                 break
             bit = 1 << gpu
             if downs.ever_down & bit and not (
-                downs.up_through(gpu, t, level_end)
-                and downs.still_reachable(current | bit, t, job.swap_cap)
+                downs.up_through(gpu, t, level_end) and downs.still_reachable(current | bit, t, job.swap_cap)
             ):
                 continue
             current |= bit

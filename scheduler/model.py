@@ -154,7 +154,9 @@ class Instance:
 
     @cached_property
     def jobs_by_id(self) -> dict[str, BatchJob | RealtimeJob]:
-        return {job.id: job for job in (*self.batch_jobs, *self.realtime_jobs)}
+        jobs: dict[str, BatchJob | RealtimeJob] = {job.id: job for job in self.batch_jobs}
+        jobs.update((job.id, job) for job in self.realtime_jobs)
+        return jobs
 
     @cached_property
     def queued_jobs(self) -> tuple[BatchJob, ...]:

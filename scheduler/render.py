@@ -17,7 +17,7 @@ def draw_plans(instance: Instance, plans: Sequence[Plan], path: Path) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
 
-    job_ids = [job.id for job in (*instance.batch_jobs, *instance.realtime_jobs)]
+    job_ids = list(instance.jobs_by_id)
     realtime_ids = {job.id for job in instance.realtime_jobs}
     cmap = plt.get_cmap("tab20")
     colours = {job_id: cmap(i % 20) for i, job_id in enumerate(job_ids)}
@@ -33,7 +33,9 @@ def draw_plans(instance: Instance, plans: Sequence[Plan], path: Path) -> Path:
                 elif cell is not None:
                     ax.add_patch(
                         Rectangle(
-                            (t, gpu), 1, 1,
+                            (t, gpu),
+                            1,
+                            1,
                             facecolor=colours[cell],
                             edgecolor="white",
                             hatch="///" if cell in realtime_ids else None,
@@ -52,9 +54,17 @@ def draw_plans(instance: Instance, plans: Sequence[Plan], path: Path) -> Path:
         ax.set_xlabel(f"step ({instance.step_minutes} min)")
         ax.set_ylabel("GPU")
         if instance.gpus <= 32:
-            ax.set_yticks([g + 0.5 for g in range(instance.gpus)], [str(g) for g in range(instance.gpus)], fontsize=7)
+            ax.set_yticks(
+                [g + 0.5 for g in range(instance.gpus)],
+                [str(g) for g in range(instance.gpus)],
+                fontsize=7,
+            )
     handles = [
-        Patch(facecolor=colours[j], hatch="///" if j in realtime_ids else None, label=j + (" (real-time)" if j in realtime_ids else ""))
+        Patch(
+            facecolor=colours[j],
+            hatch="///" if j in realtime_ids else None,
+            label=j + (" (real-time)" if j in realtime_ids else ""),
+        )
         for j in job_ids
     ] + [Patch(facecolor="0.6", label="down")]
     fig.legend(handles=handles, loc="outside right upper", fontsize=7)

@@ -8,6 +8,7 @@ such as ``jobs[3].gpus``), what was expected and what came.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,17 @@ from scheduler.model import (
     RunningRealtime,
 )
 
-TOP_KEYS = {"name", "gpus", "horizon", "step_minutes", "decay", "rt_penalty", "jobs", "running", "down"}
+TOP_KEYS = {
+    "name",
+    "gpus",
+    "horizon",
+    "step_minutes",
+    "decay",
+    "rt_penalty",
+    "jobs",
+    "running",
+    "down",
+}
 BATCH_KEYS = {"id", "kind", "priority", "gpus", "duration", "release", "order"}
 REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap"}
 RUNNING_KEYS = {"id", "gpus", "remaining"}
@@ -74,13 +85,20 @@ class _Reader:
             raise self.fail(field, "an object", type(value).__name__)
         unknown = sorted(set(value) - allowed)
         if unknown:
-            raise self.fail(f"{field}.{unknown[0]}" if field else unknown[0], f"one of the keys {sorted(allowed)}", unknown[0], "Unknown key.")
+            raise self.fail(
+                f"{field}.{unknown[0]}" if field else unknown[0],
+                f"one of the keys {sorted(allowed)}",
+                unknown[0],
+                "Unknown key.",
+            )
         missing = sorted(required - set(value))
         if missing:
             raise self.fail(f"{field}.{missing[0]}" if field else missing[0], "present", "missing")
         return value
 
-    def integer(self, value: object, field: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    def integer(
+        self, value: object, field: str, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(field, "an integer", value)
         if minimum is not None and value < minimum:
@@ -92,7 +110,7 @@ class _Reader:
     def number(self, value: object, field: str, *, positive: bool = False) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(field, "a number", value)
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise self.fail(field, "a finite number", value)
         if positive and value <= 0:
             raise self.fail(field, "a number > 0", value)
@@ -109,7 +127,9 @@ class _Reader:
         return value
 
 
-def parse_scenario(document: object, *, source: str | None = None, default_name: str = "scenario") -> Instance:
+def parse_scenario(
+    document: object, *, source: str | None = None, default_name: str = "scenario"
+) -> Instance:
     """Validate a parsed scenario document and build the :class:`Instance`."""
     r = _Reader(source)
     top = r.mapping(document, "", TOP_KEYS, {"gpus", "jobs"})
@@ -132,17 +152,22 @@ def parse_scenario(document: object, *, source: str | None = None, default_name:
         if not isinstance(raw, Mapping):
             raise r.fail(field, "an object", type(raw).__name__)
         kind_value = raw.get("kind")
-        try:
-            kind = JobKind(kind_value)
-        except ValueError:
-            raise r.fail(f"{field}.kind", f"one of {[k.value for k in JobKind]}", kind_value) from None
+        kinds = [k.value for k in JobKind]
+        if kind_value not in kinds:
+            raise r.fail(f"{field}.kind", f"one of {kinds}", kind_value)
+        kind = JobKind(str(kind_value))
         if kind in BATCH_KINDS:
             job_map = r.mapping(raw, field, BATCH_KEYS, {"id", "kind", "priority", "gpus", "duration"})
         else:
             job_map = r.mapping(raw, field, REALTIME_KEYS, {"id", "kind", "priority", "demand", "swap_cap"})
         job_id = r.string(job_map["id"], f"{field}.id")
         if job_id in seen:
-            raise r.fail(f"{field}.id", "an id used by no other job", job_id, f"Already used by {seen[job_id]}.")
+            raise r.fail(
+                f"{field}.id",
+                "an id used by no other job",
+                job_id,
+                f"Already used by {seen[job_id]}.",
+            )
         seen[job_id] = field
         priority = r.number(job_map["priority"], f"{field}.priority", positive=True)
         if kind in BATCH_KINDS:
@@ -165,7 +190,11 @@ def parse_scenario(document: object, *, source: str | None = None, default_name:
         else:
             demand_raw = r.sequence(job_map["demand"], f"{field}.demand")
             if len(demand_raw) != horizon:
-                raise r.fail(f"{field}.demand", f"a list of {horizon} integers (one per step)", f"{len(demand_raw)} values")
+                raise r.fail(
+                    f"{field}.demand",
+                    f"a list of {horizon} integers (one per step)",
+                    f"{len(demand_raw)} values",
+                )
             demand = tuple(r.integer(v, f"{field}.demand[{t}]", minimum=0) for t, v in enumerate(demand_raw))
             realtime_jobs.append(
                 RealtimeJob(
@@ -178,7 +207,11 @@ def parse_scenario(document: object, *, source: str | None = None, default_name:
 
     down = _parse_down(r, top.get("down", []), cluster_gpus, horizon)
     running_batch, running_realtime = _parse_running(
-        r, top.get("running", []), cluster_gpus, {j.id: j for j in batch_jobs}, {j.id: j for j in realtime_jobs}
+        r,
+        top.get("running", []),
+        cluster_gpus,
+        {j.id: j for j in batch_jobs},
+        {j.id: j for j in realtime_jobs},
     )
     instance = Instance(
         name=name,
@@ -235,7 +268,11 @@ def _parse_running(
             raise r.fail(f"{field}.gpus", "distinct GPU ids", gpu_list)
         for gpu in gpu_list:
             if gpu in owner:
-                raise r.fail(f"{field}.gpus", f"GPUs not held by another running job (GPU {gpu} is {owner[gpu]}'s)", gpu_list)
+                raise r.fail(
+                    f"{field}.gpus",
+                    f"GPUs not held by another running job (GPU {gpu} is {owner[gpu]}'s)",
+                    gpu_list,
+                )
             owner[gpu] = job_id
         if job_id in batch:
             job = batch[job_id]

@@ -91,7 +91,13 @@ def _batch_job(rng: random.Random, index: int, shape: Shape, max_block: int) -> 
         kind, priority = "quantization", rng.randint(30, 70)
         gpus = rng.choice([g for g in (1, 1, 2) if g <= max_block])
         duration = rng.randint(1, 6)
-    job: dict[str, Any] = {"id": f"{kind[:5]}-{index:02d}", "kind": kind, "priority": priority, "gpus": gpus, "duration": duration}
+    job: dict[str, Any] = {
+        "id": f"{kind[:5]}-{index:02d}",
+        "kind": kind,
+        "priority": priority,
+        "gpus": gpus,
+        "duration": duration,
+    }
     if rng.random() < 0.4:
         job["release"] = rng.randint(1, 12)
     return job
@@ -110,7 +116,15 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
     top = shape.gpus  # real-time running sets stack down from the highest GPU id
     for k, peak in enumerate(peaks):
         demand = real_day_demand(rng, peak, horizon)
-        jobs.append({"id": f"rt-{k}", "kind": "realtime", "priority": rng.randint(60, 100), "swap_cap": rng.randint(1, 3), "demand": demand})
+        jobs.append(
+            {
+                "id": f"rt-{k}",
+                "kind": "realtime",
+                "priority": rng.randint(60, 100),
+                "swap_cap": rng.randint(1, 3),
+                "demand": demand,
+            }
+        )
         running.append({"id": f"rt-{k}", "gpus": list(range(top - demand[0], top))})
         top -= demand[0]
     max_block = 1 << int(math.log2(max(1, shape.gpus // 2)))
@@ -119,17 +133,36 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
         job = _batch_job(rng, i, shape, max_block)
         jobs.append(job)
         if "release" not in job and job["duration"] > 1 and rng.random() < shape.running_share:
-            blocks = [a for a in range(0, shape.gpus - job["gpus"] + 1, job["gpus"]) if not taken & set(range(a, a + job["gpus"]))]
+            blocks = [
+                a
+                for a in range(0, shape.gpus - job["gpus"] + 1, job["gpus"])
+                if not taken & set(range(a, a + job["gpus"]))
+            ]
             if blocks:
                 first = blocks[0]
                 taken |= set(range(first, first + job["gpus"]))
-                running.append({"id": job["id"], "gpus": list(range(first, first + job["gpus"])), "remaining": rng.randint(1, job["duration"] - 1)})
+                running.append(
+                    {
+                        "id": job["id"],
+                        "gpus": list(range(first, first + job["gpus"])),
+                        "remaining": rng.randint(1, job["duration"] - 1),
+                    }
+                )
     if shape.uniform_priority:
         for job in jobs:
             job["priority"] = 50
     for order, job in enumerate(j for j in jobs if j["kind"] != "realtime"):
         job["order"] = order
-    return {"name": shape.name, "gpus": shape.gpus, "horizon": horizon, "step_minutes": 60, "decay": 0.95, "rt_penalty": 8.0, "jobs": jobs, "running": running}
+    return {
+        "name": shape.name,
+        "gpus": shape.gpus,
+        "horizon": horizon,
+        "step_minutes": 60,
+        "decay": 0.95,
+        "rt_penalty": 8.0,
+        "jobs": jobs,
+        "running": running,
+    }
 
 
 def main(argv: list[str]) -> int:

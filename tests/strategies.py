@@ -25,12 +25,22 @@ def scenarios(
     max_jobs: int = 24,
     horizon: int | None = None,
 ) -> dict[str, Any]:
-    gpus = draw(st.one_of(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]), st.integers(1, max_gpus)).filter(lambda g: g <= max_gpus))
+    gpus = draw(
+        st.one_of(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]), st.integers(1, max_gpus)).filter(
+            lambda g: g <= max_gpus
+        )
+    )
     steps = horizon or draw(st.sampled_from([24, 24, 12, 6, 1]))
     down = []
     for _ in range(draw(st.integers(0, min(4, gpus)))):
         start = draw(st.integers(0, steps - 1))
-        down.append({"gpu": draw(st.integers(0, gpus - 1)), "start": start, "end": draw(st.integers(start + 1, steps))})
+        down.append(
+            {
+                "gpu": draw(st.integers(0, gpus - 1)),
+                "start": start,
+                "end": draw(st.integers(start + 1, steps)),
+            }
+        )
     down_cells = {(w["gpu"], t) for w in down for t in range(w["start"], w["end"])}
     jobs: list[dict[str, Any]] = []
     running: list[dict[str, Any]] = []
@@ -51,21 +61,36 @@ def scenarios(
             first = draw(st.integers(0, gpus // size - 1)) * size
             remaining = draw(st.integers(1, steps + 3))
             block = set(range(first, first + size))
-            if not block & taken and not any((g, t) in down_cells for g in block for t in range(min(remaining, steps))):
+            if not block & taken and not any(
+                (g, t) in down_cells for g in block for t in range(min(remaining, steps))
+            ):
                 taken |= block
                 running.append({"id": job["id"], "gpus": sorted(block), "remaining": remaining})
     for k in range(draw(st.integers(0, 3))):
         cap = draw(st.integers(0, 4))
         peak = draw(st.integers(0, gpus))
         demand = draw(st.lists(st.integers(0, peak), min_size=steps, max_size=steps))
-        jobs.append({"id": f"rt{k}", "kind": "realtime", "priority": draw(st.integers(1, 100)), "swap_cap": cap, "demand": demand})
+        jobs.append(
+            {
+                "id": f"rt{k}",
+                "kind": "realtime",
+                "priority": draw(st.integers(1, 100)),
+                "swap_cap": cap,
+                "demand": demand,
+            }
+        )
         if draw(st.booleans()):
             free = [g for g in range(gpus) if g not in taken]
             chosen = draw(st.lists(st.sampled_from(free), unique=True, max_size=8)) if free else []
             chosen = _leavable(chosen, cap, down, steps)
             taken |= set(chosen)
             running.append({"id": f"rt{k}", "gpus": chosen})
-    doc: dict[str, Any] = {"name": "generated", "gpus": gpus, "horizon": steps, "jobs": draw(st.permutations(jobs))}
+    doc: dict[str, Any] = {
+        "name": "generated",
+        "gpus": gpus,
+        "horizon": steps,
+        "jobs": draw(st.permutations(jobs)),
+    }
     if running:
         doc["running"] = running
     if down:
@@ -98,7 +123,13 @@ def small_doc(**overrides: Any) -> dict[str, Any]:
         "horizon": 4,
         "jobs": [
             {"id": "train", "kind": "training", "priority": 10, "gpus": 4, "duration": 2},
-            {"id": "chat", "kind": "realtime", "priority": 5, "swap_cap": 1, "demand": [1, 2, 2, 1]},
+            {
+                "id": "chat",
+                "kind": "realtime",
+                "priority": 5,
+                "swap_cap": 1,
+                "demand": [1, 2, 2, 1],
+            },
         ],
     }
     doc.update(overrides)

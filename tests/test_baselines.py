@@ -16,7 +16,14 @@ BASELINES = [PolicyName.FIFO, PolicyName.FIFO_BACKFILL, PolicyName.PRIORITY_BACK
 
 
 def job(job_id: str, gpus: int, duration: int, **extra: Any) -> dict[str, Any]:
-    return {"id": job_id, "kind": "training", "priority": extra.pop("priority", 1), "gpus": gpus, "duration": duration, **extra}
+    return {
+        "id": job_id,
+        "kind": "training",
+        "priority": extra.pop("priority", 1),
+        "gpus": gpus,
+        "duration": duration,
+        **extra,
+    }
 
 
 def starts(policy: PolicyName, doc: dict[str, Any]) -> dict[str, tuple[int, int]]:
@@ -36,7 +43,15 @@ def test_fifo_skips_a_job_that_fits_nowhere() -> None:
 
 
 def test_priority_backfill_goes_by_priority_then_order() -> None:
-    doc = {"gpus": 2, "horizon": 4, "jobs": [job("low", 2, 2, priority=1), job("high", 2, 2, priority=9), job("tie", 2, 1, priority=1)]}
+    doc = {
+        "gpus": 2,
+        "horizon": 4,
+        "jobs": [
+            job("low", 2, 2, priority=1),
+            job("high", 2, 2, priority=9),
+            job("tie", 2, 1, priority=1),
+        ],
+    }
     assert starts(PolicyName.PRIORITY_BACKFILL, doc) == {"high": (0, 0), "low": (2, 0)}
 
 
@@ -47,7 +62,8 @@ def test_lowest_aligned_block_at_the_earliest_start() -> None:
 
 def test_peak_reservation_takes_highest_free_gpus_all_day() -> None:
     doc = {
-        "gpus": 8, "horizon": 3,
+        "gpus": 8,
+        "horizon": 3,
         "jobs": [
             job("run", 2, 5),
             {"id": "rt", "kind": "realtime", "priority": 1, "swap_cap": 8, "demand": [1, 2, 0]},
@@ -64,7 +80,8 @@ def test_peak_reservation_takes_highest_free_gpus_all_day() -> None:
 
 def test_running_realtime_set_moves_toward_reservation_by_swap_cap() -> None:
     doc = {
-        "gpus": 8, "horizon": 4,
+        "gpus": 8,
+        "horizon": 4,
         "jobs": [{"id": "rt", "kind": "realtime", "priority": 1, "swap_cap": 1, "demand": [3, 3, 3, 3]}],
         "running": [{"id": "rt", "gpus": [0]}],
     }

@@ -67,7 +67,20 @@ def test_constraint_1_grid_shape(instance: Instance) -> None:
 
 
 def test_constraint_2_wrong_gpu_count_release_and_overrun() -> None:
-    inst = instance_of(small_doc(jobs=[{"id": "j", "kind": "training", "priority": 1, "gpus": 2, "duration": 2, "release": 1}]))
+    inst = instance_of(
+        small_doc(
+            jobs=[
+                {
+                    "id": "j",
+                    "kind": "training",
+                    "priority": 1,
+                    "gpus": 2,
+                    "duration": 2,
+                    "release": 1,
+                }
+            ]
+        )
+    )
     too_few = fill(empty(inst), "j", [0], [1, 2])
     assert {c for c, *_ in constraints(inst, too_few)} == {2}
     early = fill(empty(inst), "j", [0, 1], [0, 1])
@@ -78,7 +91,9 @@ def test_constraint_2_wrong_gpu_count_release_and_overrun() -> None:
 
 
 def test_constraint_2_run_cut_by_horizon_is_legal() -> None:
-    inst = instance_of(small_doc(jobs=[{"id": "j", "kind": "training", "priority": 1, "gpus": 1, "duration": 9}]))
+    inst = instance_of(
+        small_doc(jobs=[{"id": "j", "kind": "training", "priority": 1, "gpus": 1, "duration": 9}])
+    )
     assert constraints(inst, fill(empty(inst), "j", [5], [2, 3])) == []
 
 

@@ -19,14 +19,24 @@ def write(path: Path, doc: Any) -> Path:
 
 
 @pytest.mark.parametrize("policy", ["fast", "fifo", "fifo-backfill", "priority-backfill"])
-def test_plan_then_validate_round_trip(tmp_path: Path, policy: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_then_validate_round_trip(
+    tmp_path: Path, policy: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     scenario = write(tmp_path / "s.json", small_doc())
     out = tmp_path / "plan.json"
     assert main(["plan", str(scenario), "--policy", policy, "--out", str(out)]) == 0
     payload = json.loads(out.read_text())
     assert set(payload) == {"scenario", "policy", "grid", "metrics", "solve_ms", "status", "bound"}
     assert payload["policy"] == policy and len(payload["grid"]) == 8 and len(payload["grid"][0]) == 4
-    assert set(payload["metrics"]) == {"utilization", "value", "penalty", "objective", "rt_coverage", "completed", "unscheduled"}
+    assert set(payload["metrics"]) == {
+        "utilization",
+        "value",
+        "penalty",
+        "objective",
+        "rt_coverage",
+        "completed",
+        "unscheduled",
+    }
     capsys.readouterr()
     assert main(["validate", str(scenario), str(out)]) == 0
     assert capsys.readouterr().out.startswith("legal: utilization")
@@ -43,7 +53,9 @@ def test_plan_to_stdout_and_yaml_scenario(tmp_path: Path, capsys: pytest.Capture
 def test_validate_lists_violations_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scenario = write(tmp_path / "s.json", small_doc())
     grid: list[list[str | None]] = [[None] * 4 for _ in range(8)]
-    grid[1][0] = grid[1][1] = grid[2][0] = grid[2][1] = grid[3][0] = grid[3][1] = grid[4][0] = grid[4][1] = "train"
+    grid[1][0] = grid[1][1] = grid[2][0] = grid[2][1] = grid[3][0] = grid[3][1] = grid[4][0] = grid[4][1] = (
+        "train"
+    )
     plan = write(tmp_path / "p.json", {"grid": grid})
     assert main(["validate", str(scenario), str(plan)]) == 1
     lines = capsys.readouterr().out.splitlines()
@@ -57,8 +69,15 @@ def test_validate_lists_violations_and_exits_1(tmp_path: Path, capsys: pytest.Ca
     ("content", "message"),
     [
         ("{not json", "`file` must be valid JSON; got 's.json'. line 1, column 2"),
-        (json.dumps(small_doc(gpus=6, jobs=[{"id": "x", "kind": "training", "priority": 1, "gpus": 6, "duration": 1}])),
-         "`jobs[0].gpus` must be a power of two (1, 2, 4, 8, ...); got 6."),
+        (
+            json.dumps(
+                small_doc(
+                    gpus=6,
+                    jobs=[{"id": "x", "kind": "training", "priority": 1, "gpus": 6, "duration": 1}],
+                )
+            ),
+            "`jobs[0].gpus` must be a power of two (1, 2, 4, 8, ...); got 6.",
+        ),
         (json.dumps({"gpus": 2}), "`jobs` must be present; got 'missing'."),
     ],
 )
@@ -85,7 +104,9 @@ def test_unknown_policy_in_compare_exits_2(tmp_path: Path, capsys: pytest.Captur
     assert "`--compare` must be a comma-separated list of" in capsys.readouterr().err
 
 
-def test_compare_prints_table_and_draws_stacked_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_prints_table_and_draws_stacked_png(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     scenario = write(tmp_path / "s.json", small_doc())
     png = tmp_path / "grids.png"
     assert main(["plan", str(scenario), "--compare", "fifo,priority-backfill,fast", "--png", str(png)]) == 0

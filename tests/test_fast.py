@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from hypothesis import given
@@ -30,14 +31,16 @@ def test_fast_plan_is_legal(doc: dict[str, Any]) -> None:
 def test_count_curve_covers_demand_within_swap_cap(demand: list[int], cap: int, running: int | None) -> None:
     curve = count_curve(demand, cap, running)
     assert all(c >= d for c, d in zip(curve, demand, strict=True))
-    assert all(abs(b - a) <= cap for a, b in zip(curve, curve[1:], strict=False))
+    assert all(abs(b - a) <= cap for a, b in pairwise(curve))
     if running is not None:
         assert curve[0] >= running - cap
     # least such curve: lowering any single step breaks one of the rules
     for t, c in enumerate(curve):
         if c > demand[t]:
             lowered = [*curve[:t], c - 1, *curve[t + 1 :]]
-            ok_prev = t == 0 and (running is None or c - 1 >= running - cap) or t > 0 and lowered[t - 1] - lowered[t] <= cap
+            ok_prev = (t == 0 and (running is None or c - 1 >= running - cap)) or (
+                t > 0 and lowered[t - 1] - lowered[t] <= cap
+            )
             ok_next = t == len(curve) - 1 or lowered[t + 1] - lowered[t] <= cap
             assert not (ok_prev and ok_next)
 
@@ -45,7 +48,11 @@ def test_count_curve_covers_demand_within_swap_cap(demand: list[int], cap: int, 
 def test_realtime_follows_the_curve_and_gives_gpus_back_in_troughs() -> None:
     demand = [1, 1, 4, 4, 1, 1]
     inst = instance_of(
-        {"gpus": 8, "horizon": 6, "jobs": [{"id": "rt", "kind": "realtime", "priority": 5, "swap_cap": 2, "demand": demand}]}
+        {
+            "gpus": 8,
+            "horizon": 6,
+            "jobs": [{"id": "rt", "kind": "realtime", "priority": 5, "swap_cap": 2, "demand": demand}],
+        }
     )
     held = [mask.bit_count() for mask in allocate(inst).realtime["rt"]]
     # ramps from 1 to 4 starting one step early (cap 2), then sheds 2 a step
@@ -55,7 +62,15 @@ def test_realtime_follows_the_curve_and_gives_gpus_back_in_troughs() -> None:
 
 def test_high_priority_job_is_not_stuck_behind_earlier_arrivals() -> None:
     jobs = [
-        {"id": f"early{i}", "kind": "training", "priority": 1, "gpus": 4, "duration": 10, "order": i} for i in range(2)
+        {
+            "id": f"early{i}",
+            "kind": "training",
+            "priority": 1,
+            "gpus": 4,
+            "duration": 10,
+            "order": i,
+        }
+        for i in range(2)
     ] + [{"id": "urgent", "kind": "training", "priority": 50, "gpus": 4, "duration": 4, "order": 9}]
     inst = instance_of({"gpus": 4, "horizon": 24, "jobs": jobs})
     fast = plan(inst, PolicyName.FAST)

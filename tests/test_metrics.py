@@ -11,7 +11,10 @@ from tests.strategies import instance_of
 def test_value_penalty_utilization_coverage_by_hand() -> None:
     inst = instance_of(
         {
-            "gpus": 2, "horizon": 2, "decay": 0.5, "rt_penalty": 2,
+            "gpus": 2,
+            "horizon": 2,
+            "decay": 0.5,
+            "rt_penalty": 2,
             "jobs": [
                 {"id": "a", "kind": "training", "priority": 10, "gpus": 1, "duration": 1},
                 {"id": "r", "kind": "realtime", "priority": 4, "swap_cap": 2, "demand": [1, 2]},
@@ -31,7 +34,8 @@ def test_value_penalty_utilization_coverage_by_hand() -> None:
 def test_idle_reservation_and_down_cells_do_not_count() -> None:
     inst = instance_of(
         {
-            "gpus": 2, "horizon": 1,
+            "gpus": 2,
+            "horizon": 1,
             "jobs": [
                 {"id": "r", "kind": "realtime", "priority": 1, "swap_cap": 0, "demand": [0]},
                 {"id": "b", "kind": "training", "priority": 1, "gpus": 1, "duration": 1},
@@ -40,18 +44,30 @@ def test_idle_reservation_and_down_cells_do_not_count() -> None:
         }
     )
     m = score(inst, [["r"], [None]])
-    assert (m.utilization, m.value, m.penalty, m.rt_coverage, m.completed, m.unscheduled) == (0.0, 0.0, 0.0, 1.0, 0, 1)
+    assert (m.utilization, m.value, m.penalty, m.rt_coverage, m.completed, m.unscheduled) == (
+        0.0,
+        0.0,
+        0.0,
+        1.0,
+        0,
+        1,
+    )
 
 
 def test_running_jobs_count_and_complete_only_inside_horizon() -> None:
     inst = instance_of(
         {
-            "gpus": 2, "horizon": 2, "decay": 0.5,
+            "gpus": 2,
+            "horizon": 2,
+            "decay": 0.5,
             "jobs": [
                 {"id": "long", "kind": "training", "priority": 3, "gpus": 1, "duration": 9},
                 {"id": "short", "kind": "quantization", "priority": 2, "gpus": 1, "duration": 5},
             ],
-            "running": [{"id": "long", "gpus": [0], "remaining": 3}, {"id": "short", "gpus": [1], "remaining": 1}],
+            "running": [
+                {"id": "long", "gpus": [0], "remaining": 3},
+                {"id": "short", "gpus": [1], "remaining": 1},
+            ],
         }
     )
     m = score(inst, [["long", "long"], ["short", None]])
@@ -62,7 +78,11 @@ def test_running_jobs_count_and_complete_only_inside_horizon() -> None:
 
 def test_job_cut_by_horizon_is_not_completed() -> None:
     inst = instance_of(
-        {"gpus": 1, "horizon": 3, "jobs": [{"id": "j", "kind": "training", "priority": 1, "gpus": 1, "duration": 2}]}
+        {
+            "gpus": 1,
+            "horizon": 3,
+            "jobs": [{"id": "j", "kind": "training", "priority": 1, "gpus": 1, "duration": 2}],
+        }
     )
     assert score(inst, [[None, "j", "j"]]).completed == 1
     assert score(inst, [[None, None, "j"]]).completed == 0
