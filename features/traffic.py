@@ -77,9 +77,7 @@ class IngestReport:
             f"{self.zero_hours} zero hours"
         )
         if self.gap_hours:
-            text += (
-                f", {len(self.gap_hours)} missing hours interpolated (first {self.gap_hours[0]})"
-            )
+            text += f", {len(self.gap_hours)} missing hours interpolated (first {self.gap_hours[0]})"
         if self.duplicate_hours:
             text += (
                 f", {len(self.duplicate_hours)} duplicated hours kept last row "

@@ -44,9 +44,7 @@ class AppCapacity:
             raise InputError("swap_cap", "an integer >= 0", self.swap_cap)
 
 
-def gpus_needed(
-    requests: npt.ArrayLike, requests_per_gpu_hour: float, headroom: float = 0.0
-) -> IntArray:
+def gpus_needed(requests: npt.ArrayLike, requests_per_gpu_hour: float, headroom: float = 0.0) -> IntArray:
     """GPUs needed per hour to serve ``requests`` with ``headroom`` to spare."""
     load = np.asarray(requests, dtype=float) * (1.0 + headroom) / requests_per_gpu_hour
     # The tolerance keeps 2.0000000001 GPUs (float noise) from costing a third GPU.
@@ -69,3 +67,21 @@ def gpu_curve(p90_requests: npt.ArrayLike, capacity: AppCapacity) -> IntArray:
     """P90 requests per hour -> GPUs per hour within the app's swap cap."""
     need = gpus_needed(p90_requests, capacity.requests_per_gpu_hour, capacity.headroom)
     return swap_capped_curve(need, capacity.swap_cap)
+
+
+def chain_daily_plans(plans: npt.ArrayLike, swap_cap: int) -> IntArray:
+    """Join consecutive day-ahead plans (rows) into one curve the swap cap allows.
+
+    Each row was capped on its own, so only the hour after a boundary can break the cap.
+    There the allocation moves from the previous hour's by at most ``swap_cap`` toward
+    the new plan, and keeps converging in the following hours; a plan that starts high
+    is then under-served for a few hours (a pre-ramp would need the next day's forecast
+    before its origin). Without lookahead this is what an allocator could really do.
+    """
+    rows = np.asarray(plans, dtype=np.int64)
+    planned = rows.ravel()
+    curve = planned.copy()
+    for t in range(1, curve.size):
+        curve[t] = min(max(planned[t], curve[t - 1] - swap_cap), curve[t - 1] + swap_cap)
+    chained: IntArray = curve.reshape(rows.shape)
+    return chained

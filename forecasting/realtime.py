@@ -19,9 +19,14 @@ curve) and a zero-traffic hour stays finite::
 - :meth:`RealtimeProfile.update` recalibrates with the newest hour in O(1): the level
   and that hour's slot move by the Holt-Winters error-correction rule (Holt 1957,
   Winters 1960) with the same clipping; nothing is refitted.
-- **P50 / P90** are the point forecast plus the median / upper quantile of recent
-  day-ahead residuals (the residual of hour t is measured against the level as it
-  stood 24 hours earlier, which is what a day-ahead plan sees).
+- **P50** is the point forecast plus the median of recent day-ahead residuals in ``z``
+  (the residual of hour t is measured against the level as it stood 24 hours earlier,
+  which is what a day-ahead plan sees).
+- **P90** is a conformal upper bound on the raw scale (Vovk et al. 2005; Lei et al.
+  2018): the upper quantile of the day-ahead ratio (actual + floor) / (forecast +
+  floor) multiplies the floored forecast, so the band is tight where the level is small
+  and proportionate at peaks. A quantile added in ``z`` (``band="log"``) multiplies a
+  peak by the spread of the near-zero hours and was 3x the peak reservation on LoRA.
 
 With less than two weeks of history the weekly shape is not identifiable, so the
 profile falls back to a daily shape (the same 24-hour curve every day, which is the
@@ -68,6 +73,7 @@ class ProfileMethod(Enum):
 
 
 MethodChoice = Literal["auto", "daily", "weekly", "mstl"]
+BandChoice = Literal["ratio", "log"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -186,6 +192,22 @@ class RealtimeProfile:
         The upper quantile reported as ``p90`` (0.9 unless you want another).
     clip_sigmas:
         Innovations beyond this many robust standard deviations are clipped (Huber).
+        The scale is hour-to-hour noise, so a tight clip also stops the level from
+        following a real shift (LoRA's ramp-up, DLRM's growth): 6 rather than 3
+        raised DLRM's P90 coverage from 0.67 to 0.86 in the backtest.
+    band:
+        ``"ratio"`` (default): P90 = q * (forecast + floor) - floor, with q the
+        conformal upper quantile of the day-ahead ratio (actual + floor) / (forecast +
+        floor) on the raw scale, so that the band is proportionate to the slot's level.
+        ``"log"``: P90 = forecast + upper quantile of the day-ahead residuals in
+        ``log1p`` units (the first version; it explodes at peaks of a series that
+        switches between ~0 and ~100s, as LoRA does).
+    band_floor_fraction:
+        The floor of the ratio band, as a fraction of the history's mean requests.
+    band_pool_hours:
+        The ratio quantile of an hour of day pools this many neighbouring hours each
+        side; 12 pools the whole day (one quantile), which backtested steadier than
+        per-hour quantiles from 21-63 samples.
     """
 
     def __init__(
@@ -196,7 +218,10 @@ class RealtimeProfile:
         level_half_life_hours: float = 24.0,
         residual_weeks: int = 3,
         quantile: float = 0.9,
-        clip_sigmas: float = 3.0,
+        clip_sigmas: float = 6.0,
+        band: BandChoice = "ratio",
+        band_floor_fraction: float = 0.25,
+        band_pool_hours: int = 12,
     ) -> None:
         self.method = method
         self.half_life_weeks = half_life_weeks
@@ -204,6 +229,9 @@ class RealtimeProfile:
         self.residual_weeks = residual_weeks
         self.quantile = quantile
         self.clip_sigmas = clip_sigmas
+        self.band = band
+        self.band_floor_fraction = band_floor_fraction
+        self.band_pool_hours = band_pool_hours
 
     # ------------------------------------------------------------------ fit
     def fit(self, hours: HourArray, requests: FloatArray) -> RealtimeProfile:
@@ -234,12 +262,16 @@ class RealtimeProfile:
             raise InputError("method", "one of auto, daily, weekly, mstl", self.method)
         if not 0.5 <= self.quantile < 1:
             raise InputError("quantile", "in [0.5, 1)", self.quantile)
+        if self.band not in ("ratio", "log"):
+            raise InputError("band", "one of ratio, log", self.band)
+        if not self.band_floor_fraction > 0:
+            raise InputError("band_floor_fraction", "a number > 0", self.band_floor_fraction)
+        if not 0 <= self.band_pool_hours <= HOURS_PER_DAY // 2:
+            raise InputError("band_pool_hours", "an integer in [0, 12]", self.band_pool_hours)
         hours_array = np.asarray(hours).astype("datetime64[h]")
         values = np.asarray(requests, dtype=float)
         if hours_array.ndim != 1 or hours_array.shape != values.shape or values.size == 0:
-            raise InputError(
-                "hours, requests", "two 1-D arrays of the same non-zero length", values.shape
-            )
+            raise InputError("hours, requests", "two 1-D arrays of the same non-zero length", values.shape)
         if not np.all(np.diff(hours_array) == _HOUR):
             raise InputError(
                 "hours",
@@ -295,6 +327,9 @@ class RealtimeProfile:
             "residual_weeks": self.residual_weeks,
             "quantile": self.quantile,
             "clip_sigmas": self.clip_sigmas,
+            "band": self.band,
+            "band_floor_fraction": self.band_floor_fraction,
+            "band_pool_hours": self.band_pool_hours,
         }
         params.update(override)
         return params
@@ -319,10 +354,18 @@ class RealtimeProfile:
         self.sigma_ = max(_MAD_TO_SIGMA * deviation, 1e-3)
         self.level_history_ = np.full(HOURS_PER_DAY, self.level_)
         self.residuals_ = np.empty(0)
+        self.ratios_ = np.empty(0)
+        self.band_floor_ = max(self.band_floor_fraction * float(np.mean(np.expm1(z))), 1e-6)
         self.next_hour_ = hours[0]
         # Replaying history through the level filter only: the shape already saw it.
         for value in z:
             self._observe(value, update_shape=False)
+        # The first week of the replay is the level filter's burn-in from a one-day
+        # start: its errors measure the start-up, not the forecaster, so they are not
+        # kept as calibration when later weeks exist.
+        burn_in = min(HOURS_PER_WEEK, z.size - HOURS_PER_WEEK)
+        if burn_in > 0:
+            self.ratios_ = self.ratios_[burn_in:]
 
     # --------------------------------------------------------------- update
     def update(self, hour: object, requests: float) -> RealtimeProfile:
@@ -342,9 +385,7 @@ class RealtimeProfile:
         if not math.isfinite(requests) or requests < 0:
             raise InputError("requests", "a finite, non-negative count", requests)
         if observed > self.next_hour_:
-            logger.warning(
-                "update skips %s missing hours before %s", observed - self.next_hour_, observed
-            )
+            logger.warning("update skips %s missing hours before %s", observed - self.next_hour_, observed)
             self.next_hour_ = observed
         self._observe(math.log1p(requests))
         return self
@@ -355,6 +396,11 @@ class RealtimeProfile:
         day_ahead = z_value - (self.level_history_[0] + self.shape_[slot])
         keep = self.residual_weeks * HOURS_PER_WEEK
         self.residuals_ = np.append(self.residuals_[-(keep - 1) :], day_ahead)
+        # The same day-ahead error on the raw scale, as a ratio over the floored forecast.
+        floor = self.band_floor_
+        forecast_raw = math.expm1(self.level_history_[0] + self.shape_[slot])
+        ratio = (math.expm1(z_value) + floor) / (max(forecast_raw, 0.0) + floor)
+        self.ratios_ = np.append(self.ratios_[-(keep - 1) :], ratio)
         error = z_value - (self.level_ + self.shape_[slot])
         limit = self.clip_sigmas * self.sigma_
         clipped = min(max(error, -limit), limit)
@@ -381,7 +427,12 @@ class RealtimeProfile:
         hours = start + np.arange(horizon_hours).astype("timedelta64[h]")
         margin_p50, margin_upper = self._margins(hours)
         p50 = np.expm1(z + margin_p50)
-        p90 = np.maximum(np.expm1(z + margin_upper), p50)
+        if self.band == "ratio" and self.ratios_.size >= HOURS_PER_WEEK:
+            floor = self.band_floor_
+            upper = self._ratio_quantiles(hours) * (np.maximum(np.expm1(z), 0.0) + floor) - floor
+        else:
+            upper = np.expm1(z + margin_upper)
+        p90 = np.maximum(upper, p50)
         return ProfileForecast(hours, np.maximum(p50, 0.0), np.maximum(p90, 0.0), self.method_)
 
     def _predict_z(self, start: np.datetime64, horizon_hours: int) -> FloatArray:
@@ -409,18 +460,36 @@ class RealtimeProfile:
         residual_hours = self.next_hour_ - np.arange(residuals.size, 0, -1).astype("timedelta64[h]")
         residual_hod = week_slot(residual_hours) % HOURS_PER_DAY
         upper_by_hod = np.array(
-            [
-                np.quantile(residuals[residual_hod == hod], self.quantile)
-                for hod in range(HOURS_PER_DAY)
-            ]
+            [np.quantile(residuals[residual_hod == hod], self.quantile) for hod in range(HOURS_PER_DAY)]
         )
         return np.full(hours.size, bias), upper_by_hod[week_slot(hours) % HOURS_PER_DAY]
 
+    def _ratio_quantiles(self, hours: HourArray) -> FloatArray:
+        """Upper quantile of actual / forecast (both + floor) per hour of day.
+
+        Split-conformal in spirit (Vovk et al. 2005; Lei et al. 2018): the day-ahead
+        errors of the recent weeks are the calibration set, taken per hour of day
+        (pooled with ``band_pool_hours`` neighbours each side) because the spread differs
+        between a quiet night and a peak. The error is a ratio on the raw scale, so the
+        band is proportionate to the slot's level, and the floor keeps a near-zero
+        forecast from turning a handful of requests into an enormous ratio.
+        """
+        ratios = self.ratios_
+        ratio_hours = self.next_hour_ - np.arange(ratios.size, 0, -1).astype("timedelta64[h]")
+        ratio_hod = week_slot(ratio_hours) % HOURS_PER_DAY
+        by_hod = np.empty(HOURS_PER_DAY)
+        for hod in range(HOURS_PER_DAY):
+            distance = np.abs((ratio_hod - hod + 12) % HOURS_PER_DAY - 12)
+            sample = ratios[distance <= self.band_pool_hours]
+            # Finite-sample conformal level: the ceil((n + 1) q) / n empirical quantile.
+            level = min(math.ceil((sample.size + 1) * self.quantile) / sample.size, 1.0)
+            by_hod[hod] = float(np.quantile(sample, level, method="higher"))
+        quantiles: FloatArray = by_hod[week_slot(hours) % HOURS_PER_DAY]
+        return quantiles
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "shape_"):
-            raise NotFittedError(
-                "This RealtimeProfile is not fitted yet; call fit(hours, requests) first."
-            )
+            raise NotFittedError("This RealtimeProfile is not fitted yet; call fit(hours, requests) first.")
 
 
 ProfileFactory = Callable[[], RealtimeProfile]

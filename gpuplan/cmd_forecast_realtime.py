@@ -51,9 +51,7 @@ def run(args: argparse.Namespace) -> int:
             source=str(args.traffic),
         )
     # When no capacity is given, a unit that puts the observed peak at 8 GPUs.
-    requests_per_gpu_hour = (
-        args.requests_per_gpu_hour or max(float(history.requests.max()), 1.0) / 8
-    )
+    requests_per_gpu_hour = args.requests_per_gpu_hour or max(float(history.requests.max()), 1.0) / 8
     capacity = AppCapacity(requests_per_gpu_hour, args.headroom, args.swap_cap)
     profile = RealtimeProfile().fit(history.hours, history.requests)
     forecast = profile.predict(at, args.hours)
@@ -65,9 +63,7 @@ def run(args: argparse.Namespace) -> int:
             "p90": round(float(p90), 3),
             "gpus": int(count),
         }
-        for hour, p50, p90, count in zip(
-            forecast.hours, forecast.p50, forecast.p90, gpus, strict=True
-        )
+        for hour, p50, p90, count in zip(forecast.hours, forecast.p50, forecast.p90, gpus, strict=True)
     ]
     if args.json:
         _say(json.dumps(rows, indent=2))

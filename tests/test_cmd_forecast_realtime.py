@@ -13,12 +13,7 @@ import pytest
 from gpuplan import cmd_forecast_realtime
 from gpuplan.errors import InputError
 
-LORA = (
-    Path(__file__).resolve().parent.parent
-    / "training_data"
-    / "traffic"
-    / "alibaba_genai_lora_hourly.csv"
-)
+LORA = Path(__file__).resolve().parent.parent / "training_data" / "traffic" / "alibaba_genai_lora_hourly.csv"
 
 
 def _run(*argv: str) -> int:

@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forecasting.gpu_mapping import AppCapacity, gpu_curve, gpus_needed, swap_capped_curve
+from forecasting.gpu_mapping import (
+    AppCapacity,
+    chain_daily_plans,
+    gpu_curve,
+    gpus_needed,
+    swap_capped_curve,
+)
 from gpuplan.errors import InputError
 
 
@@ -43,9 +49,23 @@ def test_headroom_and_capacity_round_up() -> None:
 
 
 def test_capacity_rejects_nonsense() -> None:
-    with pytest.raises(
-        InputError, match=re.escape("`requests_per_gpu_hour` must be a number > 0; got 0.0.")
-    ):
+    with pytest.raises(InputError, match=re.escape("`requests_per_gpu_hour` must be a number > 0; got 0.0.")):
         AppCapacity(0.0)
     with pytest.raises(InputError, match=re.escape("`swap_cap` must be an integer >= 0; got -1.")):
         AppCapacity(10.0, swap_cap=-1)
+
+
+@given(
+    plans=st.lists(
+        st.lists(st.integers(min_value=0, max_value=30), min_size=6, max_size=6),
+        min_size=1,
+        max_size=5,
+    ),
+    swap_cap=st.integers(min_value=1, max_value=4),
+)
+def test_chained_daily_plans_respect_the_cap_across_days(plans: list[list[int]], swap_cap: int) -> None:
+    daily = np.array([swap_capped_curve(day, swap_cap) for day in plans])
+    chained = chain_daily_plans(daily, swap_cap)
+    assert chained.shape == daily.shape
+    assert np.all(np.abs(np.diff(chained.ravel())) <= swap_cap)
+    np.testing.assert_array_equal(chained[0], daily[0])  # the first day is untouched

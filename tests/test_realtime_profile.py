@@ -12,6 +12,7 @@ import pytest
 from features.traffic import load_traffic
 from forecasting.persistence import load_model, save_model
 from forecasting.realtime import NotFittedError, ProfileMethod, RealtimeProfile
+from gpuplan.errors import InputError
 
 TRAFFIC = Path(__file__).resolve().parent.parent / "training_data" / "traffic"
 
@@ -104,3 +105,22 @@ def test_auto_selects_by_backtest_and_saves_with_provenance(
     assert loaded.provenance_.window_start == "2017-10-03T00"
     np.testing.assert_allclose(loaded.predict(hours[700]).p90, profile.predict(hours[700]).p90)
     assert pickle.loads(pickle.dumps(profile)).method_ is profile.method_
+
+
+def test_ratio_band_is_proportionate_at_peaks(lora: tuple[np.ndarray, np.ndarray]) -> None:
+    hours, requests = lora
+    ratio = RealtimeProfile().fit(hours[:408], requests[:408]).predict(hours[408], 24)
+    log = RealtimeProfile(band="log").fit(hours[:408], requests[:408]).predict(hours[408], 24)
+    np.testing.assert_allclose(ratio.p50, log.p50)  # the band changes P90 only
+    assert np.all(ratio.p90 >= ratio.p50)
+    # The log band multiplies a peak by the night's spread; the ratio band stays within
+    # a few times the history's peak (355 requests).
+    assert ratio.p90.max() < 3 * requests[:408].max() < log.p90.max()
+
+
+def test_band_parameters_are_validated(lora: tuple[np.ndarray, np.ndarray]) -> None:
+    hours, requests = lora
+    with pytest.raises(InputError, match=re.escape("`band_floor_fraction` must be a number > 0")):
+        RealtimeProfile(band_floor_fraction=0.0).fit(hours[:48], requests[:48])
+    with pytest.raises(InputError, match=re.escape("`band` must be one of ratio, log")):
+        RealtimeProfile(band="normal").fit(hours[:48], requests[:48])  # type: ignore[arg-type]
