@@ -1,0 +1,337 @@
+"""The analytic cost model of batch jobs: published formulas, one place.
+
+The history generator (training_data/history.py) draws jobs whose costs follow these
+formulas plus noise; the training estimator derives two inputs from them (the
+analytic GPU count and hours); the analytic-FLOPs baseline is these formulas alone.
+Every function takes a validated feature frame (features/job_features.py) and works on
+whole columns.
+
+Sources of the constants:
+
+- Compute per token: forward ~2N, training ~6N for full fine-tuning (Kaplan et al.
+  2020, "Scaling Laws for Neural Language Models", sec. 2.1), plus the attention term
+  2 * n_layer * n_ctx * d_model per forward token (same table). LoRA skips the weight
+  gradients of the frozen base: ~4N (Hu et al. 2021 train only the adapters; the
+  backward pass still computes activation gradients through every layer).
+- Gradient checkpointing recomputes one forward pass: +2N (Chen et al. 2016).
+- DPO runs the policy on chosen and rejected sequences plus a frozen reference forward:
+  8N/6N ~ 1.33x SFT per token (Rafailov et al. 2023).
+- PPO (RLHF) and GRPO (RLVR) are dominated by generation: prompts x samples x new
+  tokens decoded at memory-bandwidth-bound speed (Pope et al. 2022, "Efficiently Scaling
+  Transformer Inference"; Kwon et al. 2023, vLLM), then an update over the rollouts with
+  reference log-probs; PPO adds a reward-model forward and a critic of the same size
+  (Ouyang et al. 2022; Shao et al. 2024 drop the critic in GRPO).
+- Memory: 16 bytes/param for full fine-tuning with Adam in mixed precision (2 weights +
+  2 gradients + 12 optimizer: fp32 master, momentum, variance), partitioned by ZeRO
+  stage 1/2/3 across data-parallel GPUs (Rajbhandari et al. 2020, "ZeRO", sec. 3 and 5);
+  8-bit Adam keeps 2 bytes of state (Dettmers et al. 2022); LoRA keeps the base at
+  2 bytes/param, QLoRA at ~0.55 bytes/param (4-bit NormalFloat with double quantization,
+  Dettmers et al. 2023); activations ~34 * s * b * h bytes per layer with flash
+  attention, 2 * s * b * h per layer with full checkpointing (Korthikanti et al. 2022,
+  "Reducing Activation Recomputation in Large Transformer Models", sec. 4).
+- GPU peaks are NVIDIA's dense (no sparsity) datasheet figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from features.job_features import GPU_MEMORY_GB
+
+FloatArray = npt.NDArray[np.float64]
+
+SECONDS_PER_HOUR = 3600.0
+# Framework buffers, the CUDA context and fragmentation leave about 90% of HBM usable.
+USABLE_MEMORY_FRACTION = 0.9
+MAX_GPUS_LOG2 = 12  # 4,096 GPUs: the largest job the cost model sizes
+# A textbook model-FLOPs utilisation: the analytic baseline's single guess (Chowdhery
+# et al. 2022 report 46% for PaLM pre-training; fine-tuning runs sit lower).
+NOMINAL_MFU = 0.4
+# Concurrent sequences per rollout engine: decode reads the weights once per step for
+# the whole batch, so throughput per GPU grows with it until compute-bound.
+DECODE_BATCH_SEQUENCES = 64.0
+DECODE_BANDWIDTH_EFFICIENCY = 0.6
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    memory_gb: float
+    peak_bf16_tflops: float  # dense tensor-core peak
+    peak_fp8_tflops: float | None  # None: no FP8 tensor cores, FP8 runs at the BF16 rate
+    hbm_tb_per_s: float
+
+
+GPU_SPECS: dict[str, GpuSpec] = {
+    "a100-40gb": GpuSpec(40.0, 312.0, None, 1.555),
+    "a100-80gb": GpuSpec(80.0, 312.0, None, 2.039),
+    "h100-80gb": GpuSpec(80.0, 989.0, 1979.0, 3.35),  # SXM
+    "h200-141gb": GpuSpec(141.0, 989.0, 1979.0, 4.8),
+    "l40s-48gb": GpuSpec(48.0, 362.0, 733.0, 0.864),
+}
+assert set(GPU_SPECS) == set(GPU_MEMORY_GB), "one datasheet per GPU type of the schema"
+
+# Optimizer state bytes per trained parameter in mixed precision (fp32 master copy
+# included): Adam 4+4+4 (ZeRO paper's K=12), 8-bit Adam 4+1+1, Adafactor ~4 (factored
+# second moment, no momentum).
+OPTIMIZER_BYTES = {"adamw": 12.0, "adamw_8bit": 6.0, "adafactor": 4.0}
+QLORA_BYTES_PER_PARAM = 0.55
+ACTIVATION_BYTES_PER_TOKEN_WIDTH_LAYER = 34.0
+CHECKPOINTED_BYTES_PER_TOKEN_WIDTH_LAYER = 2.0
+# LoRA on q, k, v, o: two r x h matrices each, per layer.
+LORA_MATRICES_PER_LAYER = 4
+
+
+def _column(frame: pd.DataFrame, name: str) -> FloatArray:
+    return frame[name].to_numpy(dtype=float)
+
+
+def _technique(frame: pd.DataFrame) -> np.ndarray:
+    return frame["variant"].astype(str).str.split("_", n=1).str[1].to_numpy()
+
+
+def _is_lora(frame: pd.DataFrame) -> np.ndarray:
+    return frame["variant"].astype(str).str.startswith("lora_").to_numpy()
+
+
+def _gpu_attr(frame: pd.DataFrame, attr: str) -> FloatArray:
+    specs = frame["gpu_type"].map(lambda name: getattr(GPU_SPECS[str(name)], attr) or 0.0)
+    return specs.to_numpy(dtype=float)
+
+
+def samples_per_epoch(frame: pd.DataFrame) -> FloatArray:
+    """Dataset samples (prompts, for RL) in one pass."""
+    return _column(frame, "dataset_tokens_million") * 1e6 / _column(frame, "mean_sample_tokens")
+
+
+def padding_factor(frame: pd.DataFrame) -> FloatArray:
+    """Tokens computed per dataset token: 1 with packing; without it, samples are padded
+    to the longest in their micro-batch, which we take as halfway to seq_len (assumption)."""
+    ratio = _column(frame, "seq_len_tokens") / _column(frame, "mean_sample_tokens")
+    return np.where(frame["sequence_packing"].to_numpy(dtype=bool), 1.0, (1.0 + ratio) / 2.0)
+
+
+def forward_flops_per_token(frame: pd.DataFrame, params: FloatArray) -> FloatArray:
+    """2N plus the attention term 2 * layers * context * width (Kaplan et al. 2020)."""
+    context = np.minimum(_column(frame, "mean_sample_tokens"), _column(frame, "seq_len_tokens"))
+    attention = 2.0 * _column(frame, "num_layers") * context * _column(frame, "hidden_size")
+    return 2.0 * params + attention
+
+
+def update_passes(frame: pd.DataFrame) -> FloatArray:
+    """Forward-pass equivalents per trained token: 3 full (6N), 2 LoRA (4N), +1 with
+    checkpointing, +1 for a frozen reference forward (DPO, RL)."""
+    passes = np.where(_is_lora(frame), 2.0, 3.0)
+    passes = passes + frame["gradient_checkpointing"].to_numpy(dtype=bool)
+    technique = _technique(frame)
+    uses_reference = np.isin(technique, ["dpo", "rlhf", "rlvr"])
+    # PPO/GRPO also recompute the old policy's log-probs before the update.
+    recomputes_old_policy = np.isin(technique, ["rlhf", "rlvr"])
+    return np.asarray(passes + uses_reference + recomputes_old_policy, dtype=float)
+
+
+def rollout_tokens(frame: pd.DataFrame) -> FloatArray:
+    """Generated tokens over the whole job (0 for non-RL jobs)."""
+    return (
+        samples_per_epoch(frame)
+        * _column(frame, "epochs")
+        * _column(frame, "rollout_samples_per_prompt")
+        * _column(frame, "rollout_new_tokens")
+    )
+
+
+def update_flops(frame: pd.DataFrame) -> FloatArray:
+    """Model FLOPs of the gradient updates (and, for PPO, the reward model and critic)."""
+    params = _column(frame, "params_billion") * 1e9
+    per_token = update_passes(frame) * forward_flops_per_token(frame, params)
+    technique = _technique(frame)
+    is_rl = np.isin(technique, ["rlhf", "rlvr"])
+    epochs = _column(frame, "epochs")
+    supervised_tokens = _column(frame, "dataset_tokens_million") * 1e6 * epochs * padding_factor(frame)
+    # RL trains on every rollout: prompt plus response.
+    rl_tokens = (
+        samples_per_epoch(frame)
+        * epochs
+        * _column(frame, "rollout_samples_per_prompt")
+        * (_column(frame, "mean_sample_tokens") + _column(frame, "rollout_new_tokens"))
+    )
+    tokens = np.where(is_rl, rl_tokens, supervised_tokens)
+    # PPO: reward-model forward (2N_rm) plus a trained critic of the same size (6N_rm).
+    reward_params = _column(frame, "reward_model_params_billion") * 1e9
+    ppo_extra = np.where(technique == "rlhf", 8.0 * reward_params, 0.0)
+    return tokens * (per_token + ppo_extra)
+
+
+def decode_tokens_per_gpu_second(frame: pd.DataFrame) -> FloatArray:
+    """Rollout throughput of one GPU: each decode step reads the bf16 weights once for a
+    batch of sequences (memory-bound), capped by half the compute peak."""
+    params = _column(frame, "params_billion") * 1e9
+    bandwidth = _gpu_attr(frame, "hbm_tb_per_s") * 1e12
+    memory_bound = DECODE_BATCH_SEQUENCES * DECODE_BANDWIDTH_EFFICIENCY * bandwidth / (2.0 * params)
+    compute_bound = 0.5 * _gpu_attr(frame, "peak_bf16_tflops") * 1e12 / (2.0 * params)
+    return np.minimum(memory_bound, compute_bound)
+
+
+def peak_flops_per_gpu(frame: pd.DataFrame) -> FloatArray:
+    """The tensor-core peak at the job's precision (TF32 for fp32: half of BF16)."""
+    bf16 = _gpu_attr(frame, "peak_bf16_tflops") * 1e12
+    fp8 = _gpu_attr(frame, "peak_fp8_tflops") * 1e12
+    precision = frame["precision"].astype(str).to_numpy()
+    return np.where(
+        precision == "fp8",
+        np.where(fp8 > 0, fp8, bf16),
+        np.where(precision == "fp32", bf16 / 2.0, bf16),
+    )
+
+
+def activation_bytes(frame: pd.DataFrame) -> FloatArray:
+    """Activations one GPU keeps for its micro-batch (Korthikanti et al. 2022): 34 sbh
+    bytes per layer, or 2 sbh per layer plus one full layer with checkpointing."""
+    tokens_width = (
+        _column(frame, "micro_batch_size") * _column(frame, "seq_len_tokens") * _column(frame, "hidden_size")
+    )
+    layers = _column(frame, "num_layers")
+    checkpointing = frame["gradient_checkpointing"].to_numpy(dtype=bool)
+    per_token_width = np.where(
+        checkpointing,
+        CHECKPOINTED_BYTES_PER_TOKEN_WIDTH_LAYER * layers + ACTIVATION_BYTES_PER_TOKEN_WIDTH_LAYER,
+        ACTIVATION_BYTES_PER_TOKEN_WIDTH_LAYER * layers,
+    )
+    return tokens_width * per_token_width
+
+
+def memory_per_gpu_gb(frame: pd.DataFrame, gpus: FloatArray) -> FloatArray:
+    """Peak memory of one GPU when the job runs on ``gpus`` GPUs.
+
+    States are split by the ZeRO stage: stage 1 the optimizer, 2 also the gradients, 3
+    also the weights. A job whose replicated states do not fit on one GPU is taken to
+    shard everything (ZeRO-3, FSDP or tensor parallelism), the only way it can run.
+    """
+    params = _column(frame, "params_billion") * 1e9
+    lora = _is_lora(frame)
+    fp32 = frame["precision"].astype(str).to_numpy() == "fp32"
+    weight_bytes = np.where(fp32, 4.0, 2.0)
+    base_4bit = frame["base_4bit"].to_numpy(dtype=bool)
+    optimizer = frame["optimizer"].astype(str).map(OPTIMIZER_BYTES).to_numpy(dtype=float)
+    # In fp32 there is no separate master copy.
+    optimizer = np.where(fp32, optimizer - 4.0, optimizer)
+
+    adapter_params = (
+        2.0
+        * LORA_MATRICES_PER_LAYER
+        * _column(frame, "lora_rank")
+        * _column(frame, "hidden_size")
+        * _column(frame, "num_layers")
+    )
+    trained = np.where(lora, adapter_params, params)
+    base = np.where(lora, np.where(base_4bit, QLORA_BYTES_PER_PARAM, 2.0) * params, 0.0)
+    weights = base + trained * weight_bytes
+    grads = trained * weight_bytes
+    opt = trained * optimizer
+
+    # Frozen companions: a reference copy (full fine-tuning only; LoRA disables the
+    # adapters instead), PPO's reward model and critic.
+    technique = _technique(frame)
+    reference = np.where(np.isin(technique, ["dpo", "rlhf", "rlvr"]) & ~lora, 2.0 * params, 0.0)
+    reward = _column(frame, "reward_model_params_billion") * 1e9
+    ppo = np.where(technique == "rlhf", reward * (2.0 + 2.0 + weight_bytes + optimizer), 0.0)
+    frozen = reference + ppo
+
+    activations = activation_bytes(frame)
+
+    stage = frame["sharding"].astype(str).to_numpy()
+    stage_number = np.select([stage == "zero1", stage == "zero2", stage == "zero3"], [1, 2, 3], default=0)
+    by_stage = (
+        np.where(stage_number >= 3, weights / gpus, weights)
+        + np.where(stage_number >= 2, grads / gpus, grads)
+        + np.where(stage_number >= 1, opt / gpus, opt)
+        + frozen
+    )
+    fully_sharded = (weights + grads + opt + frozen) / gpus
+    single_gpu = weights + grads + opt + frozen + activations
+    usable = _column(frame, "gpu_memory_gb") * 1e9 * USABLE_MEMORY_FRACTION
+    states = np.where(single_gpu <= usable, by_stage, fully_sharded)
+    return np.asarray(states + activations, dtype=float) / 1e9
+
+
+def min_gpus_for_memory(frame: pd.DataFrame) -> FloatArray:
+    """The smallest power-of-two GPU count whose per-GPU memory fits (capped at 4,096)."""
+    usable_gb = _column(frame, "gpu_memory_gb") * USABLE_MEMORY_FRACTION
+    result = np.full(len(frame), float(2**MAX_GPUS_LOG2))
+    for exponent in range(MAX_GPUS_LOG2, -1, -1):
+        gpus = np.full(len(frame), float(2**exponent))
+        fits = memory_per_gpu_gb(frame, gpus) <= usable_gb
+        result = np.where(fits, gpus, result)
+    return result
+
+
+def scaling_efficiency(gpus: FloatArray) -> FloatArray:
+    """Throughput per GPU falls a little with each doubling (communication; assumption)."""
+    return 1.0 / (1.0 + 0.04 * np.log2(gpus))
+
+
+def compute_hours(frame: pd.DataFrame, gpus: FloatArray, mfu: FloatArray | float) -> FloatArray:
+    """Wall-clock hours of updates plus rollouts on ``gpus`` GPUs at utilisation ``mfu``."""
+    throughput = gpus * peak_flops_per_gpu(frame) * mfu * scaling_efficiency(gpus)
+    update_seconds = update_flops(frame) / throughput
+    rollout_seconds = rollout_tokens(frame) / (gpus * decode_tokens_per_gpu_second(frame))
+    return (update_seconds + rollout_seconds) / SECONDS_PER_HOUR
+
+
+def analytic_estimate(frame: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
+    """The analytic-FLOPs answer alone: (GPUs from memory, hours at the nominal MFU)."""
+    gpus = min_gpus_for_memory(frame)
+    return gpus, compute_hours(frame, gpus, NOMINAL_MFU)
+
+
+# --- quantization -----------------------------------------------------------------
+
+# Reference calibration sets: GPTQ uses 128 random 2048-token C4 segments (Frantar et
+# al. 2022, sec. 5); AWQ 128 samples of 512 tokens from the Pile (Lin et al. 2023, sec. 5).
+REFERENCE_CALIBRATION_TOKENS = {"gptq": 128.0 * 2048.0, "awq": 128.0 * 512.0}
+# GPTQ: ~4 GPU-hours for OPT-175B / BLOOM-176B on one A100-80GB (Frantar et al. 2022).
+GPTQ_HOURS_PER_BILLION = 4.0 / 175.0
+# AWQ: ~10-15 min at 7B, ~1 h at 70B on one A100 (Lin et al. 2023; AutoAWQ reports).
+AWQ_HOURS_PER_BILLION = 0.0125
+# Loading fp16 weights and writing the quantized ones (~2.55 bytes/param) at ~0.5 GB/s
+# of storage, after a fixed start-up of ~5 minutes (process, tokenizer, calibration set).
+QUANT_FIXED_HOURS = 0.08
+QUANT_IO_GB_PER_S = 0.5
+REFERENCE_GPU = "a100-80gb"
+
+
+def quantization_gpus(frame: pd.DataFrame) -> FloatArray:
+    """GPTQ and AWQ quantize one layer at a time on one GPU; bitsandbytes quantizes while
+    loading, so the 4-bit model must fit on the GPUs (power of two)."""
+    params = _column(frame, "params_billion")
+    usable = _gpu_attr(frame, "memory_gb") * USABLE_MEMORY_FRACTION
+    needed = np.maximum(1.0, QLORA_BYTES_PER_PARAM * params / usable)
+    by_memory = 2.0 ** np.ceil(np.log2(needed))
+    layer_wise = frame["algorithm"].astype(str).isin(["gptq", "awq"]).to_numpy()
+    return np.where(layer_wise, 1.0, by_memory)
+
+
+def quantization_gpu_hours(frame: pd.DataFrame) -> FloatArray:
+    """Noise-free GPU-hours: fixed load-and-save plus params x calibration tokens.
+
+    Layer-wise quantization streams each layer's weights and calibration activations,
+    so we scale its speed with HBM bandwidth relative to the A100-80GB (assumption).
+    """
+    params = _column(frame, "params_billion")
+    algorithm = frame["algorithm"].astype(str).to_numpy()
+    calibration = _column(frame, "calibration_samples") * _column(frame, "calibration_seq_len_tokens")
+    speed = _gpu_attr(frame, "hbm_tb_per_s") / GPU_SPECS[REFERENCE_GPU].hbm_tb_per_s
+    per_billion = np.select(
+        [algorithm == "gptq", algorithm == "awq"],
+        [
+            GPTQ_HOURS_PER_BILLION * calibration / REFERENCE_CALIBRATION_TOKENS["gptq"],
+            AWQ_HOURS_PER_BILLION * calibration / REFERENCE_CALIBRATION_TOKENS["awq"],
+        ],
+        default=0.0,  # bitsandbytes: no offline pass, it quantizes at load
+    )
+    io_hours = 2.55 * params / QUANT_IO_GB_PER_S / SECONDS_PER_HOUR
+    wall_hours = QUANT_FIXED_HOURS + io_hours + per_billion * params / speed
+    return wall_hours * quantization_gpus(frame)

@@ -1,0 +1,74 @@
+"""What a batch-job forecaster returns, and the helpers both job estimators share."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from sklearn.exceptions import NotFittedError
+
+from features.job_features import JobKind
+
+__all__ = ["P50P90", "JobForecast", "NotFittedError", "data_bytes", "require_fitted"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class P50P90:
+    """A median and a 90th percentile; ``p90 >= p50`` always."""
+
+    p50: float
+    p90: float
+
+    def __post_init__(self) -> None:
+        if not self.p90 >= self.p50:
+            raise ValueError(f"p90 must be >= p50; got p50={self.p50}, p90={self.p90}.")
+
+    def to_json(self) -> dict[str, float]:
+        return {"p50": self.p50, "p90": self.p90}
+
+
+@dataclass(frozen=True, slots=True)
+class JobForecast:
+    """One batch job's needs: GPUs (powers of two), wall-clock hours and, for
+    quantization, GPU-hours. The scheduler uses the P90 duration by default."""
+
+    kind: JobKind
+    gpus: P50P90
+    duration_hours: P50P90
+    gpu_hours: P50P90 | None = None
+
+    def to_json(self) -> dict[str, dict[str, float]]:
+        result = {"gpus": self.gpus.to_json(), "hours": self.duration_hours.to_json()}
+        if self.gpu_hours is not None:
+            result["gpu_hours"] = self.gpu_hours.to_json()
+        return result
+
+
+def require_fitted(estimator: object, attribute: str) -> None:
+    """Raise scikit-learn's NotFittedError (a ValueError and an AttributeError)."""
+    if not hasattr(estimator, attribute):
+        name = type(estimator).__name__
+        raise NotFittedError(
+            f"This {name} instance is not fitted yet. Call `fit` with a job history first "
+            f"(`gpuplan train` fits and saves one)."
+        )
+
+
+def data_bytes(frame: pd.DataFrame) -> bytes:
+    """A stable byte image of a frame, for the provenance hash."""
+    return pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()
+
+
+def round_to_power_of_two(log2_gpus: FloatArray) -> FloatArray:
+    """GPUs come in power-of-two blocks (the allocation contract): round in log space."""
+    return np.asarray(2.0 ** np.clip(np.round(log2_gpus), 0, None), dtype=float)
+
+
+def ceil_gpu_hours(gpu_hours: float) -> float:
+    """Whole GPU-hours, never zero: a job that ran holds its GPUs for a step."""
+    return float(max(1, math.ceil(gpu_hours - 1e-9)))
