@@ -43,7 +43,8 @@ class JobForecast:
     gpu_hours: P50P90 | None = None
 
     def to_json(self) -> dict[str, dict[str, float]]:
-        result = {"gpus": self.gpus.to_json(), "hours": self.duration_hours.to_json()}
+        gpus: dict[str, float] = {"p50": int(self.gpus.p50), "p90": int(self.gpus.p90)}
+        result = {"gpus": gpus, "hours": self.duration_hours.to_json()}
         if self.gpu_hours is not None:
             result["gpu_hours"] = self.gpu_hours.to_json()
         return result

@@ -1,0 +1,101 @@
+"""``gpuplan forecast job``: one batch job's GPUs and hours (P50, P90), or the schema.
+
+The spec (YAML or JSON) holds ``kind`` (training or quantization) and the feature
+values by name. The estimators are read from ``--models`` (default ./models); when none
+is there the command stops and says to run ``gpuplan train`` rather than training
+silently: a forecast should come from a model whose provenance the user chose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gpuplan.cmd_train import DEFAULT_MODELS_DIR, QUANTIZATION_MODEL_FILE, TRAINING_MODEL_FILE
+
+KINDS = ("training", "quantization")
+MODEL_FILES = {"training": TRAINING_MODEL_FILE, "quantization": QUANTIZATION_MODEL_FILE}
+
+
+def _say(text: str) -> None:
+    """Command output goes to stdout; logging stays on stderr."""
+    sys.stdout.write(text + "\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", type=Path, nargs="?", help="job spec (YAML or JSON)")
+    parser.add_argument("--json", action="store_true", help="print the forecast as JSON")
+    parser.add_argument("--schema", action="store_true", help="print the feature schema as JSON and exit")
+    parser.add_argument("--kind", choices=KINDS, default="training", help="schema to print with --schema")
+    parser.add_argument(
+        "--models",
+        type=Path,
+        default=DEFAULT_MODELS_DIR,
+        help="directory holding the fitted models (default: ./models)",
+    )
+
+
+def _read_spec(path: Path) -> tuple[str, dict[str, object]]:
+    """(kind, feature values) from a YAML or JSON spec."""
+    import yaml
+
+    from gpuplan.errors import InputError
+
+    if not path.is_file():
+        raise InputError("JOB", "an existing YAML or JSON job spec", str(path))
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise InputError("JOB", "valid YAML or JSON", str(error).splitlines()[0]) from error
+    if not isinstance(spec, dict):
+        raise InputError("JOB", "a mapping of feature names to values", type(spec).__name__, source=str(path))
+    kind = spec.pop("kind", None)
+    if kind not in KINDS:
+        raise InputError(
+            "kind",
+            "training or quantization",
+            kind,
+            source=str(path),
+            hint="Add `kind: training` or `kind: quantization` to the spec.",
+        )
+    return str(kind), {str(name): value for name, value in spec.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    from features.job_features import SCHEMAS
+    from forecasting.persistence import load_model
+    from forecasting.quantization_estimator import QuantizationEstimator
+    from forecasting.training_estimator import TrainingEstimator
+    from gpuplan.errors import InputError
+
+    if args.schema:
+        _say(json.dumps(SCHEMAS[args.kind].to_json(), indent=2))
+        return 0
+    if args.spec is None:
+        raise InputError("JOB", "a job spec path (or --schema)", None)
+    kind, features = _read_spec(args.spec)
+    model_path = args.models / MODEL_FILES[kind]
+    if not model_path.is_file():
+        raise InputError(
+            "--models",
+            f"a directory holding {MODEL_FILES[kind]}",
+            str(args.models),
+            hint="Run `gpuplan train` first (add `--models DIR` to both commands to use another directory).",
+        )
+    estimator: TrainingEstimator | QuantizationEstimator = (
+        load_model(model_path, TrainingEstimator)
+        if kind == "training"
+        else load_model(model_path, QuantizationEstimator)
+    )
+    forecast = estimator.forecast_spec(features, source=str(args.spec))
+    if args.json:
+        _say(json.dumps(forecast.to_json()))
+        return 0
+    _say(f"{args.spec.name} ({kind}), model fitted {estimator.provenance_.fitted_at}:")
+    _say(f"  GPUs:  P50 {forecast.gpus.p50:g}  P90 {forecast.gpus.p90:g}")
+    _say(f"  hours: P50 {forecast.duration_hours.p50:.2f}  P90 {forecast.duration_hours.p90:.2f}")
+    if forecast.gpu_hours is not None:
+        _say(f"  GPU-hours: P50 {forecast.gpu_hours.p50:.2f}  P90 {forecast.gpu_hours.p90:g}")
+    return 0
