@@ -115,6 +115,7 @@ def scale_shape(gpus: int) -> Shape:
         rt_peak_share=0.35,
         training_share=0.5,
         max_training_hours=16,
+        load=0.9,
     )
 
 

@@ -1,18 +1,20 @@
 """The fast mode: a heuristic that is legal by construction and answers in milliseconds.
 
-Two passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
+Three passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 
 1. **Real-time as curves.** Each service gets the smallest GPU-count curve that
    covers its demand and that the swap cap can follow (ramps start early enough,
    shrinking is as fast as the cap allows). GPUs are then chosen step by step,
    highest ids first, so the services stack at the top of the cluster and give
-   GPUs back in troughs; every change is charged to the swap cap, and GPUs that
-   will go down are shed early enough (earliest deadline first).
-2. **Batch by value.** Queued jobs go in descending priority (larger rectangles
-   first among equals), each at its earliest feasible start on the aligned block
-   that best fits the holes already there (buddy best-fit: prefer blocks whose
-   parent block is already partly taken, and runs that fill a trough in time).
-   A few job orders are tried and the best total value kept.
+   GPUs back in troughs; spare swap budget moves a service's lowest GPU up into a
+   free higher one (compaction), so whole aligned blocks stay free below. Every
+   change is charged to the swap cap, and GPUs that will go down (or are promised
+   to a batch job) are shed early enough (earliest deadline first).
+2. **Batch by value.** Queued jobs are packed greedily in a few orders (priority
+   first with larger rectangles first among equals; value per step; widest first),
+   each job at its earliest feasible start on the aligned block that best fits the
+   holes already there (buddy best-fit: prefer blocks whose parent block is already
+   partly taken, and runs that fill a trough in time). The best order wins.
 3. **Promote delayed jobs** (a bounded large-neighbourhood search): a batch job that
    the first pass started later than the cluster's fixed load allows is promised its
    earliest slot, the real-time services are re-planned around the promise (they
@@ -257,6 +259,7 @@ def _step_realtime(
         order = sorted(gpus_of(current), key=lambda g: (downs.next_down(g, t + 1) or UNLIMITED, g))
         for gpu in order[: min(have - want, budget)]:
             current &= ~(1 << gpu)
+            budget -= 1
     elif have < want and budget > 0:
         level_end = _level_end(curve, t, have + 1)
         room = min(want - have, budget)
@@ -270,6 +273,32 @@ def _step_realtime(
                 continue
             current |= bit
             room -= 1
+            budget -= 1
+    if previous is not None and budget > 0:
+        current = _compact(current, free & ~downs.ever_down, budget)
+    return current
+
+
+def _compact(current: int, free: int, budget: int) -> int:
+    """Spend spare swap budget moving the lowest held GPU up to a higher free one.
+
+    The services then stay packed at the top and leave whole aligned blocks below for
+    batch work. With two changes to spare the move is done now; with one, the new GPU
+    is added now and the low one is shed next step (the lowest id goes first), so
+    demand stays covered throughout.
+    """
+    for gpu in reversed(gpus_of(free & ~current)):
+        if budget == 0 or not current:
+            break
+        lowest = current & -current
+        if 1 << gpu < lowest:
+            break
+        current |= 1 << gpu
+        if budget >= 2:
+            current &= ~lowest
+            budget -= 2
+        else:
+            budget -= 1
     return current
 
 
@@ -285,11 +314,15 @@ def _level_end(curve: list[int], t: int, level: int) -> int:
 
 
 def _job_orders(instance: Instance) -> list[list[BatchJob]]:
-    """Job orders to try: priority first always (a GPU-step of a higher priority is worth more)."""
+    """Job orders to try; the best packing of them wins (each order suits other mixes)."""
     keys: list[Callable[[BatchJob], tuple[float, ...]]] = [
         lambda j: (-j.priority, -j.gpus * j.duration_steps, j.order),
         lambda j: (-j.priority, -j.gpus, -j.duration_steps, j.order),
         lambda j: (-j.priority, j.release_step, j.order),
+        # value per step first: wide jobs of a good priority before narrow urgent ones
+        lambda j: (-j.priority * j.gpus, -j.duration_steps, j.order),
+        # widest first (first-fit decreasing): keeps room for the blocks hardest to place
+        lambda j: (-j.gpus, -j.priority, -j.duration_steps, j.order),
     ]
     orders: list[list[BatchJob]] = []
     for key in keys:

@@ -42,6 +42,7 @@ class Shape:
     rt_peak_share: float  # the services' summed peak, as a share of the cluster
     training_share: float  # share of batch jobs that are training (the rest: inference, quantization)
     max_training_hours: int
+    load: float  # batch GPU-hours asked, as a share of the GPU-hours real-time leaves free
     uniform_priority: bool = False
     running_share: float = 0.2
 
@@ -49,13 +50,13 @@ class Shape:
 SHAPES: dict[str, Shape] = {
     s.name: s
     for s in (
-        Shape("mixed-control", 8, 8, 2, 0.6, 0.4, 14),
-        Shape("realtime-contention", 8, 4, 4, 0.9, 0.3, 10),
-        Shape("training-heavy", 8, 15, 1, 0.35, 0.8, 20),
-        Shape("large-mixed", 14, 13, 3, 0.5, 0.45, 18),
-        Shape("oversubscribed", 8, 8, 1, 0.4, 0.6, 22),
-        Shape("scale-test", 64, 26, 4, 0.35, 0.5, 16),
-        Shape("uniform-priority", 14, 13, 3, 0.5, 0.45, 18, uniform_priority=True),
+        Shape("mixed-control", 8, 8, 2, 0.6, 0.4, 14, load=1.0),
+        Shape("realtime-contention", 8, 4, 4, 0.9, 0.3, 10, load=0.9),
+        Shape("training-heavy", 8, 15, 1, 0.35, 0.8, 20, load=1.6),
+        Shape("large-mixed", 14, 13, 3, 0.5, 0.45, 18, load=1.1),
+        Shape("oversubscribed", 8, 8, 1, 0.4, 0.6, 22, load=2.0),
+        Shape("scale-test", 64, 26, 4, 0.35, 0.5, 16, load=0.6),
+        Shape("uniform-priority", 14, 13, 3, 0.5, 0.45, 18, load=1.1, uniform_priority=True),
     )
 }
 
@@ -103,6 +104,18 @@ def _batch_job(rng: random.Random, index: int, shape: Shape, max_block: int) -> 
     return job
 
 
+def _scale_training_to_load(batch: list[dict[str, Any]], target_gpu_hours: float, max_hours: int) -> None:
+    """Stretch or shrink training durations (within 2 h .. ``max_hours``) toward the target load."""
+    fixed = sum(j["gpus"] * j["duration"] for j in batch if j["kind"] != "training")
+    training = sum(j["gpus"] * j["duration"] for j in batch if j["kind"] == "training")
+    if not training:
+        return
+    factor = max(target_gpu_hours - fixed, 0) / training
+    for job in batch:
+        if job["kind"] == "training":
+            job["duration"] = min(max_hours, max(2, round(job["duration"] * factor)))
+
+
 def generate(shape: Shape, seed: int) -> dict[str, Any]:
     """One scenario document of ``shape``; the same seed gives the same document."""
     rng = random.Random(f"{shape.name}:{seed}")
@@ -129,8 +142,12 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
         top -= demand[0]
     max_block = 1 << int(math.log2(max(1, shape.gpus // 2)))
     taken = set(range(top, shape.gpus))
-    for i in range(shape.batch_jobs):
-        job = _batch_job(rng, i, shape, max_block)
+    batch = [_batch_job(rng, i, shape, max_block) for i in range(shape.batch_jobs)]
+    rt_gpu_hours = sum(sum(job["demand"]) for job in jobs)
+    _scale_training_to_load(
+        batch, shape.load * (shape.gpus * horizon - rt_gpu_hours), shape.max_training_hours
+    )
+    for job in batch:
         jobs.append(job)
         if "release" not in job and job["duration"] > 1 and rng.random() < shape.running_share:
             blocks = [
