@@ -440,6 +440,8 @@ def generate_history(
     quantization_jobs: int = DEFAULT_QUANTIZATION_JOBS,
 ) -> pd.DataFrame:
     """A year of finished jobs drawn deterministically from ``seed``."""
+    if training_jobs < 0 or quantization_jobs < 0 or training_jobs + quantization_jobs == 0:
+        raise ValueError(f"job counts must be >= 0 and not both 0; got {training_jobs}, {quantization_jobs}.")
     rng = np.random.default_rng(seed)
     batches: list[pd.DataFrame] = []
     while sum(len(batch) for batch in batches) < training_jobs:
@@ -451,17 +453,23 @@ def generate_history(
         fits = job_costs.activation_bytes(features) <= ACTIVATION_SHARE * usable_bytes
         keep = (hours <= MAX_JOB_HOURS) & fits
         batches.append(features[keep].assign(gpus=gpus[keep].astype(int), duration_hours=hours[keep]))
-    training = pd.concat(batches, ignore_index=True).head(training_jobs)
-    training.insert(0, "kind", "training")
+    kinds: list[pd.DataFrame] = []
+    if batches:
+        training = pd.concat(batches, ignore_index=True).head(training_jobs)
+        training.insert(0, "kind", "training")
+        kinds.append(training)
 
-    quantization = _draw_quantization_features(rng, quantization_jobs)
-    q_gpus = job_costs.quantization_gpus(quantization)
-    gpu_hours = job_costs.quantization_gpu_hours(quantization) * rng.lognormal(0.0, 0.2, quantization_jobs)
-    quantization.insert(0, "kind", "quantization")
-    quantization.insert(1, "gpus", q_gpus.astype(int))
-    quantization.insert(2, "duration_hours", gpu_hours / q_gpus)
+    if quantization_jobs > 0:
+        quantization = _draw_quantization_features(rng, quantization_jobs)
+        q_gpus = job_costs.quantization_gpus(quantization)
+        noise = rng.lognormal(0.0, 0.2, quantization_jobs)
+        gpu_hours = job_costs.quantization_gpu_hours(quantization) * noise
+        quantization.insert(0, "kind", "quantization")
+        quantization.insert(1, "gpus", q_gpus.astype(int))
+        quantization.insert(2, "duration_hours", gpu_hours / q_gpus)
+        kinds.append(quantization)
 
-    jobs = pd.concat([training, quantization], ignore_index=True)
+    jobs = pd.concat(kinds, ignore_index=True)
     jobs = jobs.iloc[rng.permutation(len(jobs))].reset_index(drop=True)
     n = len(jobs)
     submit_seconds = np.sort(rng.uniform(0.0, HISTORY_DAYS * 86400.0, n))
