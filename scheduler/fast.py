@@ -45,9 +45,10 @@ MAX_BLOCK_CANDIDATES = 12
 PROMOTION_PASSES = 2
 # Earlier starts tried per job and pass.
 MAX_PROMISE_STARTS = 1
-# Re-plans allowed: at most this many, and fewer as jobs x GPUs grows (see promotion_budget).
-MAX_PROMOTION_TRIALS = 40
+# Re-packs allowed per search: at most this many, fewer as jobs x GPUs grows (see search_budget).
+MAX_SEARCH_TRIALS = 40
 PROMOTION_WORK = 4000
+REORDER_WORK = 4000
 EPSILON = 1e-9
 
 
@@ -63,10 +64,10 @@ class _Candidate:
 
 
 def allocate(instance: Instance) -> Allocation:
-    best = _build(instance, {}, _job_orders(instance))
+    best = _build(instance, {}, _job_orders(instance), reorder_trials=search_budget(instance, REORDER_WORK))
     order = best.order
     promises: dict[str, Placement] = {}
-    trials = promotion_budget(instance)
+    trials = search_budget(instance, PROMOTION_WORK)
     for _ in range(PROMOTION_PASSES):
         improved = False
         for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order)):
@@ -89,15 +90,18 @@ def allocate(instance: Instance) -> Allocation:
     return best.allocation
 
 
-def promotion_budget(instance: Instance) -> int:
-    """How many re-plans the promotion search may run: each costs about one first pass,
-    which grows with jobs x GPUs, so large clusters get few (1,024 GPUs: none)."""
+def search_budget(instance: Instance, work_units: int) -> int:
+    """How many re-packs a search may run: each costs about one greedy pass, which grows
+    with jobs x GPUs, so large clusters get few (1,024 GPUs: none)."""
     work = max(1, len(instance.queued_jobs)) * max(1, instance.gpus // 8)
-    return min(MAX_PROMOTION_TRIALS, PROMOTION_WORK // work)
+    return min(MAX_SEARCH_TRIALS, work_units // work)
 
 
 def _build(
-    instance: Instance, committed: Mapping[str, Placement], orders: Sequence[Sequence[BatchJob]]
+    instance: Instance,
+    committed: Mapping[str, Placement],
+    orders: Sequence[Sequence[BatchJob]],
+    reorder_trials: int = 0,
 ) -> _Candidate:
     """Real-time around the committed blocks, then every other batch job greedily, in the
     best of ``orders``."""
@@ -114,19 +118,36 @@ def _build(
             blocked[t] |= mask
     realtime = place_realtime(instance, board, BlockedSchedule(blocked))
     rt_objective = realtime_objective(instance, realtime)
-    best: tuple[float, dict[str, Placement], Sequence[BatchJob]] | None = None
-    for order in orders:
-        trial = Board(instance)
-        trial.busy = list(board.busy)
-        placements = {
-            **committed,
-            **place_batch(trial, [j for j in order if j.id not in committed]),
-        }
-        value = batch_value(instance, placements)
-        if best is None or value > best[0] + EPSILON:
-            best = (value, placements, order)
-    assert best is not None
-    return _Candidate(rt_objective + best[0], Allocation(batch=best[1], realtime=realtime), best[2])
+    packed = [(*_pack(instance, board, committed, order), order) for order in orders]
+    value, placements, order = max(packed, key=lambda p: p[0])
+    # Local search over the order: move a job to the front, or one place earlier.
+    trials = reorder_trials
+    improved = True
+    while improved and trials > 0:
+        improved = False
+        for i in range(1, len(order)):
+            for candidate in (
+                [order[i], *order[:i], *order[i + 1 :]],
+                [*order[: i - 1], order[i], order[i - 1], *order[i + 1 :]],
+            ):
+                if trials == 0:
+                    break
+                trials -= 1
+                trial_value, trial_placements = _pack(instance, board, committed, candidate)
+                if trial_value > value + EPSILON:
+                    value, placements, order, improved = trial_value, trial_placements, candidate, True
+                    break
+    return _Candidate(rt_objective + value, Allocation(batch=placements, realtime=realtime), order)
+
+
+def _pack(
+    instance: Instance, board: Board, committed: Mapping[str, Placement], order: Sequence[BatchJob]
+) -> tuple[float, dict[str, Placement]]:
+    """Batch value and placements of packing ``order`` greedily on a copy of ``board``."""
+    trial = Board(instance)
+    trial.busy = list(board.busy)
+    placements = {**committed, **place_batch(trial, [j for j in order if j.id not in committed])}
+    return batch_value(instance, placements), placements
 
 
 def _earlier_slots(
