@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from features.job_features import GPU_MEMORY_GB
+from features.job_features import GPU_MEMORY_GB, is_lora, technique_of
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -90,11 +90,11 @@ def _column(frame: pd.DataFrame, name: str) -> FloatArray:
 
 
 def _technique(frame: pd.DataFrame) -> np.ndarray:
-    return frame["variant"].astype(str).str.split("_", n=1).str[1].to_numpy()
+    return technique_of(frame).to_numpy()
 
 
 def _is_lora(frame: pd.DataFrame) -> np.ndarray:
-    return frame["variant"].astype(str).str.startswith("lora_").to_numpy()
+    return is_lora(frame).to_numpy(dtype=bool)
 
 
 def _gpu_attr(frame: pd.DataFrame, attr: str) -> FloatArray:

@@ -9,7 +9,7 @@ broken value before raising, so one error names all the rows and columns to fix.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -242,28 +242,30 @@ class RowRule:
     broken: Callable[[pd.DataFrame], pd.Series]
 
 
-def _technique(frame: pd.DataFrame) -> pd.Series:
+def technique_of(frame: pd.DataFrame) -> pd.Series:
+    """The technique part of each row's ``variant``."""
     return frame["variant"].astype(str).str.split("_", n=1).str[1]
 
 
-def _is_lora(frame: pd.DataFrame) -> pd.Series:
+def is_lora(frame: pd.DataFrame) -> pd.Series:
+    """Whether each row's ``variant`` trains LoRA adapters."""
     return frame["variant"].astype(str).str.startswith("lora_")
 
 
 def _is_rl(frame: pd.DataFrame) -> pd.Series:
-    return _technique(frame).isin([Technique.RLHF.value, Technique.RLVR.value])
+    return technique_of(frame).isin([Technique.RLHF.value, Technique.RLVR.value])
 
 
 TRAINING_RULES: tuple[RowRule, ...] = (
     RowRule(
         ("variant", "lora_rank"),
         "lora_rank > 0 for lora_* variants and 0 for full_* variants",
-        lambda f: _is_lora(f) != (f["lora_rank"] > 0),
+        lambda f: is_lora(f) != (f["lora_rank"] > 0),
     ),
     RowRule(
         ("variant", "base_4bit"),
         "base_4bit false for full_* variants (a 4-bit base cannot be trained)",
-        lambda f: ~_is_lora(f) & f["base_4bit"].astype(bool),
+        lambda f: ~is_lora(f) & f["base_4bit"].astype(bool),
     ),
     RowRule(
         ("variant", "rollout_samples_per_prompt", "rollout_new_tokens"),
@@ -278,7 +280,7 @@ TRAINING_RULES: tuple[RowRule, ...] = (
         "reward_model_params_billion > 0 for rlhf (PPO needs a reward model) and 0 for "
         "sft, dpo and cpt (rlvr may use one or a verifier)",
         lambda f: (
-            ((_technique(f) == Technique.RLHF.value) & (f["reward_model_params_billion"] <= 0))
+            ((technique_of(f) == Technique.RLHF.value) & (f["reward_model_params_billion"] <= 0))
             | (~_is_rl(f) & (f["reward_model_params_billion"] > 0))
         ),
     ),
@@ -407,6 +409,13 @@ class FeatureSchema:
         )
 
 
+def describe_rows(rows: Sequence[str]) -> str:
+    """The first few row labels, and how many more, for an error message."""
+    shown = ", ".join(rows[:_MAX_ROWS_SHOWN])
+    extra = len(rows) - _MAX_ROWS_SHOWN
+    return f"{shown} (+{extra} more)" if extra > 0 else shown
+
+
 @dataclass(frozen=True, slots=True)
 class _Problem:
     """One broken column or rule: what it expects, a few bad values, the rows that break it."""
@@ -417,9 +426,7 @@ class _Problem:
     rows: tuple[str, ...]
 
     def where(self) -> str:
-        shown = ", ".join(self.rows[:_MAX_ROWS_SHOWN])
-        extra = len(self.rows) - _MAX_ROWS_SHOWN
-        return f"{shown} (+{extra} more)" if extra > 0 else shown
+        return describe_rows(self.rows)
 
     def error(self, source: str, others: list[_Problem]) -> InputError:
         hint = f"Broken at {self.where()}."

@@ -60,6 +60,13 @@ def require_fitted(estimator: object, attribute: str) -> None:
         )
 
 
+def submit_window(submit_times: pd.Series | None) -> tuple[object, object]:
+    """(first, last) submit time of the jobs a model learned from, for its provenance."""
+    if submit_times is None or submit_times.empty:
+        return None, None
+    return submit_times.min(), submit_times.max()
+
+
 def data_bytes(frame: pd.DataFrame) -> bytes:
     """A stable byte image of a frame, for the provenance hash."""
     return pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()

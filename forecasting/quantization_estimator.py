@@ -37,6 +37,7 @@ from forecasting.job_forecast import (
     data_bytes,
     require_fitted,
     round_to_power_of_two,
+    submit_window,
 )
 from forecasting.persistence import make_provenance
 from gpuplan.errors import InputError
@@ -201,11 +202,7 @@ class QuantizationEstimator(BaseEstimator):  # type: ignore[misc]  # sklearn is 
             )
         self.cells_ = cells
         self.pooled_ = pooled
-        start, end = (
-            (None, None)
-            if submit_times is None or submit_times.empty
-            else (submit_times.min(), submit_times.max())
-        )
+        start, end = submit_window(submit_times)
         self.provenance_ = make_provenance(
             type(self).__name__,
             rows=len(features),

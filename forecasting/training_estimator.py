@@ -36,6 +36,7 @@ from forecasting.job_forecast import (
     data_bytes,
     require_fitted,
     round_to_power_of_two,
+    submit_window,
 )
 from forecasting.persistence import make_provenance
 from gpuplan.errors import InputError
@@ -133,12 +134,6 @@ def _targets(y: pd.DataFrame, *, rows: int) -> dict[str, FloatArray]:
     if not (np.isfinite(hours).all() and (hours > 0).all()):
         raise InputError("y.duration_hours", "finite durations > 0 hours", float(np.nanmin(hours)))
     return {"log2_gpus": np.log2(gpus), "log_hours": np.log(hours)}
-
-
-def _window(submit_times: pd.Series | None) -> tuple[object, object]:
-    if submit_times is None or submit_times.empty:
-        return None, None
-    return submit_times.min(), submit_times.max()
 
 
 def _to_forecasts(predictions: pd.DataFrame) -> list[JobForecast]:
@@ -292,7 +287,7 @@ class TrainingEstimator(_JobEstimatorMixin, BaseEstimator):  # type: ignore[misc
             for target in TARGETS
         }
         self.feature_names_in_ = np.array(TRAINING_SCHEMA.names, dtype=object)
-        start, end = _window(submit_times)
+        start, end = submit_window(submit_times)
         self.provenance_ = make_provenance(
             type(self).__name__,
             rows=len(features),

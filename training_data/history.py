@@ -29,6 +29,7 @@ from features.job_features import (
     TRAINING_SCHEMA,
     FeatureType,
     JobKind,
+    describe_rows,
 )
 from gpuplan.errors import InputError
 
@@ -126,14 +127,12 @@ def validate_history(raw: pd.DataFrame, *, source: str) -> pd.DataFrame:
 
 def _validate_common(frame: pd.DataFrame, *, source: str, lines: pd.Series) -> pd.DataFrame:
     def fail(column: str, expected: str, bad: pd.Series) -> InputError:
-        where = ", ".join(lines[bad].head(8))
-        more = f" (+{int(bad.sum()) - 8} more)" if bad.sum() > 8 else ""
         return InputError(
             column,
             expected,
             [None if pd.isna(v) else v for v in frame.loc[bad, column].head(3)],
             source=source,
-            hint=f"Broken at {where}{more}.",
+            hint=f"Broken at {describe_rows(tuple(lines[bad]))}.",
         )
 
     kind = frame["kind"].astype("string").str.strip().str.lower()
