@@ -6,7 +6,10 @@ and quantile. Two inputs are derived inside the pipeline from the analytic cost 
 (features/job_costs.py), the memory-bound GPU count and the FLOPs-bound hours, so the
 trees learn the corrections the formulas miss (utilisation, overheads, over-asks)
 instead of rediscovering 6N. Monotone constraints keep the physics: more tokens,
-epochs or rollouts never shorten a job; a larger model never needs fewer GPUs.
+epochs or rollouts never shorten a job; a larger model never needs fewer GPUs. (The
+pinball loss is a custom objective because LightGBM's built-in ``quantile`` objective
+refuses monotone constraints.) The P90 hours are then conformalized on the latest jobs
+(Romano, Patterson & Candes 2019) so that they cover 90% out of sample.
 
 The two baselines the evaluation compares against live here too:
 ``SizeOnlyBaseline`` (what a model's size alone tells) and ``AnalyticBaseline`` (the
