@@ -380,11 +380,24 @@ def place_batch(board: Board, jobs: Sequence[BatchJob]) -> dict[str, Placement]:
 
 
 def _best_block(board: Board, block_gpus: int, start: int, end: int, starts: int) -> int:
-    """Buddy best-fit: the free block whose surroundings are already most taken."""
+    """Buddy best-fit: the free block whose surroundings are already most taken.
+
+    The surroundings are the block's parent, grandparent and great-grandparent aligned
+    blocks (weights 4, 2, 1), seen over the run as GPUs ever taken plus GPUs always taken;
+    cells taken right before and right after the run on the block itself count too
+    (filling a trough in time).
+    """
     candidates = gpus_of(starts)
     if len(candidates) == 1:
         return candidates[0]
     busy = board.busy
+    ever = 0
+    always = board.all_mask
+    for t in range(start, end):
+        ever |= busy[t]
+        always &= busy[t]
+    before = busy[start - 1] if start > 0 else 0
+    after = busy[end] if end < board.horizon else 0
     best_gpu, best_score = candidates[0], -1
     for first_gpu in candidates[:MAX_BLOCK_CANDIDATES]:
         score = 0
@@ -392,15 +405,11 @@ def _best_block(board: Board, block_gpus: int, start: int, end: int, starts: int
         weight = 4
         while span <= board.gpus and weight:
             ancestor = block_mask(first_gpu - first_gpu % span, span)
-            score += weight * sum((busy[t] & ancestor).bit_count() for t in range(start, end))
+            score += weight * ((ever & ancestor).bit_count() + (always & ancestor).bit_count())
             span *= 2
             weight //= 2
         mask = block_mask(first_gpu, block_gpus)
-        # Fill troughs: taken cells right before and right after the run on this block.
-        if start > 0:
-            score += 2 * (busy[start - 1] & mask).bit_count()
-        if end < board.horizon:
-            score += 2 * (busy[end] & mask).bit_count()
+        score += 2 * ((before & mask).bit_count() + (after & mask).bit_count())
         if score > best_score:
             best_gpu, best_score = first_gpu, score
     return best_gpu
