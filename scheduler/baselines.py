@@ -96,18 +96,26 @@ def _follow_reservation(
             current = previous & ~forced
             budget = job.swap_cap - forced.bit_count()
             if t > 0 or running is None:
-                current, budget = _add_highest(current, reserved & up & ~current, budget)
+                current, budget = _add_highest(
+                    current, reserved & up & ~current, budget, downs, t, job.swap_cap
+                )
                 current = _drop_lowest(current, current & ~reserved, budget)
         held.append(current)
         previous = current
     return tuple(held)
 
 
-def _add_highest(current: int, candidates: int, budget: int) -> tuple[int, int]:
+def _add_highest(
+    current: int, candidates: int, budget: int, downs: BlockedSchedule, t: int, swap_cap: int
+) -> tuple[int, int]:
+    """Add reserved GPUs, highest first, skipping any it could not leave in time before it goes down."""
     for gpu in reversed(gpus_of(candidates)):
         if budget <= 0:
             break
-        current |= 1 << gpu
+        bit = 1 << gpu
+        if downs.ever_down & bit and not downs.still_reachable(current | bit, t, swap_cap):
+            continue
+        current |= bit
         budget -= 1
     return current, budget
 

@@ -102,3 +102,23 @@ def test_plan_reports_metrics_and_status() -> None:
     result = plan(instance_of({"gpus": 2, "jobs": [job("a", 2, 3)]}), PolicyName.FIFO)
     assert result.status == "FEASIBLE" and result.bound is None
     assert result.metrics.completed == 1 and result.grid[0][:4] == ("a", "a", "a", None)
+
+
+def test_fifo_does_not_take_back_a_gpu_it_could_not_leave_in_time() -> None:
+    # Found by Hypothesis: regrowing onto GPU 0 at step 1 would leave three GPUs to shed
+    # at step 2 (all down then) with a swap cap of 2.
+    doc = {
+        "gpus": 4,
+        "horizon": 6,
+        "jobs": [
+            {"id": "rt", "kind": "realtime", "priority": 1, "swap_cap": 2, "demand": [0, 0, 0, 0, 0, 3]}
+        ],
+        "running": [{"id": "rt", "gpus": [0, 2, 3]}],
+        "down": [{"gpu": 0, "start": 0, "end": 1}, *({"gpu": g, "start": 2, "end": 3} for g in (0, 2, 3))],
+    }
+    instance = instance_of(doc)
+    for policy in BASELINES:
+        assert (
+            check_plan(instance, build_grid(instance, POLICIES[policy](instance, SolveOptions()).allocation))
+            == []
+        )
