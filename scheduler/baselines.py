@@ -106,7 +106,7 @@ def _follow_reservation(
 
 
 def _add_highest(
-    current: int, candidates: int, budget: int, downs: BlockedSchedule, t: int, swap_cap: int
+    current: int, candidates: int, budget: int, *, downs: BlockedSchedule, t: int, swap_cap: int
 ) -> tuple[int, int]:
     """Add reserved GPUs, highest first, skipping any it could not leave in time before it goes down."""
     for gpu in reversed(gpus_of(candidates)):
