@@ -97,7 +97,7 @@ def _follow_reservation(
             budget = job.swap_cap - forced.bit_count()
             if t > 0 or running is None:
                 current, budget = _add_highest(
-                    current, reserved & up & ~current, budget, downs, t, job.swap_cap
+                    current, reserved & up & ~current, budget, downs=downs, t=t, swap_cap=job.swap_cap
                 )
                 current = _drop_lowest(current, current & ~reserved, budget)
         held.append(current)
