@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -11,6 +12,7 @@ import pandas as pd
 from sklearn.exceptions import NotFittedError
 
 from features.job_features import JobKind
+from forecasting.persistence import Provenance, make_provenance
 
 __all__ = ["P50P90", "JobForecast", "NotFittedError", "data_bytes", "require_fitted"]
 
@@ -70,6 +72,25 @@ def submit_window(submit_times: pd.Series | None) -> tuple[object, object]:
 def data_bytes(frame: pd.DataFrame) -> bytes:
     """A stable byte image of a frame, for the provenance hash."""
     return pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()
+
+
+def job_model_provenance(
+    model: str,
+    features: pd.DataFrame,
+    y: pd.DataFrame | pd.Series,
+    submit_times: pd.Series | None,
+    now: datetime | None,
+) -> Provenance:
+    """Provenance of a job estimator fitted on ``features`` -> ``y`` (rows, window, data hash)."""
+    start, end = submit_window(submit_times)
+    return make_provenance(
+        model,
+        rows=len(features),
+        data_bytes=data_bytes(pd.concat([features, y.reset_index(drop=True)], axis=1)),
+        window_start=start,
+        window_end=end,
+        now=now,
+    )
 
 
 def round_to_power_of_two(log2_gpus: FloatArray) -> FloatArray:

@@ -34,12 +34,10 @@ from forecasting.job_forecast import (
     FloatArray,
     JobForecast,
     ceil_gpu_hours,
-    data_bytes,
+    job_model_provenance,
     require_fitted,
     round_to_power_of_two,
-    submit_window,
 )
-from forecasting.persistence import make_provenance
 from gpuplan.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -202,15 +200,7 @@ class QuantizationEstimator(BaseEstimator):  # type: ignore[misc]  # sklearn is 
             )
         self.cells_ = cells
         self.pooled_ = pooled
-        start, end = submit_window(submit_times)
-        self.provenance_ = make_provenance(
-            type(self).__name__,
-            rows=len(features),
-            data_bytes=data_bytes(pd.concat([features, y.reset_index(drop=True)], axis=1)),
-            window_start=start,
-            window_end=end,
-            now=now,
-        )
+        self.provenance_ = job_model_provenance(type(self).__name__, features, y, submit_times, now)
         return self
 
     def cell(self, algorithm: str, tier: int) -> CellModel:

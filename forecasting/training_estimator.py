@@ -36,12 +36,10 @@ from forecasting.job_forecast import (
     P50P90,
     FloatArray,
     JobForecast,
-    data_bytes,
+    job_model_provenance,
     require_fitted,
     round_to_power_of_two,
-    submit_window,
 )
-from forecasting.persistence import make_provenance
 from gpuplan.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -290,15 +288,7 @@ class TrainingEstimator(_JobEstimatorMixin, BaseEstimator):  # type: ignore[misc
             for target in TARGETS
         }
         self.feature_names_in_ = np.array(TRAINING_SCHEMA.names, dtype=object)
-        start, end = submit_window(submit_times)
-        self.provenance_ = make_provenance(
-            type(self).__name__,
-            rows=len(features),
-            data_bytes=data_bytes(pd.concat([features, y.reset_index(drop=True)], axis=1)),
-            window_start=start,
-            window_end=end,
-            now=now,
-        )
+        self.provenance_ = job_model_provenance(type(self).__name__, features, y, submit_times, now)
         return self
 
     def predict(self, x: pd.DataFrame) -> pd.DataFrame:
