@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuplan.errors import InputError
+from scheduler import curves
 
 IntArray = npt.NDArray[np.int64]
 
@@ -53,14 +54,11 @@ def gpus_needed(requests: npt.ArrayLike, requests_per_gpu_hour: float, headroom:
 
 def swap_capped_curve(need: npt.ArrayLike, swap_cap: int) -> IntArray:
     """The minimal curve ``c >= need`` with ``|c(t) - c(t-1)| <= swap_cap`` for every t."""
-    curve = np.asarray(need, dtype=np.int64).copy()
     if swap_cap < 0:
         raise InputError("swap_cap", "an integer >= 0", swap_cap)
-    for t in range(1, curve.size):  # falls may be at most swap_cap per hour
-        curve[t] = max(curve[t], curve[t - 1] - swap_cap)
-    for t in range(curve.size - 2, -1, -1):  # rises start early enough
-        curve[t] = max(curve[t], curve[t + 1] - swap_cap)
-    return curve
+    # The allocator's own rule, so that forecast and optimizer agree on what churn costs.
+    need_gpus = [int(n) for n in np.asarray(need, dtype=np.int64)]
+    return np.asarray(curves.swap_capped_curve(need_gpus, swap_cap), dtype=np.int64)
 
 
 def gpu_curve(p90_requests: npt.ArrayLike, capacity: AppCapacity) -> IntArray:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.board import BlockedSchedule, Board, free_block_starts
+from scheduler.curves import swap_capped_curve
 from scheduler.model import (
     Allocation,
     BatchJob,
@@ -191,23 +192,6 @@ def _earlier_slots(
 # --- real-time -------------------------------------------------------------------------------
 
 
-def count_curve(demand: Sequence[int], swap_cap: int, running: int | None) -> list[int]:
-    """The least GPU count per step, >= demand, that a swap cap of ``swap_cap`` can follow.
-
-    Rises must start early (``c(t) >= c(t+1) - cap``) and falls are slowed
-    (``c(t) >= c(t-1) - cap``); a running set of ``running`` GPUs is where it starts.
-    """
-    curve = list(demand)
-    for t in range(len(curve) - 2, -1, -1):
-        curve[t] = max(curve[t], curve[t + 1] - swap_cap)
-    previous = running
-    for t in range(len(curve)):
-        if previous is not None:
-            curve[t] = max(curve[t], previous - swap_cap)
-        previous = curve[t]
-    return curve
-
-
 def realtime_objective(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> float:
     """Value minus penalty of the real-time holdings (the contract's scoring, per job and step)."""
     total = 0.0
@@ -231,7 +215,9 @@ def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -
     for job in jobs:
         running = instance.running_realtime.get(job.id)
         previous[job.id] = running.mask if running else None
-        curves[job.id] = count_curve(job.demand, job.swap_cap, running.mask.bit_count() if running else None)
+        curves[job.id] = swap_capped_curve(
+            job.demand, job.swap_cap, running.mask.bit_count() if running else None
+        )
     held: dict[str, list[int]] = {job.id: [] for job in instance.realtime_jobs}
     for t in range(instance.horizon_steps):
         held_before = 0

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.check import check_plan
-from scheduler.fast import allocate, count_curve
+from scheduler.curves import swap_capped_curve
+from scheduler.fast import allocate
 from scheduler.metrics import score
 from scheduler.model import build_grid, gpus_of
 from scheduler.policies import PolicyName, plan
@@ -29,7 +30,7 @@ def test_fast_plan_is_legal(doc: dict[str, Any]) -> None:
     st.one_of(st.none(), st.integers(0, 12)),
 )
 def test_count_curve_covers_demand_within_swap_cap(demand: list[int], cap: int, running: int | None) -> None:
-    curve = count_curve(demand, cap, running)
+    curve = swap_capped_curve(demand, cap, running)
     assert all(c >= d for c, d in zip(curve, demand, strict=True))
     assert all(abs(b - a) <= cap for a, b in pairwise(curve))
     if running is not None:
