@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from gpuplan.table import format_table
+
 if TYPE_CHECKING:
     from forecasting.backtest import ForecastBacktest, GpuRow
 
@@ -16,9 +18,7 @@ if TYPE_CHECKING:
 #: GPUs. A scale choice, not something learned: it sets how coarse a GPU step is.
 PEAK_GPUS = 16
 BASES: tuple[Literal["p90"], Literal["p50"]] = ("p90", "p50")
-TRADEOFF_HEADER = (
-    f"{'headroom':>8s} {'gpu_h':>7s} {'peak_h':>7s} {'saved':>7s} {'hours_cov':>9s} {'served':>7s}"
-)
+TRADEOFF_HEADER = ("headroom", "gpu_h", "peak_h", "saved", "hours_cov", "served")
 
 
 def _say(text: str) -> None:
@@ -97,12 +97,18 @@ def run(args: argparse.Namespace) -> int:
         )
         for basis, rows in tradeoffs.items():
             _say(f"trade-off, GPUs from {basis.upper()} x (1 + headroom):")
-            _say(TRADEOFF_HEADER)
-            for t in rows:
-                _say(
-                    f"{t.headroom:8.2f} {t.gpu_hours:7d} {t.peak_reservation_gpu_hours:7d} "
-                    f"{t.saving:7.1%} {t.hours_covered:9.1%} {t.demand_served:7.2%}"
-                )
+            table = [
+                [
+                    f"{t.headroom:.2f}",
+                    t.gpu_hours,
+                    t.peak_reservation_gpu_hours,
+                    f"{t.saving:.1%}",
+                    f"{t.hours_covered:.1%}",
+                    f"{t.demand_served:.2%}",
+                ]
+                for t in rows
+            ]
+            _say(format_table(TRADEOFF_HEADER, table))
             found = best_by_basis[basis]
             if found is None:
                 _say(f"at 99% of GPU-demand served ({basis.upper()}): not reached")

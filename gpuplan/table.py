@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
@@ -21,7 +22,13 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     return "\n".join(out)
 
 
+_NUMERIC_TEXT = re.compile(r"[-+]?[\d,]*\.?\d+%?")
+
+
 def _is_number(value: object) -> bool:
+    """Numbers, and numbers already formatted as text (``"31.3%"``, ``"1,692"``), align right."""
+    if isinstance(value, str):
+        return bool(_NUMERIC_TEXT.fullmatch(value))
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
