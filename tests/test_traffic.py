@@ -58,7 +58,10 @@ def test_gaps_and_duplicates_are_repaired_and_reported(
 
 
 def test_servegen_day_hour_labels_become_timestamps() -> None:
-    shared = Path("/work/shared/data/traffic/servegen_m-large_hourly.csv")
+    # ../shared beside the checkout holds the raw trace (dayDD_hHH labels), as in CI
+    shared = (
+        Path(__file__).resolve().parents[2] / "shared" / "data" / "traffic" / "servegen_m-large_hourly.csv"
+    )
     bundled = load_traffic(TRAFFIC / "servegen_m-large_hourly.csv")
     if shared.exists():
         original = load_traffic(shared)
