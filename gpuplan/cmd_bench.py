@@ -107,6 +107,7 @@ def _seven(args: argparse.Namespace) -> int:
                 f"{p['fast'].metrics.objective:,.0f}",
                 "-" if full is None else f"{full.metrics.objective:,.0f}",
                 "-" if full is None or full.bound is None else f"{full.bound:,.0f} ({full.status})",
+                "-" if r.gap_to_full is None else f"{r.gap_to_full:.2%}",
                 "-" if r.full_gap is None else f"{r.full_gap:.2%}",
                 " / ".join(f"{p[n].metrics.rt_coverage:.0%}" for n in p),
             ]
@@ -122,7 +123,8 @@ def _seven(args: argparse.Namespace) -> int:
         "fast obj",
         "full obj",
         "bound",
-        "fast gap",
+        "fast gap to full",
+        "to bound",
         "rt cov " + "/".join(results[0].plans),
     ]
     print(format_table(headers, rows))

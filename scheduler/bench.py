@@ -45,6 +45,15 @@ class ScenarioResult:
         return (fast - fifo) / abs(fifo) if fifo else float("inf")
 
     @property
+    def gap_to_full(self) -> float | None:
+        """Fast objective's shortfall from the full mode's objective, as a share of it."""
+        full = self.plans.get("full")
+        if full is None:
+            return None
+        best = full.metrics.objective
+        return (best - self.plans["fast"].metrics.objective) / abs(best) if best else 0.0
+
+    @property
     def full_gap(self) -> float | None:
         """Fast objective's shortfall from the full mode's proven bound, as a share of the bound."""
         full = self.plans.get("full")
@@ -59,6 +68,7 @@ class ScenarioResult:
             "jobs": self.jobs,
             "fast_latency_ms": self.fast_latency_ms,
             "value_gain": self.value_gain,
+            "fast_gap_to_full": self.gap_to_full,
             "fast_gap_to_bound": self.full_gap,
             "policies": {
                 name: {
