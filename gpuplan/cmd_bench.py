@@ -47,7 +47,7 @@ def _progress(total: int, desc: str):  # type: ignore[no-untyped-def]
         total=total,
         desc=desc,
         file=sys.stderr,
-        disable=not sys.stderr.isatty() and total < 2,
+        disable=not sys.stderr.isatty(),
         leave=False,
     )
 

@@ -3,51 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from gpuplan.table import format_table
-from scheduler.policies import Plan
+from gpuplan.table import comparison_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", type=Path, help="scenario file (default: the bundled mixed-control)")
     parser.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS", help="full mode's limit")
     parser.add_argument("--png", type=Path, metavar="GRIDS.png", help="draw the plans stacked")
-
-
-def comparison_table(plans: Sequence[Plan]) -> str:
-    rows = [
-        [
-            p.policy,
-            p.metrics.utilization,
-            p.metrics.value,
-            p.metrics.penalty,
-            p.metrics.objective,
-            p.metrics.rt_coverage,
-            p.metrics.completed,
-            p.metrics.unscheduled,
-            p.solve_ms,
-            p.status,
-            "-" if p.bound is None else p.bound,
-        ]
-        for p in plans
-    ]
-    headers = [
-        "policy",
-        "util",
-        "value",
-        "penalty",
-        "objective",
-        "rt_cov",
-        "done",
-        "unsched",
-        "ms",
-        "status",
-        "bound",
-    ]
-    return format_table(headers, rows)
 
 
 def run(args: argparse.Namespace) -> int:

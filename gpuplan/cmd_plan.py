@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gpuplan.errors import InputError
+from gpuplan.table import comparison_table
 
 POLICY_NAMES = ("fast", "full", "fifo", "fifo-backfill", "priority-backfill")
 
@@ -53,8 +54,6 @@ def run(args: argparse.Namespace) -> int:
 
         draw_plans(instance, plans, args.png)
     if args.compare:
-        from gpuplan.cmd_demo import comparison_table
-
         print(comparison_table(plans))
         return 0
     payload = plans[0].as_dict()

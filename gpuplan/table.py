@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scheduler.policies import Plan
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -36,3 +40,37 @@ def _text(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 2 else f"{value:,.1f}"
     return str(value)
+
+
+def comparison_table(plans: Sequence[Plan]) -> str:
+    """Several policies' plans of one scenario, one row each."""
+    rows = [
+        [
+            p.policy,
+            p.metrics.utilization,
+            p.metrics.value,
+            p.metrics.penalty,
+            p.metrics.objective,
+            p.metrics.rt_coverage,
+            p.metrics.completed,
+            p.metrics.unscheduled,
+            p.solve_ms,
+            p.status,
+            "-" if p.bound is None else p.bound,
+        ]
+        for p in plans
+    ]
+    headers = [
+        "policy",
+        "util",
+        "value",
+        "penalty",
+        "objective",
+        "rt_cov",
+        "done",
+        "unsched",
+        "ms",
+        "status",
+        "bound",
+    ]
+    return format_table(headers, rows)
