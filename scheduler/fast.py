@@ -44,8 +44,6 @@ UNLIMITED = 1 << 30
 MAX_BLOCK_CANDIDATES = 12
 # Promotion passes over the delayed jobs; each trial re-plans the whole grid.
 PROMOTION_PASSES = 2
-# Earlier starts tried per job and pass.
-MAX_PROMISE_STARTS = 1
 # Re-packs allowed per search: at most this many, fewer as jobs x GPUs grows (see search_budget).
 MAX_SEARCH_TRIALS = 40
 PROMOTION_WORK = 4000
@@ -73,19 +71,19 @@ def allocate(instance: Instance) -> Allocation:
         improved = False
         for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order)):
             current = best.allocation.batch.get(job.id)
-            latest = instance.horizon_steps if current is None else current.start_step
-            for promise in _earlier_slots(instance, best.allocation, job, promises, before=latest):
-                if trials == 0:
-                    return best.allocation
-                trials -= 1
-                committed = {**promises, job.id: promise}
-                try:
-                    trial = _build(instance, committed, [order])
-                except InfeasiblePromiseError:
-                    continue
-                if trial.objective > best.objective + EPSILON:
-                    best, promises, improved = trial, committed, True
-                    break
+            promise = _earliest_slot(instance, best.allocation, job, promises)
+            if promise is None or (current is not None and current.start_step <= promise.start_step):
+                continue
+            if trials == 0:
+                return best.allocation
+            trials -= 1
+            committed = {**promises, job.id: promise}
+            try:
+                trial = _build(instance, committed, [order])
+            except InfeasiblePromiseError:
+                continue
+            if trial.objective > best.objective + EPSILON:
+                best, promises, improved = trial, committed, True
         if not improved:
             break
     return best.allocation
@@ -107,16 +105,9 @@ def _build(
     """Real-time around the committed blocks, then every other batch job greedily, in the
     best of ``orders``."""
     board = Board(instance)
-    blocked = list(instance.down_masks)
-    jobs = instance.jobs_by_id
-    for job_id, placement in committed.items():
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        end = job.end_step(placement.start_step, instance.horizon_steps)
-        mask = block_mask(placement.first_gpu, job.gpus)
-        board.occupy(mask, placement.start_step, end)
-        for t in range(placement.start_step, end):
-            blocked[t] |= mask
+    promised = _placement_masks(instance, committed)
+    blocked = [down | mask for down, mask in zip(instance.down_masks, promised, strict=True)]
+    board.busy = [busy | mask for busy, mask in zip(board.busy, promised, strict=True)]
     realtime = place_realtime(instance, board, BlockedSchedule(blocked))
     rt_objective = realtime_objective(instance, realtime)
     packed = [(*_pack(instance, board, committed, order), order) for order in orders]
@@ -151,42 +142,44 @@ def _pack(
     return batch_value(instance, placements), placements
 
 
-def _earlier_slots(
-    instance: Instance,
-    allocation: Allocation,
-    job: BatchJob,
-    promises: Mapping[str, Placement],
-    before: int,
-) -> list[Placement]:
-    """Up to ``MAX_PROMISE_STARTS`` starts before ``before`` that running jobs, down GPUs and
-    other promises leave free for ``job``, each on the block real-time uses least there."""
-    fixed = Board(instance)
+def _placement_masks(instance: Instance, placements: Mapping[str, Placement]) -> list[int]:
+    """Per step, the GPUs that ``placements`` occupy."""
+    masks = [0] * instance.horizon_steps
     jobs = instance.jobs_by_id
-    for job_id, placement in promises.items():
-        if job_id != job.id:
-            other = jobs[job_id]
-            assert isinstance(other, BatchJob)
-            end = other.end_step(placement.start_step, instance.horizon_steps)
-            fixed.occupy_block(placement.first_gpu, other.gpus, placement.start_step, end)
-    slots: list[Placement] = []
-    for start in range(job.release_step, min(before, instance.horizon_steps)):
+    for job_id, placement in placements.items():
+        job = jobs[job_id]
+        assert isinstance(job, BatchJob)
+        mask = block_mask(placement.first_gpu, job.gpus)
+        for t in range(placement.start_step, job.end_step(placement.start_step, instance.horizon_steps)):
+            masks[t] |= mask
+    return masks
+
+
+def _realtime_cells(allocation: Allocation, first_gpu: int, gpus: int, start: int, end: int) -> int:
+    """Real-time GPU-steps inside block ``[first_gpu, first_gpu + gpus)`` over ``[start, end)``."""
+    mask = block_mask(first_gpu, gpus)
+    return sum(
+        (held[t] & mask).bit_count() for held in allocation.realtime.values() for t in range(start, end)
+    )
+
+
+def _earliest_slot(
+    instance: Instance, allocation: Allocation, job: BatchJob, promises: Mapping[str, Placement]
+) -> Placement | None:
+    """The earliest start that running jobs, down GPUs and the other promises leave ``job``,
+    on the block that real-time uses least there (the fewest GPUs it must move)."""
+    fixed = Board(instance)
+    others = {job_id: p for job_id, p in promises.items() if job_id != job.id}
+    fixed.busy = [
+        busy | mask for busy, mask in zip(fixed.busy, _placement_masks(instance, others), strict=True)
+    ]
+    for start in range(job.release_step, instance.horizon_steps):
         end = job.end_step(start, instance.horizon_steps)
         starts = fixed.free_starts(job.gpus, start, end)
-        if not starts:
-            continue
-
-        def rt_cells(first_gpu: int, start: int = start, end: int = end) -> int:
-            mask = block_mask(first_gpu, job.gpus)
-            return sum(
-                (held[t] & mask).bit_count()
-                for held in allocation.realtime.values()
-                for t in range(start, end)
-            )
-
-        slots.append(Placement(start_step=start, first_gpu=min(gpus_of(starts), key=rt_cells)))
-        if len(slots) == MAX_PROMISE_STARTS:
-            break
-    return slots
+        if starts:
+            moved = {a: _realtime_cells(allocation, a, job.gpus, start, end) for a in gpus_of(starts)}
+            return Placement(start_step=start, first_gpu=min(moved, key=moved.__getitem__))
+    return None
 
 
 # --- real-time -------------------------------------------------------------------------------
