@@ -44,6 +44,8 @@ UNLIMITED = 1 << 30
 MAX_BLOCK_CANDIDATES = 12
 # Promotion passes over the delayed jobs; each trial re-plans the whole grid.
 PROMOTION_PASSES = 2
+# Starts tried per delayed job and pass, earliest first; the first that improves is kept.
+PROMISE_STARTS = 1
 # Re-packs allowed per search: at most this many, fewer as jobs x GPUs grows (see search_budget).
 MAX_SEARCH_TRIALS = 40
 PROMOTION_WORK = 4000
@@ -60,6 +62,7 @@ class _Candidate:
     objective: float
     allocation: Allocation
     order: Sequence[BatchJob]  # the batch order that produced it
+    rt_shortfall: int  # demanded real-time GPU-steps left unserved
 
 
 def allocate(instance: Instance) -> Allocation:
@@ -71,19 +74,21 @@ def allocate(instance: Instance) -> Allocation:
         improved = False
         for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order)):
             current = best.allocation.batch.get(job.id)
-            promise = _earliest_slot(instance, best.allocation, job, promises)
-            if promise is None or (current is not None and current.start_step <= promise.start_step):
-                continue
-            if trials == 0:
-                return best.allocation
-            trials -= 1
-            committed = {**promises, job.id: promise}
-            try:
-                trial = _build(instance, committed, [order])
-            except InfeasiblePromiseError:
-                continue
-            if trial.objective > best.objective + EPSILON:
-                best, promises, improved = trial, committed, True
+            latest = instance.horizon_steps if current is None else current.start_step
+            for promise in _earlier_slots(instance, best.allocation, job, promises, before=latest):
+                if trials == 0:
+                    return best.allocation
+                trials -= 1
+                committed = {**promises, job.id: promise}
+                try:
+                    trial = _build(instance, committed, [order])
+                except InfeasiblePromiseError:
+                    continue
+                # A promotion may not buy batch value with real-time demand the first pass
+                # served: inference latency targets are not for sale, whatever the penalty says.
+                if trial.objective > best.objective + EPSILON and trial.rt_shortfall <= best.rt_shortfall:
+                    best, promises, improved = trial, committed, True
+                    break
         if not improved:
             break
     return best.allocation
@@ -129,7 +134,12 @@ def _build(
                 if trial_value > value + EPSILON:
                     value, placements, order, improved = trial_value, trial_placements, candidate, True
                     break
-    return _Candidate(rt_objective + value, Allocation(batch=placements, realtime=realtime), order)
+    shortfall = sum(
+        max(0, need - mask.bit_count())
+        for job in instance.realtime_jobs
+        for need, mask in zip(job.demand, realtime[job.id], strict=True)
+    )
+    return _Candidate(rt_objective + value, Allocation(batch=placements, realtime=realtime), order, shortfall)
 
 
 def _pack(
@@ -163,23 +173,31 @@ def _realtime_cells(allocation: Allocation, first_gpu: int, gpus: int, start: in
     )
 
 
-def _earliest_slot(
-    instance: Instance, allocation: Allocation, job: BatchJob, promises: Mapping[str, Placement]
-) -> Placement | None:
-    """The earliest start that running jobs, down GPUs and the other promises leave ``job``,
-    on the block that real-time uses least there (the fewest GPUs it must move)."""
+def _earlier_slots(
+    instance: Instance,
+    allocation: Allocation,
+    job: BatchJob,
+    promises: Mapping[str, Placement],
+    before: int,
+) -> list[Placement]:
+    """The first ``PROMISE_STARTS`` starts before ``before`` that running jobs, down GPUs and
+    the other promises leave ``job``, each on the block real-time uses least there (the
+    fewest GPUs it must move)."""
     fixed = Board(instance)
     others = {job_id: p for job_id, p in promises.items() if job_id != job.id}
     fixed.busy = [
         busy | mask for busy, mask in zip(fixed.busy, _placement_masks(instance, others), strict=True)
     ]
-    for start in range(job.release_step, instance.horizon_steps):
+    slots: list[Placement] = []
+    for start in range(job.release_step, min(before, instance.horizon_steps)):
         end = job.end_step(start, instance.horizon_steps)
         starts = fixed.free_starts(job.gpus, start, end)
         if starts:
             moved = {a: _realtime_cells(allocation, a, job.gpus, start, end) for a in gpus_of(starts)}
-            return Placement(start_step=start, first_gpu=min(moved, key=moved.__getitem__))
-    return None
+            slots.append(Placement(start_step=start, first_gpu=min(moved, key=moved.__getitem__)))
+            if len(slots) == PROMISE_STARTS:
+                break
+    return slots
 
 
 # --- real-time -------------------------------------------------------------------------------
