@@ -44,8 +44,9 @@ UNLIMITED = 1 << 30
 MAX_BLOCK_CANDIDATES = 12
 # Promotion passes over the delayed jobs; each trial re-plans the whole grid.
 PROMOTION_PASSES = 2
-# Starts tried per delayed job and pass, earliest first; the first that improves is kept.
-PROMISE_STARTS = 1
+# Starts tried per delayed job and pass, as offsets from its earliest free start; the first
+# that improves is kept. Later starts let real-time services move out of the way in time.
+PROMISE_OFFSETS = (0, 2, 5, 9)
 # Re-packs allowed per search: at most this many, fewer as jobs x GPUs grows (see search_budget).
 MAX_SEARCH_TRIALS = 40
 PROMOTION_WORK = 4000
@@ -180,23 +181,25 @@ def _earlier_slots(
     promises: Mapping[str, Placement],
     before: int,
 ) -> list[Placement]:
-    """The first ``PROMISE_STARTS`` starts before ``before`` that running jobs, down GPUs and
-    the other promises leave ``job``, each on the block real-time uses least there (the
-    fewest GPUs it must move)."""
+    """Starts before ``before`` that running jobs, down GPUs and the other promises leave
+    ``job`` (the earliest, then ``PROMISE_OFFSETS`` later), each on the block real-time
+    uses least there (the fewest GPUs it must move)."""
     fixed = Board(instance)
     others = {job_id: p for job_id, p in promises.items() if job_id != job.id}
     fixed.busy = [
         busy | mask for busy, mask in zip(fixed.busy, _placement_masks(instance, others), strict=True)
     ]
     slots: list[Placement] = []
+    earliest: int | None = None
     for start in range(job.release_step, min(before, instance.horizon_steps)):
+        if earliest is not None and start - earliest not in PROMISE_OFFSETS:
+            continue
         end = job.end_step(start, instance.horizon_steps)
         starts = fixed.free_starts(job.gpus, start, end)
         if starts:
+            earliest = start if earliest is None else earliest
             moved = {a: _realtime_cells(allocation, a, job.gpus, start, end) for a in gpus_of(starts)}
             slots.append(Placement(start_step=start, first_gpu=min(moved, key=moved.__getitem__)))
-            if len(slots) == PROMISE_STARTS:
-                break
     return slots
 
 
@@ -293,8 +296,30 @@ def _step_realtime(
             room -= 1
             budget -= 1
     if previous is not None and budget > 0:
+        current, budget = _evacuate_early(current, free & ~downs.ever_down, budget, t, downs)
         current = _compact(current, free & ~downs.ever_down, budget)
     return current
+
+
+def _evacuate_early(current: int, safe: int, budget: int, t: int, downs: BlockedSchedule) -> tuple[int, int]:
+    """Spend spare swap budget replacing held GPUs that will be taken away later.
+
+    Leaving a GPU at the last moment (the earliest-deadline rule) spends the whole cap
+    on drops and leaves none for replacements; moving early, one GPU in before one out,
+    keeps demand covered. ``safe`` GPUs are free now and never blocked later.
+    """
+    doomed = sorted(
+        (d, g) for g in gpus_of(current & downs.ever_down) if (d := downs.next_down(g, t + 1)) is not None
+    )
+    for (_, gpu), replacement in zip(doomed, reversed(gpus_of(safe & ~current)), strict=False):
+        if budget == 0:
+            break
+        current |= 1 << replacement
+        budget -= 1
+        if budget:
+            current &= ~(1 << gpu)  # with one change to spare, the doomed GPU is shed next step
+            budget -= 1
+    return current, budget
 
 
 def _compact(current: int, free: int, budget: int) -> int:

@@ -91,3 +91,21 @@ def test_fast_serves_more_realtime_than_peak_reservation_on_bundled_scenario() -
     fifo = plan(inst, PolicyName.FIFO).metrics
     assert fast.rt_coverage == 1.0 > fifo.rt_coverage
     assert fast.objective > fifo.objective and fast.utilization > fifo.utilization
+
+
+def test_realtime_leaves_a_gpu_early_when_it_will_go_down() -> None:
+    # Leaving GPU 3 only when it goes down would spend the whole cap of 1 on the drop at
+    # step 5 and miss that step's demand; moving early (one in, then one out) misses none.
+    inst = instance_of(
+        {
+            "gpus": 4,
+            "horizon": 8,
+            "jobs": [{"id": "rt", "kind": "realtime", "priority": 5, "swap_cap": 1, "demand": [1] * 8}],
+            "running": [{"id": "rt", "gpus": [3]}],
+            "down": [{"gpu": 3, "start": 5}],
+        }
+    )
+    grid = build_grid(inst, allocate(inst))
+    assert check_plan(inst, grid) == []
+    assert score(inst, grid).rt_coverage == 1.0
+    assert grid[3][4] is None  # already gone before the window
