@@ -17,9 +17,10 @@ Three passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    partly taken, and runs that fill a trough in time). The best order wins.
 3. **Promote delayed jobs** (a bounded large-neighbourhood search): a batch job that
    the first pass started later than the cluster's fixed load allows is promised its
-   earliest slot, the real-time services are re-planned around the promise (they
-   move GPUs ahead of time within their swap caps), the rest is re-packed, and the
-   change is kept only if the exact objective improves.
+   earliest slot (or one a few steps later), the real-time services are re-planned
+   around the promise (they move GPUs ahead of time within their swap caps), the rest
+   is re-packed, and the change is kept only if the exact objective improves without
+   leaving real-time demand unserved that was served before.
 """
 
 from __future__ import annotations
