@@ -132,10 +132,10 @@ def _seven(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from scheduler.bench import SHAPE_NAMES, run_scenario, sample_instances
+    from scheduler.bench import run_scenario, sample_instances
     from scheduler.synthetic import SHAPES
 
-    names = SHAPE_NAMES if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
+    names = tuple(SHAPES) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
     for name in names:
         if name not in SHAPES:
             raise InputError("--shapes", f"names from {list(SHAPES)}", name)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from scheduler.model import Instance, build_grid
 from scheduler.policies import POLICIES, Plan, PolicyName, SolveOptions, plan
-from scheduler.scenario_io import load_scenario, parse_scenario
-from scheduler.synthetic import SHAPES, Shape, generate
+from scheduler.scenario_io import parse_scenario
+from scheduler.synthetic import Shape, generate
 
 
 def latency_ms(instance: Instance, policy: PolicyName, runs: int = 50) -> float:
@@ -103,11 +103,6 @@ def scenario_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.json"))
 
 
-def run_files(paths: Iterable[Path], *, full_time_limit_s: float | None) -> Iterator[ScenarioResult]:
-    for path in paths:
-        yield run_scenario(load_scenario(path), full_time_limit_s=full_time_limit_s)
-
-
 def sample_instances(shapes: Iterable[Shape], seeds: Iterable[int]) -> Iterator[Instance]:
     """Fresh scenarios of the benchmark shapes (seeds other than the shipped files' 2026)."""
     for shape in shapes:
@@ -146,6 +141,3 @@ def scale_sweep(
         if progress:
             progress(1)
     return rows
-
-
-SHAPE_NAMES = tuple(SHAPES)
