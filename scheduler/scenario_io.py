@@ -82,7 +82,7 @@ class _Reader:
 
     def mapping(self, value: object, field: str, allowed: set[str], required: set[str]) -> Mapping[str, Any]:
         if not isinstance(value, Mapping):
-            raise self.fail(field, "an object", type(value).__name__)
+            raise self.fail(field or "(top level)", "an object", type(value).__name__)
         unknown = sorted(set(value) - allowed)
         if unknown:
             raise self.fail(
@@ -328,7 +328,7 @@ def read_plan_grid(path: Path) -> list[list[str | None]]:
     r = _Reader(str(path))
     document = read_document(path)
     if not isinstance(document, Mapping):
-        raise r.fail("", "a plan object with a `grid`", type(document).__name__)
+        raise r.fail("(top level)", "a plan object with a `grid`", type(document).__name__)
     if "grid" not in document:
         raise r.fail("grid", "present", "missing")
     rows = r.sequence(document["grid"], "grid")

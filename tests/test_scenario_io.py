@@ -112,7 +112,7 @@ CASES = [
         "test: `running[chat].gpus` must be a set the job can leave before its GPUs go down (swap_cap 1 per step); got [5, 6]. 2 of them are down by step 0.",
     ),
     ({**small_doc(), "decay": 1.5}, "test: `decay` must be a number in (0, 1]; got 1.5."),
-    ([1, 2], "test: `` must be an object; got 'list'."),
+    ([1, 2], "test: `(top level)` must be an object; got 'list'."),
 ]
 
 
