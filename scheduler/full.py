@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 # Objective weights are multiplied by this before rounding up to integers.
 OBJECTIVE_SCALE = 1000
+# Above this many variables the full mode keeps the fast plan (status MODEL_TOO_LARGE).
+MAX_MODEL_VARIABLES = 500_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,13 @@ def solve(instance: Instance, *, time_limit_s: float, workers: int = 2, seed: in
     from ortools.sat.python import cp_model
 
     fast = allocate(instance)
+    size = model_size(instance)
+    if size > MAX_MODEL_VARIABLES:
+        # Building the model alone would take longer than any sensible time limit.
+        log.warning(
+            "CP-SAT model of ~%d variables exceeds %d; keeping the fast plan", size, MAX_MODEL_VARIABLES
+        )
+        return Solution(fast, status="MODEL_TOO_LARGE", bound=None)
     fast_objective = score(instance, build_grid(instance, fast)).objective
     model = cp_model.CpModel()
     v, constant = _build_model(model, instance)
@@ -87,6 +96,13 @@ def solve(instance: Instance, *, time_limit_s: float, workers: int = 2, seed: in
     if solved_objective + 1e-9 < fast_objective:
         return Solution(fast, status=status_name, bound=bound)
     return Solution(allocation, status=status_name, bound=bound)
+
+
+def model_size(instance: Instance) -> int:
+    """An upper estimate of the model's variables: placements plus two per real-time cell."""
+    horizon, gpus = instance.horizon_steps, instance.gpus
+    placements = sum((gpus // job.gpus) * max(0, horizon - job.release_step) for job in instance.queued_jobs)
+    return placements + 2 * len(instance.realtime_jobs) * gpus * horizon
 
 
 def _build_model(model: Any, instance: Instance) -> tuple[_Variables, float]:

@@ -62,3 +62,17 @@ def test_trades_a_low_priority_batch_job_for_realtime_demand() -> None:
     full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=10.0, workers=1))
     assert full.grid == (("rt",),)
     assert full.metrics.objective == pytest.approx(5.0, abs=1e-9)
+
+
+def test_too_large_a_model_keeps_the_fast_plan_and_says_so() -> None:
+    demand = [4] * 24
+    jobs = [
+        {"id": f"rt{k}", "kind": "realtime", "priority": 1, "swap_cap": 2, "demand": demand}
+        for k in range(12)
+    ]
+    jobs.append({"id": "train", "kind": "training", "priority": 5, "gpus": 8, "duration": 6})
+    inst = instance_of({"gpus": 1024, "jobs": jobs})
+    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=5.0))
+    fast = plan(inst, PolicyName.FAST)
+    assert (full.status, full.bound) == ("MODEL_TOO_LARGE", None)
+    assert full.grid == fast.grid
