@@ -26,7 +26,7 @@ Three passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler.board import BlockedSchedule, Board, free_block_starts
 from scheduler.curves import swap_capped_curve
@@ -68,6 +68,57 @@ class _Candidate:
 
 
 def allocate(instance: Instance) -> Allocation:
+    """The fast plan: the better orientation's first pass, then the bounded searches on it."""
+    flipped = mirrored(instance)
+    if flipped is not None:
+        first = _build(instance, {}, _job_orders(instance)).objective
+        if _build(flipped, {}, _job_orders(flipped)).objective > first + EPSILON:
+            return _unmirror(instance, _search(flipped))
+    return _search(instance)
+
+
+def mirrored(instance: Instance) -> Instance | None:
+    """The cluster seen upside down (GPU ``g`` -> ``gpus - 1 - g``), or None where an aligned
+    block would not stay aligned (a job size that does not divide the cluster).
+
+    Services stack at the top and batch fills from the bottom; when running work or
+    down GPUs make the other way round pack better, the mirror finds it.
+    """
+    g = instance.gpus
+    if any(g % job.gpus for job in instance.batch_jobs):
+        return None
+    return replace(
+        instance,
+        running_batch={
+            job_id: replace(r, first_gpu=g - r.first_gpu - r.gpus)
+            for job_id, r in instance.running_batch.items()
+        },
+        running_realtime={
+            job_id: replace(r, gpus=frozenset(g - 1 - gpu for gpu in r.gpus))
+            for job_id, r in instance.running_realtime.items()
+        },
+        down=tuple(replace(w, gpu=g - 1 - w.gpu) for w in instance.down),
+    )
+
+
+def _unmirror(instance: Instance, allocation: Allocation) -> Allocation:
+    """An allocation for ``mirrored(instance)`` in ``instance``'s GPU ids."""
+    g = instance.gpus
+    sizes = {job.id: job.gpus for job in instance.batch_jobs}
+    return Allocation(
+        batch={
+            job_id: Placement(start_step=p.start_step, first_gpu=g - p.first_gpu - sizes[job_id])
+            for job_id, p in allocation.batch.items()
+        },
+        realtime={
+            job_id: tuple(int(format(mask, f"0{g}b")[::-1], 2) for mask in masks)
+            for job_id, masks in allocation.realtime.items()
+        },
+    )
+
+
+def _search(instance: Instance) -> Allocation:
+    """First pass with a local search over the batch order, then promotions."""
     best = _build(instance, {}, _job_orders(instance), reorder_trials=search_budget(instance, REORDER_WORK))
     order = best.order
     promises: dict[str, Placement] = {}

@@ -109,3 +109,15 @@ def test_realtime_leaves_a_gpu_early_when_it_will_go_down() -> None:
     assert check_plan(inst, grid) == []
     assert score(inst, grid).rt_coverage == 1.0
     assert grid[3][4] is None  # already gone before the window
+
+
+@given(scenarios(max_gpus=32))
+def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) -> None:
+    from scheduler.fast import _search, _unmirror, mirrored
+
+    instance = parse_scenario(doc)
+    flipped = mirrored(instance)
+    if flipped is None:  # a job size that does not divide the cluster: blocks would misalign
+        assert any(instance.gpus % job.gpus for job in instance.batch_jobs)
+        return
+    assert check_plan(instance, build_grid(instance, _unmirror(instance, _search(flipped)))) == []
