@@ -1,21 +1,25 @@
 """The fast mode: a heuristic that is legal by construction and answers in milliseconds.
 
-Three passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
+Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 
 1. **Real-time as curves.** Each service gets the smallest GPU-count curve that
    covers its demand and that the swap cap can follow (ramps start early enough,
    shrinking is as fast as the cap allows). GPUs are then chosen step by step,
    highest ids first, so the services stack at the top of the cluster and give
-   GPUs back in troughs; spare swap budget moves a service's lowest GPU up into a
-   free higher one (compaction), so whole aligned blocks stay free below. Every
-   change is charged to the swap cap, and GPUs that will go down (or are promised
-   to a batch job) are shed early enough (earliest deadline first).
+   GPUs back in troughs. Spare swap budget replaces GPUs that will go down (or are
+   promised to a batch job) early, one in before one out, and moves a service's
+   lowest GPU up into a free higher one (compaction), so whole aligned blocks stay
+   free below. Every change is charged to the swap cap; earliest-deadline-first
+   shedding guarantees no step ever needs more changes than the cap.
 2. **Batch by value.** Queued jobs are packed greedily in a few orders (priority
    first with larger rectangles first among equals; value per step; widest first),
    each job at its earliest feasible start on the aligned block that best fits the
    holes already there (buddy best-fit: prefer blocks whose parent block is already
-   partly taken, and runs that fill a trough in time). The best order wins.
-3. **Promote delayed jobs** (a bounded large-neighbourhood search): a batch job that
+   partly taken, and runs that fill a trough in time). The best order wins, then a
+   bounded local search moves jobs forward in it.
+3. **Both orientations.** Passes 1-2 also run on the cluster upside down (where job
+   sizes divide the cluster, so blocks stay aligned); the better first pass is kept.
+4. **Promote delayed jobs** (a bounded large-neighbourhood search): a batch job that
    the first pass started later than the cluster's fixed load allows is promised its
    earliest slot (or one a few steps later), the real-time services are re-planned
    around the promise (they move GPUs ahead of time within their swap caps), the rest
