@@ -83,7 +83,8 @@ def allocate(instance: Instance) -> Allocation:
 
 def mirrored(instance: Instance) -> Instance | None:
     """The cluster seen upside down (GPU ``g`` -> ``gpus - 1 - g``), or None where an aligned
-    block would not stay aligned (a job size that does not divide the cluster).
+    block would not stay aligned (a job size that does not divide the cluster) or where
+    nothing is fixed in place (then the mirror is the same problem).
 
     Services stack at the top and batch fills from the bottom; when running work or
     down GPUs make the other way round pack better, the mirror finds it.
@@ -91,6 +92,8 @@ def mirrored(instance: Instance) -> Instance | None:
     g = instance.gpus
     if any(g % job.gpus for job in instance.batch_jobs):
         return None
+    if not (instance.running_batch or instance.running_realtime or instance.down):
+        return None  # nothing fixed in place: the mirror image is the same problem
     return replace(
         instance,
         running_batch={
