@@ -46,10 +46,6 @@ class Technique(StrEnum):
     RLVR = "rlvr"  # GRPO-style: verifiable rewards, no critic
     CPT = "cpt"  # continued pre-training
 
-    @property
-    def generates_rollouts(self) -> bool:
-        return self in {Technique.RLHF, Technique.RLVR}
-
 
 JobKind = Literal["training", "quantization"]
 

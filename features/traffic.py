@@ -139,12 +139,6 @@ def load_traffic(path: Path, *, timestamp_column: str | None = None) -> HourlyTr
     return _from_records(frame, column, source)
 
 
-def traffic_from_frame(frame: pd.DataFrame, *, source: str = "<frame>") -> HourlyTraffic:
-    """The DataFrame adapter: a frame with ``hour`` and ``requests`` columns."""
-    strings = frame[["hour", "requests"]].astype(str)
-    return _from_hourly(strings, "hour", source)
-
-
 def _line(index: int) -> str:
     # Row 0 of the frame is line 2 of the file: line 1 is the header.
     return f"line {index + 2}"
