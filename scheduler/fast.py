@@ -69,16 +69,19 @@ class _Candidate:
     allocation: Allocation
     order: Sequence[BatchJob]  # the batch order that produced it
     rt_shortfall: int  # demanded real-time GPU-steps left unserved
+    committed: Mapping[str, Placement]  # promised placements it was built around
+    busy_before_batch: tuple[int, ...]  # per step: down, running, promised and real-time GPUs
 
 
 def allocate(instance: Instance) -> Allocation:
     """The fast plan: the better orientation's first pass, then the bounded searches on it."""
+    first = _build(instance, {}, _job_orders(instance))
     flipped = mirrored(instance)
     if flipped is not None:
-        first = _build(instance, {}, _job_orders(instance)).objective
-        if _build(flipped, {}, _job_orders(flipped)).objective > first + EPSILON:
-            return _unmirror(instance, _search(flipped))
-    return _search(instance)
+        flipped_first = _build(flipped, {}, _job_orders(flipped))
+        if flipped_first.objective > first.objective + EPSILON:
+            return _unmirror(instance, _search(flipped, flipped_first))
+    return _search(instance, first)
 
 
 def mirrored(instance: Instance) -> Instance | None:
@@ -124,9 +127,9 @@ def _unmirror(instance: Instance, allocation: Allocation) -> Allocation:
     )
 
 
-def _search(instance: Instance) -> Allocation:
-    """First pass with a local search over the batch order, then promotions."""
-    best = _build(instance, {}, _job_orders(instance), reorder_trials=search_budget(instance, REORDER_WORK))
+def _search(instance: Instance, first: _Candidate) -> Allocation:
+    """From a first pass: a local search over the batch order, then promotions."""
+    best = _reorder(instance, first, search_budget(instance, REORDER_WORK))
     order = best.order
     promises: dict[str, Placement] = {}
     trials = search_budget(instance, PROMOTION_WORK)
@@ -162,10 +165,7 @@ def search_budget(instance: Instance, work_units: int) -> int:
 
 
 def _build(
-    instance: Instance,
-    committed: Mapping[str, Placement],
-    orders: Sequence[Sequence[BatchJob]],
-    reorder_trials: int = 0,
+    instance: Instance, committed: Mapping[str, Placement], orders: Sequence[Sequence[BatchJob]]
 ) -> _Candidate:
     """Real-time around the committed blocks, then every other batch job greedily, in the
     best of ``orders``."""
@@ -174,40 +174,62 @@ def _build(
     blocked = [down | mask for down, mask in zip(instance.down_masks, promised, strict=True)]
     board.busy = [busy | mask for busy, mask in zip(board.busy, promised, strict=True)]
     realtime = place_realtime(instance, board, BlockedSchedule(blocked))
-    rt_objective = realtime_objective(instance, realtime)
-    packed = [(*_pack(instance, board, committed, order), order) for order in orders]
+    packed = [(*_pack(instance, board.busy, committed, order), order) for order in orders]
     value, placements, order = max(packed, key=lambda p: p[0])
-    # Local search over the order: move a job to the front, or one place earlier.
-    trials = reorder_trials
+    shortfall = sum(
+        max(0, need - mask.bit_count())
+        for job in instance.realtime_jobs
+        for need, mask in zip(job.demand, realtime[job.id], strict=True)
+    )
+    return _Candidate(
+        objective=realtime_objective(instance, realtime) + value,
+        allocation=Allocation(batch=placements, realtime=realtime),
+        order=order,
+        rt_shortfall=shortfall,
+        committed=committed,
+        busy_before_batch=tuple(board.busy),
+    )
+
+
+def _reorder(instance: Instance, candidate: _Candidate, trials: int) -> _Candidate:
+    """Local search over the batch order: move a job to the front, or one place earlier;
+    real-time stays as it is."""
+    busy, committed = candidate.busy_before_batch, candidate.committed
+    order = candidate.order
+    rt_objective = realtime_objective(instance, candidate.allocation.realtime)
+    value = candidate.objective - rt_objective
+    placements = dict(candidate.allocation.batch)
     improved = True
     while improved and trials > 0:
         improved = False
         for i in range(1, len(order)):
-            for candidate in (
+            for trial_order in (
                 [order[i], *order[:i], *order[i + 1 :]],
                 [*order[: i - 1], order[i], order[i - 1], *order[i + 1 :]],
             ):
                 if trials == 0:
                     break
                 trials -= 1
-                trial_value, trial_placements = _pack(instance, board, committed, candidate)
+                trial_value, trial_placements = _pack(instance, busy, committed, trial_order)
                 if trial_value > value + EPSILON:
-                    value, placements, order, improved = trial_value, trial_placements, candidate, True
+                    value, placements, order, improved = trial_value, trial_placements, trial_order, True
                     break
-    shortfall = sum(
-        max(0, need - mask.bit_count())
-        for job in instance.realtime_jobs
-        for need, mask in zip(job.demand, realtime[job.id], strict=True)
+    if order is candidate.order:
+        return candidate
+    return replace(
+        candidate,
+        objective=rt_objective + value,
+        allocation=Allocation(batch=placements, realtime=candidate.allocation.realtime),
+        order=order,
     )
-    return _Candidate(rt_objective + value, Allocation(batch=placements, realtime=realtime), order, shortfall)
 
 
 def _pack(
-    instance: Instance, board: Board, committed: Mapping[str, Placement], order: Sequence[BatchJob]
+    instance: Instance, busy: Sequence[int], committed: Mapping[str, Placement], order: Sequence[BatchJob]
 ) -> tuple[float, dict[str, Placement]]:
-    """Batch value and placements of packing ``order`` greedily on a copy of ``board``."""
+    """Batch value and placements of packing ``order`` greedily on top of ``busy``."""
     trial = Board(instance)
-    trial.busy = list(board.busy)
+    trial.busy = list(busy)
     placements = {**committed, **place_batch(trial, [j for j in order if j.id not in committed])}
     return batch_value(instance, placements), placements
 

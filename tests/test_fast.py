@@ -113,7 +113,7 @@ def test_realtime_leaves_a_gpu_early_when_it_will_go_down() -> None:
 
 @given(scenarios(max_gpus=32))
 def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) -> None:
-    from scheduler.fast import _search, _unmirror, mirrored
+    from scheduler.fast import _build, _job_orders, _search, _unmirror, mirrored
 
     instance = parse_scenario(doc)
     flipped = mirrored(instance)
@@ -122,4 +122,5 @@ def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) 
             instance.running_batch or instance.running_realtime or instance.down
         )
         return
-    assert check_plan(instance, build_grid(instance, _unmirror(instance, _search(flipped)))) == []
+    allocation = _search(flipped, _build(flipped, {}, _job_orders(flipped)))
+    assert check_plan(instance, build_grid(instance, _unmirror(instance, allocation))) == []
