@@ -42,14 +42,13 @@ def _first_fit(instance: Instance, jobs: Iterable[BatchJob], *, in_order: bool) 
 
 def first_fit(board: Board, job: BatchJob, not_before: int) -> Placement | None:
     """Earliest start, then lowest aligned block free over the whole run; marks it taken."""
-    for start in range(not_before, board.horizon):
-        end = job.end_step(start, board.horizon)
-        starts = board.free_starts(job.gpus, start, end)
-        if starts:
-            first_gpu = (starts & -starts).bit_length() - 1
-            board.occupy_block(first_gpu, job.gpus, start, end)
-            return Placement(start_step=start, first_gpu=first_gpu)
-    return None
+    run = board.earliest_run(job, not_before)
+    if run is None:
+        return None
+    start, end, starts = run
+    first_gpu = (starts & -starts).bit_length() - 1
+    board.occupy_block(first_gpu, job.gpus, start, end)
+    return Placement(start_step=start, first_gpu=first_gpu)
 
 
 def _peak_reservations(instance: Instance, board: Board) -> dict[str, tuple[int, ...]]:

@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from functools import cache
 
-from scheduler.model import Instance, block_mask, gpus_of
+from scheduler.model import BatchJob, Instance, block_mask, gpus_of
 
 
 @cache
@@ -51,6 +51,30 @@ class Board:
         for t in range(start, end):
             taken |= self.busy[t]
         return free_block_starts(~taken & self.all_mask, self.gpus, block_gpus)
+
+    def earliest_run(self, job: BatchJob, not_before: int) -> tuple[int, int, int] | None:
+        """``(start, end, block starts)`` of the earliest run of ``job`` from ``not_before`` on
+        which some aligned block is free at every step, or None when none fits.
+
+        Per-step free blocks are computed as needed; a step with none rules out every
+        run over it, so the search jumps past it.
+        """
+        free_at: list[int | None] = [None] * self.horizon
+        start = not_before
+        while start < self.horizon:
+            end = job.end_step(start, self.horizon)
+            starts = self.all_mask
+            for t in range(start, end):
+                free = free_at[t]
+                if free is None:
+                    free = free_at[t] = free_block_starts(self.all_mask & ~self.busy[t], self.gpus, job.gpus)
+                starts &= free
+                if not starts:
+                    break
+            if starts:
+                return start, end, starts
+            start = t + 1 if not free_at[t] else start + 1
+        return None
 
     def occupy(self, mask: int, start: int, end: int) -> None:
         for t in range(start, end):

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from scheduler.board import BlockedSchedule, Board, free_block_starts
+from scheduler.board import BlockedSchedule, Board
 from scheduler.curves import swap_capped_curve
 from scheduler.model import (
     Allocation,
@@ -471,29 +471,14 @@ def batch_value(instance: Instance, placements: dict[str, Placement]) -> float:
 def place_batch(board: Board, jobs: Sequence[BatchJob]) -> dict[str, Placement]:
     """Each job in turn at its earliest feasible start, on the best-fitting free block."""
     placements: dict[str, Placement] = {}
-    horizon, gpus, all_mask = board.horizon, board.gpus, board.all_mask
-    busy = board.busy
     for job in jobs:
-        # Aligned blocks free at each step, computed as needed; a step with none rules out
-        # every run over it, so the search jumps past it.
-        free_at: list[int | None] = [None] * horizon
-        start = job.release_step
-        while start < horizon:
-            end = job.end_step(start, horizon)
-            starts = all_mask
-            for t in range(start, end):
-                free = free_at[t]
-                if free is None:
-                    free = free_at[t] = free_block_starts(all_mask & ~busy[t], gpus, job.gpus)
-                starts &= free
-                if not starts:
-                    break
-            if starts:
-                first_gpu = _best_block(board, job.gpus, start, end, starts)
-                board.occupy_block(first_gpu, job.gpus, start, end)
-                placements[job.id] = Placement(start_step=start, first_gpu=first_gpu)
-                break
-            start = t + 1 if not free_at[t] else start + 1
+        run = board.earliest_run(job, job.release_step)
+        if run is None:
+            continue
+        start, end, starts = run
+        first_gpu = _best_block(board, job.gpus, start, end, starts)
+        board.occupy_block(first_gpu, job.gpus, start, end)
+        placements[job.id] = Placement(start_step=start, first_gpu=first_gpu)
     return placements
 
 
