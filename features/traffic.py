@@ -198,18 +198,15 @@ def _from_hourly(frame: pd.DataFrame, hour_column: str, source: str) -> HourlyTr
     filled = np.interp(
         grid.astype(np.int64), hours.astype(np.int64), counts
     )  # exact at present hours, linear across gaps
-    report = IngestReport(
-        source=source,
-        file_format=TrafficFormat.HOURLY,
-        rows_read=len(frame),
-        hours=int(grid.size),
-        first_hour=str(grid[0]),
-        last_hour=str(grid[-1]),
+    report = _report(
+        source,
+        TrafficFormat.HOURLY,
+        len(frame),
+        grid,
+        filled,
         gap_hours=tuple(str(h) for h in grid[~present]),
         duplicate_hours=tuple(str(h) for h in duplicates),
-        zero_hours=int(np.count_nonzero(filled == 0)),
     )
-    _log(report)
     return HourlyTraffic(grid, filled, ~present, report)
 
 
@@ -221,17 +218,34 @@ def _from_records(frame: pd.DataFrame, column: str, source: str) -> HourlyTraffi
     offsets = (hours - first).astype(np.int64)
     counts = np.bincount(offsets, minlength=int((last - first).astype(np.int64)) + 1)
     grid = np.arange(first, last + _HOUR, _HOUR)
+    report = _report(source, TrafficFormat.REQUESTS, len(frame), grid, counts)
+    return HourlyTraffic(grid, counts.astype(float), np.zeros(grid.size, dtype=bool), report)
+
+
+def _report(
+    source: str,
+    file_format: TrafficFormat,
+    rows_read: int,
+    grid: npt.NDArray[np.datetime64],
+    counts: npt.ArrayLike,
+    *,
+    gap_hours: tuple[str, ...] = (),
+    duplicate_hours: tuple[str, ...] = (),
+) -> IngestReport:
+    """The ingestion report for an hourly ``grid`` of ``counts``, logged as it is made."""
     report = IngestReport(
         source=source,
-        file_format=TrafficFormat.REQUESTS,
-        rows_read=len(frame),
+        file_format=file_format,
+        rows_read=rows_read,
         hours=int(grid.size),
         first_hour=str(grid[0]),
         last_hour=str(grid[-1]),
-        zero_hours=int(np.count_nonzero(counts == 0)),
+        gap_hours=gap_hours,
+        duplicate_hours=duplicate_hours,
+        zero_hours=int(np.count_nonzero(np.asarray(counts) == 0)),
     )
     _log(report)
-    return HourlyTraffic(grid, counts.astype(float), np.zeros(grid.size, dtype=bool), report)
+    return report
 
 
 def _log(report: IngestReport) -> None:

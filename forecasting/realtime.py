@@ -374,14 +374,7 @@ class RealtimeProfile:
         ``hour`` must be the hour after the last one seen; a later hour is accepted
         and the missing hours in between are skipped (logged), an earlier one is refused.
         """
-        self._check_fitted()
-        observed = np.datetime64(hour, "m").astype("datetime64[h]")  # type: ignore[call-overload]
-        if observed < self.next_hour_:
-            raise InputError(
-                "hour",
-                f"{self.next_hour_} or later (the profile has already seen earlier hours)",
-                str(observed),
-            )
+        observed = self._unseen_hour(hour, "hour", "the profile has already seen earlier hours")
         if not math.isfinite(requests) or requests < 0:
             raise InputError("requests", "a finite, non-negative count", requests)
         if observed > self.next_hour_:
@@ -389,6 +382,14 @@ class RealtimeProfile:
             self.next_hour_ = observed
         self._observe(math.log1p(requests))
         return self
+
+    def _unseen_hour(self, value: object, field: str, why: str) -> np.datetime64:
+        """``value`` as an hour, checked fitted and not before the first hour not yet seen."""
+        self._check_fitted()
+        hour: np.datetime64 = np.datetime64(value, "m").astype("datetime64[h]")  # type: ignore[call-overload]
+        if hour < self.next_hour_:
+            raise InputError(field, f"{self.next_hour_} or later ({why})", str(hour))
+        return hour
 
     def _observe(self, z_value: float, *, update_shape: bool = True) -> None:
         slot = int(week_slot(np.array([self.next_hour_]))[0])
@@ -413,14 +414,7 @@ class RealtimeProfile:
     # -------------------------------------------------------------- predict
     def predict(self, start_hour: object, horizon_hours: int = HOURS_PER_DAY) -> ProfileForecast:
         """P50 and P90 requests for ``horizon_hours`` hours from ``start_hour``."""
-        self._check_fitted()
-        start = np.datetime64(start_hour, "m").astype("datetime64[h]")  # type: ignore[call-overload]
-        if start < self.next_hour_:
-            raise InputError(
-                "start_hour",
-                f"{self.next_hour_} or later (the first hour not yet observed)",
-                str(start),
-            )
+        start = self._unseen_hour(start_hour, "start_hour", "the first hour not yet observed")
         if horizon_hours < 1:
             raise InputError("horizon_hours", "an integer >= 1", horizon_hours)
         z = self._predict_z(start, horizon_hours)
