@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from gpuplan.errors import InputError
+from contract.errors import InputError
 
 # How many offending rows an error message lists before it says "+N more".
 _MAX_ROWS_SHOWN = 8

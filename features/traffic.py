@@ -14,7 +14,7 @@ keeps its last row (a later row is taken as a correction of an earlier one), a m
 hour is linearly interpolated between its neighbours and flagged in ``imputed``. The
 :class:`IngestReport` lists both and is logged at WARNING when anything was repaired.
 
-A malformed file raises :class:`gpuplan.errors.InputError` naming the file and line
+A malformed file raises :class:`contract.errors.InputError` naming the file and line
 (line 1 is the header).
 """
 
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from gpuplan.errors import InputError
+from contract.errors import InputError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -40,10 +40,10 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from contract.errors import InputError
 from features.traffic import HourlyTraffic
 from forecasting.gpu_mapping import AppCapacity, chain_daily_plans, gpu_curve, gpus_needed
 from forecasting.realtime import HOURS_PER_DAY, HOURS_PER_WEEK, RealtimeProfile
-from gpuplan.errors import InputError
 
 logger = logging.getLogger(__name__)
 

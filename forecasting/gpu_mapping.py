@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpuplan.errors import InputError
+from contract.errors import InputError
 from scheduler import curves
 
 IntArray = npt.NDArray[np.int64]

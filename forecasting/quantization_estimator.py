@@ -27,6 +27,7 @@ import pandas as pd
 import statsmodels.api as sm
 from sklearn.base import BaseEstimator
 
+from contract.errors import InputError
 from features.job_costs import GPU_SPECS
 from features.job_features import QUANTIZATION_SCHEMA, QuantAlgorithm
 from forecasting.job_forecast import (
@@ -38,7 +39,6 @@ from forecasting.job_forecast import (
     require_fitted,
     round_to_power_of_two,
 )
-from gpuplan.errors import InputError
 
 logger = logging.getLogger(__name__)
 

@@ -46,8 +46,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from contract.errors import InputError
 from forecasting.persistence import Provenance, make_provenance
-from gpuplan.errors import InputError
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Fit one real-time demand profile per traffic series (called by ``gpuplan train``)."""
+"""Fit one real-time demand profile per traffic series (the retrain use case saves them)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 from features.traffic import load_traffic
 from forecasting.backtest import BacktestConfig, accuracy, run_backtest
-from forecasting.persistence import save_model
 from forecasting.realtime import HOURS_PER_DAY, HOURS_PER_WEEK, RealtimeProfile
 
 logger = logging.getLogger(__name__)
@@ -34,28 +33,26 @@ def backtest_config_for(hours: int) -> BacktestConfig:
     return BacktestConfig(initial_hours=HOURS_PER_WEEK)
 
 
-def fit_profiles(traffic_paths: Sequence[Path], models_dir: Path) -> list[dict[str, object]]:
-    """Fit and save one profile per traffic CSV; return one evaluation row per series.
+def fit_profiles(traffic_paths: Sequence[Path]) -> list[tuple[str, RealtimeProfile, dict[str, object]]]:
+    """Fit one profile per traffic CSV: ``(series, profile, evaluation row)`` each.
 
-    With an empty ``traffic_paths`` the bundled series are used. Each profile is
-    fitted on the whole series and saved as ``models_dir/realtime_<series>.pkl`` (with
-    its provenance sidecar); the row reports the day-ahead backtest of the same
-    configuration (:mod:`forecasting.backtest`).
+    With an empty ``traffic_paths`` the bundled series are used. Each profile is fitted
+    on the whole series; the row reports the day-ahead backtest of the same
+    configuration (:mod:`forecasting.backtest`). Nothing is written here: the caller
+    saves every profile only once all of them have fitted.
     """
     paths = list(traffic_paths) or bundled_traffic_paths()
-    rows: list[dict[str, object]] = []
+    fitted: list[tuple[str, RealtimeProfile, dict[str, object]]] = []
     for path in paths:
         traffic = load_traffic(path)
         series = path.stem
         profile = RealtimeProfile().fit(traffic.hours, traffic.requests)
-        model_path = save_model(profile, models_dir / f"realtime_{series}.pkl")
         row: dict[str, object] = {"series": series, "hours": len(traffic)}
         if len(traffic) >= HOURS_PER_WEEK + HOURS_PER_DAY:
             config = backtest_config_for(len(traffic))
             row.update(asdict(accuracy(run_backtest(traffic, series=series, config=config))))
             row["short_history"] = config.initial_hours < 2 * HOURS_PER_WEEK
         row["model"] = profile.method_.value
-        row["path"] = str(model_path)
-        rows.append(row)
-        logger.info("fitted real-time profile %s -> %s", series, model_path)
-    return rows
+        fitted.append((series, profile, row))
+        logger.info("fitted real-time profile %s", series)
+    return fitted

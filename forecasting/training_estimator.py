@@ -30,6 +30,7 @@ import pandas as pd
 from lightgbm import LGBMRegressor
 from sklearn.base import BaseEstimator
 
+from contract.errors import InputError
 from features import job_costs
 from features.job_features import TRAINING_SCHEMA, FeatureType
 from forecasting.job_forecast import (
@@ -40,7 +41,6 @@ from forecasting.job_forecast import (
     require_fitted,
     round_to_power_of_two,
 )
-from gpuplan.errors import InputError
 
 logger = logging.getLogger(__name__)
 

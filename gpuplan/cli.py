@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from gpuplan.errors import InputError
+from contract.errors import InputError
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuplan.errors import InputError
+from contract.errors import InputError
 from gpuplan.table import format_table
 
 

@@ -13,10 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-from gpuplan.cmd_train import DEFAULT_MODELS_DIR, QUANTIZATION_MODEL_FILE, TRAINING_MODEL_FILE
+from gpuplan.app.models import DEFAULT_MODELS_DIR, MODEL_FILES
 
-KINDS = ("training", "quantization")
-MODEL_FILES = {"training": TRAINING_MODEL_FILE, "quantization": QUANTIZATION_MODEL_FILE}
+KINDS = tuple(MODEL_FILES)
 
 
 def _say(text: str) -> None:
@@ -41,7 +40,7 @@ def _read_spec(path: Path) -> tuple[str, dict[str, object]]:
     """(kind, feature values) from a YAML or JSON spec."""
     import yaml
 
-    from gpuplan.errors import InputError
+    from contract.errors import InputError
 
     if not path.is_file():
         raise InputError("JOB", "an existing YAML or JSON job spec", str(path))
@@ -64,11 +63,9 @@ def _read_spec(path: Path) -> tuple[str, dict[str, object]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from contract.errors import InputError
     from features.job_features import SCHEMAS
-    from forecasting.persistence import load_model
-    from forecasting.quantization_estimator import QuantizationEstimator
-    from forecasting.training_estimator import TrainingEstimator
-    from gpuplan.errors import InputError
+    from gpuplan.app.models import load_job_estimator
 
     if args.schema:
         _say(json.dumps(SCHEMAS[args.kind].to_json(), indent=2))
@@ -76,19 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.spec is None:
         raise InputError("JOB", "a job spec path (or --schema)", None)
     kind, features = _read_spec(args.spec)
-    model_path = args.models / MODEL_FILES[kind]
-    if not model_path.is_file():
-        raise InputError(
-            "--models",
-            f"a directory holding {MODEL_FILES[kind]}",
-            str(args.models),
-            hint="Run `gpuplan train` first (add `--models DIR` to both commands to use another directory).",
-        )
-    estimator: TrainingEstimator | QuantizationEstimator = (
-        load_model(model_path, TrainingEstimator)
-        if kind == "training"
-        else load_model(model_path, QuantizationEstimator)
-    )
+    estimator = load_job_estimator(args.models, kind)
     forecast = estimator.forecast_spec(features, source=str(args.spec))
     if args.json:
         _say(json.dumps(forecast.to_json()))

@@ -31,10 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from contract.errors import InputError
     from features.traffic import hour_of, load_traffic
     from forecasting.gpu_mapping import AppCapacity, gpu_curve
     from forecasting.realtime import RealtimeProfile
-    from gpuplan.errors import InputError
 
     try:
         at = hour_of(args.at)

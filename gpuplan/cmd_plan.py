@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpuplan.errors import InputError
+from contract.errors import InputError
 from gpuplan.table import comparison_table
 
 POLICY_NAMES = ("fast", "full", "fifo", "fifo-backfill", "priority-backfill")

@@ -1,11 +1,4 @@
-"""``gpuplan train``: refit the job estimators (and the real-time profiles), then report.
-
-Order matters for the promise "a bad history overwrites no model": the history is
-validated first, every estimator is fitted in memory, and only then is anything
-written. Each job estimator is evaluated on a held-out, time-ordered split (fitted on
-the earlier 80% of jobs, scored on the latest 20%) and then refitted on the whole
-history for the saved model.
-"""
+"""``gpuplan train``: the retrain use case (:mod:`gpuplan.app.retrain`) and its report."""
 
 from __future__ import annotations
 
@@ -13,14 +6,8 @@ import argparse
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-TRAINING_MODEL_FILE = "training_estimator.pkl"
-QUANTIZATION_MODEL_FILE = "quantization_estimator.pkl"
-DEFAULT_MODELS_DIR = Path("models")
+from gpuplan.app.models import DEFAULT_MODELS_DIR
 
 
 def _say(text: str) -> None:
@@ -63,119 +50,53 @@ def _table(title: str, rows: list[dict[str, object]]) -> str:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
-    from forecasting.evaluation import (
-        QuantizationMetrics,
-        TrainingMetrics,
-        quantization_metrics,
-        time_split,
-        training_metrics,
-    )
-    from forecasting.persistence import save_model
-    from forecasting.quantization_estimator import QuantizationEstimator
-    from forecasting.realtime_training import fit_profiles
-    from forecasting.training_estimator import (
-        AnalyticBaseline,
-        SizeOnlyBaseline,
-        TrainingEstimator,
-    )
-    from gpuplan.errors import InputError
-    from training_data.history import bundled_history_path, completed_jobs, load_history
+    from gpuplan.app.retrain import RETRAIN_STEPS, retrain
+    from training_data.history import bundled_history_path, load_history
 
-    def inputs(jobs: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
-        return jobs[list(names)]
-
-    def targets(jobs: pd.DataFrame) -> pd.DataFrame:
-        return jobs[["gpus", "duration_hours"]]
-
-    steps = tqdm(total=7, desc="train", unit="step", file=sys.stderr, leave=False)
+    history_path = args.history if args.history is not None else bundled_history_path()
+    steps = tqdm(total=RETRAIN_STEPS, desc="train", unit="step", file=sys.stderr, leave=False)
     with steps:
-        steps.set_postfix_str("loading the history")
-        history_path = args.history if args.history is not None else bundled_history_path()
+
+        def progress(step: str) -> None:
+            steps.set_postfix_str(step)
+            steps.update()
+
         history = load_history(history_path)
-        training_jobs = completed_jobs(history, "training")
-        quantization_jobs = completed_jobs(history, "quantization")
-        if training_jobs.empty:
-            raise InputError(
-                "kind",
-                "at least some completed training jobs",
-                "none",
-                source=str(history_path),
-            )
-        steps.update()
-
-        steps.set_postfix_str("evaluating the training estimator")
-        earlier, later = time_split(training_jobs)
-        evaluation: list[TrainingMetrics] = []
-        for name, candidate in (
-            ("lightgbm (P50/P90)", TrainingEstimator()),
-            ("size-only baseline", SizeOnlyBaseline()),
-            ("analytic-FLOPs baseline", AnalyticBaseline()),
-        ):
-            candidate.fit(inputs(earlier, TRAINING_SCHEMA.names), targets(earlier))
-            evaluation.append(training_metrics(name, candidate, later))
-        steps.update()
-
-        steps.set_postfix_str("fitting the training estimator")
-        training_estimator = TrainingEstimator().fit(
-            inputs(training_jobs, TRAINING_SCHEMA.names),
-            targets(training_jobs),
-            submit_times=training_jobs["submit_time"],
+        progress("history read")
+        report = retrain(
+            history,
+            source=str(history_path),
+            models_dir=args.models,
+            traffic_paths=list(args.traffic),
+            progress=progress,
         )
-        steps.update()
-
-        quantization_rows: list[QuantizationMetrics] = []
-        quantization_estimator: QuantizationEstimator | None = None
-        if not quantization_jobs.empty:
-            steps.set_postfix_str("evaluating the quantization estimator")
-            earlier_q, later_q = time_split(quantization_jobs)
-            held_out = QuantizationEstimator().fit(
-                inputs(earlier_q, QUANTIZATION_SCHEMA.names), targets(earlier_q)
-            )
-            quantization_rows.append(quantization_metrics("tiered OLS + margin", held_out, later_q))
-            quantization_estimator = QuantizationEstimator().fit(
-                inputs(quantization_jobs, QUANTIZATION_SCHEMA.names),
-                targets(quantization_jobs),
-                submit_times=quantization_jobs["submit_time"],
-            )
-        steps.update(2)
-
-        steps.set_postfix_str("fitting the real-time profiles")
-        realtime_rows = fit_profiles(list(args.traffic), args.models)
-        steps.update()
-
-        steps.set_postfix_str("saving")
-        written = [save_model(training_estimator, args.models / TRAINING_MODEL_FILE)]
-        if quantization_estimator is not None:
-            written.append(save_model(quantization_estimator, args.models / QUANTIZATION_MODEL_FILE))
-        steps.update()
 
     split = (
-        f"held-out split: last 20% by submit time ({len(later)} of {len(training_jobs)} "
+        f"held-out split: last 20% by submit time ({report.held_out_jobs} of {report.training_jobs} "
         f"completed training jobs)"
     )
-    _say(f"history: {history_path} ({len(history)} jobs)")
-    _say(_table(f"training jobs, {split}", [asdict(row) for row in evaluation]))
-    model, size_only = evaluation[0], evaluation[1]
+    _say(f"history: {report.history_source} ({report.history_jobs} jobs)")
+    _say(_table(f"training jobs, {split}", [asdict(row) for row in report.training]))
+    model, size_only = report.training[0], report.training[1]
     ratio = size_only.log_mae_hours / max(model.log_mae_hours, 1e-12)
     _say(
         f"log-MAE {ratio:.1f}x lower than the size-only baseline (goal >= 2x); "
         f"P90 coverage {model.p90_coverage:.3f} (target 0.88-0.92)"
     )
-    if quantization_rows:
+    if report.quantization:
         _say("")
         _say(
             _table(
                 "quantization jobs, held-out split: last 20% by submit time",
-                [asdict(row) for row in quantization_rows],
+                [asdict(row) for row in report.quantization],
             )
         )
     else:
         _say("quantization jobs: none completed in the history, no quantization model written")
-    if realtime_rows:
+    if report.realtime:
         _say("")
-        _say(_table("real-time profiles (day-ahead backtest)", realtime_rows))
+        _say(_table("real-time profiles (day-ahead backtest)", report.realtime))
     _say("")
-    for path in written:
+    for path in report.written:
         _say(f"wrote {path}")
     return 0

@@ -28,8 +28,7 @@ from typing import Any
 
 from scheduler.fast import allocate
 from scheduler.metrics import score
-from scheduler.model import Allocation, BatchJob, Instance, Placement, block_mask, build_grid
-from scheduler.policies import Solution
+from scheduler.model import Allocation, BatchJob, Instance, Placement, Solution, block_mask, build_grid
 
 log = logging.getLogger(__name__)
 

@@ -204,3 +204,21 @@ def build_grid(instance: Instance, allocation: Allocation) -> Grid:
             for gpu in gpus_of(mask):
                 rows[gpu][t] = job_id
     return tuple(tuple(row) for row in rows)
+
+
+@dataclass(frozen=True, slots=True)
+class SolveOptions:
+    """How long and how wide a policy may search (the full mode's CP-SAT limits)."""
+
+    time_limit_s: float = 30.0
+    workers: int = 2
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Solution:
+    """A policy's allocation with the solver's status and proven bound (``None`` when none)."""
+
+    allocation: Allocation
+    status: str = "FEASIBLE"
+    bound: float | None = None

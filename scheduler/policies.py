@@ -12,10 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scheduler import baselines
+from scheduler import baselines, fast, full
 from scheduler.check import check_plan
 from scheduler.metrics import Metrics, score
-from scheduler.model import Allocation, Grid, Instance, build_grid
+from scheduler.model import Allocation, Grid, Instance, Solution, SolveOptions, build_grid
+
+__all__ = ["POLICIES", "IllegalPlanError", "Plan", "PolicyName", "Solution", "SolveOptions", "plan"]
 
 
 class PolicyName(StrEnum):
@@ -24,20 +26,6 @@ class PolicyName(StrEnum):
     FIFO = "fifo"
     FIFO_BACKFILL = "fifo-backfill"
     PRIORITY_BACKFILL = "priority-backfill"
-
-
-@dataclass(frozen=True, slots=True)
-class SolveOptions:
-    time_limit_s: float = 30.0
-    workers: int = 2
-    seed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Solution:
-    allocation: Allocation
-    status: str = "FEASIBLE"
-    bound: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,15 +67,11 @@ def _baseline(fn: Callable[[Instance], Allocation]) -> PolicyFn:
 
 
 def _fast(instance: Instance, options: SolveOptions) -> Solution:
-    from scheduler.fast import allocate
-
-    return Solution(allocate(instance))
+    return Solution(fast.allocate(instance))
 
 
 def _full(instance: Instance, options: SolveOptions) -> Solution:
-    from scheduler.full import solve
-
-    return solve(instance, time_limit_s=options.time_limit_s, workers=options.workers, seed=options.seed)
+    return full.solve(instance, time_limit_s=options.time_limit_s, workers=options.workers, seed=options.seed)
 
 
 POLICIES: dict[PolicyName, PolicyFn] = {

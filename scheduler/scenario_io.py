@@ -1,7 +1,7 @@
 """Reading scenario files and writing plan files, with the contract's validation.
 
 Every rule of ../shared/CONTRACT.md that a scenario can break is checked here, once,
-and reported as an :class:`~gpuplan.errors.InputError` naming the field (as a path
+and reported as an :class:`~contract.errors.InputError` naming the field (as a path
 such as ``jobs[3].gpus``), what was expected and what came.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuplan.errors import InputError
+from contract.errors import InputError
 from scheduler.model import (
     BATCH_KINDS,
     BatchJob,

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.errors import InputError
 from features.traffic import load_traffic
 from forecasting.backtest import (
     BacktestConfig,
@@ -17,7 +18,6 @@ from forecasting.backtest import (
     saving_at_served,
 )
 from forecasting.realtime_training import fit_profiles
-from gpuplan.errors import InputError
 
 TRAFFIC = Path(__file__).resolve().parent.parent / "training_data" / "traffic"
 
@@ -74,9 +74,8 @@ def test_too_short_series_is_refused() -> None:
     assert np.isnan(accuracy(short).mase)  # no in-sample seasonal naive with one week
 
 
-def test_fit_profiles_saves_models_and_reports(tmp_path: Path) -> None:
-    rows = fit_profiles([TRAFFIC / "servegen_m-large_hourly.csv"], tmp_path)
-    assert rows[0]["series"] == "servegen_m-large_hourly"
-    assert rows[0]["short_history"] is True
-    assert (tmp_path / "realtime_servegen_m-large_hourly.pkl").exists()
-    assert (tmp_path / "realtime_servegen_m-large_hourly.json").exists()
+def test_fit_profiles_fits_and_reports_without_writing(tmp_path: Path) -> None:
+    [(series, profile, row)] = fit_profiles([TRAFFIC / "servegen_m-large_hourly.csv"])
+    assert series == row["series"] == "servegen_m-large_hourly"
+    assert row["short_history"] is True
+    assert profile.predict(profile.next_hour_, 24).p90.shape == (24,)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from contract.errors import InputError
 from gpuplan import cmd_forecast_realtime
-from gpuplan.errors import InputError
 
 LORA = Path(__file__).resolve().parent.parent / "training_data" / "traffic" / "alibaba_genai_lora_hourly.csv"
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from contract.errors import InputError
 from forecasting.gpu_mapping import (
     AppCapacity,
     chain_daily_plans,
@@ -16,7 +17,6 @@ from forecasting.gpu_mapping import (
     gpus_needed,
     swap_capped_curve,
 )
-from gpuplan.errors import InputError
 
 
 @given(

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from contract.errors import InputError
 from features import job_costs
 from features.job_features import TRAINING_SCHEMA
-from gpuplan.errors import InputError
 from tests.test_job_features import SPEC_7B_LORA
 from training_data.history import (
     BUNDLED_HISTORY,

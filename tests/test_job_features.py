@@ -7,6 +7,7 @@ import re
 import pandas as pd
 import pytest
 
+from contract.errors import InputError
 from features.job_features import (
     QUANTIZATION_SCHEMA,
     TRAINING_FEATURES,
@@ -15,7 +16,6 @@ from features.job_features import (
     FeatureType,
     split_variant,
 )
-from gpuplan.errors import InputError
 from training_data.history import generate_history
 
 SPEC_7B_LORA: dict[str, object] = {

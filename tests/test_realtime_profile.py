@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.errors import InputError
 from features.traffic import load_traffic
 from forecasting.persistence import load_model, save_model
 from forecasting.realtime import NotFittedError, ProfileMethod, RealtimeProfile
-from gpuplan.errors import InputError
 
 TRAFFIC = Path(__file__).resolve().parent.parent / "training_data" / "traffic"
 

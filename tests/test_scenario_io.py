@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuplan.errors import InputError
+from contract.errors import InputError
 from scheduler.model import JobKind
 from scheduler.scenario_io import parse_scenario
 from tests.strategies import instance_of, small_doc

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.errors import InputError
 from features.traffic import TrafficFormat, load_traffic
-from gpuplan.errors import InputError
 
 TRAFFIC = Path(__file__).resolve().parent.parent / "training_data" / "traffic"
 LORA_HOURLY = TRAFFIC / "alibaba_genai_lora_hourly.csv"

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
 
+from contract.errors import InputError
 from features.job_features import TRAINING_SCHEMA
 from forecasting.evaluation import time_split, training_metrics
 from forecasting.job_forecast import NotFittedError
@@ -22,7 +23,6 @@ from forecasting.training_estimator import (
     SizeOnlyBaseline,
     TrainingEstimator,
 )
-from gpuplan.errors import InputError
 from tests.test_job_features import SPEC_7B_LORA
 from training_data.history import completed_jobs, generate_history
 

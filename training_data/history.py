@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from contract.errors import InputError
 from features import job_costs
 from features.job_features import (
     GPU_MEMORY_GB,
@@ -31,7 +32,6 @@ from features.job_features import (
     JobKind,
     describe_rows,
 )
-from gpuplan.errors import InputError
 
 logger = logging.getLogger(__name__)
 
