@@ -1,1 +1,1 @@
-"""Plan and history storage (SQL); filled in by the daemon issue."""
+"""SQL storage: the service's state, plan runs and commits, behind :class:`storage.store.Store`."""

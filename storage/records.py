@@ -1,0 +1,153 @@
+"""Value objects that cross the storage edge. ORM rows never leave ``storage/``.
+
+Every time is a timezone-aware UTC ``datetime``; an *hour* is one truncated to the
+hour (``minute == second == 0``). GPU sets are tuples of GPU ids, ascending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+
+
+class Outcome(StrEnum):
+    """How a finished job ended (the job history's ``outcome`` column)."""
+
+    OK = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class RunMode(StrEnum):
+    """``plan``: the fast-mode cycle that commits; ``review``: a time-limited full-mode plan
+    stored beside it; ``submit``: the hot-path replan after a submission."""
+
+    PLAN = "plan"
+    REVIEW = "review"
+    SUBMIT = "submit"
+
+
+@dataclass(frozen=True, slots=True)
+class DownWindowRecord:
+    """GPU ``gpu`` is down from ``start`` (inclusive) to ``end`` (exclusive; None: until further notice)."""
+
+    gpu: int
+    start: datetime
+    end: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    gpus: int
+    step_minutes: int = 60
+    horizon_steps: int = 24
+    decay: float = 0.95
+    rt_penalty: float = 8.0
+    down: tuple[DownWindowRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class App:
+    """A real-time inference app: its capacity per GPU, churn limit and priority."""
+
+    id: str
+    priority: float
+    swap_cap: int
+    requests_per_gpu_hour: float
+    headroom: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobEstimate:
+    """A batch job's forecast as the plan uses it (GPUs, P50 and P90 hours)."""
+
+    gpus: int
+    hours_p50: float
+    hours_p90: float
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A submitted batch job and where it is in its life."""
+
+    id: str
+    kind: str  # training, batch_inference or quantization
+    priority: float
+    spec: dict[str, Any]  # the submitted spec as given (features by name)
+    submitted_at: datetime
+    state: JobState = JobState.QUEUED
+    estimate: JobEstimate | None = None
+    first_gpu: int | None = None  # while running / once ran
+    gpus: int | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    outcome: Outcome | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficHour:
+    app: str
+    hour: datetime
+    requests: float
+
+
+@dataclass(frozen=True, slots=True)
+class AppForecast:
+    """One hour of one app's demand forecast that a run planned with."""
+
+    app: str
+    hour: datetime
+    p50: float
+    p90: float
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A job and the GPUs it holds in one committed hour."""
+
+    job: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """The allocation of one wall-clock hour, committed once."""
+
+    hour: datetime
+    run_id: int | None
+    assignments: tuple[Assignment, ...]
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """One planning run: its inputs (a contract scenario), its grid and how it scored.
+
+    ``start`` is the wall-clock hour of step 0. ``scenario`` and ``grid`` are in the
+    formats of CONTRACT.md, so an exported run replays offline.
+    """
+
+    start: datetime
+    created_at: datetime
+    mode: RunMode
+    policy: str
+    inputs_hash: str
+    objective: float
+    bound: float | None
+    latency_ms: float
+    status: str
+    scenario: dict[str, Any]
+    grid: list[list[str | None]]
+    metrics: dict[str, float]
+    forecasts: tuple[AppForecast, ...] = ()
+    id: int | None = None
+    committed: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)

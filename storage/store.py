@@ -1,0 +1,164 @@
+"""The store interface: what the use cases read and write, in value objects.
+
+One implementation, :class:`storage.sql.SqlStore`, serves SQLite (a file by default,
+``sqlite://`` in memory for throwaway stores) and PostgreSQL. :func:`open_store`
+opens one by URL and upgrades its schema (Alembic) before anything else happens.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from storage.records import (
+    App,
+    Cluster,
+    Commit,
+    Job,
+    JobEstimate,
+    JobState,
+    Outcome,
+    PlanRun,
+    TrafficHour,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_URL = "sqlite:///var/gpuplan.db"
+
+
+class StoreError(RuntimeError):
+    """The database could not be reached or refused an operation (not the user's input)."""
+
+
+class Store(abc.ABC):
+    """Everything the service persists. Each method is one transaction unless it says otherwise."""
+
+    # -- lifecycle -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release every connection (the contract tests check none is left open)."""
+
+    @abc.abstractmethod
+    def cycle_lock(self, name: str) -> AbstractContextManager[bool]:
+        """Hold the named cross-process lock for a cycle; yields False when another holds it.
+
+        PostgreSQL: a session advisory lock (``pg_try_advisory_lock``). SQLite: a row in a
+        locks table taken inside ``BEGIN IMMEDIATE`` with an owner and an expiry, so a
+        process killed with -9 does not hold it forever.
+        """
+
+    # -- cluster and apps ----------------------------------------------------------------
+    @abc.abstractmethod
+    def cluster(self) -> Cluster | None: ...
+
+    @abc.abstractmethod
+    def save_cluster(self, cluster: Cluster) -> None:
+        """Replace the cluster row and its down windows."""
+
+    @abc.abstractmethod
+    def apps(self) -> list[App]: ...
+
+    @abc.abstractmethod
+    def save_app(self, app: App) -> None:
+        """Insert or replace by id."""
+
+    @abc.abstractmethod
+    def profile(self, app: str) -> bytes | None:
+        """The app's pickled demand profile, if one was saved."""
+
+    @abc.abstractmethod
+    def save_profile(self, app: str, blob: bytes, *, through: datetime) -> None:
+        """Replace the app's profile; ``through`` is the last traffic hour it has seen."""
+
+    @abc.abstractmethod
+    def profile_through(self, app: str) -> datetime | None: ...
+
+    # -- jobs ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def add_job(self, job: Job) -> None:
+        """Insert a new job; a duplicate id raises ``contract.errors.InputError`` naming ``id``."""
+
+    @abc.abstractmethod
+    def job(self, job_id: str) -> Job | None: ...
+
+    @abc.abstractmethod
+    def jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
+        """Jobs in the given states (all when None), in submission order."""
+
+    @abc.abstractmethod
+    def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...
+
+    @abc.abstractmethod
+    def finish_job(self, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object]) -> Job:
+        """Mark a running (or queued) job done and append ``history_row`` to the job history,
+        in one transaction. Raises ``InputError`` for an unknown or already finished job."""
+
+    # -- job history (the forecasters' documented schema, training_data/README.md) -------
+    @abc.abstractmethod
+    def history(self) -> pd.DataFrame:
+        """The whole job history as ``training_data.history.validate_history`` accepts it."""
+
+    @abc.abstractmethod
+    def append_history(self, rows: pd.DataFrame) -> int:
+        """Append rows (already validated); returns how many were added."""
+
+    # -- traffic -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def add_traffic(self, rows: Sequence[TrafficHour]) -> None:
+        """Insert or replace hourly request counts."""
+
+    @abc.abstractmethod
+    def traffic(
+        self, app: str, since: datetime | None = None, until: datetime | None = None
+    ) -> list[TrafficHour]:
+        """Hours ``since <= hour < until``, ascending."""
+
+    # -- plan runs and commits -----------------------------------------------------------
+    @abc.abstractmethod
+    def record_run(self, run: PlanRun, commit: Commit | None = None) -> PlanRun:
+        """Store a run with its grid and forecasts and, if given, commit its hour: one transaction.
+
+        The commit is written only when no commit exists for ``commit.hour`` (checked inside
+        the transaction, with a unique key on the hour as the last guard); then the jobs it
+        starts move from queued to running on their GPUs. Returns the stored run with its
+        ``id`` and ``committed`` set.
+        """
+
+    @abc.abstractmethod
+    def run(self, run_id: int | None = None) -> PlanRun | None:
+        """A run by id, or the latest (by id) when None."""
+
+    @abc.abstractmethod
+    def runs(
+        self, *, mode: str | None = None, start: datetime | None = None, limit: int = 50
+    ) -> list[PlanRun]:
+        """Newest first, without grids' heavy parts trimmed (whole runs)."""
+
+    @abc.abstractmethod
+    def commit(self, hour: datetime) -> Commit | None: ...
+
+    @abc.abstractmethod
+    def commits(self, since: datetime | None = None, until: datetime | None = None) -> list[Commit]:
+        """Committed hours ``since <= hour < until``, ascending."""
+
+    @abc.abstractmethod
+    def last_commit(self, before: datetime | None = None) -> Commit | None:
+        """The latest commit with ``hour < before`` (any when None)."""
+
+
+def open_store(url: str = DEFAULT_URL) -> Store:
+    """Open the store at ``url`` and upgrade its schema to the newest migration.
+
+    ``sqlite:///var/gpuplan.db`` (the default; the folder is created), ``sqlite://``
+    (in memory) or ``postgresql+psycopg://user@host/db``. An unreachable database
+    raises :class:`StoreError`; a malformed URL raises ``InputError`` naming ``--db``.
+    """
+    from storage.sql import SqlStore  # SQLAlchemy loads only when a store is opened
+
+    store: Store = SqlStore.open(url)
+    return store
