@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from scheduler.curves import swap_capped_curve
 from storage.records import App, AppForecast, Assignment, Cluster, Commit, Job, JobEstimate
 
 STEP = timedelta(hours=1)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -118,18 +121,14 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
                 "demand": gpu_demand(demand.p90, app, horizon),
             }
         )
-        held = snapshot.realtime_sets.get(app.id)
+    down = _down_steps(cluster, start, pinned={r["id"]: r for r in running})
+    going_down = {window["gpu"] for window in down}
+    for demand in snapshot.demand:
+        # GPUs that go down within the horizon leave the carried-over set: the app is planned
+        # onto others from step 0, so no running set ever has to be shed faster than its cap.
+        held = [gpu for gpu in snapshot.realtime_sets.get(demand.app.id, ()) if gpu not in going_down]
         if held:
-            running.append({"id": app.id, "gpus": list(held)})
-    down = []
-    end_of_plan = start + horizon * STEP
-    for window in cluster.down:
-        window_end = window.end or end_of_plan
-        if window_end <= start or window.start >= end_of_plan:
-            continue
-        first = max(0, math.floor((window.start - start) / STEP))
-        last = min(horizon, math.ceil((window_end - start) / STEP))
-        down.append({"gpu": window.gpu, "start": first, "end": last})
+            running.append({"id": demand.app.id, "gpus": held})
     return {
         "name": name,
         "gpus": cluster.gpus,
@@ -141,6 +140,31 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
         "running": running,
         "down": down,
     }
+
+
+def _down_steps(cluster: Cluster, start: datetime, pinned: Mapping[str, dict[str, Any]]) -> list[dict[str, int]]:
+    """Down windows as steps of the plan starting at ``start``.
+
+    A window that hits a running batch job's block is moved past the job's pinned run: the
+    job holds its GPUs until it is reported done (``gpuplan done``), the contract cannot pin
+    work on a GPU that is down, and the plan must stay legal (logged).
+    """
+    horizon = cluster.horizon_steps
+    end_of_plan = start + horizon * STEP
+    down = []
+    for window in cluster.down:
+        window_end = window.end or end_of_plan
+        if window_end <= start or window.start >= end_of_plan:
+            continue
+        first = max(0, math.floor((window.start - start) / STEP))
+        last = min(horizon, math.ceil((window_end - start) / STEP))
+        for job_id, entry in pinned.items():
+            if window.gpu in entry["gpus"] and first < entry["remaining"]:
+                log.warning("GPU %d goes down under running job %s; kept up until it ends", window.gpu, job_id)
+                first = entry["remaining"]
+        if first < last:
+            down.append({"gpu": window.gpu, "start": first, "end": last})
+    return down
 
 
 def _batch_entry(job: Job, *, gpus: int, steps: int, order: int) -> dict[str, Any]:
