@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             week = 7 * 48
             ms = _cycles(f"sqlite:///{path}", demo, week, large=False)
             sys.stdout.write(
-                f"simulated week: {week} 30-minute cycles on the demo, median {statistics.median(ms):.1f} ms, "
+                f"a week: {week} 30-minute cycles on the demo, median {statistics.median(ms):.1f} ms, "
                 f"p99 {_percentile(ms, 0.99):.1f} ms; database {path.stat().st_size / 1e6:.1f} MB\n"
             )
     return 0
