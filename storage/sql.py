@@ -169,8 +169,10 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:
 
 
 def _sqlite_on_begin(connection: Connection) -> None:
-    read_only = connection.get_execution_options().get(_READ_ONLY, False)
-    connection.exec_driver_sql("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")
+    options = connection.get_execution_options()
+    if options.get("isolation_level") == "AUTOCOMMIT":
+        return  # asked for no transaction (e.g. to checkpoint or VACUUM)
+    connection.exec_driver_sql("BEGIN DEFERRED" if options.get(_READ_ONLY) else "BEGIN IMMEDIATE")
 
 
 def alembic_config(connection: Connection | None = None) -> Config:

@@ -18,9 +18,17 @@ if not isinstance(connection, Connection):
         "gpuplan's migrations run on a connection: use storage.sql.alembic_config(connection), "
         "not the alembic command line without one"
     )
+
+
+def _ours(name: str | None, type_: str, _parents: object) -> bool:
+    # Autogenerate leaves alone what others keep in the database (APScheduler's job table).
+    return type_ != "table" or name in Base.metadata.tables
+
+
 context.configure(
     connection=connection,
     target_metadata=Base.metadata,
+    include_name=_ours,
     render_as_batch=True,  # SQLite alters a table by copying it; batch mode does that
     compare_type=True,
 )
