@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("gpuplan.cmd_train", "retrain the job and real-time demand forecasters"),
     "forecast": ("gpuplan.cmd_forecast", "forecast one job's needs or a real-time app's demand"),
     "backtest": ("gpuplan.cmd_backtest", "day-ahead backtest of the real-time demand profile"),
+    "report": (
+        "gpuplan.cmd_report",
+        "reports from the stored plans: idle windows, coverage risk, utilization, commits",
+    ),
 }
 
 
