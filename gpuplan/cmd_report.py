@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
+from gpuplan.options import add_db, print_json
 from gpuplan.table import format_table
-from storage.store import DEFAULT_URL
 
 if TYPE_CHECKING:
     from scheduler.model import Instance
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=DEFAULT_URL, metavar="URL", help=f"the store (default {DEFAULT_URL})")
+    add_db(common)
     formats = common.add_mutually_exclusive_group()
     formats.add_argument("--csv", action="store_true", help="print CSV rows instead of a table")
     formats.add_argument("--json", action="store_true", help="print a JSON list of row objects")
@@ -51,9 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "free aligned GPU blocks in a stored plan; with --gpus/--hours, where a job could be booked",
         _idle_windows,
     )
-    idle.add_argument(
-        "--run", default="latest", metavar="RUN_ID|latest", help="the plan run (default latest)"
-    )
+    _add_run(idle)
     idle.add_argument("--min-gpus", type=int, default=1, metavar="N", help="list blocks of >= N GPUs")
     idle.add_argument("--min-hours", type=float, default=1, metavar="H", help="free for >= H hours")
     idle.add_argument("--gpus", type=int, metavar="G", help="bookable starts for a G-GPU job (with --hours)")
@@ -65,9 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "hours where a real-time app holds fewer GPUs than it needs: planned ahead, realised behind",
         _coverage_risk,
     )
-    risk.add_argument(
-        "--run", default="latest", metavar="RUN_ID|latest", help="the plan run (default latest)"
-    )
+    _add_run(risk)
     risk.add_argument(
         "--quantile", type=float, default=0.9, help="the forecast quantile to cover (default 0.9)"
     )
@@ -80,6 +75,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     commits = add("commits", "every committed hour: which job holds which GPUs", _commits)
     commits.add_argument("--since", metavar="TIME", help="committed hours from TIME on (default all)")
+
+
+def _add_run(parser: argparse.ArgumentParser) -> None:
+    # ``dest`` is not ``run``: the command line keeps the command's entry point there.
+    parser.add_argument(
+        "--run",
+        dest="run_ref",
+        default="latest",
+        metavar="RUN_ID|latest",
+        help="the plan run (default latest)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -169,13 +175,16 @@ def _idle_windows(args: argparse.Namespace) -> int:
 
 
 def _coverage_risk(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import open_existing_store, parse_run_ref, parse_time, stored_run
+    from gpuplan.app.config import parse_time
+    from gpuplan.app.report_inputs import open_existing_store
     from gpuplan.app.reports import CoverageRow, app_needs, coverage_risk, planned_counts, run_instance
+    from gpuplan.app.status import find_run
 
     since = parse_time(args.since, "--since") if args.since else None
     store = open_existing_store(args.db)
     try:
-        run_value = stored_run(store, parse_run_ref(args.run))
+        with _flags({"RUN_ID": "--run"}):
+            run_value = find_run(store, args.run_ref)
         instance = run_instance(run_value)
         step = timedelta(minutes=instance.step_minutes)
         window_since = since if since is not None else run_value.start - instance.horizon_steps * step
@@ -248,13 +257,8 @@ def _coverage_risk(args: argparse.Namespace) -> int:
 
 
 def _utilization(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import (
-        job_kinds,
-        open_existing_store,
-        parse_time,
-        stored_cluster,
-        stored_commits,
-    )
+    from gpuplan.app.config import parse_time
+    from gpuplan.app.report_inputs import job_kinds, open_existing_store, stored_cluster, stored_commits
     from gpuplan.app.reports import UtilizationRow, utilization
 
     since = parse_time(args.since, "--since") if args.since else None
@@ -289,7 +293,8 @@ def _utilization(args: argparse.Namespace) -> int:
 
 
 def _commits(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import open_existing_store, parse_time, stored_cluster, stored_commits
+    from gpuplan.app.config import parse_time
+    from gpuplan.app.report_inputs import open_existing_store, stored_cluster, stored_commits
     from gpuplan.app.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
 
     since = parse_time(args.since, "--since") if args.since else None
@@ -331,12 +336,13 @@ def _commits(args: argparse.Namespace) -> int:
 
 
 def _load_run(args: argparse.Namespace) -> PlanRun:
-    from gpuplan.app.report_inputs import open_existing_store, parse_run_ref, stored_run
+    from gpuplan.app.report_inputs import open_existing_store
+    from gpuplan.app.status import find_run
 
-    ref = parse_run_ref(args.run)
     store = open_existing_store(args.db)
     try:
-        return stored_run(store, ref)
+        with _flags({"RUN_ID": "--run"}):
+            return find_run(store, args.run_ref)
     finally:
         store.close()
 
@@ -372,8 +378,7 @@ def _emit(
     columns = [f.name for f in fields(row_type)]
     out = sys.stdout
     if args.json:
-        json.dump([{c: _json_value(getattr(row, c)) for c in columns} for row in rows], out, indent=1)
-        out.write("\n")
+        print_json([{c: _json_value(getattr(row, c)) for c in columns} for row in rows])
     elif args.csv:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(columns)
@@ -417,6 +422,8 @@ def _cell(value: object) -> object:
         return value.value
     if isinstance(value, tuple):
         return _gpu_ranges(value)
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
     return value
 
 

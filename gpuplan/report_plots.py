@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
 
 from gpuplan.app.reports import (
     BookableStart,
@@ -63,16 +63,18 @@ def _label_columns(ax: Any, times: Sequence[datetime]) -> None:
 
 
 def _time_axis(ax: Any, origin: datetime) -> None:
-    """Label an x axis in hours since ``origin`` with wall-clock times (the day where it changes)."""
+    """Label an x axis in hours since ``origin`` with wall-clock times (the date at midnight)."""
 
     def label(x: float, _position: object) -> str:
         at = origin + timedelta(hours=x)
-        return at.strftime("%H:%M\n%b %d" if at.hour == 0 or x == ax.get_xlim()[0] else "%H:%M")
+        return at.strftime("%H:%M\n%b %d" if at.hour == 0 and at.minute == 0 else "%H:%M")
 
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=13, steps=[1, 2, 3, 6, 12]))
+    low, high = ax.get_xlim()
+    every = next((h for h in (1, 2, 3, 6, 12, 24, 48) if (high - low) / h <= 13), 168)
+    ax.xaxis.set_major_locator(MultipleLocator(every))
     ax.xaxis.set_major_formatter(FuncFormatter(label))
     ax.tick_params(axis="x", labelsize=8)
-    ax.set_xlabel("time (UTC)")
+    ax.set_xlabel(f"time (UTC), from {origin + timedelta(hours=low):%a %Y-%m-%d %H:%M}")
 
 
 def _hours(times: Sequence[datetime], origin: datetime) -> list[float]:
@@ -190,6 +192,7 @@ def draw_coverage(
         )
         ax.set_ylabel("GPUs")
         ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         _time_axis(ax, start)
         handles, _ = ax.get_legend_handles_labels()
         handles.append(Patch(color="tab:red", alpha=0.18, label="planned hour short of need"))
@@ -215,6 +218,7 @@ def draw_utilization(report: UtilizationReport, cluster_gpus: int, title: str, p
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax.set_ylim(0, cluster_gpus)
     ax.set_ylabel("GPUs")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     _time_axis(ax, origin)
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -6,12 +6,12 @@ the only part of them that touches a :class:`~storage.store.Store`.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from contract.errors import InputError
 from scheduler.model import JobKind
-from storage.records import Cluster, Commit, PlanRun
+from storage.records import Cluster, Commit
 from storage.store import Store, open_store
 
 NO_DATA_HINT = "Run the service first (`gpuplan daemon --once`), or point --db at its database."
@@ -30,28 +30,6 @@ def open_existing_store(url: str) -> Store:
                 "--db", "the URL of an existing database", url, hint=f"No file {path}. {NO_DATA_HINT}"
             )
     return open_store(url)
-
-
-def parse_run_ref(text: str) -> int | None:
-    """``latest`` -> None; a run id -> that id."""
-    if text == "latest":
-        return None
-    if not text.isdigit():
-        raise InputError("--run", "a run id (a positive integer) or `latest`", text)
-    return int(text)
-
-
-def stored_run(store: Store, run_id: int | None) -> PlanRun:
-    """The run with ``run_id`` (the latest when None)."""
-    run = store.run(run_id)
-    if run is not None:
-        return run
-    latest = store.run(None)
-    if latest is None:
-        raise InputError(
-            "--run", "a stored plan run", "none: the database holds no plan runs", hint=NO_DATA_HINT
-        )
-    raise InputError("--run", f"the id of a stored run (the latest is {latest.id})", run_id)
 
 
 def stored_cluster(store: Store) -> Cluster:
@@ -79,14 +57,3 @@ def job_kinds(store: Store) -> dict[str, JobKind]:
     kinds = {job.id: JobKind(job.kind) for job in store.jobs()}
     kinds.update((app.id, JobKind.REALTIME) for app in store.apps())
     return kinds
-
-
-def parse_time(text: str, field: str) -> datetime:
-    """An ISO 8601 time (``2026-03-01T13:00``, ``2026-03-01 13:00+02:00``) in UTC; naive means UTC."""
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise InputError(
-            field, "an ISO 8601 time such as 2026-03-01T13:00 (UTC unless an offset is given)", text
-        ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

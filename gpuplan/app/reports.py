@@ -21,7 +21,8 @@ from enum import StrEnum
 from statistics import NormalDist
 
 from contract.errors import InputError
-from forecasting.gpu_mapping import AppCapacity, gpu_curve, gpus_needed
+from forecasting.gpu_mapping import gpus_needed
+from gpuplan.app.bridge import gpu_demand
 from scheduler.board import free_block_starts
 from scheduler.curves import swap_capped_curve
 from scheduler.model import Cell, Instance, JobKind, gpus_of
@@ -365,10 +366,12 @@ def app_needs(run: PlanRun, instance: Instance, apps: Sequence[App], quantile: f
 
     At 0.9: the stored forecast's ``gpus`` (what the plan was asked to cover); a run stored
     without forecasts falls back on the scenario's demand, which is the same numbers.
-    Other quantiles: the quantile's requests (:func:`quantile_requests`) mapped the way
-    the forecaster maps P90 requests (:func:`forecasting.gpu_mapping.gpu_curve`: ceil of
-    requests x (1 + headroom) / requests per GPU-hour, then the least curve the app's swap
-    cap can follow), with the app's stored capacity.
+    Other quantiles: the quantile's requests (:func:`quantile_requests`) mapped the way the
+    service maps P90 requests into the scenario (:func:`gpuplan.app.bridge.gpu_demand`: ceil
+    of requests x (1 + headroom) / requests per GPU-hour, then the least curve the app's
+    swap cap can follow), with the app's stored capacity. (The stored P90 curve was capped
+    over twice the horizon, so a rise just past the horizon can lift its last hours; the
+    derived curves see only the stored hours.)
     """
     if not 0 < quantile < 1:
         raise InputError("quantile", "a number strictly between 0 and 1 (0.9 = P90)", quantile)
@@ -397,8 +400,7 @@ def app_needs(run: PlanRun, instance: Instance, apps: Sequence[App], quantile: f
         if app is None:
             raise InputError("app", f"one of the stored apps {sorted(known_apps)}", job.id)
         requests = [quantile_requests(by_key[job.id, h].p50, by_key[job.id, h].p90, quantile) for h in hours]
-        capacity = AppCapacity(app.requests_per_gpu_hour, app.headroom, job.swap_cap)
-        needs[job.id] = [int(n) for n in gpu_curve(requests, capacity)]
+        needs[job.id] = gpu_demand(requests, app, instance.horizon_steps)
     return needs
 
 
