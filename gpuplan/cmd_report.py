@@ -10,19 +10,16 @@ parseable.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
-from datetime import datetime, timedelta
-from enum import Enum
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from gpuplan.options import add_db, print_json
-from gpuplan.table import format_table
+from gpuplan.table import cell_text, row_records, rows_table, write_rows_csv
 
 if TYPE_CHECKING:
     from scheduler.model import Instance
@@ -148,7 +145,7 @@ def _idle_windows(args: argparse.Namespace) -> int:
     if rows:
         earliest = [r for r in rows if r.start == rows[0].start]
         footer.append(
-            f"earliest start {_cell(rows[0].start)} on {len(earliest)} block(s); "
+            f"earliest start {cell_text(rows[0].start)} on {len(earliest)} block(s); "
             f"{len(rows)} block(s) listed, each at its earliest start"
         )
     _emit(
@@ -215,14 +212,13 @@ def _coverage_risk(args: argparse.Namespace) -> int:
     heading = _run_heading(run_value, instance)
     percentile = f"P{args.quantile * 100:g}"
     footer = [
-        f"realised {_cell(r.since)} to {_cell(r.until)}: {r.app} served {r.served_share:.1%} of "
+        f"realised {cell_text(r.since)} to {cell_text(r.until)}: {r.app} served {r.served_share:.1%} of "
         f"{r.needed_gpu_hours:g} GPU-hours of demand over {r.hours} committed hours ({r.short_hours} short)"
         for r in report.realised
     ]
     if not report.realised:
-        footer.append(
-            f"realised: no committed hour with traffic from {_cell(window_since)} to {_cell(run_value.start)}"
-        )
+        window = f"{cell_text(window_since)} to {cell_text(run_value.start)}"
+        footer.append(f"realised: no committed hour with traffic from {window}")
     _emit(
         CoverageRow,
         report.rows,
@@ -271,7 +267,7 @@ def _utilization(args: argparse.Namespace) -> int:
         store.close()
     report = utilization(commits, cluster, kinds)
     totals = ", ".join(f"{name} {hours:g}" for name, hours in report.gpu_hours.items() if hours)
-    period = f"{_cell(report.rows[0].hour)} to {_cell(report.rows[-1].hour + timedelta(hours=1))}"
+    period = f"{cell_text(report.rows[0].hour)} to {cell_text(report.rows[-1].hour + timedelta(hours=1))}"
     _emit(
         UtilizationRow,
         report.rows,
@@ -311,7 +307,7 @@ def _commits(args: argparse.Namespace) -> int:
         CommitRow,
         rows,
         args,
-        title=f"{len(commits)} committed hours from {_cell(first)} to {_cell(last)}",
+        title=f"{len(commits)} committed hours from {cell_text(first)} to {cell_text(last)}",
         empty="no job was committed in these hours",
         footer=[],
     )
@@ -325,7 +321,7 @@ def _commits(args: argparse.Namespace) -> int:
             hours,
             down,
             realtime=apps,
-            title=f"Committed hours {_cell(first)} to {_cell(last)}: one column per committed hour",
+            title=f"Committed hours {cell_text(first)} to {cell_text(last)}: one column per committed hour",
             path=args.png,
         )
     return 0
@@ -350,7 +346,7 @@ def _load_run(args: argparse.Namespace) -> PlanRun:
 def _run_heading(run_value: PlanRun, instance: Instance) -> str:
     return (
         f"run {run_value.id} ({run_value.mode.value}, {run_value.policy}): {instance.gpus} GPUs x "
-        f"{instance.horizon_steps} steps of {instance.step_minutes} min from {_cell(run_value.start)} UTC"
+        f"{instance.horizon_steps} steps of {instance.step_minutes} min from {cell_text(run_value.start)} UTC"
     )
 
 
@@ -375,64 +371,13 @@ def _emit(
     footer: Sequence[str],
 ) -> None:
     """Print ``rows`` (frozen dataclasses; their fields are the columns) as a table, CSV or JSON."""
-    columns = [f.name for f in fields(row_type)]
     out = sys.stdout
     if args.json:
-        print_json([{c: _json_value(getattr(row, c)) for c in columns} for row in rows])
+        print_json(row_records(row_type, rows))
     elif args.csv:
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows([_csv_value(getattr(row, c)) for c in columns] for row in rows)
+        write_rows_csv(row_type, rows, out)
     else:
         print(title)
-        print(
-            format_table(columns, [[_cell(getattr(row, c)) for c in columns] for row in rows])
-            if rows
-            else empty
-        )
+        print(rows_table(row_type, rows) if rows else empty)
     for line in footer:
         print(line, file=sys.stderr if args.json or args.csv else out)
-
-
-def _json_value(value: object) -> object:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple):
-        return list(value)
-    return value
-
-
-def _csv_value(value: object) -> object:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, tuple):
-        return " ".join(str(v) for v in value)
-    return _json_value(value)
-
-
-def _cell(value: object) -> object:
-    """How a value reads in the aligned table."""
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M")
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple):
-        return _gpu_ranges(value)
-    if isinstance(value, float):
-        return f"{value:,.3f}".rstrip("0").rstrip(".")
-    return value
-
-
-def _gpu_ranges(gpus: Sequence[int]) -> str:
-    """``(0, 1, 2, 3, 6)`` -> ``0-3,6``."""
-    runs: list[list[int]] = []
-    for gpu in gpus:
-        if runs and gpu == runs[-1][1] + 1:
-            runs[-1][1] = gpu
-        else:
-            runs.append([gpu, gpu])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
