@@ -5,6 +5,7 @@ Each figure has a title saying what it shows, time axes in wall-clock UTC and a 
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -41,6 +42,10 @@ KIND_COLOURS = {
 OUTLINE = "crimson"
 
 
+def _wrapped(title: str, width: int = 140) -> str:
+    return "\n".join(textwrap.wrap(title, width))
+
+
 def _save(fig: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -62,19 +67,23 @@ def _label_columns(ax: Any, times: Sequence[datetime]) -> None:
     ax.set_xlabel("time (UTC)")
 
 
-def _time_axis(ax: Any, origin: datetime) -> None:
-    """Label an x axis in hours since ``origin`` with wall-clock times (the date at midnight)."""
+def _time_axis(ax: Any, origin: datetime, first: float, last: float) -> None:
+    """An x axis over ``[first, last]`` hours since ``origin``, labelled in wall-clock UTC.
+
+    The date is shown at the axis start and at each midnight.
+    """
 
     def label(x: float, _position: object) -> str:
         at = origin + timedelta(hours=x)
-        return at.strftime("%H:%M\n%b %d" if at.hour == 0 and at.minute == 0 else "%H:%M")
+        dated = x == first or (at.hour == 0 and at.minute == 0)
+        return at.strftime("%H:%M\n%b %d" if dated else "%H:%M")
 
-    low, high = ax.get_xlim()
-    every = next((h for h in (1, 2, 3, 6, 12, 24, 48) if (high - low) / h <= 13), 168)
-    ax.xaxis.set_major_locator(MultipleLocator(every))
+    ax.set_xlim(first, last)
+    every = next((h for h in (1, 2, 3, 6, 12, 24, 48) if (last - first) / h <= 13), 168)
+    ax.xaxis.set_major_locator(MultipleLocator(every, offset=first % every))
     ax.xaxis.set_major_formatter(FuncFormatter(label))
     ax.tick_params(axis="x", labelsize=8)
-    ax.set_xlabel(f"time (UTC), from {origin + timedelta(hours=low):%a %Y-%m-%d %H:%M}")
+    ax.set_xlabel("time (UTC)")
 
 
 def _hours(times: Sequence[datetime], origin: datetime) -> list[float]:
@@ -96,7 +105,7 @@ def draw_idle_windows(
     title: str,
     path: Path,
 ) -> Path:
-    """The plan grid with each idle window (or bookable block) outlined; unlisted free cells dotted."""
+    """The plan grid with each idle window (or bookable block) outlined; free cells in no window dotted."""
     fig, ax = _grid_figure(instance, instance.gpus)
     job_ids = list(instance.jobs_by_id)
     realtime_ids = {job.id for job in instance.realtime_jobs}
@@ -115,16 +124,20 @@ def draw_idle_windows(
             Rectangle((s, w.first_gpu), e - s, w.gpus, fill=False, edgecolor=OUTLINE, lw=1.8, zorder=3)
         )
         listed |= {(g, t) for g in range(w.first_gpu, w.first_gpu + w.gpus) for t in range(int(s), int(e))}
+    # Free cells no listed window covers, so that nothing idle is hidden (idle windows only).
     unlisted = [
         (t + 0.5, g + 0.5)
         for g, row in enumerate(grid)
         for t, cell in enumerate(row)
-        if cell is None and not instance.down_masks[t] >> g & 1 and (g, t) not in listed
+        if report is not None
+        and cell is None
+        and not instance.down_masks[t] >> g & 1
+        and (g, t) not in listed
     ]
     if unlisted:
         ax.scatter(*zip(*unlisted, strict=True), s=6, color="0.35", zorder=3)
     _label_columns(ax, [start + t * step for t in range(instance.horizon_steps)])
-    ax.set_title(title, fontsize=10)
+    ax.set_title(_wrapped(title), fontsize=10)
     handles = legend_handles(job_ids, colours, realtime_ids)
     outline = "bookable block" if report is None else "idle window (aligned block)"
     handles.append(Patch(fill=False, edgecolor=OUTLINE, lw=1.8, label=outline))
@@ -193,13 +206,13 @@ def draw_coverage(
         ax.set_ylabel("GPUs")
         ax.set_ylim(bottom=0)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        _time_axis(ax, start)
+        _time_axis(ax, start, min([0.0, *_hours([h.hour for h in past], start)]), xs[-1] + step_hours)
         handles, _ = ax.get_legend_handles_labels()
         handles.append(Patch(color="tab:red", alpha=0.18, label="planned hour short of need"))
         if past:
             handles.append(Patch(color="tab:cyan", alpha=0.18, label="committed hour short of actual"))
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(_wrapped(title), fontsize=10)
     return _save(fig, path)
 
 
@@ -219,8 +232,8 @@ def draw_utilization(report: UtilizationReport, cluster_gpus: int, title: str, p
     ax.set_ylim(0, cluster_gpus)
     ax.set_ylabel("GPUs")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    _time_axis(ax, origin)
-    ax.set_title(title, fontsize=10)
+    _time_axis(ax, origin, 0.0, xs[-1] + 1)
+    ax.set_title(_wrapped(title), fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _save(fig, path)
 
@@ -240,6 +253,6 @@ def draw_commits(
     colours = job_colours(job_ids)
     draw_grid(ax, grid, down_masks, colours, realtime)
     _label_columns(ax, hours)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(_wrapped(title), fontsize=10)
     fig.legend(handles=legend_handles(job_ids, colours, realtime), loc="outside right upper", fontsize=7)
     return _save(fig, path)
