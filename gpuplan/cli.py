@@ -32,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "done": ("gpuplan.cmd_done", "report a job finished"),
     "status": ("gpuplan.cmd_status", "what runs now, the queue, the last plan run"),
     "export": ("gpuplan.cmd_export", "write a stored run as scenario.json and plan.json"),
+    "report": (
+        "gpuplan.cmd_report",
+        "reports from the stored plans: idle windows, coverage risk, utilization, commits",
+    ),
 }
 
 
