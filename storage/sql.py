@@ -567,7 +567,8 @@ class SqlStore(Store):
                     outcome.value,
                     hint=f"Job {job_id} is still queued.",
                 )
-            started = row.started_at or at
+            # A job committed for the hour it was submitted in starts at its submission, not before.
+            started = max(row.started_at or at, row.submitted_at)
             if at < started:
                 raise InputError("at", f"at or after the job's start {started.isoformat()}", at.isoformat())
             if row.kind in KINDS:
