@@ -35,6 +35,7 @@ from sqlalchemy import (
     event,
     exc,
     insert,
+    inspect,
     select,
     text,
 )
@@ -60,6 +61,7 @@ from storage.records import (
 )
 from storage.store import DEFAULT_URL, Store, StoreError
 from storage.tables import (
+    SCHEMA_REVISION,
     AppRow,
     ClusterRow,
     CommitAssignmentRow,
@@ -303,7 +305,20 @@ class SqlStore(Store):
             # A value the driver cannot take (NaN in JSON, a naive datetime): the caller's bug.
             raise ValueError(f"cannot store a value: {error.orig}") from error
 
+    def _schema_revision(self) -> str | None:
+        with self._engine.connect() as connection:
+            connection.execution_options(**{_READ_ONLY: True})
+            if not inspect(connection).has_table("alembic_version"):
+                return None
+            version: str | None = connection.scalar(text("SELECT version_num FROM alembic_version"))
+            return version
+
     def _upgrade(self) -> None:
+        try:
+            if self._schema_revision() == SCHEMA_REVISION:
+                return
+        except (exc.DBAPIError, exc.TimeoutError) as error:
+            raise self._fail(error) from error
         from alembic import command
         from alembic.util import CommandError
 

@@ -38,14 +38,14 @@ def pg_server() -> Iterator[PgServer]:
 
 @pytest.fixture
 def pg_url(pg_server: PgServer) -> Iterator[str]:
-    """`postgresql+psycopg://postgres@127.0.0.1:PORT/t_...`: a fresh, empty database, dropped afterwards."""
-    name = pg_server.create_database()
+    """`postgresql+psycopg://postgres@127.0.0.1:PORT/gpuplan_test?...`: a fresh, empty schema, dropped afterwards."""
+    url = pg_server.fresh_url()
     try:
-        yield pg_server.database_url(name)
-        left = pg_server.settled_connections(name)
-        assert not left, f"the test left connections open to {name}: {left}"
+        yield url
+        left = pg_server.settled_sessions(url)
+        assert not left, f"the test left connections open: {left}"
     finally:
-        pg_server.drop_database(name)
+        pg_server.drop(url)
 
 
 def _open_files(path: Path) -> list[str]:
