@@ -44,6 +44,7 @@ from storage.records import (
 from storage.sql import SqlStore, alembic_config, head_revision
 from storage.store import DEFAULT_URL, StoreError, open_store
 from storage.tables import SCHEMA_REVISION, Base
+from tests.leaks import open_files
 from tests.storage_children import (
     HOUR,
     die_holding_lock,
@@ -218,6 +219,20 @@ def test_an_in_memory_store_keeps_its_data_for_its_lifetime() -> None:
         assert store.jobs()[0].state is JobState.RUNNING
     finally:
         store.close()
+
+
+def test_the_leak_checks_see_a_store_left_open(db_url: str, request: pytest.FixtureRequest) -> None:
+    store = SqlStore.open(db_url)
+    store.cluster()  # a connection now waits in the pool
+
+    def still_open() -> list[Any]:
+        if store.dialect == "postgresql":  # a closed session leaves pg_stat_activity a moment later
+            return request.getfixturevalue("pg_server").settled_sessions(db_url)  # type: ignore[no-any-return]
+        return open_files(Path(store.engine.url.database or ""))
+
+    assert still_open()
+    store.close()
+    assert not still_open()
 
 
 # --- cluster, apps, profiles, traffic ----------------------------------------------------
