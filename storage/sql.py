@@ -90,8 +90,6 @@ DEFAULT_LOCK_TTL = timedelta(minutes=10)
 _UPGRADE_LOCK = "gpuplan schema upgrade"
 # Execution option: this transaction only reads, so SQLite may BEGIN DEFERRED.
 _READ_ONLY = "gpuplan_read_only"
-# The history columns that are columns of ``job_history``; every other one is a feature.
-_HISTORY_COMMON = ("job_id", "kind", "submit_time", "start_time", "end_time", "gpus", "outcome")
 _HOST = socket.gethostname()
 _IN_CLAUSE_CHUNK = 500
 
@@ -606,9 +604,12 @@ class SqlStore(Store):
     # -- job history ---------------------------------------------------------------------
     @staticmethod
     def _history_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+        """The common columns as ``job_history`` columns; every other one into ``features``."""
         import pandas as pd
 
-        features = [c for c in frame.columns if c not in _HISTORY_COMMON]
+        from training_data.history import COMMON_NAMES
+
+        features = [c for c in frame.columns if c not in COMMON_NAMES]
         rows: list[dict[str, Any]] = []
         for record in frame.to_dict("records"):
             rows.append(
