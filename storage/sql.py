@@ -537,7 +537,9 @@ class SqlStore(Store):
             row.estimate_hours_p50 = estimate.hours_p50
             row.estimate_hours_p90 = estimate.hours_p90
 
-    def finish_job(self, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object]) -> Job:
+    def finish_job(
+        self, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object] | None = None
+    ) -> Job:
         """Mark the job done and append its history row, validated against the history schema.
 
         Columns missing from ``history_row`` come from the stored job: ``job_id``, ``kind``,
@@ -580,7 +582,7 @@ class SqlStore(Store):
                     "end_time": at,
                     "gpus": row.gpus or row.estimate_gpus or 1,
                     "outcome": outcome.value,
-                    **history_row,
+                    **(history_row or {}),
                 }
                 typed = validate_history(pd.DataFrame([merged]), source=f"the history row of job {job_id}")
                 self._insert_history(session, typed)
