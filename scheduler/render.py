@@ -5,11 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from contract.files import atomic_write, check_writable
 from scheduler.model import Instance
 from scheduler.policies import Plan
 
 
-def draw_plans(instance: Instance, plans: Sequence[Plan], path: Path) -> Path:
+def image_suffixes() -> dict[str, str]:
+    """File suffixes matplotlib can write (``.png``, ``.svg``, ``.pdf``, ...) -> format name."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return {f".{ext}": name for ext, name in FigureCanvasAgg.get_supported_filetypes().items()}
+
+
+def check_image_path(path: Path, what: str) -> None:
+    """Refuse, before any work, an image path that is not writable or whose suffix names no format."""
+    check_writable(path, what, suffixes=image_suffixes())
+
+
+def draw_plans(instance: Instance, plans: Sequence[Plan], path: Path, what: str = "--png") -> Path:
     """One panel per plan, stacked; real-time jobs hatched, down cells grey, metrics in titles."""
     import matplotlib
 
@@ -68,7 +81,9 @@ def draw_plans(instance: Instance, plans: Sequence[Plan], path: Path) -> Path:
         for j in job_ids
     ] + [Patch(facecolor="0.6", label="down")]
     fig.legend(handles=handles, loc="outside right upper", fontsize=7)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_write(path, what) as stream:
+            fig.savefig(stream, format=path.suffix.lower().removeprefix(".") or "png", dpi=110)
+    finally:
+        plt.close(fig)
     return path
