@@ -191,7 +191,10 @@ def test_missing_columns_are_listed(history_csv: Path) -> None:
     frame = pd.read_csv(history_csv).drop(columns=["gpus"])
     broken = history_csv.with_name("no_gpus.csv")
     frame.to_csv(broken, index=False)
-    with pytest.raises(InputError, match=re.escape("no_gpus.csv: `gpus` must be in the header (job-history columns); got 'missing'.")):
+    with pytest.raises(
+        InputError,
+        match=re.escape("no_gpus.csv: `gpus` must be in the header (job-history columns); got 'missing'."),
+    ):
         load_history(broken)
 
 

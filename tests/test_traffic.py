@@ -86,8 +86,10 @@ def test_servegen_day_hour_labels_become_timestamps() -> None:
         ),
         (
             "hour,count,requests\n2024-01-01 00:00,5,5\n",
-            "`header` must be `hour,requests` (hourly counts; more columns may follow) or `timestamp,...` "
-            "(one row per request; `gmt_create` also accepted); got 'hour,count,requests'.",
+            (
+                "`header` must be `hour,requests` (hourly counts; more columns may follow) or "
+                "`timestamp,...` (one row per request; `gmt_create` also accepted); got 'hour,count,requests'."
+            ),
         ),
     ],
 )
