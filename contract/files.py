@@ -26,19 +26,26 @@ for every command, the daemon and any later API:
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
 import gzip
+import io
 import json
 import math
 import os
 import stat
 import tempfile
+import warnings
 import zlib
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from contract.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Scenario, plan and job-spec files. A plan of 4,096 GPUs x 672 steps is about 30 MB.
 MAX_DOCUMENT_BYTES = 64 * 2**20
@@ -99,7 +106,7 @@ def read_bytes(path: Path, what: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) ->
 
 
 def decode_text(data: bytes, what: str, *, source: str) -> str:
-    """``data`` as UTF-8 text: a leading BOM dropped, CRLF turned into LF."""
+    """``data`` as UTF-8 text: a leading BOM dropped, CRLF and CR turned into LF."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -119,7 +126,8 @@ def decode_text(data: bytes, what: str, *, source: str) -> str:
             source=source,
             hint=f"It holds a NUL byte at offset {text.index(chr(0))}: binary data.",
         )
-    return text.removeprefix("\ufeff").replace("\r\n", "\n")
+    # CRLF (and a lone CR, old Mac line ends) become LF: every parser here then sees one form.
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def read_text(path: Path, what: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
@@ -296,6 +304,42 @@ def _strict_yaml_loader() -> Any:
             return super().construct_mapping(node, deep=deep)
 
     return StrictLoader
+
+
+def read_csv(path: Path, what: str, *, max_bytes: int = MAX_TABLE_BYTES, **options: Any) -> pd.DataFrame:
+    """A CSV table with a header row, read as UTF-8 text; ``options`` go to ``pandas.read_csv``.
+
+    Refused rather than guessed at: an empty file, a column named twice in the header
+    (pandas would rename the second ``name.1``) and a row with more fields than the
+    header (pandas would quietly turn the first fields into an index).
+    """
+    import pandas as pd
+
+    text = read_text(path, what, max_bytes=max_bytes)
+    try:
+        header = next(csv.reader(io.StringIO(text)), [])
+    except csv.Error as error:
+        raise InputError(
+            what, "a CSV file with a header row", path.name, source=str(path), hint=f"{error}."
+        ) from None
+    repeated = [name for name, count in Counter(name.strip() for name in header).items() if count > 1]
+    if repeated:
+        raise InputError(repeated[0], "a column named once in the header", "named twice", source=str(path))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame: pd.DataFrame = pd.read_csv(io.StringIO(text), index_col=False, **options)
+            return frame
+    except pd.errors.EmptyDataError:
+        raise InputError(what, "a CSV file with a header row", "an empty file", source=str(path)) from None
+    except (pd.errors.ParserError, pd.errors.ParserWarning, ValueError) as error:
+        raise InputError(
+            what,
+            "a CSV file whose rows have as many fields as its header",
+            path.name,
+            source=str(path),
+            hint=f"{str(error).splitlines()[0].removeprefix('Error tokenizing data. C error: ')}.",
+        ) from None
 
 
 # --- checking output paths -------------------------------------------------------------------

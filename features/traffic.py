@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from contract.errors import InputError
-from contract.files import MAX_TABLE_BYTES, read_text
+from contract.files import read_csv
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,18 +165,8 @@ def load_traffic(
     first column is the hour); ``timestamp_column`` reads per-request records whose
     timestamps are in that column.
     """
-    import io
-
-    import pandas as pd
-
     source = str(path)
-    text = read_text(path, "traffic", max_bytes=MAX_TABLE_BYTES)
-    try:
-        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError) as error:
-        raise InputError(
-            "traffic", "a CSV file with a header row", str(error).splitlines()[0], source=source
-        ) from None
+    frame = read_csv(path, "traffic", dtype=str, keep_default_na=False)
     frame.columns = [str(name).strip() for name in frame.columns]
     columns = list(frame.columns)
     if requests_column is not None:

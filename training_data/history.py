@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from contract.errors import InputError
-from contract.files import MAX_TABLE_BYTES, read_bytes, read_text
+from contract.files import MAX_TABLE_BYTES, read_bytes, read_csv
 from features import job_costs
 from features.job_features import (
     GPU_MEMORY_GB,
@@ -77,8 +77,6 @@ HISTORY_COLUMNS = COMMON_NAMES + FEATURE_NAMES
 
 def read_history(path: Path) -> pd.DataFrame:
     """Read a history file (UTF-8 CSV, optionally gzipped, or Parquet) without validating it."""
-    import io
-
     if path.suffix == ".parquet":
         read_bytes(path, "--history", max_bytes=MAX_TABLE_BYTES)  # exists, regular, bounded
         try:
@@ -92,17 +90,7 @@ def read_history(path: Path) -> pd.DataFrame:
             ) from error
         except (ValueError, OSError) as error:
             raise InputError("--history", "a readable Parquet file", str(path), hint=f"{error}.") from None
-    text = read_text(path, "--history", max_bytes=MAX_TABLE_BYTES)
-    try:
-        return pd.read_csv(io.StringIO(text), low_memory=False)
-    except pd.errors.EmptyDataError:
-        raise InputError(
-            "--history", "a CSV file with a header row", "an empty file", source=str(path)
-        ) from None
-    except (ValueError, pd.errors.ParserError) as error:
-        raise InputError(
-            "--history", "a CSV file", str(path), hint=f"{str(error).splitlines()[0]}."
-        ) from None
+    return read_csv(path, "--history", low_memory=False)
 
 
 def _require_columns(raw: pd.DataFrame, names: Sequence[str], what: str, *, source: str) -> None:

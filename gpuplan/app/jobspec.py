@@ -3,8 +3,8 @@
 A spec is one JSON or YAML object (by suffix, read by :mod:`contract.files`): ``kind``
 (``training`` or ``quantization``) and the job's feature values by name, each a plain
 value (text, number, boolean). Which features and ranges are allowed is the schema's
-business (``features.job_features``, ``gpuplan forecast job --schema``); this module
-only makes sure that what reaches the schema is a flat mapping of plain values.
+business (``features.job_features``, ``gpuplan forecast job --schema``); a spec that
+comes back from here has passed it, so no model is loaded for a spec that is wrong.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ KINDS: tuple[JobKind, ...] = tuple(SCHEMAS)
 
 
 def parse_job_spec(document: object, *, source: str) -> tuple[JobKind, dict[str, object]]:
-    """``(kind, feature values)`` from a parsed spec document (a file, a request body)."""
+    """``(kind, feature values)`` from a parsed spec document (a file, a request body), validated."""
     if not isinstance(document, Mapping):
         raise InputError(
             "(top level)", "a mapping of feature names to values", type(document).__name__, source=source
@@ -41,7 +41,9 @@ def parse_job_spec(document: object, *, source: str) -> tuple[JobKind, dict[str,
             raise InputError(
                 name, "a single value (text, number or boolean)", type(value).__name__, source=source
             )
-    return cast(JobKind, kind), features
+    job_kind = cast(JobKind, kind)
+    SCHEMAS[job_kind].validate_record(features, source=source)
+    return job_kind, features
 
 
 def read_job_spec(path: Path) -> tuple[JobKind, dict[str, object]]:

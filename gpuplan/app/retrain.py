@@ -88,7 +88,7 @@ def retrain(
             "history",
             f"at least {needed} completed training jobs ({MIN_TRAINING_JOBS} to fit, plus the "
             f"{TEST_FRACTION:.0%} held out to evaluate)",
-            f"{len(training_jobs)} of {len(history)} jobs",
+            f"{len(training_jobs)} completed training jobs among {len(history)} jobs",
             source=source,
         )
     if not quantization_jobs.empty:
