@@ -151,6 +151,31 @@ def forecast_caveats(history: HourlyTraffic, at: np.datetime64) -> list[str]:
     return caveats
 
 
+#: Times a user may name: traffic timestamps (nanoseconds in pandas) end in 2262.
+FIRST_YEAR, LAST_YEAR = 1970, 2200
+
+
+def parse_hour(text: str, field: str) -> np.datetime64:
+    """A user's ISO 8601 time (``2024-12-01``, ``2024-12-01 16:30``) floored to the hour.
+
+    Traffic hours carry no UTC offset, so a time with one is refused rather than
+    silently shifted or dropped.
+    """
+    from datetime import datetime
+
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InputError(field, "a time such as 2024-12-01 or 2024-12-01 16:00", text) from None
+    if moment.tzinfo is not None:
+        raise InputError(
+            field, "a time without a UTC offset (traffic hours carry none)", text, hint="Drop the offset."
+        )
+    if not FIRST_YEAR <= moment.year <= LAST_YEAR:
+        raise InputError(field, f"a time in the years {FIRST_YEAR}-{LAST_YEAR}", text)
+    return hour_of(moment)
+
+
 def hour_of(value: object) -> np.datetime64:
     """``value`` (str, datetime, datetime64) as a datetime64 floored to the hour."""
     return np.datetime64(value, "m").astype("datetime64[h]")  # type: ignore[call-overload,no-any-return]

@@ -44,21 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from contract.errors import InputError
-    from features.traffic import MAX_REQUESTS_PER_HOUR, forecast_caveats, hour_of, load_traffic
+    from features.traffic import MAX_REQUESTS_PER_HOUR, forecast_caveats, load_traffic, parse_hour
     from forecasting.gpu_mapping import AppCapacity, gpu_curve
     from forecasting.realtime import RealtimeProfile
     from gpuplan.options import integer_in, number_in
     from scheduler.scenario_io import MAX_CLUSTER_GPUS
 
-    try:
-        at = hour_of(args.at)
-    except (ValueError, OverflowError) as error:
-        raise InputError("--at", "a timestamp such as 2024-12-01 00:00", args.at) from error
-    if np.isnat(at):
-        raise InputError("--at", "a timestamp such as 2024-12-01 00:00", args.at)
+    at = parse_hour(args.at, "--at")
     integer_in("--hours", args.hours, 1, MAX_HOURS)
     number_in("--headroom", args.headroom, 0.0, MAX_HEADROOM)
     integer_in("--swap-cap", args.swap_cap, 0, 2 * MAX_CLUSTER_GPUS)

@@ -490,7 +490,15 @@ def _traffic_cases() -> list[Case]:
     cases += [
         Case(f"realtime-{name}", [*realtime, *at, *extra], good, message) for name, extra, message in options
     ]
-    for name, value in (("nat", "NaT"), ("words", "soon"), ("empty", ""), ("before-history", "2000-01-01")):
+    for name, value in (
+        ("nat", "NaT"),
+        ("words", "soon"),
+        ("empty", ""),
+        ("before-history", "2000-01-01"),
+        ("utc-offset", "2024-01-03T00:00+05:00"),
+        ("year-9999", "9999-12-31"),
+        ("year-12345", "+12345-01-01"),
+    ):
         cases.append(Case(f"realtime-at-{name}", [*realtime, "--at", value], good, "`--at` must be"))
     backtest = ["backtest", "--traffic", "{d}/t.csv"]
     cases += [
@@ -564,6 +572,29 @@ def small_history(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 OLD_MODELS = Dir({"training_estimator.pkl": b"old model", "training_estimator.json": b"{}"})
 
 
+def _set_cell(history: bytes, column: str, value: bytes) -> bytes:
+    """``history`` with ``column`` of its first job set to ``value``."""
+    lines = history.split(b"\n")
+    if len(lines) < 3:
+        return history
+    index = lines[0].split(b",").index(column.encode())
+    cells = lines[1].split(b",")
+    cells[index] = value
+    return b"\n".join([lines[0], b",".join(cells), *lines[2:]])
+
+
+def _zero_length(history: bytes) -> bytes:
+    """``history`` whose first job (completed) ends when it starts."""
+    lines = history.split(b"\n")
+    if len(lines) < 3:
+        return history
+    header = lines[0].split(b",")
+    cells = lines[1].split(b",")
+    cells[header.index(b"end_time")] = cells[header.index(b"start_time")]
+    cells[header.index(b"outcome")] = b"completed"
+    return b"\n".join([lines[0], b",".join(cells), *lines[2:]])
+
+
 def _train_cases(history: bytes) -> list[Case]:
     header = history.split(b"\n", 1)[0] + b"\n"
     lines = history.split(b"\n")
@@ -584,6 +615,13 @@ def _train_cases(history: bytes) -> list[Case]:
         ),
         ("ragged", header + b"1,2,3\n" + b",".join([b"x"] * 60) + b"\n", "`--history` must be"),
         ("a-directory", Dir(), "`--history` must be a regular file"),
+        ("zero-length-run", _zero_length(history), "`end_time` must be after start_time for a completed job"),
+        ("gpus-nan", _set_cell(history, "gpus", b"nan"), "`gpus` must be an integer >= 1"),
+        (
+            "time-garbage",
+            _set_cell(history, "submit_time", b"soon"),
+            "`submit_time` must be an ISO 8601 timestamp",
+        ),
         ("gzip-named-garbage", b"plain text", "`--history` must be"),
     ]
     cases = []

@@ -166,6 +166,11 @@ def _validate_common(frame: pd.DataFrame, *, source: str, lines: pd.Series) -> p
             "at or after start_time (a negative duration is impossible)",
             times["end_time"] < times["start_time"],
         )
+    zero_length = (outcome == "completed").fillna(False).astype(bool) & (
+        times["end_time"] == times["start_time"]
+    )
+    if zero_length.any():
+        raise fail("end_time", "after start_time for a completed job (a run of zero length)", zero_length)
     gpus = pd.to_numeric(frame["gpus"], errors="coerce")
     bad_gpus = ~((gpus >= 1) & (gpus == np.round(gpus))).fillna(False).astype(bool)
     if bad_gpus.any():
