@@ -51,8 +51,15 @@ if TYPE_CHECKING:
 MAX_DOCUMENT_BYTES = 64 * 2**20
 #: CSV tables (job history, traffic), after decompression.
 MAX_TABLE_BYTES = 512 * 2**20
+#: YAML is for hand-written files, and its loader builds about 0.3 MB of values a second.
+MAX_YAML_BYTES = 2**20
 #: Objects and lists inside objects and lists; the deepest legal document has 4.
 MAX_NESTING = 32
+#: Objects and lists in one document (a plan of 4,096 GPUs has 4,097), and values in
+#: lists and objects (that plan has 2.75 million cells). Counted on the text before
+#: parsing, so that a file of ``[],[],[],...`` is refused before it fills memory.
+MAX_CONTAINERS = 1_000_000
+MAX_ITEMS = 4_000_000
 #: Integers in documents fit a signed 64-bit word (what SQL and CP-SAT store).
 MAX_ABS_INTEGER = 2**63 - 1
 
@@ -137,10 +144,9 @@ def read_text(path: Path, what: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> 
 
 def read_document(path: Path, what: str) -> Any:
     """A JSON or YAML document (by suffix), held to JSON's data model."""
-    text = read_text(path, what)
     if path.suffix.lower() in YAML_SUFFIXES:
-        return parse_yaml(text, what, source=str(path))
-    return parse_json(text, what, source=str(path))
+        return parse_yaml(read_text(path, what, max_bytes=MAX_YAML_BYTES), what, source=str(path))
+    return parse_json(read_text(path, what), what, source=str(path))
 
 
 def read_mapping(
@@ -171,6 +177,14 @@ def parse_json(text: str, what: str, *, source: str) -> Any:
             what, "JSON numbers (finite)", name, source=source, hint="NaN and Infinity are not JSON."
         )
 
+    containers, items = text.count("[") + text.count("{"), text.count(",")
+    if containers > MAX_CONTAINERS or items > MAX_ITEMS:
+        raise InputError(
+            what,
+            f"a document of at most {MAX_CONTAINERS:,} objects and lists and {MAX_ITEMS:,} values",
+            f"{containers:,} brackets and {items:,} commas",
+            source=source,
+        )
     try:
         document = json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constant)
     except InputError:
@@ -198,11 +212,12 @@ def parse_yaml(text: str, what: str, *, source: str) -> Any:
     try:
         loader = _strict_yaml_loader()(text)
         try:
-            document = loader.get_single_data()
+            node = loader.get_single_node()
+            if node is not None:
+                _refuse_aliases(node)
+            document = None if node is None else loader.construct_document(node)
         finally:
             loader.dispose()
-    except InputError:
-        raise
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -221,39 +236,119 @@ def parse_yaml(text: str, what: str, *, source: str) -> Any:
     return document
 
 
+def _refuse_aliases(root: Any) -> None:
+    """Refuse a node graph in which any node is reached twice: that is what an alias does.
+
+    An alias repeats a node without copying it, so a few lines can stand for billions
+    of values ("billion laughs"); JSON has none, and neither do our documents. The walk
+    stops at the first repeat, so it is linear in the size of the text.
+    """
+    import yaml
+
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", node.start_mark)
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.extend((key, value))
+
+
 _DUPLICATE_HINT = "A repeated key would silently replace the first value; keep one."
-_PLAIN_SCALARS = (str, bool, int, float, type(None))
 
 
 def check_plain_data(document: object, what: str, *, source: str) -> None:
-    """Refuse anything outside JSON's data model, non-finite numbers and deep nesting."""
-    stack: list[tuple[object, str, int]] = [(document, "", 0)]
+    """Refuse anything outside JSON's data model, non-finite numbers and deep nesting.
+
+    A fast pass, level by level, finds whether anything is wrong; only then does a
+    second pass spell out where (``jobs[3].gpus``), which costs a tuple per value.
+    """
+    if not _is_plain(document):
+        _locate_problem(document, what, source=source)
+
+
+def _plain_scalar(value: object) -> bool:
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    if kind is int:
+        return abs(value) <= MAX_ABS_INTEGER  # type: ignore[arg-type]
+    return False
+
+
+def _is_plain(document: object) -> bool:
+    level: list[object] = [document]
+    for _ in range(MAX_NESTING + 1):
+        below: list[object] = []
+        for node in level:
+            if type(node) is dict:
+                if not all(type(key) is str for key in node):
+                    return False
+                values: Any = node.values()
+            elif type(node) is list:
+                values = node
+            elif _plain_scalar(node):
+                continue
+            else:
+                return False
+            for value in values:
+                if type(value) is dict or type(value) is list:
+                    below.append(value)
+                elif not _plain_scalar(value):
+                    return False
+        if not below:
+            return True
+        level = below
+    return False  # nested deeper than MAX_NESTING
+
+
+def _locate_problem(document: object, what: str, *, source: str) -> None:
+    """Raise the InputError for the first value :func:`_is_plain` refused, naming its field."""
+    # Each entry: (value, depth, trail); a trail is (parent trail, key or index).
+    stack: list[tuple[object, int, Any]] = [(document, 0, None)]
     while stack:
-        node, field, depth = stack.pop()
-        if depth > MAX_NESTING:
+        node, depth, trail = stack.pop()
+        if isinstance(node, dict | list) and depth >= MAX_NESTING:
             raise _too_deep(what, source)
-        if isinstance(node, dict):
+        if isinstance(node, list):
+            stack.extend((value, depth + 1, (trail, index)) for index, value in enumerate(node))
+        elif isinstance(node, dict):
             for key, value in node.items():
-                if not isinstance(key, str):
-                    raise InputError(
-                        f"{field}.{key}" if field else str(key), "a text key", _type_name(key), source=source
-                    )
-                stack.append((value, f"{field}.{key}" if field else key, depth + 1))
-        elif isinstance(node, list):
-            stack.extend((value, f"{field}[{index}]", depth + 1) for index, value in enumerate(node))
-        elif not isinstance(node, _PLAIN_SCALARS):
+                if type(key) is not str:
+                    raise InputError(_field((trail, str(key))), "a text key", _type_name(key), source=source)
+                stack.append((value, depth + 1, (trail, key)))
+        elif type(node) is float and not _plain_scalar(node):
+            raise InputError(_field(trail), "a finite number", node, source=source)
+        elif type(node) is int and not _plain_scalar(node):
             raise InputError(
-                field or "(top level)",
+                _field(trail), "an integer within 64 bits", f"{len(str(node))} digits", source=source
+            )
+        elif not _plain_scalar(node) and type(node) not in (float, int):
+            raise InputError(
+                _field(trail),
                 "a string, number, boolean, null, list or object",
                 _type_name(node),
                 source=source,
             )
-        elif isinstance(node, float) and not math.isfinite(node):
-            raise InputError(field or "(top level)", "a finite number", node, source=source)
-        elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_ABS_INTEGER:
-            raise InputError(
-                field or "(top level)", "an integer within 64 bits", f"{len(str(node))} digits", source=source
-            )
+
+
+def _field(trail: Any) -> str:
+    """``jobs[3].gpus`` from a trail of keys and indices."""
+    parts: list[object] = []
+    while trail is not None:
+        trail, key = trail
+        parts.append(key)
+    text = ""
+    for key in reversed(parts):
+        text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else str(key))
+    return text or "(top level)"
 
 
 def _too_deep(what: str, source: str) -> InputError:
@@ -268,25 +363,18 @@ def _type_name(value: object) -> str:
 
 @functools.cache
 def _strict_yaml_loader() -> Any:
-    """A SafeLoader that refuses aliases and duplicate keys and leaves dates as text."""
+    """A safe loader (libyaml's when installed: 50x faster) that refuses duplicate keys
+    and leaves dates as text; aliases are refused by :func:`_refuse_aliases`."""
     import yaml
 
-    class StrictLoader(yaml.SafeLoader):
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class StrictLoader(base):  # type: ignore[misc,valid-type]  # chosen at run time
         # Timestamps stay strings, as in JSON; dates would only be refused later.
         yaml_implicit_resolvers = {  # noqa: RUF012  # PyYAML's own class-level table, replaced whole
             first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
             for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
         }
-
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's stubs omit it
-                # An alias repeats a node without copying it: a few lines can stand for
-                # billions of nodes ("billion laughs"). JSON has none; neither do we.
-                raise yaml.composer.ComposerError(
-                    None, None, f"aliases (*{event.anchor}) are not accepted", event.start_mark
-                )
-            return super().compose_node(parent, index)
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[object] = set()

@@ -167,6 +167,16 @@ def _plan_cases() -> list[Case]:
         ),
         ("huge-integer", SCENARIO.replace(b'"gpus": 8', b'"gpus": ' + b"9" * 5000), "must be valid JSON"),
         ("deep-nesting", b'{"gpus": 8, "jobs": ' + b"[" * 10_000 + b"]" * 10_000 + b"}", "nested at most 32"),
+        (
+            "deep-under-recursion-limit",
+            b'{"gpus": 8, "jobs": ' + b"[" * 500 + b"]" * 500 + b"}",
+            "nested at most 32",
+        ),
+        (
+            "million-lists",
+            b"[" + b"[]," * 1_100_000 + b"[]]",
+            "must be a document of at most 1,000,000 objects",
+        ),
         ("gpus-2^20", _scenario(gpus=2**20), "`gpus` must be an integer <= 4096; got 1048576."),
         ("gpus-2^70", _scenario(gpus=2**70), "`gpus` must be an integer within 64 bits"),
         ("gpus-zero", _scenario(gpus=0), "`gpus` must be an integer >= 1; got 0."),
@@ -214,7 +224,7 @@ def _plan_cases() -> list[Case]:
         for name, content, message in scenario_bytes
     ]
     yaml_bytes = [
-        ("alias", b"gpus: &n 8\nhorizon: *n\njobs: []\n", "aliases (*n) are not accepted"),
+        ("alias", b"gpus: &n 8\nhorizon: *n\njobs: []\n", "aliases (*name) are not accepted"),
         ("duplicate-key", b"gpus: 8\ngpus: 4\njobs: []\n", "key 'gpus' appears twice"),
         (
             "python-tag",
@@ -225,7 +235,13 @@ def _plan_cases() -> list[Case]:
         ("integer-key", b"8: gpus\njobs: []\n", "`8` must be a text key"),
         ("two-documents", b"gpus: 8\njobs: []\n---\ngpus: 4\n", "must be valid YAML"),
         ("nan", b"gpus: 8\ndecay: .nan\njobs: []\n", "`decay` must be a finite number"),
-        ("deep", b"gpus: 8\njobs: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested at most 32"),
+        ("deep", b"gpus: 8\njobs: " + b"[" * 5000 + b"]" * 5000 + b"\n", "exceeded maximum nesting depth"),
+        (
+            "deep-under-libyaml-limit",
+            b"gpus: 8\njobs: " + b"[" * 100 + b"]" * 100 + b"\n",
+            "nested at most 32",
+        ),
+        ("over-1-mib", b"gpus: 8\njobs: []\n" + b"#" * 2**20, "`scenario` must be a file of at most 1 MiB"),
         ("tab-indent", b"gpus: 8\njobs:\n\t- 1\n", "must be valid YAML"),
         ("latin-1", "name: smäll\ngpus: 8\njobs: []\n".encode("latin-1"), "`scenario` must be UTF-8 text"),
     ]
@@ -525,7 +541,7 @@ def _spec_cases() -> list[Case]:
         ("no-kind", b"variant: lora_sft\n", "`kind` must be training or quantization; got None."),
         ("kind-realtime", b"kind: realtime\n", "`kind` must be training or quantization; got 'realtime'."),
         ("duplicate-key", SPEC + b"epochs: 3\n", "appears twice"),
-        ("alias", b"kind: training\nepochs: &e 3\nlora_rank: *e\n", "aliases (*e) are not accepted"),
+        ("alias", b"kind: training\nepochs: &e 3\nlora_rank: *e\n", "aliases (*name) are not accepted"),
         ("nested-value", SPEC.replace(b"epochs: 2", b"epochs: [2]"), "`epochs` must be a single value"),
         ("nan-value", SPEC.replace(b"epochs: 2", b"epochs: .nan"), "`epochs` must be a finite number"),
         (
