@@ -190,17 +190,13 @@ def parse_json(text: str, what: str, *, source: str) -> Any:
     except InputError:
         raise
     except json.JSONDecodeError as error:
-        raise InputError(
-            what,
-            "valid JSON",
-            Path(source).name,
-            source=source,
-            hint=f"line {error.lineno}, column {error.colno}: {error.msg}.",
+        raise _invalid(
+            what, "JSON", source, f"line {error.lineno}, column {error.colno}: {error.msg}."
         ) from None
     except RecursionError:
         raise _too_deep(what, source) from None
     except ValueError as error:  # e.g. an integer of more than 4,300 digits
-        raise InputError(what, "valid JSON", Path(source).name, source=source, hint=f"{error}.") from None
+        raise _invalid(what, "JSON", source, f"{error}.") from None
     check_plain_data(document, what, source=source)
     return document
 
@@ -221,17 +217,11 @@ def parse_yaml(text: str, what: str, *, source: str) -> Any:
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise InputError(
-            what,
-            "valid YAML",
-            Path(source).name,
-            source=source,
-            hint=f"{where}{str(error.problem).rstrip('.')}.",
-        ) from None
+        raise _invalid(what, "YAML", source, f"{where}{str(error.problem).rstrip('.')}.") from None
     except RecursionError:
         raise _too_deep(what, source) from None
     except (yaml.YAMLError, ValueError, TypeError) as error:
-        raise InputError(what, "valid YAML", Path(source).name, source=source, hint=f"{error}.") from None
+        raise _invalid(what, "YAML", source, f"{error}.") from None
     check_plain_data(document, what, source=source)
     return document
 
@@ -349,6 +339,10 @@ def _field(trail: Any) -> str:
     for key in reversed(parts):
         text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else str(key))
     return text or "(top level)"
+
+
+def _invalid(what: str, language: str, source: str, hint: str) -> InputError:
+    return InputError(what, f"valid {language}", Path(source).name, source=source, hint=hint)
 
 
 def _too_deep(what: str, source: str) -> InputError:

@@ -184,6 +184,11 @@ def _plan_cases() -> list[Case]:
         ("gpus-string", _scenario(gpus="8"), "`gpus` must be an integer; got '8'."),
         ("gpus-bool", _scenario(gpus=True), "`gpus` must be an integer; got True."),
         ("horizon-huge", _scenario(horizon=10**6), "`horizon` must be an integer <= 672"),
+        (
+            "grid-too-large",
+            _scenario(gpus=4096, horizon=672, jobs=[]),
+            "`horizon` must be at most 168 steps for 4096 GPUs (GPUs x steps <= 688,128); got 672.",
+        ),
         ("step-minutes-huge", _scenario(step_minutes=10**9), "`step_minutes` must be an integer <= 1440"),
         ("decay-zero", _scenario(decay=0), "`decay` must be a number > 0"),
         ("rt-penalty-huge", _scenario(rt_penalty=1e300), "`rt_penalty` must be a number in [0, 1000]"),
