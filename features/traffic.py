@@ -3,7 +3,8 @@
 The layout is declared by the header, never guessed. Two are read, both UTF-8 CSV
 (read by :mod:`contract.files`):
 
-- **hourly**: the header starts ``hour,requests``. ``hour`` is a timestamp, ``requests``
+- **hourly**: the header starts ``hour,requests``. ``hour`` is an ISO 8601 time (UTC
+  unless it carries an offset, which is converted), ``requests``
   the count in that hour (a number in ``[0, 1e12]``); further columns are ignored.
   ServeGen's ``dayDD_hHH`` hour labels are accepted and placed on
   :data:`DAY_HOUR_EPOCH` (see below). A file whose count column has another name is
@@ -53,7 +54,8 @@ logger = logging.getLogger(__name__)
 #: the weekday names it prints for ServeGen are conventional, not real.
 DAY_HOUR_EPOCH = np.datetime64("2024-01-01T00", "h")
 
-_DAY_HOUR = re.compile(r"^day(\d+)_h(\d+)$")
+# At most 9,999 days (the series span is bounded anyway) and hours 00-23.
+_DAY_HOUR = re.compile(r"^day(\d{1,4})_h([01]\d|2[0-3])$")
 _HOUR = np.timedelta64(1, "h")
 
 HOURLY_HEADER = ("hour", "requests")
@@ -158,19 +160,17 @@ FIRST_YEAR, LAST_YEAR = 1970, 2200
 def parse_hour(text: str, field: str) -> np.datetime64:
     """A user's ISO 8601 time (``2024-12-01``, ``2024-12-01 16:30``) floored to the hour.
 
-    Traffic hours carry no UTC offset, so a time with one is refused rather than
-    silently shifted or dropped.
+    Read as traffic hours are: a UTC offset is converted to UTC, no offset means UTC.
     """
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise InputError(field, "a time such as 2024-12-01 or 2024-12-01 16:00", text) from None
     if moment.tzinfo is not None:
-        raise InputError(
-            field, "a time without a UTC offset (traffic hours carry none)", text, hint="Drop the offset."
-        )
+        # As for traffic hours: an offset is converted to UTC, a time without one is UTC.
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
     if not FIRST_YEAR <= moment.year <= LAST_YEAR:
         raise InputError(field, f"a time in the years {FIRST_YEAR}-{LAST_YEAR}", text)
     return hour_of(moment)
@@ -232,8 +232,10 @@ def _parse_hours(values: pd.Series[str], column: str, source: str) -> npt.NDArra
     text = values.str.strip()
     day_hour = text.str.extract(_DAY_HOUR)
     is_day_hour = day_hour[0].notna().to_numpy()
-    stamps = pd.to_datetime(text.where(~is_day_hour), errors="coerce", format="mixed")
-    hours = stamps.to_numpy(dtype="datetime64[ns]").astype("datetime64[h]")
+    # ISO 8601 only: "mixed" would read 01/02 as January and 13/02 as February in one file.
+    # A UTC offset is converted to UTC; a time without one is taken as UTC.
+    stamps = pd.to_datetime(text.where(~is_day_hour), errors="coerce", format="ISO8601", utc=True)
+    hours = stamps.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype("datetime64[h]")
     if is_day_hour.any():
         offsets = (
             day_hour.loc[is_day_hour, 0].astype(int) * 24 + day_hour.loc[is_day_hour, 1].astype(int)
