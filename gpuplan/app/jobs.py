@@ -19,6 +19,8 @@ from contract.errors import InputError
 from gpuplan.app.bridge import STEP
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
+from gpuplan.app.jobspec import KINDS as FORECAST_KINDS
+from gpuplan.app.jobspec import parse_job_spec
 from storage.records import Job, JobEstimate, JobState, Outcome, PlanRun, RunMode
 from storage.store import Store
 
@@ -84,7 +86,10 @@ def check_spec(spec: object, *, source: str) -> dict[str, Any]:
             raise InputError("hours", f"a number of hours in (0, {MAX_HOURS}]", hours, source=source)
         if "gpus" not in spec:
             raise InputError("gpus", "given with `hours` (a power of two)", None, source=source)
-    elif spec["kind"] == "batch_inference":
+    elif spec["kind"] in FORECAST_KINDS:
+        # The features are checked against their schema before any model is loaded.
+        parse_job_spec({k: v for k, v in spec.items() if k not in SPEC_KEYS - {"kind"}}, source=source)
+    else:
         raise InputError(
             "hours",
             "a number of hours (batch inference has no forecaster)",
