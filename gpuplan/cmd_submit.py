@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     now = at_of(args)
     store = open_db(args)
     try:
-        result = submit(store, document, now, config, source=str(args.spec))
+        default_id = f"{args.spec.stem}-{now:%Y%m%dT%H%M%S}"  # when the spec names none
+        result = submit(store, document, now, config, source=str(args.spec), default_id=default_id)
     finally:
         store.close()
     if args.json:

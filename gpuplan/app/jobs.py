@@ -50,11 +50,16 @@ class SubmitResult:
         }
 
 
-def check_spec(spec: object, *, source: str) -> dict[str, Any]:
-    """The spec's common keys checked (``id``, ``kind``, ``priority``, optional ``gpus``/``hours``)."""
+def check_spec(spec: object, *, source: str, default_id: str | None = None) -> dict[str, Any]:
+    """The spec's common keys checked (``id``, ``kind``, ``priority``, optional ``gpus``/``hours``).
+
+    A spec without ``id`` takes ``default_id`` when one is given.
+    """
     if not isinstance(spec, Mapping):
         raise InputError("(top level)", "a mapping of job fields", type(spec).__name__, source=source)
     spec = {str(key): value for key, value in spec.items()}
+    if "id" not in spec and default_id is not None:
+        spec["id"] = default_id
     job_id = spec.get("id")
     if not isinstance(job_id, str) or not JOB_ID.match(job_id):
         raise InputError(
@@ -115,12 +120,13 @@ def submit(
     config: ServiceConfig,
     *,
     source: str = "job spec",
+    default_id: str | None = None,
     forecasters: Forecasters | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused."""
     from gpuplan.app.tick import plan_cycle
 
-    spec = check_spec(spec_document, source=source)
+    spec = check_spec(spec_document, source=source, default_id=default_id)
     forecasters = forecasters or Forecasters(config.models_dir)
     estimate = estimate_spec(spec, forecasters, source=source)
     cluster = store.cluster()
