@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from scheduler import baselines, fast, full
+from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.metrics import Metrics, score
 from scheduler.model import Allocation, Grid, Instance, Solution, SolveOptions, build_grid
@@ -67,7 +68,7 @@ def _baseline(fn: Callable[[Instance], Allocation]) -> PolicyFn:
 
 
 def _fast(instance: Instance, options: SolveOptions) -> Solution:
-    return Solution(fast.allocate(instance))
+    return Solution(fast.allocate(instance, Budget(options.budget_ms)))
 
 
 def _full(instance: Instance, options: SolveOptions) -> Solution:

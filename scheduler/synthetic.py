@@ -45,6 +45,9 @@ class Shape:
     load: float  # batch GPU-hours asked, as a share of the GPU-hours real-time leaves free
     uniform_priority: bool = False
     running_share: float = 0.2
+    # A rolling re-plan: the horizon starts mid-day, running jobs sit where an earlier plan
+    # put them, services hold scattered GPUs, one GPU goes down, and work arrives all day.
+    rolling: bool = False
 
 
 SHAPES: dict[str, Shape] = {
@@ -60,6 +63,19 @@ SHAPES: dict[str, Shape] = {
     )
 }
 
+# Rolling re-plans of the shapes where a plan is hardest to get right (issue 11); sampled by
+# ``gpuplan bench --sample``, not among the seven benchmark files.
+ROLLING_SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        Shape("rolling-mixed", 8, 8, 2, 0.6, 0.4, 14, load=1.1, running_share=0.5, rolling=True),
+        Shape("rolling-contention", 8, 5, 4, 0.9, 0.3, 10, load=1.0, running_share=0.5, rolling=True),
+        Shape("rolling-training", 8, 12, 1, 0.35, 0.8, 20, load=1.6, running_share=0.5, rolling=True),
+        Shape("rolling-large", 14, 13, 3, 0.5, 0.45, 18, load=1.2, running_share=0.5, rolling=True),
+        Shape("rolling-64", 64, 26, 4, 0.5, 0.5, 16, load=1.2, running_share=0.4, rolling=True),
+    )
+}
+
 
 @cache
 def _series(name: str) -> tuple[float, ...]:
@@ -68,10 +84,13 @@ def _series(name: str) -> tuple[float, ...]:
         return tuple(float(row["requests"]) for row in csv.DictReader(handle))
 
 
-def real_day_demand(rng: random.Random, peak: int, horizon: int = 24) -> list[int]:
-    """GPUs per hour for one real day of traffic, the busiest hour needing ``peak`` GPUs."""
+def real_day_demand(rng: random.Random, peak: int, horizon: int = 24, start_hour: int = 0) -> list[int]:
+    """GPUs per hour for one real day of traffic from ``start_hour`` on, the busiest hour
+    needing ``peak`` GPUs."""
     series = _series(rng.choice(TRAFFIC_SERIES))
-    days = [series[d * 24 : d * 24 + horizon] for d in range(len(series) // 24)]
+    days = [
+        series[d * 24 + start_hour : d * 24 + start_hour + horizon] for d in range(len(series) // 24)
+    ]
     days = [day for day in days if max(day) > 0 and len(day) == horizon]
     day = rng.choice(days)
     top = max(day)
@@ -100,7 +119,7 @@ def _batch_job(rng: random.Random, index: int, shape: Shape, max_block: int) -> 
         "duration": duration,
     }
     if rng.random() < 0.4:
-        job["release"] = rng.randint(1, 12)
+        job["release"] = rng.randint(1, 18 if shape.rolling else 12)
     return job
 
 
@@ -127,8 +146,9 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
     jobs: list[dict[str, Any]] = []
     running: list[dict[str, Any]] = []
     top = shape.gpus  # real-time running sets stack down from the highest GPU id
+    start_hour = rng.randint(8, 16) if shape.rolling else 0
     for k, peak in enumerate(peaks):
-        demand = real_day_demand(rng, peak, horizon)
+        demand = real_day_demand(rng, peak, horizon, start_hour)
         jobs.append(
             {
                 "id": f"rt-{k}",
@@ -142,6 +162,9 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
         top -= demand[0]
     max_block = 1 << int(math.log2(max(1, shape.gpus // 2)))
     taken = set(range(top, shape.gpus))
+    if shape.rolling:
+        _scatter_realtime(rng, running, shape.gpus)
+        taken = {g for r in running for g in r["gpus"]}
     batch = [_batch_job(rng, i, shape, max_block) for i in range(shape.batch_jobs)]
     rt_gpu_hours = sum(sum(job["demand"]) for job in jobs)
     _scale_training_to_load(
@@ -156,7 +179,7 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
                 if not taken & set(range(a, a + job["gpus"]))
             ]
             if blocks:
-                first = blocks[0]
+                first = rng.choice(blocks) if shape.rolling else blocks[0]
                 taken |= set(range(first, first + job["gpus"]))
                 running.append(
                     {
@@ -170,7 +193,7 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
             job["priority"] = 50
     for order, job in enumerate(j for j in jobs if j["kind"] != "realtime"):
         job["order"] = order
-    return {
+    doc: dict[str, Any] = {
         "name": shape.name,
         "gpus": shape.gpus,
         "horizon": horizon,
@@ -180,6 +203,28 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
         "jobs": jobs,
         "running": running,
     }
+    # Any GPU no running batch job holds may go down: a service (swap cap >= 1) can always
+    # leave one GPU in time.
+    batch_held = {g for r in running if "remaining" in r for g in r["gpus"]}
+    free = [g for g in range(shape.gpus) if g not in batch_held]
+    if shape.rolling and free:
+        start = rng.randint(0, horizon // 2)
+        doc["down"] = [{"gpu": rng.choice(free), "start": start, "end": rng.randint(start + 2, horizon)}]
+    return doc
+
+
+def _scatter_realtime(rng: random.Random, running: list[dict[str, Any]], gpus: int) -> None:
+    """Give each service's running set GPUs where an earlier plan may have left them: its
+    highest GPUs stay, about a third move to random free GPUs lower down."""
+    taken = {g for r in running for g in r["gpus"]}
+    for entry in running:
+        moved = [g for g in entry["gpus"] if rng.random() < 1 / 3]
+        free = [g for g in range(gpus) if g not in taken]
+        targets = rng.sample(free, min(len(moved), len(free)))
+        kept = [g for g in entry["gpus"] if g not in moved[: len(targets)]]
+        taken -= set(moved[: len(targets)])
+        taken |= set(targets)
+        entry["gpus"] = sorted(kept + targets)
 
 
 def main(argv: list[str]) -> int:

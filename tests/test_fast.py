@@ -113,6 +113,7 @@ def test_realtime_leaves_a_gpu_early_when_it_will_go_down() -> None:
 
 @given(scenarios(max_gpus=32))
 def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) -> None:
+    from scheduler.budget import Budget, WorkCosts
     from scheduler.fast import _build, _job_orders, _search, _unmirror, mirrored
 
     instance = parse_scenario(doc)
@@ -122,5 +123,6 @@ def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) 
             instance.running_batch or instance.running_realtime or instance.down
         )
         return
-    allocation = _search(flipped, _build(flipped, {}, _job_orders(flipped)))
+    costs = WorkCosts.of(flipped)
+    allocation = _search(flipped, _build(flipped, {}, _job_orders(flipped)), Budget(50.0), costs).allocation
     assert check_plan(instance, build_grid(instance, _unmirror(instance, allocation))) == []
