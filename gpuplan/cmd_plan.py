@@ -16,7 +16,21 @@ POLICY_NAMES = ("fast", "full", "fifo", "fifo-backfill", "priority-backfill")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", type=Path, help="scenario file (JSON or YAML)")
     parser.add_argument("--policy", default="fast", choices=POLICY_NAMES)
-    parser.add_argument("--time-limit", type=float, default=30.0, metavar="SECONDS", help="full mode's limit")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="full mode's limit on the whole call (model building, hinting, solving); 0 < S <= 86400",
+    )
+    parser.add_argument(
+        "--budget-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="fast mode's wall-time budget (default: the hot path's 1.5 ms; the daemon's plan cycle "
+        "uses 1000); 0 < MS <= 600000",
+    )
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers in full mode")
     parser.add_argument("--out", type=Path, metavar="PLAN.json", help="write here instead of stdout")
     parser.add_argument("--png", type=Path, metavar="GRID.png", help="also draw the plan")
@@ -38,16 +52,22 @@ def parse_policies(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from scheduler import lns
+    from scheduler.model import HOT_PATH_BUDGET_MS, checked_budget_ms, checked_time_limit_s
     from scheduler.policies import PolicyName, SolveOptions, plan
     from scheduler.scenario_io import load_scenario, write_json_atomic
 
-    if args.time_limit <= 0:
-        raise InputError("--time-limit", "a number of seconds > 0", args.time_limit)
+    time_limit_s = checked_time_limit_s(args.time_limit, "--time-limit")
+    budget_ms = (
+        HOT_PATH_BUDGET_MS if args.budget_ms is None else checked_budget_ms(args.budget_ms, "--budget-ms")
+    )
     if args.workers < 1:
         raise InputError("--workers", "an integer >= 1", args.workers)
     names = parse_policies(args.compare) if args.compare else [args.policy]
     instance = load_scenario(args.scenario)
-    options = SolveOptions(time_limit_s=args.time_limit, workers=args.workers)
+    if "fast" in names and budget_ms >= lns.MIN_BUDGET_MS:
+        lns.warm_up()  # the budget is for planning, not for loading CP-SAT
+    options = SolveOptions(time_limit_s=time_limit_s, workers=args.workers, budget_ms=budget_ms)
     plans = [plan(instance, PolicyName(name), options) for name in names]
     if args.png:
         from scheduler.render import draw_plans

@@ -90,11 +90,11 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
         flipped_first = _first_pass(flipped, budget, costs)
         if flipped_first.objective > best.objective + EPSILON:
             searched = _search(flipped, flipped_first, budget, costs)
-            if searched.objective > floor.objective:
-                return _unmirror(instance, searched.allocation)
-            return floor.allocation
+            if floor.objective > searched.objective + EPSILON:
+                return floor.allocation
+            return _unmirror(instance, searched.allocation)
     searched = _search(instance, best, budget, costs)
-    return searched.allocation if searched.objective > floor.objective else floor.allocation
+    return floor.allocation if floor.objective > searched.objective + EPSILON else searched.allocation
 
 
 def _first_pass(instance: Instance, budget: Budget, costs: WorkCosts) -> _Candidate:

@@ -12,13 +12,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scheduler import baselines, fast, full
+from scheduler import baselines, fast, full, lns
 from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.metrics import Metrics, score
-from scheduler.model import Allocation, Grid, Instance, Solution, SolveOptions, build_grid
+from scheduler.model import (
+    HOT_PATH_BUDGET_MS,
+    PLAN_CYCLE_BUDGET_MS,
+    Allocation,
+    Grid,
+    Instance,
+    Solution,
+    SolveOptions,
+    build_grid,
+)
 
-__all__ = ["POLICIES", "IllegalPlanError", "Plan", "PolicyName", "Solution", "SolveOptions", "plan"]
+__all__ = [
+    "HOT_PATH_BUDGET_MS",
+    "PLAN_CYCLE_BUDGET_MS",
+    "POLICIES",
+    "IllegalPlanError",
+    "Plan",
+    "PolicyName",
+    "Solution",
+    "SolveOptions",
+    "plan",
+]
 
 
 class PolicyName(StrEnum):
@@ -68,7 +87,18 @@ def _baseline(fn: Callable[[Instance], Allocation]) -> PolicyFn:
 
 
 def _fast(instance: Instance, options: SolveOptions) -> Solution:
-    return Solution(fast.allocate(instance, Budget(options.budget_ms)))
+    """The anytime fast mode: the heuristic within the budget; with a plan cycle's budget,
+    the heuristic within a share of it and then the CP-SAT window search in the rest.
+
+    The search runs only where CP-SAT is already loaded (:func:`scheduler.lns.warm_up`):
+    loading it takes about a second, which would break the budget.
+    """
+    budget = Budget(options.budget_ms)
+    if options.budget_ms < lns.MIN_BUDGET_MS or not lns.ready():
+        return Solution(fast.allocate(instance, budget))
+    heuristic = Budget(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
+    allocation, report = lns.improve(instance, fast.allocate(instance, heuristic), budget, options.seed)
+    return Solution(allocation, status="OPTIMAL" if report.proven_optimal else "FEASIBLE")
 
 
 def _full(instance: Instance, options: SolveOptions) -> Solution:

@@ -88,9 +88,7 @@ def real_day_demand(rng: random.Random, peak: int, horizon: int = 24, start_hour
     """GPUs per hour for one real day of traffic from ``start_hour`` on, the busiest hour
     needing ``peak`` GPUs."""
     series = _series(rng.choice(TRAFFIC_SERIES))
-    days = [
-        series[d * 24 + start_hour : d * 24 + start_hour + horizon] for d in range(len(series) // 24)
-    ]
+    days = [series[d * 24 + start_hour : d * 24 + start_hour + horizon] for d in range(len(series) // 24)]
     days = [day for day in days if max(day) > 0 and len(day) == horizon]
     day = rng.choice(days)
     top = max(day)
