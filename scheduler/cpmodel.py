@@ -1,9 +1,10 @@
 """The contract's formal model in CP-SAT, over the whole grid or over one window of it.
 
-A :class:`Window` frees a block of GPUs over a span of steps and fixes the rest of a
-current plan: the real-time holdings inside the window and the queued batch jobs that
-start inside it (on its GPUs) or are not placed yet become variables; everything else
-stays where the current plan has it. The full mode's model is the window that covers
+A :class:`Window` frees a block of GPUs over a span of start steps and fixes the rest of
+a current plan: the queued batch jobs that start in the span on those GPUs (or are not
+placed yet) may start anywhere in the span, and the real-time holdings on those GPUs
+are re-planned over the whole horizon; everything else stays where the current plan
+has it. The full mode's model is the window that covers
 the whole grid; the plan cycle's large-neighbourhood search solves small windows.
 
 Variables (binary unless said):
@@ -11,9 +12,9 @@ Variables (binary unless said):
 - ``place(job=j, block=a, start=s)``: free batch job ``j`` runs on GPUs ``[a, a + gpus_j)``
   from step ``s`` (only aligned blocks and starts in the window whose cells are free of
   everything fixed are created; a run may reach past the window onto such cells);
-- ``hold(rt=k, gpu=g, step=t)``: real-time job ``k`` holds GPU ``g`` at step ``t`` (window cells);
+- ``hold(rt=k, gpu=g, step=t)``: real-time job ``k`` holds GPU ``g`` (of the window's block) at step ``t``;
 - ``change(rt=k, gpu=g, step=t)``: ``g`` entered or left ``k``'s set at ``t``;
-- ``served(rt=k, step=t)``: integer, ``min(|A_k(t)|, demand_k(t))`` (window steps).
+- ``served(rt=k, step=t)``: integer, ``min(|A_k(t)|, demand_k(t))``.
 
 Objective: the contract's ``value - penalty``. Serving one demanded GPU-step of ``k``
 gains ``priority_k * w(t)`` and avoids ``rt_penalty * priority_k * w(t)``, so
@@ -43,7 +44,7 @@ class BuildTimeoutError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """GPUs ``[first_gpu, end_gpu)`` over steps ``[start_step, end_step)``."""
+    """GPUs ``[first_gpu, end_gpu)``; batch starts in ``[start_step, end_step)``."""
 
     first_gpu: int
     end_gpu: int
@@ -107,6 +108,10 @@ def build_model(
     on_time = _deadline_check(deadline)
     horizon, weights = instance.horizon_steps, instance.weights
     w0, w1, g0, g1 = window.start_step, window.end_step, window.first_gpu, window.end_gpu
+    # Real-time holdings on the window's GPUs are re-planned over the whole horizon: a
+    # service can then leave a block for good, and batch runs reaching past the window's
+    # steps find their cells freed.
+    r0, r1 = 0, horizon
     in_range = window.gpu_mask
     jobs = instance.jobs_by_id
     free_jobs = [job for job in instance.queued_jobs if window.frees(current.batch.get(job.id))]
@@ -124,7 +129,7 @@ def build_model(
     fixed_rt = [0] * horizon  # real-time cells that stay as they are
     for held in current.realtime.values():
         for t, mask in enumerate(held):
-            fixed_rt[t] |= mask if not w0 <= t < w1 else mask & ~in_range
+            fixed_rt[t] |= mask if not r0 <= t < r1 else mask & ~in_range
     occupied = [b | f for b, f in zip(blocked, fixed_rt, strict=True)]
     v = Variables(window=window, current=current)
 
@@ -144,7 +149,7 @@ def build_model(
                 v.options[key] = _Option(job, first_gpu, start, end)
     for rt in instance.realtime_jobs:
         on_time()
-        for t in range(w0, w1):
+        for t in range(r0, r1):
             for g in range(g0, g1):
                 if not blocked[t] >> g & 1:
                     v.hold[rt.id, g, t] = model.new_bool_var(f"hold(rt={rt.id}, gpu={g}, step={t})")
@@ -180,17 +185,17 @@ def build_model(
         running = instance.running_realtime.get(rt.id)
         # held[t + 1] is the current plan's A(t); held[0] the running set before step 0
         held = (running.mask if running else 0, *current.realtime[rt.id])
-        for t in range(w0, w1):
+        for t in range(r0, r1):
             held_vars = [v.hold[rt.id, g, t] for g in range(g0, g1) if (rt.id, g, t) in v.hold]
             outside = (held[t + 1] & ~in_range).bit_count()
             model.add(v.served[rt.id, t] <= sum(held_vars) + outside)
-        for t in range(max(w0, 0 if running else 1), min(w1 + 1, horizon)):
+        for t in range(max(r0, 0 if running else 1), min(r1 + 1, horizon)):
             on_time()
             # GPUs outside the window's block are fixed on both sides of the step.
             changes: list[Any] = [((held[t + 1] ^ held[t]) & ~in_range).bit_count()]
             for g in range(g0, g1):
-                now = v.hold.get((rt.id, g, t), 0 if w0 <= t < w1 else held[t + 1] >> g & 1)
-                before = v.hold.get((rt.id, g, t - 1), 0 if w0 <= t - 1 < w1 else held[t] >> g & 1)
+                now = v.hold.get((rt.id, g, t), 0 if r0 <= t < r1 else held[t + 1] >> g & 1)
+                before = v.hold.get((rt.id, g, t - 1), 0 if r0 <= t - 1 < r1 else held[t] >> g & 1)
                 if isinstance(now, int) and isinstance(before, int):
                     changes.append(abs(now - before))
                     continue
@@ -221,7 +226,7 @@ def build_model(
     for rt in instance.realtime_jobs:
         for t in range(horizon):
             weight = rt.priority * weights[t]
-            if w0 <= t < w1:
+            if r0 <= t < r1:
                 terms.append(v.served[rt.id, t])
                 coefficients.append(scaled((1 + instance.rt_penalty) * weight))
                 constant -= instance.rt_penalty * weight * rt.demand[t]
@@ -299,7 +304,7 @@ def read_allocation(v: Variables, instance: Instance, solver: Any) -> Allocation
     realtime = {}
     for rt in instance.realtime_jobs:
         masks = list(v.current.realtime[rt.id])
-        for t in range(window.start_step, window.end_step):
+        for t in range(instance.horizon_steps):
             mask = masks[t] & ~window.gpu_mask
             for g in range(window.first_gpu, window.end_gpu):
                 var = v.hold.get((rt.id, g, t))
