@@ -9,6 +9,7 @@ from pathlib import Path
 
 from contract.errors import InputError
 from gpuplan.table import comparison_table
+from scheduler.model import HOT_PATH_BUDGET_MS, MAX_BUDGET_MS, MAX_TIME_LIMIT_S, PLAN_CYCLE_BUDGET_MS
 
 POLICY_NAMES = ("fast", "full", "fifo", "fifo-backfill", "priority-backfill")
 
@@ -21,15 +22,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="full mode's limit on the whole call (model building, hinting, solving); 0 < S <= 86400",
+        help=f"full mode's limit on the whole call (build, hint, solve); 0 < S <= {MAX_TIME_LIMIT_S:g}",
     )
     parser.add_argument(
         "--budget-ms",
         type=float,
         default=None,
         metavar="MS",
-        help="fast mode's wall-time budget (default: the hot path's 1.5 ms; the daemon's plan cycle "
-        "uses 1000); 0 < MS <= 600000",
+        help=f"fast mode's wall-time budget (default: the hot path's {HOT_PATH_BUDGET_MS:g} ms; the daemon's "
+        f"plan cycle uses {PLAN_CYCLE_BUDGET_MS:g}); 0 < MS <= {MAX_BUDGET_MS:g}",
     )
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers in full mode")
     parser.add_argument("--out", type=Path, metavar="PLAN.json", help="write here instead of stdout")
@@ -53,7 +54,7 @@ def parse_policies(text: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from scheduler import lns
-    from scheduler.model import HOT_PATH_BUDGET_MS, checked_budget_ms, checked_time_limit_s
+    from scheduler.model import checked_budget_ms, checked_time_limit_s
     from scheduler.policies import PolicyName, SolveOptions, plan
     from scheduler.scenario_io import load_scenario, write_json_atomic
 

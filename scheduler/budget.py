@@ -19,6 +19,9 @@ from scheduler.model import Instance
 # Share of the budget the estimates may plan to spend: the rest covers what the estimates
 # leave out (building the grid, checking it) and a machine a little slower than the reference.
 WORK_SHARE = 0.75
+# Milliseconds the wall-clock deadline keeps back for what follows the searches (the floor
+# comparison, turning a mirrored plan back, building the grid); at most half the budget.
+FINISH_RESERVE_MS = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +57,7 @@ class Budget:
     def __init__(self, budget_ms: float, started: float | None = None) -> None:
         self.budget_ms = budget_ms
         self.started = time.perf_counter() if started is None else started
-        self.deadline = self.started + budget_ms / 1000
+        self.deadline = self.started + max(budget_ms / 2, budget_ms - FINISH_RESERVE_MS) / 1000
         self.units = budget_ms * 1000 * WORK_SHARE
         self.spent = 0.0
 
@@ -62,8 +65,9 @@ class Budget:
         self.spent += units
 
     def affords(self, units: float) -> bool:
-        """Whether a step estimated at ``units`` fits in what is left (and the clock agrees)."""
-        return self.spent + units <= self.units and time.perf_counter() < self.deadline
+        """Whether a step estimated at ``units`` fits in what is left, and would end before
+        the deadline if it ran as fast as estimated."""
+        return self.spent + units <= self.units and time.perf_counter() + units / 1e6 < self.deadline
 
     def remaining_s(self) -> float:
         """Wall-clock seconds left before the deadline."""

@@ -227,7 +227,7 @@ def build_grid(instance: Instance, allocation: Allocation) -> Grid:
 
 # The fast mode's two operating points (milliseconds of wall time per call): the hot path
 # answers every incoming request; the plan cycle (every 30 minutes) can spend a second.
-HOT_PATH_BUDGET_MS = 1.5
+HOT_PATH_BUDGET_MS = 2.0
 PLAN_CYCLE_BUDGET_MS = 1000.0
 # Documented ranges of the limits (see README): finite, above zero, at most these.
 MAX_BUDGET_MS = 600_000.0
