@@ -5,12 +5,26 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
 from gpuplan.table import format_table
+from scheduler.model import (
+    HOT_PATH_BUDGET_MS,
+    MAX_BUDGET_MS,
+    MAX_TIME_LIMIT_S,
+    PLAN_CYCLE_BUDGET_MS,
+    checked_budget_ms,
+    checked_time_limit_s,
+)
+
+# The largest cluster --scale measures (the documented maximum the scheduler is sized for).
+MAX_SCALE_GPUS = 4096
+# Scenarios per shape --sample may draw (each costs up to a full-mode time limit).
+MAX_SAMPLE = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,24 +34,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="full mode's limit per scenario",
+        help=f"full mode's limit per scenario (the whole call); 0 < S <= {MAX_TIME_LIMIT_S:g}",
     )
+    parser.add_argument(
+        "--cycle-budget-ms",
+        type=float,
+        default=PLAN_CYCLE_BUDGET_MS,
+        metavar="MS",
+        help=f"the plan cycle's budget for the fast mode (the hot path uses its default, "
+        f"{HOT_PATH_BUDGET_MS:g} ms); 0 < MS <= {MAX_BUDGET_MS:g}",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers in the full mode")
     parser.add_argument("--no-full", action="store_true", help="skip the full mode (CP-SAT)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--png", type=Path, metavar="DIR", help="draw FIFO above fast for each scenario")
-    parser.add_argument("--scale", action="store_true", help="fast-mode latency from 8 to 1,024 GPUs")
+    parser.add_argument(
+        "--scale", action="store_true", help="both operating points of the fast mode from 8 to 1,024 GPUs"
+    )
     parser.add_argument("--sizes", default="8,16,32,64,128,256,512,1024", help="cluster sizes for --scale")
     parser.add_argument("--runs", type=int, default=50, help="timed runs per latency median")
     parser.add_argument(
         "--sample",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="N fresh scenarios per shape: fast vs full",
+        help="N fresh scenarios per shape: hot path and plan cycle vs the full mode",
     )
     parser.add_argument(
-        "--shapes", default=None, help="comma-separated shapes for --sample (default: all seven)"
+        "--shapes",
+        default=None,
+        help="comma-separated shapes for --sample (default: the seven and the five rolling re-plans)",
     )
+    parser.add_argument("--first-seed", type=int, default=1, help="--sample draws seeds from this one on")
 
 
 def _progress(total: int, desc: str):  # type: ignore[no-untyped-def]
@@ -55,9 +83,15 @@ def _progress(total: int, desc: str):  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise InputError("--runs", "an integer >= 1", args.runs)
+    if args.sample is not None and not 1 <= args.sample <= MAX_SAMPLE:
+        raise InputError("--sample", f"an integer from 1 to {MAX_SAMPLE}", args.sample)
+    if args.workers < 1:
+        raise InputError("--workers", "an integer >= 1", args.workers)
+    checked_time_limit_s(args.time_limit, "--time-limit")
+    checked_budget_ms(args.cycle_budget_ms, "--cycle-budget-ms")
     if args.scale:
         return _scale(args)
-    if args.sample:
+    if args.sample is not None:
         return _sample(args)
     return _seven(args)
 
@@ -132,19 +166,24 @@ def _seven(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from scheduler.bench import run_scenario, sample_instances
-    from scheduler.synthetic import SHAPES
+    from scheduler.bench import HOT_PATH, PLAN_CYCLE, run_scenario, sample_instances
+    from scheduler.synthetic import ROLLING_SHAPES, SHAPES
 
-    names = tuple(SHAPES) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
+    shapes = {**SHAPES, **ROLLING_SHAPES}
+    names = tuple(shapes) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
     for name in names:
-        if name not in SHAPES:
-            raise InputError("--shapes", f"names from {list(SHAPES)}", name)
-    seeds = range(1, args.sample + 1)
+        if name not in shapes:
+            raise InputError("--shapes", f"names from {list(shapes)}", name)
+    seeds = range(args.first_seed, args.first_seed + args.sample)
     rows: list[dict[str, Any]] = []
     with _progress(len(names) * args.sample, "samples") as bar:
-        for instance in sample_instances((SHAPES[n] for n in names), seeds):
+        for instance in sample_instances((shapes[n] for n in names), seeds):
             result = run_scenario(
-                instance, full_time_limit_s=args.time_limit, latency_runs=max(1, args.runs // 10)
+                instance,
+                full_time_limit_s=args.time_limit,
+                latency_runs=args.runs,
+                cycle_budget_ms=args.cycle_budget_ms,
+                workers=args.workers,
             )
             p = result.plans
             rows.append(
@@ -152,53 +191,77 @@ def _sample(args: argparse.Namespace) -> int:
                     "shape": instance.name,
                     "fifo": p["fifo"].metrics.objective,
                     "pb": p["priority-backfill"].metrics.objective,
-                    "fast": p["fast"].metrics.objective,
+                    "fast": p[HOT_PATH].metrics.objective,
+                    "cycle": p[PLAN_CYCLE].metrics.objective,
                     "full": p["full"].metrics.objective,
                     "bound": p["full"].bound,
                     "status": p["full"].status,
+                    "fast_ratio": result.ratio_to_full(HOT_PATH),
+                    "cycle_ratio": result.ratio_to_full(PLAN_CYCLE),
+                    "fast_ge_pb": result.at_least_priority_backfill(HOT_PATH),
+                    "cycle_ge_pb": result.at_least_priority_backfill(PLAN_CYCLE),
                     "fast_ms": result.fast_latency_ms,
-                    "fast_cov": p["fast"].metrics.rt_coverage,
+                    "cycle_ms": p[PLAN_CYCLE].solve_ms,
+                    "full_ms": p["full"].solve_ms,
+                    "cycle_status": p[PLAN_CYCLE].status,
+                    "fast_cov": p[HOT_PATH].metrics.rt_coverage,
+                    "cycle_cov": p[PLAN_CYCLE].metrics.rt_coverage,
                 }
             )
             bar.update(1)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    table = []
-    for name in names:
-        mine = [r for r in rows if r["shape"] == name]
-        gaps_full = [(r["full"] - r["fast"]) / abs(r["full"]) for r in mine if r["full"]]
-        gaps_bound = [(r["bound"] - r["fast"]) / abs(r["bound"]) for r in mine if r["bound"]]
-        table.append(
-            [
-                name,
-                len(mine),
-                f"{sum(g for g in gaps_full) / len(gaps_full):.2%}" if gaps_full else "-",
-                f"{max(gaps_full):.2%}" if gaps_full else "-",
-                f"{sum(gaps_bound) / len(gaps_bound):.2%}" if gaps_bound else "-",
-                sum(r["status"] == "OPTIMAL" for r in mine),
-                sum(r["fast"] >= r["pb"] - 1e-6 for r in mine),
-                f"{min(r['fast_cov'] for r in mine):.1%}",
-                f"{max(r['fast_ms'] for r in mine):.2f}",
-            ]
-        )
+    table = [_sample_row(name, [r for r in rows if r["shape"] == name]) for name in names]
+    if len(names) > 1:
+        table.append(_sample_row("all", rows))
     print(
         format_table(
             [
                 "shape",
                 "n",
-                "mean gap fast->full",
-                "max gap",
-                "mean gap fast->bound",
-                "proved",
-                "fast>=PB",
-                "min rt cov",
-                "max ms",
+                "full proved",
+                "hot mean",
+                "hot worst",
+                "cycle mean",
+                "cycle worst",
+                "cycle proved",
+                ">=PB hot/cycle",
+                "min rt cov hot/cycle",
+                "hot ms (median)",
+                "cycle ms max",
             ],
             table,
         )
     )
     return 0
+
+
+def _sample_row(name: str, rows: list[dict[str, Any]]) -> list[object]:
+    """One line of the sample table: ratios to the full mode's objective, mean and worst."""
+
+    def mean_worst(key: str) -> tuple[str, str]:
+        ratios = [r[key] for r in rows if r[key] is not None]
+        if not ratios:
+            return "-", "-"
+        return f"{sum(ratios) / len(ratios):.4f}", f"{min(ratios):.4f}"
+
+    hot_mean, hot_worst = mean_worst("fast_ratio")
+    cycle_mean, cycle_worst = mean_worst("cycle_ratio")
+    return [
+        name,
+        len(rows),
+        sum(r["status"] == "OPTIMAL" for r in rows),
+        hot_mean,
+        hot_worst,
+        cycle_mean,
+        cycle_worst,
+        sum(r["cycle_status"] == "OPTIMAL" for r in rows),
+        f"{sum(r['fast_ge_pb'] for r in rows)}/{sum(r['cycle_ge_pb'] for r in rows)}",
+        f"{min(r['fast_cov'] for r in rows):.1%} / {min(r['cycle_cov'] for r in rows):.1%}",
+        f"{statistics.median(r['fast_ms'] for r in rows):.2f} (max {max(r['fast_ms'] for r in rows):.2f})",
+        f"{max(r['cycle_ms'] for r in rows):.0f}",
+    ]
 
 
 def _scale(args: argparse.Namespace) -> int:
@@ -208,16 +271,42 @@ def _scale(args: argparse.Namespace) -> int:
         sizes = [int(s) for s in args.sizes.split(",")]
     except ValueError:
         raise InputError("--sizes", "comma-separated integers", args.sizes) from None
+    for size in sizes:
+        if not 1 <= size <= MAX_SCALE_GPUS:
+            raise InputError("--sizes", f"cluster sizes from 1 to {MAX_SCALE_GPUS}", size)
     with _progress(len(sizes), "sizes") as bar:
-        rows = scale_sweep(sizes, args.runs, bar.update)
+        rows = scale_sweep(sizes, args.runs, bar.update, cycle_budget_ms=args.cycle_budget_ms)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args.json:
         print(json.dumps({"rows": rows, "peak_rss_mb": peak_mb}, indent=1))
         return 0
     print(
         format_table(
-            ["GPUs", "jobs", "fast ms (median)", "fifo ms (median)"],
-            [[r["gpus"], r["jobs"], f"{r['fast_ms']:.2f}", f"{r['fifo_ms']:.2f}"] for r in rows],
+            [
+                "GPUs",
+                "jobs",
+                "hot ms (median)",
+                "fifo ms (median)",
+                "first pass obj",
+                "hot obj",
+                "cycle obj",
+                "cycle ms",
+                "cycle >= first pass",
+            ],
+            [
+                [
+                    r["gpus"],
+                    r["jobs"],
+                    f"{r['fast_ms']:.2f}",
+                    f"{r['fifo_ms']:.2f}",
+                    f"{r['first_pass_objective']:,.0f}",
+                    f"{r['fast_objective']:,.0f}",
+                    f"{r['cycle_objective']:,.0f}",
+                    f"{r['cycle_ms']:.0f}",
+                    "yes" if r["cycle_objective"] >= r["first_pass_objective"] - 1e-6 else "NO",
+                ]
+                for r in rows
+            ],
         )
     )
     print(f"peak memory of this process: {peak_mb:.0f} MB")

@@ -10,8 +10,8 @@ the whole grid; the plan cycle's large-neighbourhood search solves small windows
 Variables (binary unless said):
 
 - ``place(job=j, block=a, start=s)``: free batch job ``j`` runs on GPUs ``[a, a + gpus_j)``
-  from step ``s`` (only aligned blocks and starts in the window whose cells are free of
-  everything fixed are created; a run may reach past the window onto such cells);
+  from step ``s`` (only aligned blocks in the window's GPUs and starts in its span whose
+  cells are free of everything fixed are created; a run may reach past the span);
 - ``hold(rt=k, gpu=g, step=t)``: real-time job ``k`` holds GPU ``g`` (of the window's block) at step ``t``;
 - ``change(rt=k, gpu=g, step=t)``: ``g`` entered or left ``k``'s set at ``t``;
 - ``served(rt=k, step=t)``: integer, ``min(|A_k(t)|, demand_k(t))``.
@@ -81,6 +81,7 @@ class Variables:
 
     window: Window
     current: Allocation
+    moving_realtime: frozenset[str]  # services whose holdings on the window's GPUs are variables
     place: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (job, block, start)
     options: dict[tuple[str, int, int], _Option] = field(default_factory=dict)
     hold: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (rt job, gpu, step)
@@ -126,12 +127,23 @@ def build_model(
         mask = block_mask(placement.first_gpu, job.gpus)
         for t in range(placement.start_step, job.end_step(placement.start_step, horizon)):
             blocked[t] |= mask
+    # Services that may move: those holding some GPU of the window's block, and those short
+    # of demand somewhere (they may want to come in); the others stay as they are.
+    moving = [
+        rt
+        for rt in instance.realtime_jobs
+        if any(
+            mask & in_range or mask.bit_count() < need
+            for mask, need in zip(current.realtime[rt.id], rt.demand, strict=True)
+        )
+    ]
+    moving_ids = {rt.id for rt in moving}
     fixed_rt = [0] * horizon  # real-time cells that stay as they are
-    for held in current.realtime.values():
+    for rt_id, held in current.realtime.items():
         for t, mask in enumerate(held):
-            fixed_rt[t] |= mask if not r0 <= t < r1 else mask & ~in_range
+            fixed_rt[t] |= mask & ~in_range if rt_id in moving_ids and r0 <= t < r1 else mask
     occupied = [b | f for b, f in zip(blocked, fixed_rt, strict=True)]
-    v = Variables(window=window, current=current)
+    v = Variables(window=window, current=current, moving_realtime=frozenset(moving_ids))
 
     # --- variables ---------------------------------------------------------------------------
     for job in free_jobs:
@@ -141,13 +153,14 @@ def build_model(
             taken = 0
             for t in range(start, end):
                 taken |= occupied[t]
-            for first_gpu in range(0, instance.gpus - job.gpus + 1, job.gpus):
+            # aligned blocks inside the window's GPUs
+            for first_gpu in range(-(-g0 // job.gpus) * job.gpus, g1 - job.gpus + 1, job.gpus):
                 if taken & block_mask(first_gpu, job.gpus):
                     continue
                 key = (job.id, first_gpu, start)
                 v.place[key] = model.new_bool_var(f"place(job={job.id}, block={first_gpu}, start={start})")
                 v.options[key] = _Option(job, first_gpu, start, end)
-    for rt in instance.realtime_jobs:
+    for rt in moving:
         on_time()
         for t in range(r0, r1):
             for g in range(g0, g1):
@@ -180,7 +193,7 @@ def build_model(
         model.add_at_most_one(job_vars)
 
     # --- constraint 4: real-time swap cap; served GPU-steps are held ones, up to demand --------
-    for rt in instance.realtime_jobs:
+    for rt in moving:
         on_time()
         running = instance.running_realtime.get(rt.id)
         # held[t + 1] is the current plan's A(t); held[0] the running set before step 0
@@ -226,7 +239,7 @@ def build_model(
     for rt in instance.realtime_jobs:
         for t in range(horizon):
             weight = rt.priority * weights[t]
-            if r0 <= t < r1:
+            if rt.id in moving_ids and r0 <= t < r1:
                 terms.append(v.served[rt.id, t])
                 coefficients.append(scaled((1 + instance.rt_penalty) * weight))
                 constant -= instance.rt_penalty * weight * rt.demand[t]
@@ -304,6 +317,9 @@ def read_allocation(v: Variables, instance: Instance, solver: Any) -> Allocation
     realtime = {}
     for rt in instance.realtime_jobs:
         masks = list(v.current.realtime[rt.id])
+        if rt.id not in v.moving_realtime:
+            realtime[rt.id] = tuple(masks)
+            continue
         for t in range(instance.horizon_steps):
             mask = masks[t] & ~window.gpu_mask
             for g in range(window.first_gpu, window.end_gpu):
