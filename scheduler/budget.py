@@ -61,6 +61,14 @@ class Budget:
         self.units = budget_ms * 1000 * WORK_SHARE
         self.spent = 0.0
 
+    @classmethod
+    def of_work(cls, budget_ms: float) -> Budget:
+        """A budget of estimated work only, with no wall clock: the same plan on any machine
+        (for tests and reproducible experiments; a service wants the backstop)."""
+        budget = cls(budget_ms)
+        budget.deadline = math.inf
+        return budget
+
     def charge(self, units: float) -> None:
         self.spent += units
 

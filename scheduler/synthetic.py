@@ -16,11 +16,16 @@ import json
 import math
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from scheduler.baselines import fifo
+from scheduler.metrics import score
+from scheduler.model import build_grid
+from scheduler.scenario_io import parse_scenario
 
 # Series with a daily cycle worth scheduling around, and where each day starts (hour 0).
 TRAFFIC_SERIES = (
@@ -48,6 +53,7 @@ class Shape:
     # A rolling re-plan: the horizon starts mid-day, running jobs sit where an earlier plan
     # put them, services hold scattered GPUs, one GPU goes down, and work arrives all day.
     rolling: bool = False
+    series: tuple[str, ...] = TRAFFIC_SERIES  # the traces services' days are drawn from
 
 
 SHAPES: dict[str, Shape] = {
@@ -61,6 +67,36 @@ SHAPES: dict[str, Shape] = {
         Shape("scale-test", 64, 26, 4, 0.35, 0.5, 16, load=0.6),
         Shape("uniform-priority", 14, 13, 3, 0.5, 0.45, 18, load=1.1, uniform_priority=True),
     )
+}
+
+# The published comparison's seven scenarios, as their FIFO baseline used them: each
+# service's daily peak reserved all day, so a peaky service leaves its trough hours idle.
+# Same GPU and job counts as SHAPES; services drawn from the peaky LoRA serving trace
+# (peak/mean about 4) where the published FIFO sat near half the cluster, from the flatter
+# traces (Philly, ServeGen; peak/mean 1.1-1.5) where it sat near 80%. Each knob was set so
+# that the median FIFO utilization over 30 seeds falls within a few points of the target;
+# the benchmark file is then the first seed from 2026 on whose FIFO is within 2 points.
+PEAKY_SERIES = ("alibaba_genai_lora_hourly.csv",)
+FLAT_SERIES = ("philly_active_nodes_hourly.csv", "servegen_m-large_hourly.csv", "servegen_m-mid_hourly.csv")
+MIXED_SERIES = ("alibaba_genai_lora_hourly.csv", "servegen_m-large_hourly.csv", "servegen_m-mid_hourly.csv")
+PUBLISHED_FIFO_UTILIZATION = {
+    "mixed-control": 0.516,
+    "realtime-contention": 0.750,
+    "training-heavy": 0.536,
+    "large-mixed": 0.768,
+    "oversubscribed": 0.854,
+    "scale-test": 0.449,
+    "uniform-priority": 0.768,
+}
+CALIBRATION_TOLERANCE = 0.02
+CALIBRATED_SHAPES: dict[str, Shape] = {
+    "mixed-control": replace(SHAPES["mixed-control"], rt_peak_share=0.75, series=PEAKY_SERIES),
+    "realtime-contention": replace(SHAPES["realtime-contention"], series=MIXED_SERIES),
+    "training-heavy": replace(SHAPES["training-heavy"], rt_peak_share=0.6, series=PEAKY_SERIES),
+    "large-mixed": replace(SHAPES["large-mixed"], series=FLAT_SERIES),
+    "oversubscribed": replace(SHAPES["oversubscribed"], series=FLAT_SERIES),
+    "scale-test": replace(SHAPES["scale-test"], series=PEAKY_SERIES),
+    "uniform-priority": replace(SHAPES["uniform-priority"], series=FLAT_SERIES),
 }
 
 # Rolling re-plans of the shapes where a plan is hardest to get right (issue 11); sampled by
@@ -84,10 +120,16 @@ def _series(name: str) -> tuple[float, ...]:
         return tuple(float(row["requests"]) for row in csv.DictReader(handle))
 
 
-def real_day_demand(rng: random.Random, peak: int, horizon: int = 24, start_hour: int = 0) -> list[int]:
+def real_day_demand(
+    rng: random.Random,
+    peak: int,
+    horizon: int = 24,
+    start_hour: int = 0,
+    series_names: tuple[str, ...] = TRAFFIC_SERIES,
+) -> list[int]:
     """GPUs per hour for one real day of traffic from ``start_hour`` on, the busiest hour
     needing ``peak`` GPUs."""
-    series = _series(rng.choice(TRAFFIC_SERIES))
+    series = _series(rng.choice(series_names))
     days = [series[d * 24 + start_hour : d * 24 + start_hour + horizon] for d in range(len(series) // 24)]
     days = [day for day in days if max(day) > 0 and len(day) == horizon]
     day = rng.choice(days)
@@ -146,7 +188,7 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
     top = shape.gpus  # real-time running sets stack down from the highest GPU id
     start_hour = rng.randint(8, 16) if shape.rolling else 0
     for k, peak in enumerate(peaks):
-        demand = real_day_demand(rng, peak, horizon, start_hour)
+        demand = real_day_demand(rng, peak, horizon, start_hour, shape.series)
         jobs.append(
             {
                 "id": f"rt-{k}",
@@ -225,16 +267,46 @@ def _scatter_realtime(rng: random.Random, running: list[dict[str, Any]], gpus: i
         entry["gpus"] = sorted(kept + targets)
 
 
+def fifo_utilization(doc: dict[str, Any]) -> float:
+    """The contract's FIFO baseline's utilization on a scenario document."""
+    instance = parse_scenario(doc, source=str(doc.get("name")))
+    return score(instance, build_grid(instance, fifo(instance))).utilization
+
+
+def calibrated(name: str, first_seed: int = 2026, tries: int = 1000) -> tuple[dict[str, Any], int]:
+    """The benchmark document of ``name`` and its seed: the first seed from ``first_seed`` on
+    whose FIFO utilization is within :data:`CALIBRATION_TOLERANCE` of the published one.
+
+    ``uniform-priority`` is the ``large-mixed`` document with every priority 50 (FIFO does
+    not look at priorities, so its utilization is the same).
+    """
+    target = PUBLISHED_FIFO_UTILIZATION[name]
+    base = "large-mixed" if CALIBRATED_SHAPES[name].uniform_priority else name
+    for seed in range(first_seed, first_seed + tries):
+        doc = generate(CALIBRATED_SHAPES[base], seed)
+        if abs(fifo_utilization(doc) - target) <= CALIBRATION_TOLERANCE:
+            if base != name:
+                doc = {**doc, "name": name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
+            return doc, seed
+    raise ValueError(f"no seed in {first_seed}..{first_seed + tries - 1} calibrates {name!r}")
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        sys.stderr.write("usage: python -m scheduler.synthetic DIR\n")
+    """``python -m scheduler.synthetic DIR [--uncalibrated]``: the seven benchmark files,
+    calibrated to the published FIFO utilization (or as first built, from seed 2026)."""
+    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[1] != "--uncalibrated"):
+        sys.stderr.write("usage: python -m scheduler.synthetic DIR [--uncalibrated]\n")
         return 2
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
     for index, shape in enumerate(SHAPES.values(), start=1):
-        doc = generate(SHAPES["large-mixed"] if shape.uniform_priority else shape, seed=2026)
-        if shape.uniform_priority:
-            doc = {**doc, "name": shape.name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
+        if len(argv) == 2:
+            doc = generate(SHAPES["large-mixed"] if shape.uniform_priority else shape, seed=2026)
+            if shape.uniform_priority:
+                doc = {**doc, "name": shape.name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
+        else:
+            doc, seed = calibrated(shape.name)
+            sys.stdout.write(f"{shape.name}: seed {seed}, FIFO utilization {fifo_utilization(doc):.1%}\n")
         (out / f"{index}-{shape.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
