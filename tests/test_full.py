@@ -76,3 +76,17 @@ def test_too_large_a_model_keeps_the_fast_plan_and_says_so() -> None:
     fast = plan(inst, PolicyName.FAST)
     assert (full.status, full.bound) == ("MODEL_TOO_LARGE", None)
     assert full.grid == fast.grid
+
+
+def test_a_limit_too_short_to_build_the_model_keeps_the_fast_plan_and_says_so() -> None:
+    # ~100,000 variables: building them alone takes about a second, far over the limit.
+    jobs: list[dict[str, Any]] = [
+        {"id": f"b{i}", "kind": "training", "priority": 10 + i, "gpus": 1 << (i % 4), "duration": 3 + i % 5}
+        for i in range(60)
+    ]
+    jobs.append({"id": "rt", "kind": "realtime", "priority": 50, "swap_cap": 2, "demand": [8] * 24})
+    inst = instance_of({"gpus": 128, "jobs": jobs})
+    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=0.05))
+    assert (full.status, full.bound) == ("MODEL_BUILD_TIMEOUT", None)
+    assert check_plan(inst, full.grid) == []
+    assert full.metrics.objective >= plan(inst, PolicyName.PRIORITY_BACKFILL).metrics.objective - 1e-6
