@@ -57,8 +57,9 @@ MAX_BLOCK_CANDIDATES = 12
 # that improves is kept. Later starts let real-time services move out of the way in time.
 PROMISE_OFFSETS = (0, 2, 5, 9)
 EPSILON = 1e-9
-# Job orders every first pass packs (the rest are tried while the budget lasts): on 33
-# sampled scenarios, the first two orders gave the best packing in 68 of 58 x 5 trials.
+# Job orders every first pass packs (the rest are tried while the budget lasts): over the 58
+# first passes of 33 sampled scenarios (both orientations), the first order packed best in
+# 33 and the second in 35 (ties counted for each), the last two in 8.
 FIRST_ORDERS = 2
 
 

@@ -16,7 +16,7 @@ from scheduler.metrics import score
 from scheduler.model import PLAN_CYCLE_BUDGET_MS, Instance, SolveOptions, build_grid
 from scheduler.policies import PolicyName, plan
 from scheduler.scenario_io import parse_scenario
-from tests.strategies import instance_of, scenarios
+from tests.strategies import scenarios, solved_by_hand
 
 
 def objective(instance: Instance, allocation: Any) -> float:
@@ -36,19 +36,7 @@ def test_window_search_keeps_plans_legal_and_never_worse(doc: dict[str, Any]) ->
 
 
 def test_plan_cycle_proves_the_optimum_of_a_case_solved_by_hand() -> None:
-    # As in test_full: the big job first (40), the small one cut to the last step (1) = 41;
-    # the fast mode's greedy gets there too or below, the window search proves it.
-    inst = instance_of(
-        {
-            "gpus": 2,
-            "horizon": 3,
-            "decay": 1.0,
-            "jobs": [
-                {"id": "big", "kind": "training", "priority": 10, "gpus": 2, "duration": 2},
-                {"id": "small", "kind": "quantization", "priority": 1, "gpus": 1, "duration": 3},
-            ],
-        }
-    )
+    inst = solved_by_hand()  # optimum 41
     lns.warm_up()
     cycle = plan(inst, PolicyName.FAST, SolveOptions(budget_ms=PLAN_CYCLE_BUDGET_MS))
     assert cycle.status == "OPTIMAL"
