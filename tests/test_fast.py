@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.budget import Budget
@@ -142,6 +142,7 @@ def test_any_budget_gives_a_legal_plan_no_worse_than_the_first_pass_or_priority_
     assert objective >= max(first_pass, floor) - 1e-6
 
 
+@settings(max_examples=100)
 @given(scenarios(max_gpus=16, max_jobs=12))
 def test_a_work_budget_gives_the_same_plan_every_time(doc: dict[str, Any]) -> None:
     instance = parse_scenario(doc)
