@@ -7,6 +7,7 @@ illegal grid can never leave this module.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from enum import StrEnum
 from scheduler import baselines, fast, full, lns
 from scheduler.budget import Budget
 from scheduler.check import check_plan
+from scheduler.lns import warm_up
 from scheduler.metrics import Metrics, score
 from scheduler.model import (
     HOT_PATH_BUDGET_MS,
@@ -37,7 +39,10 @@ __all__ = [
     "Solution",
     "SolveOptions",
     "plan",
+    "warm_up",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class PolicyName(StrEnum):
@@ -94,7 +99,10 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
     loading it takes about a second, which would break the budget.
     """
     budget = Budget(options.budget_ms)
-    if options.budget_ms < lns.MIN_BUDGET_MS or not lns.ready():
+    if options.budget_ms < lns.MIN_BUDGET_MS:
+        return Solution(fast.allocate(instance, budget))
+    if not lns.ready():
+        log.warning("CP-SAT is not loaded (call scheduler.policies.warm_up() at start): heuristic only")
         return Solution(fast.allocate(instance, budget))
     heuristic = Budget(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
     allocation, report = lns.improve(instance, fast.allocate(instance, heuristic), budget, options.seed)
