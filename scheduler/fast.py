@@ -1,5 +1,10 @@
 """The fast mode: a heuristic that is legal by construction and answers in milliseconds.
 
+It is anytime (:func:`allocate` takes a :class:`~scheduler.budget.Budget`): the first
+pass always completes; the rest runs while the budget affords each next step, in this
+order: the mirror image's first pass, the other job orders, promotions (4), the order
+search (end of 2). Every plan is at least priority-backfill's (it is computed as a floor).
+
 Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 
 1. **Real-time as curves.** Each service gets the smallest GPU-count curve that
@@ -197,11 +202,19 @@ def _unmirror(instance: Instance, allocation: Allocation) -> Allocation:
 
 
 def _search(instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
-    """From a first pass: a local search over the batch order, then promotions, each step
+    """From a first pass: promotions, then a local search over the batch order, each step
     while the budget affords it; both stop when a whole pass brings nothing."""
-    best = _reorder(instance, first, budget, costs)
+    # Promotions first: on 33 sampled scenarios at the hot path's budget they lift the mean
+    # ratio to the full mode from 0.972 to 0.984 (worst 0.79 -> 0.88); with a budget for
+    # both, the order makes no difference (0.992 either way).
+    return _reorder(instance, _promote(instance, first, budget, costs), budget, costs)
+
+
+def _promote(instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
+    """Promise delayed jobs earlier slots, re-plan around them, keep what improves."""
+    best = first
     order = best.order
-    promises: dict[str, Placement] = {}
+    promises: dict[str, Placement] = dict(first.committed)
     improved = True
     while improved:
         improved = False
