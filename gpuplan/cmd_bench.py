@@ -5,12 +5,27 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
 from gpuplan.table import format_table
+from scheduler.model import (
+    HOT_PATH_BUDGET_MS,
+    MAX_BUDGET_MS,
+    MAX_TIME_LIMIT_S,
+    PLAN_CYCLE_BUDGET_MS,
+    checked_budget_ms,
+    checked_time_limit_s,
+)
+
+# The largest cluster --scale measures (the documented maximum the scheduler is sized for).
+MAX_SCALE_GPUS = 4096
+# Scenarios per shape --sample may draw (each costs up to a full-mode time limit).
+MAX_SAMPLE = 1000
+MAX_RUNS = 10_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,12 +35,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="full mode's limit per scenario (0 < S <= 3600)",
+        help=f"full mode's limit per scenario (the whole call); 0 < S <= {MAX_TIME_LIMIT_S:g}",
     )
+    parser.add_argument(
+        "--cycle-budget-ms",
+        type=float,
+        default=PLAN_CYCLE_BUDGET_MS,
+        metavar="MS",
+        help=f"the plan cycle's budget for the fast mode (the hot path uses its default, "
+        f"{HOT_PATH_BUDGET_MS:g} ms); 0 < MS <= {MAX_BUDGET_MS:g}",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers in the full mode")
     parser.add_argument("--no-full", action="store_true", help="skip the full mode (CP-SAT)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--png", type=Path, metavar="DIR", help="draw FIFO above fast for each scenario")
-    parser.add_argument("--scale", action="store_true", help="fast-mode latency from 8 to 1,024 GPUs")
+    parser.add_argument(
+        "--scale", action="store_true", help="both operating points of the fast mode from 8 to 1,024 GPUs"
+    )
     parser.add_argument("--sizes", default="8,16,32,64,128,256,512,1024", help="cluster sizes for --scale")
     parser.add_argument("--runs", type=int, default=50, help="timed runs per latency median (1-10,000)")
     parser.add_argument(
@@ -33,11 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="N fresh scenarios per shape (1-1,000): fast vs full",
+        help="N fresh scenarios per shape (1-1,000): hot path and plan cycle vs the full mode",
     )
     parser.add_argument(
-        "--shapes", default=None, help="comma-separated shapes for --sample (default: all seven)"
+        "--shapes",
+        default=None,
+        help="comma-separated shapes for --sample (default: the seven and the five rolling re-plans)",
     )
+    parser.add_argument("--first-seed", type=int, default=1, help="--sample draws seeds from this one on")
 
 
 def _progress(total: int, desc: str):  # type: ignore[no-untyped-def]
@@ -52,18 +81,16 @@ def _progress(total: int, desc: str):  # type: ignore[no-untyped-def]
     )
 
 
-MAX_RUNS = 10_000
-MAX_SAMPLE = 1_000
-
-
 def run(args: argparse.Namespace) -> int:
     from contract.files import check_writable_dir
-    from gpuplan.options import integer_in, time_limit
+    from gpuplan.options import MAX_WORKERS, integer_in
 
-    time_limit(args.time_limit)
     integer_in("--runs", args.runs, 1, MAX_RUNS)
     if args.sample is not None:
         integer_in("--sample", args.sample, 1, MAX_SAMPLE)
+    integer_in("--workers", args.workers, 1, MAX_WORKERS)
+    checked_time_limit_s(args.time_limit, "--time-limit")
+    checked_budget_ms(args.cycle_budget_ms, "--cycle-budget-ms")
     if args.png is not None:
         check_writable_dir(args.png, "--png")
     if args.scale:
@@ -89,6 +116,8 @@ def _seven(args: argparse.Namespace) -> int:
                 instance,
                 full_time_limit_s=None if args.no_full else args.time_limit,
                 latency_runs=args.runs,
+                cycle_budget_ms=args.cycle_budget_ms,
+                workers=args.workers,
             )
             results.append(result)
             if args.png:
@@ -103,6 +132,17 @@ def _seven(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=1))
         return 0
+    print(_seven_table(results))
+    published = _published_table(results)
+    if published:
+        print()
+        print(published)
+    return 0
+
+
+def _seven_table(results: list[Any]) -> str:
+    from scheduler.bench import PLAN_CYCLE
+
     rows = []
     for r in results:
         p = r.plans
@@ -117,6 +157,7 @@ def _seven(args: argparse.Namespace) -> int:
                 f"{r.fast_latency_ms:.2f}",
                 f"{p['priority-backfill'].metrics.objective:,.0f}",
                 f"{p['fast'].metrics.objective:,.0f}",
+                f"{p[PLAN_CYCLE].metrics.objective:,.0f}",
                 "-" if full is None else f"{full.metrics.objective:,.0f}",
                 "-" if full is None or full.bound is None else f"{full.bound:,.0f} ({full.status})",
                 "-" if r.gap_to_full is None else f"{r.gap_to_full:.2%}",
@@ -133,30 +174,71 @@ def _seven(args: argparse.Namespace) -> int:
         "fast ms",
         "PB obj",
         "fast obj",
+        "cycle obj",
         "full obj",
         "bound",
         "fast gap to full",
         "to bound",
         "rt cov " + "/".join(results[0].plans),
     ]
-    print(format_table(headers, rows))
-    return 0
+    return format_table(headers, rows)
+
+
+def _published_table(results: list[Any]) -> str | None:
+    """Our FIFO -> fast (hot path and plan cycle) beside the published figures, where the
+    scenario names are the published ones."""
+    from scheduler.bench import PLAN_CYCLE, PUBLISHED
+
+    rows = []
+    for r in results:
+        published = PUBLISHED.get(r.scenario)
+        if published is None:
+            continue
+        p = r.plans
+        fifo, hot, cycle = p["fifo"].metrics, p["fast"].metrics, p[PLAN_CYCLE].metrics
+        cycle_gain = (cycle.value - fifo.value) / abs(fifo.value) if fifo.value else float("inf")
+        rows.append(
+            [
+                r.scenario,
+                f"{fifo.utilization:.1%} / {published.fifo_utilization:.1%}",
+                f"{hot.utilization:.1%} / {cycle.utilization:.1%} / {published.utilization:.1%}",
+                f"{r.value_gain:+.1%} / {cycle_gain:+.1%} / {published.value_gain:+.1%}",
+                f"{r.fast_latency_ms:.2f} / {published.latency_ms}",
+            ]
+        )
+    if not rows:
+        return None
+    return format_table(
+        [
+            "scenario",
+            "FIFO util ours / published",
+            "util hot / cycle / published",
+            "value gain hot / cycle / published",
+            "ms hot / published",
+        ],
+        rows,
+    )
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from scheduler.bench import run_scenario, sample_instances
-    from scheduler.synthetic import SHAPES
+    from scheduler.bench import HOT_PATH, PLAN_CYCLE, run_scenario, sample_instances
+    from scheduler.synthetic import ROLLING_SHAPES, SHAPES
 
-    names = tuple(SHAPES) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
+    shapes = {**SHAPES, **ROLLING_SHAPES}
+    names = tuple(shapes) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
     for name in names:
-        if name not in SHAPES:
-            raise InputError("--shapes", f"names from {list(SHAPES)}", name)
-    seeds = range(1, args.sample + 1)
+        if name not in shapes:
+            raise InputError("--shapes", f"names from {list(shapes)}", name)
+    seeds = range(args.first_seed, args.first_seed + args.sample)
     rows: list[dict[str, Any]] = []
     with _progress(len(names) * args.sample, "samples") as bar:
-        for instance in sample_instances((SHAPES[n] for n in names), seeds):
+        for instance in sample_instances((shapes[n] for n in names), seeds):
             result = run_scenario(
-                instance, full_time_limit_s=args.time_limit, latency_runs=max(1, args.runs // 10)
+                instance,
+                full_time_limit_s=args.time_limit,
+                latency_runs=args.runs,
+                cycle_budget_ms=args.cycle_budget_ms,
+                workers=args.workers,
             )
             p = result.plans
             rows.append(
@@ -164,48 +246,45 @@ def _sample(args: argparse.Namespace) -> int:
                     "shape": instance.name,
                     "fifo": p["fifo"].metrics.objective,
                     "pb": p["priority-backfill"].metrics.objective,
-                    "fast": p["fast"].metrics.objective,
+                    "fast": p[HOT_PATH].metrics.objective,
+                    "cycle": p[PLAN_CYCLE].metrics.objective,
                     "full": p["full"].metrics.objective,
                     "bound": p["full"].bound,
                     "status": p["full"].status,
+                    "fast_ratio": result.ratio_to_full(HOT_PATH),
+                    "cycle_ratio": result.ratio_to_full(PLAN_CYCLE),
+                    "fast_ge_pb": result.at_least_priority_backfill(HOT_PATH),
+                    "cycle_ge_pb": result.at_least_priority_backfill(PLAN_CYCLE),
                     "fast_ms": result.fast_latency_ms,
-                    "fast_cov": p["fast"].metrics.rt_coverage,
+                    "cycle_ms": p[PLAN_CYCLE].solve_ms,
+                    "full_ms": p["full"].solve_ms,
+                    "cycle_status": p[PLAN_CYCLE].status,
+                    "fast_cov": p[HOT_PATH].metrics.rt_coverage,
+                    "cycle_cov": p[PLAN_CYCLE].metrics.rt_coverage,
                 }
             )
             bar.update(1)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    table = []
-    for name in names:
-        mine = [r for r in rows if r["shape"] == name]
-        gaps_full = [(r["full"] - r["fast"]) / abs(r["full"]) for r in mine if r["full"]]
-        gaps_bound = [(r["bound"] - r["fast"]) / abs(r["bound"]) for r in mine if r["bound"]]
-        table.append(
-            [
-                name,
-                len(mine),
-                f"{sum(g for g in gaps_full) / len(gaps_full):.2%}" if gaps_full else "-",
-                f"{max(gaps_full):.2%}" if gaps_full else "-",
-                f"{sum(gaps_bound) / len(gaps_bound):.2%}" if gaps_bound else "-",
-                sum(r["status"] == "OPTIMAL" for r in mine),
-                sum(r["fast"] >= r["pb"] - 1e-6 for r in mine),
-                f"{min(r['fast_cov'] for r in mine):.1%}",
-                f"{max(r['fast_ms'] for r in mine):.2f}",
-            ]
-        )
+    table = [_sample_row(name, [r for r in rows if r["shape"] == name]) for name in names]
+    if len(names) > 1:
+        table.append(_sample_row("all", rows))
     print(
         format_table(
             [
                 "shape",
                 "n",
-                "mean gap fast->full",
-                "max gap",
-                "mean gap fast->bound",
-                "proved",
-                "fast>=PB",
-                "min rt cov",
-                "max ms",
+                "full proved",
+                "hot mean",
+                "hot worst",
+                "cycle mean",
+                "cycle worst",
+                "cycle proved",
+                ">=PB hot/cycle",
+                "min rt cov hot/cycle",
+                "hot ms (median)",
+                "cycle ms max",
             ],
             table,
         )
@@ -213,27 +292,76 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sample_row(name: str, rows: list[dict[str, Any]]) -> list[object]:
+    """One line of the sample table: ratios to the full mode's objective, mean and worst."""
+
+    def mean_worst(key: str) -> tuple[str, str]:
+        ratios = [r[key] for r in rows if r[key] is not None]
+        if not ratios:
+            return "-", "-"
+        return f"{sum(ratios) / len(ratios):.4f}", f"{min(ratios):.4f}"
+
+    hot_mean, hot_worst = mean_worst("fast_ratio")
+    cycle_mean, cycle_worst = mean_worst("cycle_ratio")
+    return [
+        name,
+        len(rows),
+        sum(r["status"] == "OPTIMAL" for r in rows),
+        hot_mean,
+        hot_worst,
+        cycle_mean,
+        cycle_worst,
+        sum(r["cycle_status"] == "OPTIMAL" for r in rows),
+        f"{sum(r['fast_ge_pb'] for r in rows)}/{sum(r['cycle_ge_pb'] for r in rows)}",
+        f"{min(r['fast_cov'] for r in rows):.1%} / {min(r['cycle_cov'] for r in rows):.1%}",
+        f"{statistics.median(r['fast_ms'] for r in rows):.2f} (max {max(r['fast_ms'] for r in rows):.2f})",
+        f"{max(r['cycle_ms'] for r in rows):.0f}",
+    ]
+
+
 def _scale(args: argparse.Namespace) -> int:
     from scheduler.bench import scale_sweep
-    from scheduler.scenario_io import MAX_CLUSTER_GPUS
 
     try:
         sizes = [int(s) for s in args.sizes.split(",")]
     except ValueError:
         raise InputError("--sizes", "comma-separated integers", args.sizes) from None
     for size in sizes:
-        if not 1 <= size <= MAX_CLUSTER_GPUS:
-            raise InputError("--sizes", f"cluster sizes in [1, {MAX_CLUSTER_GPUS}]", size)
+        if not 1 <= size <= MAX_SCALE_GPUS:
+            raise InputError("--sizes", f"cluster sizes from 1 to {MAX_SCALE_GPUS}", size)
     with _progress(len(sizes), "sizes") as bar:
-        rows = scale_sweep(sizes, args.runs, bar.update)
+        rows = scale_sweep(sizes, args.runs, bar.update, cycle_budget_ms=args.cycle_budget_ms)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args.json:
         print(json.dumps({"rows": rows, "peak_rss_mb": peak_mb}, indent=1))
         return 0
     print(
         format_table(
-            ["GPUs", "jobs", "fast ms (median)", "fifo ms (median)"],
-            [[r["gpus"], r["jobs"], f"{r['fast_ms']:.2f}", f"{r['fifo_ms']:.2f}"] for r in rows],
+            [
+                "GPUs",
+                "jobs",
+                "hot ms (median)",
+                "fifo ms (median)",
+                "first pass obj",
+                "hot obj",
+                "cycle obj",
+                "cycle ms",
+                "cycle >= first pass",
+            ],
+            [
+                [
+                    r["gpus"],
+                    r["jobs"],
+                    f"{r['fast_ms']:.2f}",
+                    f"{r['fifo_ms']:.2f}",
+                    f"{r['first_pass_objective']:,.0f}",
+                    f"{r['fast_objective']:,.0f}",
+                    f"{r['cycle_objective']:,.0f}",
+                    f"{r['cycle_ms']:.0f}",
+                    "yes" if r["cycle_objective"] >= r["first_pass_objective"] - 1e-6 else "NO",
+                ]
+                for r in rows
+            ],
         )
     )
     print(f"peak memory of this process: {peak_mb:.0f} MB")

@@ -18,11 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuplan.options import time_limit
+    from scheduler.model import checked_time_limit_s
     from scheduler.policies import PolicyName, SolveOptions, plan
     from scheduler.scenario_io import load_scenario
 
-    time_limit(args.time_limit)
+    checked_time_limit_s(args.time_limit, "--time-limit")
     if args.png:
         from scheduler.render import check_image_path
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from contract.errors import InputError
 from gpuplan.table import comparison_table
+from scheduler.model import HOT_PATH_BUDGET_MS, MAX_BUDGET_MS, MAX_TIME_LIMIT_S, PLAN_CYCLE_BUDGET_MS
 
 POLICY_NAMES = ("fast", "full", "fifo", "fifo-backfill", "priority-backfill")
 
@@ -17,7 +18,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", type=Path, help="scenario file (JSON or YAML)")
     parser.add_argument("--policy", default=None, choices=POLICY_NAMES, help="default: fast")
     parser.add_argument(
-        "--time-limit", type=float, default=30.0, metavar="SECONDS", help="full mode's limit (0 < S <= 3600)"
+        "--time-limit",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help=f"full mode's limit on the whole call (build, hint, solve); 0 < S <= {MAX_TIME_LIMIT_S:g}",
+    )
+    parser.add_argument(
+        "--budget-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help=f"fast mode's wall-time budget (default: the hot path's {HOT_PATH_BUDGET_MS:g} ms; the daemon's "
+        f"plan cycle uses {PLAN_CYCLE_BUDGET_MS:g}); 0 < MS <= {MAX_BUDGET_MS:g}",
     )
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers in full mode (1-64)")
     parser.add_argument("--out", type=Path, metavar="PLAN.json", help="write here instead of stdout")
@@ -25,8 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare",
         metavar="P1,P2,...",
-        help="plan with several policies; print their metrics side by side (and stack their grids in "
-        "--png); not with --policy or --out",
+        help="plan with several policies; print their metrics side by side (and stack their grids in --png)",
     )
 
 
@@ -42,11 +54,16 @@ def parse_policies(text: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from contract.files import check_writable
-    from gpuplan.options import MAX_WORKERS, integer_in, time_limit
+    from gpuplan.options import MAX_WORKERS, integer_in
+    from scheduler import lns
+    from scheduler.model import checked_budget_ms, checked_time_limit_s
     from scheduler.policies import PolicyName, SolveOptions, plan
     from scheduler.scenario_io import load_scenario, write_json_atomic
 
-    time_limit(args.time_limit)
+    time_limit_s = checked_time_limit_s(args.time_limit, "--time-limit")
+    budget_ms = (
+        HOT_PATH_BUDGET_MS if args.budget_ms is None else checked_budget_ms(args.budget_ms, "--budget-ms")
+    )
     integer_in("--workers", args.workers, 1, MAX_WORKERS)
     if args.compare:
         # A comparison is a table, not a plan file; one plan per file keeps the format one.
@@ -66,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
         check_image_path(args.png, "--png")
     instance = load_scenario(args.scenario)
-    options = SolveOptions(time_limit_s=args.time_limit, workers=args.workers)
+    if "fast" in names and budget_ms >= lns.MIN_BUDGET_MS:
+        lns.warm_up()  # the budget is for planning, not for loading CP-SAT
+    options = SolveOptions(time_limit_s=time_limit_s, workers=args.workers, budget_ms=budget_ms)
     plans = [plan(instance, PolicyName(name), options) for name in names]
     if args.png:
         from scheduler.render import draw_plans

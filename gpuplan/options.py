@@ -54,8 +54,6 @@ def print_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2) + "\n")
 
 
-#: The full mode's solver limit; the benchmark gives 60 s, an hour is far past useful.
-MAX_TIME_LIMIT_S = 3600.0
 #: CP-SAT worker threads.
 MAX_WORKERS = 64
 
@@ -74,8 +72,3 @@ def integer_in(option: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InputError(option, f"an integer in [{low:,}, {high:,}]", value)
     return value
-
-
-def time_limit(value: float, option: str = "--time-limit") -> float:
-    """A solver time limit in seconds: ``(0, MAX_TIME_LIMIT_S]``."""
-    return number_in(option, value, 0.0, MAX_TIME_LIMIT_S, low_open=True)

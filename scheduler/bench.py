@@ -1,7 +1,10 @@
 """Benchmark measurements: the seven scenarios, fresh samples of their shapes, a scaling sweep.
 
-Latency is measured in-process, as the median of repeated runs after a warm-up, and
-covers what a request costs: the policy's decisions plus building the grid.
+The fast mode is measured at its two operating points: the hot path (its default
+budget, what ``gpuplan submit`` spends on a request) and the plan cycle (the daemon's
+budget, heuristic plus CP-SAT window search). Latency is measured in-process, as the
+median of repeated runs after a warm-up, and covers what a request costs: the
+policy's decisions plus building the grid.
 """
 
 from __future__ import annotations
@@ -9,19 +12,49 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from scheduler.model import Instance, build_grid
+from scheduler import lns
+from scheduler.model import PLAN_CYCLE_BUDGET_MS, Instance, build_grid
 from scheduler.policies import POLICIES, Plan, PolicyName, SolveOptions, plan
 from scheduler.scenario_io import parse_scenario
 from scheduler.synthetic import Shape, generate
 
 
-def latency_ms(instance: Instance, policy: PolicyName, runs: int = 50) -> float:
+@dataclass(frozen=True, slots=True)
+class Published:
+    """One row of the published comparison (FIFO -> their allocator)."""
+
+    fifo_utilization: float
+    utilization: float
+    value_gain: float
+    latency_ms: str
+
+
+# The published table, by scenario name: utilization FIFO -> theirs, value gain, latency
+# (1-2 ms at 8-14 GPUs, 15 ms at 64).
+PUBLISHED: dict[str, Published] = {
+    "mixed-control": Published(0.516, 0.724, 0.548, "1-2"),
+    "realtime-contention": Published(0.750, 0.802, 0.246, "1-2"),
+    "training-heavy": Published(0.536, 0.870, 1.051, "1-2"),
+    "large-mixed": Published(0.768, 0.827, 0.438, "1-2"),
+    "oversubscribed": Published(0.854, 0.875, 0.336, "1-2"),
+    "scale-test": Published(0.449, 0.449, 0.159, "15"),
+    "uniform-priority": Published(0.768, 0.875, 0.231, "1-2"),
+}
+
+# The two keys of the fast mode's operating points in a result's plans.
+HOT_PATH = "fast"
+PLAN_CYCLE = "cycle"
+
+
+def latency_ms(
+    instance: Instance, policy: PolicyName, runs: int = 50, options: SolveOptions | None = None
+) -> float:
     """Median wall time of one request (policy + grid), after one warm-up run."""
     fn = POLICIES[policy]
-    options = SolveOptions()
+    options = options or SolveOptions()
     fn(instance, options)
     samples = []
     for _ in range(runs):
@@ -36,7 +69,7 @@ class ScenarioResult:
     scenario: str
     gpus: int
     jobs: int
-    plans: dict[str, Plan]
+    plans: dict[str, Plan]  # policy name, or HOT_PATH / PLAN_CYCLE for the fast mode
     fast_latency_ms: float
 
     @property
@@ -52,6 +85,16 @@ class ScenarioResult:
             return None
         best = full.metrics.objective
         return (best - self.plans["fast"].metrics.objective) / abs(best) if best else 0.0
+
+    def ratio_to_full(self, key: str) -> float | None:
+        """``key``'s objective as a share of the full mode's (None without a positive one)."""
+        full = self.plans.get("full")
+        if full is None or full.metrics.objective <= 0 or key not in self.plans:
+            return None
+        return self.plans[key].metrics.objective / full.metrics.objective
+
+    def at_least_priority_backfill(self, key: str) -> bool:
+        return self.plans[key].metrics.objective >= self.plans["priority-backfill"].metrics.objective - 1e-6
 
     @property
     def full_gap(self) -> float | None:
@@ -83,13 +126,23 @@ class ScenarioResult:
 
 
 def run_scenario(
-    instance: Instance, *, full_time_limit_s: float | None, latency_runs: int = 50
+    instance: Instance,
+    *,
+    full_time_limit_s: float | None,
+    latency_runs: int = 50,
+    cycle_budget_ms: float | None = None,
+    workers: int = 2,
 ) -> ScenarioResult:
+    """FIFO, priority-backfill and the hot path; the plan cycle with ``cycle_budget_ms``;
+    the full mode with ``full_time_limit_s`` (each left out when None)."""
     names = [PolicyName.FIFO, PolicyName.PRIORITY_BACKFILL, PolicyName.FAST]
     if full_time_limit_s is not None:
         names.append(PolicyName.FULL)
-    options = SolveOptions(time_limit_s=full_time_limit_s or 1.0)
+    options = SolveOptions(time_limit_s=full_time_limit_s or 1.0, workers=workers)
     plans = {name.value: plan(instance, name, options) for name in names}
+    if cycle_budget_ms is not None:
+        lns.warm_up()
+        plans[PLAN_CYCLE] = plan(instance, PolicyName.FAST, replace(options, budget_ms=cycle_budget_ms))
     return ScenarioResult(
         scenario=instance.name,
         gpus=instance.gpus,
@@ -104,7 +157,7 @@ def scenario_files(directory: Path) -> list[Path]:
 
 
 def sample_instances(shapes: Iterable[Shape], seeds: Iterable[int]) -> Iterator[Instance]:
-    """Fresh scenarios of the benchmark shapes (seeds other than the shipped files' 2026)."""
+    """Fresh scenarios of the benchmark and rolling shapes (seeds other than the shipped files' 2026)."""
     for shape in shapes:
         for seed in seeds:
             yield parse_scenario(generate(shape, seed), source=f"{shape.name} seed {seed}")
@@ -125,19 +178,35 @@ def scale_shape(gpus: int) -> Shape:
 
 
 def scale_sweep(
-    sizes: Iterable[int], runs: int, progress: Callable[[int], None] | None = None
+    sizes: Iterable[int],
+    runs: int,
+    progress: Callable[[int], None] | None = None,
+    cycle_budget_ms: float | None = PLAN_CYCLE_BUDGET_MS,
 ) -> list[dict[str, float]]:
+    """Per cluster size: the hot path's median latency and objective, FIFO's latency, the
+    first pass's objective, and the plan cycle's objective and wall time (one run)."""
+    if cycle_budget_ms is not None:
+        lns.warm_up()
     rows = []
     for gpus in sizes:
         instance = parse_scenario(generate(scale_shape(gpus), seed=7), source=f"scale {gpus}")
-        rows.append(
-            {
-                "gpus": gpus,
-                "jobs": len(instance.batch_jobs) + len(instance.realtime_jobs),
-                "fast_ms": latency_ms(instance, PolicyName.FAST, runs),
-                "fifo_ms": latency_ms(instance, PolicyName.FIFO, runs),
-            }
-        )
+        row: dict[str, float] = {
+            "gpus": gpus,
+            "jobs": len(instance.batch_jobs) + len(instance.realtime_jobs),
+            "fast_ms": latency_ms(instance, PolicyName.FAST, runs),
+            "fifo_ms": latency_ms(instance, PolicyName.FIFO, runs),
+            "first_pass_objective": plan(instance, PolicyName.FAST, FIRST_PASS_ONLY).metrics.objective,
+            "fast_objective": plan(instance, PolicyName.FAST).metrics.objective,
+        }
+        if cycle_budget_ms is not None:
+            cycle = plan(instance, PolicyName.FAST, SolveOptions(budget_ms=cycle_budget_ms))
+            row["cycle_ms"] = cycle.solve_ms
+            row["cycle_objective"] = cycle.metrics.objective
+        rows.append(row)
         if progress:
             progress(1)
     return rows
+
+
+# A budget too small for anything but the first pass (which always completes).
+FIRST_PASS_ONLY = SolveOptions(budget_ms=1e-3)

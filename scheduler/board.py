@@ -56,24 +56,43 @@ class Board:
         """``(start, end, block starts)`` of the earliest run of ``job`` from ``not_before`` on
         which some aligned block is free at every step, or None when none fits.
 
-        Per-step free blocks are computed as needed; a step with none rules out every
-        run over it, so the search jumps past it.
+        The run from ``not_before`` is tried first (it usually fits). Otherwise the free
+        blocks of every later run come from van Herk / Gil-Werman's sliding-window AND: with
+        the steps cut into chunks of ``duration`` steps, a window's AND is one chunk's suffix
+        AND times the next chunk's prefix AND, so each start costs a constant number of
+        integer operations whatever the duration.
         """
-        free_at: list[int | None] = [None] * self.horizon
-        start = not_before
-        while start < self.horizon:
-            end = job.end_step(start, self.horizon)
-            starts = self.all_mask
-            for t in range(start, end):
-                free = free_at[t]
-                if free is None:
-                    free = free_at[t] = free_block_starts(self.all_mask & ~self.busy[t], self.gpus, job.gpus)
-                starts &= free
-                if not starts:
-                    break
+        horizon, duration = self.horizon, job.duration_steps
+        if not_before >= horizon:
+            return None
+        end = job.end_step(not_before, horizon)
+        starts = self.all_mask
+        for t in range(not_before, end):
+            starts &= free_block_starts(self.all_mask & ~self.busy[t], self.gpus, job.gpus)
+            if not starts:
+                break
+        if starts:
+            return not_before, end, starts
+        # Steps past the horizon are free: a run cut at the horizon checks only the steps it has.
+        free = [
+            free_block_starts(self.all_mask & ~self.busy[t], self.gpus, job.gpus)
+            for t in range(not_before, horizon)
+        ]
+        count = len(free)
+        free += [self.all_mask] * (duration - 1)
+        prefix = free[:]
+        for i in range(1, len(free)):
+            if i % duration:
+                prefix[i] &= prefix[i - 1]
+        suffix = free[:]
+        for i in range(len(free) - 2, -1, -1):
+            if (i + 1) % duration:
+                suffix[i] &= suffix[i + 1]
+        for i in range(1, count):
+            starts = suffix[i] & prefix[i + duration - 1]
             if starts:
-                return start, end, starts
-            start = t + 1 if not free_at[t] else start + 1
+                start = not_before + i
+                return start, job.end_step(start, horizon), starts
         return None
 
     def occupy(self, mask: int, start: int, end: int) -> None:

@@ -1,5 +1,10 @@
 """The fast mode: a heuristic that is legal by construction and answers in milliseconds.
 
+It is anytime (:func:`allocate` takes a :class:`~scheduler.budget.Budget`): the first
+pass always completes; the rest runs while the budget affords each next step, in this
+order: the mirror image's first pass, the other job orders, promotions (4), the order
+search (end of 2). Every plan is at least priority-backfill's (it is computed as a floor).
+
 Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 
 1. **Real-time as curves.** Each service gets the smallest GPU-count curve that
@@ -31,10 +36,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 
+from scheduler import baselines
 from scheduler.board import BlockedSchedule, Board
+from scheduler.budget import Budget, WorkCosts
 from scheduler.curves import swap_capped_curve
 from scheduler.model import (
+    HOT_PATH_BUDGET_MS,
     Allocation,
     BatchJob,
     Instance,
@@ -42,21 +51,21 @@ from scheduler.model import (
     RealtimeJob,
     block_mask,
     gpus_of,
+    iter_gpus,
+    iter_gpus_down,
 )
 
 UNLIMITED = 1 << 30
 # Candidate blocks scored per job: enough to find a snug hole, bounded for large clusters.
 MAX_BLOCK_CANDIDATES = 12
-# Promotion passes over the delayed jobs; each trial re-plans the whole grid.
-PROMOTION_PASSES = 2
 # Starts tried per delayed job and pass, as offsets from its earliest free start; the first
 # that improves is kept. Later starts let real-time services move out of the way in time.
 PROMISE_OFFSETS = (0, 2, 5, 9)
-# Re-packs allowed per search: at most this many, fewer as jobs x GPUs grows (see search_budget).
-MAX_SEARCH_TRIALS = 40
-PROMOTION_WORK = 4000
-REORDER_WORK = 4000
 EPSILON = 1e-9
+# Job orders every first pass packs (the rest are tried while the budget lasts): over the 58
+# first passes of 33 sampled scenarios (both orientations), the first order packed best in
+# 33 and the second in 35 (ties counted for each), the last two in 8.
+FIRST_ORDERS = 2
 
 
 class InfeasiblePromiseError(Exception):
@@ -73,15 +82,80 @@ class _Candidate:
     busy_before_batch: tuple[int, ...]  # per step: down, running, promised and real-time GPUs
 
 
-def allocate(instance: Instance) -> Allocation:
-    """The fast plan: the better orientation's first pass, then the bounded searches on it."""
-    first = _build(instance, {}, _job_orders(instance))
+def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
+    """The best plan found within ``budget`` (default: the hot path's).
+
+    The first pass (real-time curves, the first job orders, and the priority-backfill
+    floor) always completes. Then, while the budget affords each next step: the same on
+    the mirror image, the other job orders on the better orientation, and the searches,
+    which stop early when a whole pass brings nothing.
+    """
+    budget = budget or Budget(HOT_PATH_BUDGET_MS)
+    costs = WorkCosts.of(instance)
+    floor = _priority_backfill(instance)
+    budget.charge(costs.pack)
+    oriented = instance
+    orders = _job_orders(instance)
+    best = _first_pass(instance, orders[:FIRST_ORDERS], budget, costs)
     flipped = mirrored(instance)
-    if flipped is not None:
-        flipped_first = _build(flipped, {}, _job_orders(flipped))
-        if flipped_first.objective > first.objective + EPSILON:
-            return _unmirror(instance, _search(flipped, flipped_first))
-    return _search(instance, first)
+    if flipped is not None and budget.affords(costs.build + costs.pack):
+        flipped_orders = _job_orders(flipped)
+        flipped_first = _first_pass(flipped, flipped_orders[:FIRST_ORDERS], budget, costs)
+        if flipped_first.objective > best.objective + EPSILON:
+            oriented, orders, best = flipped, flipped_orders, flipped_first
+    for order in orders[FIRST_ORDERS:]:
+        if not budget.affords(costs.pack):
+            break
+        budget.charge(costs.pack)
+        best = _with_batch(oriented, best, *_pack(oriented, best.busy_before_batch, {}, order), order)
+    searched = _search(oriented, best, budget, costs)
+    if floor.objective > searched.objective + EPSILON:
+        return floor.allocation
+    return searched.allocation if oriented is instance else _unmirror(instance, searched.allocation)
+
+
+def _first_pass(
+    instance: Instance, orders: Sequence[Sequence[BatchJob]], budget: Budget, costs: WorkCosts
+) -> _Candidate:
+    """Real-time, then the best packing of ``orders`` (always completes)."""
+    best = _build(instance, {}, orders[:1])
+    budget.charge(costs.build)
+    for order in orders[1:]:
+        budget.charge(costs.pack)
+        best = _with_batch(instance, best, *_pack(instance, best.busy_before_batch, {}, order), order)
+    return best
+
+
+def _priority_backfill(instance: Instance) -> _Candidate:
+    """The priority-backfill baseline as a candidate: the floor the fast mode never falls below."""
+    allocation = baselines.priority_backfill(instance)
+    return _Candidate(
+        objective=realtime_objective(instance, allocation.realtime) + batch_value(instance, allocation.batch),
+        allocation=allocation,
+        order=(),
+        rt_shortfall=0,
+        committed={},
+        busy_before_batch=(),
+    )
+
+
+def _with_batch(
+    instance: Instance,
+    candidate: _Candidate,
+    value: float,
+    placements: dict[str, Placement],
+    order: Sequence[BatchJob],
+) -> _Candidate:
+    """``candidate`` with the batch packing ``placements`` (of batch value ``value``), if it is better."""
+    rt_objective = realtime_objective(instance, candidate.allocation.realtime)
+    if rt_objective + value <= candidate.objective + EPSILON:
+        return candidate
+    return replace(
+        candidate,
+        objective=rt_objective + value,
+        allocation=Allocation(batch=placements, realtime=candidate.allocation.realtime),
+        order=order,
+    )
 
 
 def mirrored(instance: Instance) -> Instance | None:
@@ -127,21 +201,35 @@ def _unmirror(instance: Instance, allocation: Allocation) -> Allocation:
     )
 
 
-def _search(instance: Instance, first: _Candidate) -> Allocation:
-    """From a first pass: a local search over the batch order, then promotions."""
-    best = _reorder(instance, first, search_budget(instance, REORDER_WORK))
+def _search(instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
+    """From a first pass: promotions, then a local search over the batch order, each step
+    while the budget affords it; both stop when a whole pass brings nothing."""
+    # Promotions first: on 33 sampled scenarios at the hot path's budget they lift the mean
+    # ratio to the full mode from 0.972 to 0.984 (worst 0.79 -> 0.88); with a budget for
+    # both, the order makes no difference (0.992 either way).
+    return _reorder(instance, _promote(instance, first, budget, costs), budget, costs)
+
+
+def _promote(instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
+    """Promise delayed jobs earlier slots, re-plan around them, keep what improves."""
+    best = first
     order = best.order
-    promises: dict[str, Placement] = {}
-    trials = search_budget(instance, PROMOTION_WORK)
-    for _ in range(PROMOTION_PASSES):
+    promises: dict[str, Placement] = dict(first.committed)
+    improved = True
+    while improved:
         improved = False
         for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order)):
             current = best.allocation.batch.get(job.id)
             latest = instance.horizon_steps if current is None else current.start_step
+            if latest <= job.release_step:
+                continue
+            if not budget.affords(costs.realtime):
+                return best
+            budget.charge(costs.realtime)  # finding the slots reads the real-time holdings
             for promise in _earlier_slots(instance, best.allocation, job, promises, before=latest):
-                if trials == 0:
-                    return best.allocation
-                trials -= 1
+                if not budget.affords(costs.build):
+                    return best
+                budget.charge(costs.build)
                 committed = {**promises, job.id: promise}
                 try:
                     trial = _build(instance, committed, [order])
@@ -152,16 +240,7 @@ def _search(instance: Instance, first: _Candidate) -> Allocation:
                 if trial.objective > best.objective + EPSILON and trial.rt_shortfall <= best.rt_shortfall:
                     best, promises, improved = trial, committed, True
                     break
-        if not improved:
-            break
-    return best.allocation
-
-
-def search_budget(instance: Instance, work_units: int) -> int:
-    """How many re-packs a search may run: each costs about one greedy pass, which grows
-    with jobs x GPUs, so large clusters get few (1,024 GPUs: none)."""
-    work = max(1, len(instance.queued_jobs)) * max(1, instance.gpus // 8)
-    return min(MAX_SEARCH_TRIALS, work_units // work)
+    return best
 
 
 def _build(
@@ -191,37 +270,32 @@ def _build(
     )
 
 
-def _reorder(instance: Instance, candidate: _Candidate, trials: int) -> _Candidate:
+def _reorder(instance: Instance, candidate: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
     """Local search over the batch order: move a job to the front, or one place earlier;
-    real-time stays as it is."""
+    real-time stays as it is. Stops at an order that no such move improves."""
     busy, committed = candidate.busy_before_batch, candidate.committed
-    order = candidate.order
-    rt_objective = realtime_objective(instance, candidate.allocation.realtime)
-    value = candidate.objective - rt_objective
-    placements = dict(candidate.allocation.batch)
+    best = candidate
     improved = True
-    while improved and trials > 0:
+    while improved:
         improved = False
+        order = best.order
         for i in range(1, len(order)):
             for trial_order in (
                 [order[i], *order[:i], *order[i + 1 :]],
                 [*order[: i - 1], order[i], order[i - 1], *order[i + 1 :]],
             ):
-                if trials == 0:
+                if not budget.affords(costs.pack):
+                    return best
+                budget.charge(costs.pack)
+                trial = _with_batch(
+                    instance, best, *_pack(instance, busy, committed, trial_order), trial_order
+                )
+                if trial is not best:
+                    best, improved = trial, True
                     break
-                trials -= 1
-                trial_value, trial_placements = _pack(instance, busy, committed, trial_order)
-                if trial_value > value + EPSILON:
-                    value, placements, order, improved = trial_value, trial_placements, trial_order, True
-                    break
-    if order is candidate.order:
-        return candidate
-    return replace(
-        candidate,
-        objective=rt_objective + value,
-        allocation=Allocation(batch=placements, realtime=candidate.allocation.realtime),
-        order=order,
-    )
+            if improved:
+                break
+    return best
 
 
 def _pack(
@@ -365,7 +439,7 @@ def _step_realtime(
     elif have < want and budget > 0:
         level_end = _level_end(curve, t, have + 1)
         room = min(want - have, budget)
-        for gpu in reversed(gpus_of(free & ~current)):
+        for gpu in iter_gpus_down(free & ~current):
             if room == 0:
                 break
             bit = 1 << gpu
@@ -392,7 +466,7 @@ def _evacuate_early(current: int, safe: int, budget: int, t: int, downs: Blocked
     doomed = sorted(
         (d, g) for g in gpus_of(current & downs.ever_down) if (d := downs.next_down(g, t + 1)) is not None
     )
-    for (_, gpu), replacement in zip(doomed, reversed(gpus_of(safe & ~current)), strict=False):
+    for (_, gpu), replacement in zip(doomed, iter_gpus_down(safe & ~current), strict=False):
         if budget == 0:
             break
         current |= 1 << replacement
@@ -411,7 +485,7 @@ def _compact(current: int, free: int, budget: int) -> int:
     is added now and the low one is shed next step (the lowest id goes first), so
     demand stays covered throughout.
     """
-    for gpu in reversed(gpus_of(free & ~current)):
+    for gpu in iter_gpus_down(free & ~current):
         if budget == 0 or not current:
             break
         lowest = current & -current
@@ -456,7 +530,7 @@ def _job_orders(instance: Instance) -> list[list[BatchJob]]:
     return orders
 
 
-def batch_value(instance: Instance, placements: dict[str, Placement]) -> float:
+def batch_value(instance: Instance, placements: Mapping[str, Placement]) -> float:
     weights = instance.weights
     jobs = instance.jobs_by_id
     total = 0.0
@@ -490,9 +564,8 @@ def _best_block(board: Board, block_gpus: int, start: int, end: int, starts: int
     cells taken right before and right after the run on the block itself count too
     (filling a trough in time).
     """
-    candidates = gpus_of(starts)
-    if len(candidates) == 1:
-        return candidates[0]
+    if not starts & (starts - 1):  # a single candidate
+        return starts.bit_length() - 1
     busy = board.busy
     ever = 0
     always = board.all_mask
@@ -501,8 +574,8 @@ def _best_block(board: Board, block_gpus: int, start: int, end: int, starts: int
         always &= busy[t]
     before = busy[start - 1] if start > 0 else 0
     after = busy[end] if end < board.horizon else 0
-    best_gpu, best_score = candidates[0], -1
-    for first_gpu in candidates[:MAX_BLOCK_CANDIDATES]:
+    best_gpu, best_score = -1, -1
+    for first_gpu in islice(iter_gpus(starts), MAX_BLOCK_CANDIDATES):
         score = 0
         span = block_gpus * 2
         weight = 4

@@ -11,10 +11,13 @@ on a whole step is then one integer operation, which is what keeps the fast mode
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+
+from contract.errors import InputError
 
 Cell = str | None
 Grid = tuple[tuple[Cell, ...], ...]
@@ -50,6 +53,22 @@ def gpus_of(mask: int) -> list[int]:
         out.append(low.bit_length() - 1)
         mask ^= low
     return out
+
+
+def iter_gpus(mask: int) -> Iterator[int]:
+    """GPU ids in a bitmask, ascending, one at a time (a caller that stops early pays for no more)."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def iter_gpus_down(mask: int) -> Iterator[int]:
+    """GPU ids in a bitmask, descending, one at a time."""
+    while mask:
+        gpu = mask.bit_length() - 1
+        yield gpu
+        mask ^= 1 << gpu
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,13 +225,47 @@ def build_grid(instance: Instance, allocation: Allocation) -> Grid:
     return tuple(tuple(row) for row in rows)
 
 
+# The fast mode's two operating points (milliseconds of wall time per call): the hot path
+# answers every incoming request; the plan cycle (every 30 minutes) can spend a second.
+HOT_PATH_BUDGET_MS = 2.0
+PLAN_CYCLE_BUDGET_MS = 1000.0
+# Documented ranges of the limits (see README): finite, above zero, at most these.
+MAX_BUDGET_MS = 600_000.0
+MAX_TIME_LIMIT_S = 3600.0
+
+
+def checked_budget_ms(value: float, field: str = "budget_ms") -> float:
+    """``value`` if it is a usable fast-mode budget, else :class:`InputError` naming ``field``."""
+    if not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= MAX_BUDGET_MS):
+        raise InputError(field, f"a number of milliseconds > 0 and <= {MAX_BUDGET_MS:,.0f}", value)
+    return float(value)
+
+
+def checked_time_limit_s(value: float, field: str = "time_limit_s") -> float:
+    """``value`` if it is a usable full-mode time limit, else :class:`InputError` naming ``field``."""
+    if not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= MAX_TIME_LIMIT_S):
+        raise InputError(field, f"a number of seconds > 0 and <= {MAX_TIME_LIMIT_S:,.0f}", value)
+    return float(value)
+
+
 @dataclass(frozen=True, slots=True)
 class SolveOptions:
-    """How long and how wide a policy may search (the full mode's CP-SAT limits)."""
+    """How long and how wide a policy may search.
+
+    ``budget_ms`` bounds the fast mode's whole call (the hot path by default; the plan
+    cycle passes :data:`PLAN_CYCLE_BUDGET_MS`); ``time_limit_s`` bounds the full mode's
+    whole call (model building, hinting and solving together); ``workers`` and ``seed``
+    are CP-SAT's.
+    """
 
     time_limit_s: float = 30.0
     workers: int = 2
     seed: int = 0
+    budget_ms: float = HOT_PATH_BUDGET_MS
+
+    def __post_init__(self) -> None:
+        checked_budget_ms(self.budget_ms)
+        checked_time_limit_s(self.time_limit_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,17 +7,42 @@ illegal grid can never leave this module.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scheduler import baselines, fast, full
+from scheduler import baselines, fast, full, lns
+from scheduler.budget import Budget
 from scheduler.check import check_plan
+from scheduler.lns import warm_up
 from scheduler.metrics import Metrics, score
-from scheduler.model import Allocation, Grid, Instance, Solution, SolveOptions, build_grid
+from scheduler.model import (
+    HOT_PATH_BUDGET_MS,
+    PLAN_CYCLE_BUDGET_MS,
+    Allocation,
+    Grid,
+    Instance,
+    Solution,
+    SolveOptions,
+    build_grid,
+)
 
-__all__ = ["POLICIES", "IllegalPlanError", "Plan", "PolicyName", "Solution", "SolveOptions", "plan"]
+__all__ = [
+    "HOT_PATH_BUDGET_MS",
+    "PLAN_CYCLE_BUDGET_MS",
+    "POLICIES",
+    "IllegalPlanError",
+    "Plan",
+    "PolicyName",
+    "Solution",
+    "SolveOptions",
+    "plan",
+    "warm_up",
+]
+
+log = logging.getLogger(__name__)
 
 
 class PolicyName(StrEnum):
@@ -67,7 +92,21 @@ def _baseline(fn: Callable[[Instance], Allocation]) -> PolicyFn:
 
 
 def _fast(instance: Instance, options: SolveOptions) -> Solution:
-    return Solution(fast.allocate(instance))
+    """The anytime fast mode: the heuristic within the budget; with a plan cycle's budget,
+    the heuristic within a share of it and then the CP-SAT window search in the rest.
+
+    The search runs only where CP-SAT is already loaded (:func:`scheduler.lns.warm_up`):
+    loading it takes about a second, which would break the budget.
+    """
+    budget = Budget(options.budget_ms)
+    if options.budget_ms < lns.MIN_BUDGET_MS:
+        return Solution(fast.allocate(instance, budget))
+    if not lns.ready():
+        log.warning("CP-SAT is not loaded (call scheduler.policies.warm_up() at start): heuristic only")
+        return Solution(fast.allocate(instance, budget))
+    heuristic = Budget(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
+    allocation, report = lns.improve(instance, fast.allocate(instance, heuristic), budget, options.seed)
+    return Solution(allocation, status="OPTIMAL" if report.proven_optimal else "FEASIBLE")
 
 
 def _full(instance: Instance, options: SolveOptions) -> Solution:

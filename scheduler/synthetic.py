@@ -16,11 +16,16 @@ import json
 import math
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from scheduler.baselines import fifo
+from scheduler.metrics import score
+from scheduler.model import build_grid
+from scheduler.scenario_io import parse_scenario
 
 # Series with a daily cycle worth scheduling around, and where each day starts (hour 0).
 TRAFFIC_SERIES = (
@@ -45,6 +50,10 @@ class Shape:
     load: float  # batch GPU-hours asked, as a share of the GPU-hours real-time leaves free
     uniform_priority: bool = False
     running_share: float = 0.2
+    # A rolling re-plan: the horizon starts mid-day, running jobs sit where an earlier plan
+    # put them, services hold scattered GPUs, one GPU goes down, and work arrives all day.
+    rolling: bool = False
+    series: tuple[str, ...] = TRAFFIC_SERIES  # the traces services' days are drawn from
 
 
 SHAPES: dict[str, Shape] = {
@@ -60,6 +69,49 @@ SHAPES: dict[str, Shape] = {
     )
 }
 
+# The published comparison's seven scenarios, as their FIFO baseline used them: each
+# service's daily peak reserved all day, so a peaky service leaves its trough hours idle.
+# Same GPU and job counts as SHAPES; services drawn from the peaky LoRA serving trace
+# (peak/mean about 4) where the published FIFO sat near half the cluster, from the flatter
+# traces (Philly, ServeGen; peak/mean 1.1-1.5) where it sat near 80%. Each knob was set so
+# that the median FIFO utilization over 30 seeds falls within a few points of the target;
+# the benchmark file is then the first seed from 2026 on whose FIFO is within 2 points.
+PEAKY_SERIES = ("alibaba_genai_lora_hourly.csv",)
+FLAT_SERIES = ("philly_active_nodes_hourly.csv", "servegen_m-large_hourly.csv", "servegen_m-mid_hourly.csv")
+MIXED_SERIES = ("alibaba_genai_lora_hourly.csv", "servegen_m-large_hourly.csv", "servegen_m-mid_hourly.csv")
+PUBLISHED_FIFO_UTILIZATION = {
+    "mixed-control": 0.516,
+    "realtime-contention": 0.750,
+    "training-heavy": 0.536,
+    "large-mixed": 0.768,
+    "oversubscribed": 0.854,
+    "scale-test": 0.449,
+    "uniform-priority": 0.768,
+}
+CALIBRATION_TOLERANCE = 0.02
+CALIBRATED_SHAPES: dict[str, Shape] = {
+    "mixed-control": replace(SHAPES["mixed-control"], rt_peak_share=0.75, series=PEAKY_SERIES),
+    "realtime-contention": replace(SHAPES["realtime-contention"], series=MIXED_SERIES),
+    "training-heavy": replace(SHAPES["training-heavy"], rt_peak_share=0.6, series=PEAKY_SERIES),
+    "large-mixed": replace(SHAPES["large-mixed"], series=FLAT_SERIES),
+    "oversubscribed": replace(SHAPES["oversubscribed"], series=FLAT_SERIES),
+    "scale-test": replace(SHAPES["scale-test"], series=PEAKY_SERIES),
+    "uniform-priority": replace(SHAPES["uniform-priority"], series=FLAT_SERIES),
+}
+
+# Rolling re-plans of the shapes where a plan is hardest to get right (issue 11); sampled by
+# ``gpuplan bench --sample``, not among the seven benchmark files.
+ROLLING_SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        Shape("rolling-mixed", 8, 8, 2, 0.6, 0.4, 14, load=1.1, running_share=0.5, rolling=True),
+        Shape("rolling-contention", 8, 5, 4, 0.9, 0.3, 10, load=1.0, running_share=0.5, rolling=True),
+        Shape("rolling-training", 8, 12, 1, 0.35, 0.8, 20, load=1.6, running_share=0.5, rolling=True),
+        Shape("rolling-large", 14, 13, 3, 0.5, 0.45, 18, load=1.2, running_share=0.5, rolling=True),
+        Shape("rolling-64", 64, 26, 4, 0.5, 0.5, 16, load=1.2, running_share=0.4, rolling=True),
+    )
+}
+
 
 @cache
 def _series(name: str) -> tuple[float, ...]:
@@ -68,10 +120,17 @@ def _series(name: str) -> tuple[float, ...]:
         return tuple(float(row["requests"]) for row in csv.DictReader(handle))
 
 
-def real_day_demand(rng: random.Random, peak: int, horizon: int = 24) -> list[int]:
-    """GPUs per hour for one real day of traffic, the busiest hour needing ``peak`` GPUs."""
-    series = _series(rng.choice(TRAFFIC_SERIES))
-    days = [series[d * 24 : d * 24 + horizon] for d in range(len(series) // 24)]
+def real_day_demand(
+    rng: random.Random,
+    peak: int,
+    horizon: int = 24,
+    start_hour: int = 0,
+    series_names: tuple[str, ...] = TRAFFIC_SERIES,
+) -> list[int]:
+    """GPUs per hour for one real day of traffic from ``start_hour`` on, the busiest hour
+    needing ``peak`` GPUs."""
+    series = _series(rng.choice(series_names))
+    days = [series[d * 24 + start_hour : d * 24 + start_hour + horizon] for d in range(len(series) // 24)]
     days = [day for day in days if max(day) > 0 and len(day) == horizon]
     day = rng.choice(days)
     top = max(day)
@@ -100,7 +159,7 @@ def _batch_job(rng: random.Random, index: int, shape: Shape, max_block: int) -> 
         "duration": duration,
     }
     if rng.random() < 0.4:
-        job["release"] = rng.randint(1, 12)
+        job["release"] = rng.randint(1, 18 if shape.rolling else 12)
     return job
 
 
@@ -127,8 +186,9 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
     jobs: list[dict[str, Any]] = []
     running: list[dict[str, Any]] = []
     top = shape.gpus  # real-time running sets stack down from the highest GPU id
+    start_hour = rng.randint(8, 16) if shape.rolling else 0
     for k, peak in enumerate(peaks):
-        demand = real_day_demand(rng, peak, horizon)
+        demand = real_day_demand(rng, peak, horizon, start_hour, shape.series)
         jobs.append(
             {
                 "id": f"rt-{k}",
@@ -142,6 +202,9 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
         top -= demand[0]
     max_block = 1 << int(math.log2(max(1, shape.gpus // 2)))
     taken = set(range(top, shape.gpus))
+    if shape.rolling:
+        _scatter_realtime(rng, running, shape.gpus)
+        taken = {g for r in running for g in r["gpus"]}
     batch = [_batch_job(rng, i, shape, max_block) for i in range(shape.batch_jobs)]
     rt_gpu_hours = sum(sum(job["demand"]) for job in jobs)
     _scale_training_to_load(
@@ -156,7 +219,7 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
                 if not taken & set(range(a, a + job["gpus"]))
             ]
             if blocks:
-                first = blocks[0]
+                first = rng.choice(blocks) if shape.rolling else blocks[0]
                 taken |= set(range(first, first + job["gpus"]))
                 running.append(
                     {
@@ -170,7 +233,7 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
             job["priority"] = 50
     for order, job in enumerate(j for j in jobs if j["kind"] != "realtime"):
         job["order"] = order
-    return {
+    doc: dict[str, Any] = {
         "name": shape.name,
         "gpus": shape.gpus,
         "horizon": horizon,
@@ -180,18 +243,70 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
         "jobs": jobs,
         "running": running,
     }
+    # Any GPU no running batch job holds may go down: a service (swap cap >= 1) can always
+    # leave one GPU in time.
+    batch_held = {g for r in running if "remaining" in r for g in r["gpus"]}
+    free = [g for g in range(shape.gpus) if g not in batch_held]
+    if shape.rolling and free:
+        start = rng.randint(0, horizon // 2)
+        doc["down"] = [{"gpu": rng.choice(free), "start": start, "end": rng.randint(start + 2, horizon)}]
+    return doc
+
+
+def _scatter_realtime(rng: random.Random, running: list[dict[str, Any]], gpus: int) -> None:
+    """Give each service's running set GPUs where an earlier plan may have left them: its
+    highest GPUs stay, about a third move to random free GPUs lower down."""
+    taken = {g for r in running for g in r["gpus"]}
+    for entry in running:
+        moved = [g for g in entry["gpus"] if rng.random() < 1 / 3]
+        free = [g for g in range(gpus) if g not in taken]
+        targets = rng.sample(free, min(len(moved), len(free)))
+        kept = [g for g in entry["gpus"] if g not in moved[: len(targets)]]
+        taken -= set(moved[: len(targets)])
+        taken |= set(targets)
+        entry["gpus"] = sorted(kept + targets)
+
+
+def fifo_utilization(doc: dict[str, Any]) -> float:
+    """The contract's FIFO baseline's utilization on a scenario document."""
+    instance = parse_scenario(doc, source=str(doc.get("name")))
+    return score(instance, build_grid(instance, fifo(instance))).utilization
+
+
+def calibrated(name: str, first_seed: int = 2026, tries: int = 1000) -> tuple[dict[str, Any], int]:
+    """The benchmark document of ``name`` and its seed: the first seed from ``first_seed`` on
+    whose FIFO utilization is within :data:`CALIBRATION_TOLERANCE` of the published one.
+
+    ``uniform-priority`` is the ``large-mixed`` document with every priority 50 (FIFO does
+    not look at priorities, so its utilization is the same).
+    """
+    target = PUBLISHED_FIFO_UTILIZATION[name]
+    base = "large-mixed" if CALIBRATED_SHAPES[name].uniform_priority else name
+    for seed in range(first_seed, first_seed + tries):
+        doc = generate(CALIBRATED_SHAPES[base], seed)
+        if abs(fifo_utilization(doc) - target) <= CALIBRATION_TOLERANCE:
+            if base != name:
+                doc = {**doc, "name": name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
+            return doc, seed
+    raise ValueError(f"no seed in {first_seed}..{first_seed + tries - 1} calibrates {name!r}")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        sys.stderr.write("usage: python -m scheduler.synthetic DIR\n")
+    """``python -m scheduler.synthetic DIR [--uncalibrated]``: the seven benchmark files,
+    calibrated to the published FIFO utilization (or as first built, from seed 2026)."""
+    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[1] != "--uncalibrated"):
+        sys.stderr.write("usage: python -m scheduler.synthetic DIR [--uncalibrated]\n")
         return 2
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
     for index, shape in enumerate(SHAPES.values(), start=1):
-        doc = generate(SHAPES["large-mixed"] if shape.uniform_priority else shape, seed=2026)
-        if shape.uniform_priority:
-            doc = {**doc, "name": shape.name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
+        if len(argv) == 2:
+            doc = generate(SHAPES["large-mixed"] if shape.uniform_priority else shape, seed=2026)
+            if shape.uniform_priority:
+                doc = {**doc, "name": shape.name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
+        else:
+            doc, seed = calibrated(shape.name)
+            sys.stdout.write(f"{shape.name}: seed {seed}, FIFO utilization {fifo_utilization(doc):.1%}\n")
         (out / f"{index}-{shape.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

@@ -134,3 +134,20 @@ def small_doc(**overrides: Any) -> dict[str, Any]:
     }
     doc.update(overrides)
     return doc
+
+
+def solved_by_hand() -> Instance:
+    """One 2-GPU job worth 10/GPU-step for 2 steps, one 1-GPU job worth 1/GPU-step for 3 steps,
+    2 GPUs, 3 steps, no decay. Best: the big job at steps 0-1 (40), the small one cut to step
+    2 (1): 41; the small job first would delay the big one past the horizon."""
+    return instance_of(
+        {
+            "gpus": 2,
+            "horizon": 3,
+            "decay": 1.0,
+            "jobs": [
+                {"id": "big", "kind": "training", "priority": 10, "gpus": 2, "duration": 2},
+                {"id": "small", "kind": "quantization", "priority": 1, "gpus": 1, "duration": 3},
+            ],
+        }
+    )

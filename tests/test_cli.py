@@ -114,3 +114,30 @@ def test_compare_prints_table_and_draws_stacked_png(
     assert table[0].split()[:3] == ["policy", "util", "value"]
     assert [row.split()[0] for row in table[2:]] == ["fifo", "priority-backfill", "fast"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--budget-ms", "nan", "`--budget-ms` must be a number of milliseconds > 0 and <= 600,000; got nan."),
+        ("--budget-ms", "0", "`--budget-ms` must be a number of milliseconds > 0 and <= 600,000; got 0.0."),
+        ("--time-limit", "-1", "`--time-limit` must be a number of seconds > 0 and <= 3,600; got -1.0."),
+        ("--time-limit", "inf", "`--time-limit` must be a number of seconds > 0 and <= 3,600; got inf."),
+    ],
+)
+def test_plan_rejects_limits_out_of_range(
+    tmp_path: Path, option: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = write(tmp_path / "s.json", small_doc())
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(scenario), option, value, "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_plan_cycle_budget_from_the_command_line(tmp_path: Path) -> None:
+    scenario = write(tmp_path / "s.json", small_doc())
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(scenario), "--budget-ms", "300", "--out", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["policy"] == "fast" and payload["status"] in {"FEASIBLE", "OPTIMAL"}

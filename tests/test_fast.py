@@ -5,9 +5,10 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.curves import swap_capped_curve
 from scheduler.fast import allocate
@@ -113,6 +114,7 @@ def test_realtime_leaves_a_gpu_early_when_it_will_go_down() -> None:
 
 @given(scenarios(max_gpus=32))
 def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) -> None:
+    from scheduler.budget import Budget, WorkCosts
     from scheduler.fast import _build, _job_orders, _search, _unmirror, mirrored
 
     instance = parse_scenario(doc)
@@ -122,5 +124,54 @@ def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) 
             instance.running_batch or instance.running_realtime or instance.down
         )
         return
-    allocation = _search(flipped, _build(flipped, {}, _job_orders(flipped)))
+    costs = WorkCosts.of(flipped)
+    allocation = _search(flipped, _build(flipped, {}, _job_orders(flipped)), Budget(50.0), costs).allocation
     assert check_plan(instance, build_grid(instance, _unmirror(instance, allocation))) == []
+
+
+@given(scenarios(max_gpus=32), st.sampled_from([1e-3, 0.5, 2.0, 20.0]))
+def test_any_budget_gives_a_legal_plan_no_worse_than_the_first_pass_or_priority_backfill(
+    doc: dict[str, Any], budget_ms: float
+) -> None:
+    instance = parse_scenario(doc)
+    grid = build_grid(instance, allocate(instance, Budget.of_work(budget_ms)))
+    assert check_plan(instance, grid) == []
+    objective = score(instance, grid).objective
+    first_pass = score(instance, build_grid(instance, allocate(instance, Budget.of_work(1e-3)))).objective
+    floor = plan(instance, PolicyName.PRIORITY_BACKFILL).metrics.objective
+    assert objective >= max(first_pass, floor) - 1e-6
+
+
+@settings(max_examples=100)
+@given(scenarios(max_gpus=16, max_jobs=12))
+def test_a_work_budget_gives_the_same_plan_every_time(doc: dict[str, Any]) -> None:
+    instance = parse_scenario(doc)
+    assert allocate(instance, Budget.of_work(5.0)) == allocate(instance, Budget.of_work(5.0))
+
+
+def test_more_budget_buys_the_searches_a_better_plan_on_a_rolling_replan() -> None:
+    # A sampled rolling re-plan where the first pass starts valuable jobs late; the searches
+    # (promotions, re-orders) given the plan cycle's heuristic share move them forward.
+    from scheduler.bench import sample_instances
+    from scheduler.synthetic import ROLLING_SHAPES
+
+    (inst,) = sample_instances([ROLLING_SHAPES["rolling-mixed"]], [3])
+    first = score(inst, build_grid(inst, allocate(inst, Budget.of_work(1e-3)))).objective
+    searched = score(inst, build_grid(inst, allocate(inst, Budget.of_work(50.0)))).objective
+    assert searched > 1.1 * first
+
+
+def test_solve_options_reject_budgets_and_limits_out_of_range() -> None:
+    import math
+    import re
+
+    import pytest
+
+    from contract.errors import InputError
+    from scheduler.model import SolveOptions
+
+    for bad in (0.0, -1.0, math.nan, math.inf, 1e9):
+        with pytest.raises(InputError, match=re.escape("`budget_ms` must be a number of milliseconds > 0")):
+            SolveOptions(budget_ms=bad)
+        with pytest.raises(InputError, match=re.escape("`time_limit_s` must be a number of seconds > 0")):
+            SolveOptions(time_limit_s=bad)

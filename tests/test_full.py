@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from scheduler.check import check_plan
 from scheduler.policies import PolicyName, SolveOptions, plan
 from scheduler.scenario_io import parse_scenario
-from tests.strategies import instance_of, scenarios
+from tests.strategies import instance_of, scenarios, solved_by_hand
 
 
 @settings(max_examples=25)
@@ -26,20 +26,7 @@ def test_full_is_legal_and_never_below_fast(doc: dict[str, Any]) -> None:
 
 
 def test_proves_the_optimum_of_a_case_solved_by_hand() -> None:
-    # One 2-GPU job worth 10/GPU-step for 2 steps, one 1-GPU job worth 1/GPU-step for 3 steps,
-    # 2 GPUs, 3 steps, no decay. Best: the big job at steps 0-1 (40), the small one cut to
-    # step 2 (1): 41; the small job first would delay the big one past the horizon.
-    inst = instance_of(
-        {
-            "gpus": 2,
-            "horizon": 3,
-            "decay": 1.0,
-            "jobs": [
-                {"id": "big", "kind": "training", "priority": 10, "gpus": 2, "duration": 2},
-                {"id": "small", "kind": "quantization", "priority": 1, "gpus": 1, "duration": 3},
-            ],
-        }
-    )
+    inst = solved_by_hand()
     full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=10.0, workers=1))
     assert full.status == "OPTIMAL"
     assert full.metrics.objective == pytest.approx(41.0, abs=1e-9)
@@ -76,3 +63,17 @@ def test_too_large_a_model_keeps_the_fast_plan_and_says_so() -> None:
     fast = plan(inst, PolicyName.FAST)
     assert (full.status, full.bound) == ("MODEL_TOO_LARGE", None)
     assert full.grid == fast.grid
+
+
+def test_a_limit_too_short_to_build_the_model_keeps_the_fast_plan_and_says_so() -> None:
+    # ~100,000 variables: building them alone takes about a second, far over the limit.
+    jobs: list[dict[str, Any]] = [
+        {"id": f"b{i}", "kind": "training", "priority": 10 + i, "gpus": 1 << (i % 4), "duration": 3 + i % 5}
+        for i in range(60)
+    ]
+    jobs.append({"id": "rt", "kind": "realtime", "priority": 50, "swap_cap": 2, "demand": [8] * 24})
+    inst = instance_of({"gpus": 128, "jobs": jobs})
+    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=0.05))
+    assert (full.status, full.bound) == ("MODEL_BUILD_TIMEOUT", None)
+    assert check_plan(inst, full.grid) == []
+    assert full.metrics.objective >= plan(inst, PolicyName.PRIORITY_BACKFILL).metrics.objective - 1e-6

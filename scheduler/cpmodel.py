@@ -1,0 +1,331 @@
+"""The contract's formal model in CP-SAT, over the whole grid or over one window of it.
+
+A :class:`Window` frees a block of GPUs over a span of start steps and fixes the rest of
+a current plan: the queued batch jobs that start in the span on those GPUs (or are not
+placed yet) may start anywhere in the span, and the real-time holdings on those GPUs
+are re-planned over the whole horizon; everything else stays where the current plan
+has it. The full mode's model is the window that covers
+the whole grid; the plan cycle's large-neighbourhood search solves small windows.
+
+Variables (binary unless said):
+
+- ``place(job=j, block=a, start=s)``: free batch job ``j`` runs on GPUs ``[a, a + gpus_j)``
+  from step ``s`` (only aligned blocks in the window's GPUs and starts in its span whose
+  cells are free of everything fixed are created; a run may reach past the span);
+- ``hold(rt=k, gpu=g, step=t)``: real-time job ``k`` holds GPU ``g`` (of the window's block) at step ``t``;
+- ``change(rt=k, gpu=g, step=t)``: ``g`` entered or left ``k``'s set at ``t``;
+- ``served(rt=k, step=t)``: integer, ``min(|A_k(t)|, demand_k(t))``.
+
+Objective: the contract's ``value - penalty``. Serving one demanded GPU-step of ``k``
+gains ``priority_k * w(t)`` and avoids ``rt_penalty * priority_k * w(t)``, so
+``objective = sum(place * batch value) + sum((1 + rt_penalty) * p * w * served) + constant``
+(the constant: what is fixed, and the penalty if nothing in the window were served).
+CP-SAT needs integer weights: each is scaled and rounded *up*, so the solver's bound,
+scaled back, is still a valid upper bound on the true objective.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.model import Allocation, BatchJob, Instance, Placement, block_mask
+
+# Objective weights are multiplied by this before rounding up to integers.
+OBJECTIVE_SCALE = 1000
+
+
+class BuildTimeoutError(Exception):
+    """Building the model would pass its deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """GPUs ``[first_gpu, end_gpu)``; batch starts in ``[start_step, end_step)``."""
+
+    first_gpu: int
+    end_gpu: int
+    start_step: int
+    end_step: int
+
+    @classmethod
+    def whole(cls, instance: Instance) -> Window:
+        return cls(0, instance.gpus, 0, instance.horizon_steps)
+
+    @property
+    def gpu_mask(self) -> int:
+        return block_mask(self.first_gpu, self.end_gpu - self.first_gpu)
+
+    def frees(self, placement: Placement | None) -> bool:
+        """Whether a queued job placed at ``placement`` (None: not placed) is free to move."""
+        return placement is None or (
+            self.start_step <= placement.start_step < self.end_step
+            and self.first_gpu <= placement.first_gpu < self.end_gpu
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    job: BatchJob
+    first_gpu: int
+    start: int
+    end: int
+
+
+@dataclass
+class Variables:
+    """The model's decision variables, keyed by meaning, and what they were built around."""
+
+    window: Window
+    current: Allocation
+    moving_realtime: frozenset[str]  # services whose holdings on the window's GPUs are variables
+    place: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (job, block, start)
+    options: dict[tuple[str, int, int], _Option] = field(default_factory=dict)
+    hold: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (rt job, gpu, step)
+    change: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (rt job, gpu, step)
+    served: dict[tuple[str, int], Any] = field(default_factory=dict)  # (rt job, step)
+
+    @property
+    def count(self) -> int:
+        return len(self.place) + len(self.hold) + len(self.change) + len(self.served)
+
+
+def build_model(
+    model: Any,
+    instance: Instance,
+    window: Window,
+    current: Allocation,
+    deadline: float | None = None,
+) -> tuple[Variables, float]:
+    """Variables, one block per constraint, objective; returns the objective's constant part.
+
+    Raises :class:`BuildTimeoutError` as soon as ``deadline`` (a ``time.perf_counter()``
+    value) passes, so that a caller with a time limit never waits for a model it cannot solve.
+    """
+
+    on_time = _deadline_check(deadline)
+    horizon, weights = instance.horizon_steps, instance.weights
+    w0, w1, g0, g1 = window.start_step, window.end_step, window.first_gpu, window.end_gpu
+    # Real-time holdings on the window's GPUs are re-planned over the whole horizon: a
+    # service can then leave a block for good, and batch runs reaching past the window's
+    # steps find their cells freed.
+    r0, r1 = 0, horizon
+    in_range = window.gpu_mask
+    jobs = instance.jobs_by_id
+    free_jobs = [job for job in instance.queued_jobs if window.frees(current.batch.get(job.id))]
+    free_ids = {job.id for job in free_jobs}
+    fixed_batch = {job_id: p for job_id, p in current.batch.items() if job_id not in free_ids}
+    # Cells nothing in the window may take: down, running, fixed batch jobs, and real-time
+    # holdings outside the window (inside it, every real-time cell is a variable).
+    blocked = [d | r for d, r in zip(instance.down_masks, instance.running_masks, strict=True)]
+    for job_id, placement in fixed_batch.items():
+        job = jobs[job_id]
+        assert isinstance(job, BatchJob)
+        mask = block_mask(placement.first_gpu, job.gpus)
+        for t in range(placement.start_step, job.end_step(placement.start_step, horizon)):
+            blocked[t] |= mask
+    # Services that may move: those holding some GPU of the window's block, and those short
+    # of demand somewhere (they may want to come in); the others stay as they are.
+    moving = [
+        rt
+        for rt in instance.realtime_jobs
+        if any(
+            mask & in_range or mask.bit_count() < need
+            for mask, need in zip(current.realtime[rt.id], rt.demand, strict=True)
+        )
+    ]
+    moving_ids = {rt.id for rt in moving}
+    fixed_rt = [0] * horizon  # real-time cells that stay as they are
+    for rt_id, held in current.realtime.items():
+        for t, mask in enumerate(held):
+            fixed_rt[t] |= mask & ~in_range if rt_id in moving_ids and r0 <= t < r1 else mask
+    occupied = [b | f for b, f in zip(blocked, fixed_rt, strict=True)]
+    v = Variables(window=window, current=current, moving_realtime=frozenset(moving_ids))
+
+    # --- variables ---------------------------------------------------------------------------
+    for job in free_jobs:
+        on_time()
+        for start in range(max(job.release_step, w0), w1):
+            end = job.end_step(start, horizon)
+            taken = 0
+            for t in range(start, end):
+                taken |= occupied[t]
+            # aligned blocks inside the window's GPUs
+            for first_gpu in range(-(-g0 // job.gpus) * job.gpus, g1 - job.gpus + 1, job.gpus):
+                if taken & block_mask(first_gpu, job.gpus):
+                    continue
+                key = (job.id, first_gpu, start)
+                v.place[key] = model.new_bool_var(f"place(job={job.id}, block={first_gpu}, start={start})")
+                v.options[key] = _Option(job, first_gpu, start, end)
+    for rt in moving:
+        on_time()
+        for t in range(r0, r1):
+            for g in range(g0, g1):
+                if not blocked[t] >> g & 1:
+                    v.hold[rt.id, g, t] = model.new_bool_var(f"hold(rt={rt.id}, gpu={g}, step={t})")
+            v.served[rt.id, t] = model.new_int_var(0, rt.demand[t], f"served(rt={rt.id}, step={t})")
+
+    # --- constraint 1: one job per GPU per step, none on a down GPU ----------------------------
+    # (down cells, running jobs' cells and fixed cells have no variables at all)
+    covering: dict[tuple[int, int], list[Any]] = {}
+    for key, option in v.options.items():
+        on_time()
+        for g in range(option.first_gpu, option.first_gpu + option.job.gpus):
+            for t in range(option.start, option.end):
+                covering.setdefault((g, t), []).append(v.place[key])
+    on_time()
+    for (_, g, t), var in v.hold.items():
+        covering.setdefault((g, t), []).append(var)
+    for cell_vars in covering.values():
+        if len(cell_vars) > 1:
+            on_time()
+            model.add_at_most_one(cell_vars)
+
+    # --- constraints 2, 3, 5: a batch job runs at most once, on one aligned block, without a
+    # break from its start (one place() variable stands for the whole run) ----------------------
+    by_job: dict[str, list[Any]] = {}
+    for (job_id, _, _), var in v.place.items():
+        by_job.setdefault(job_id, []).append(var)
+    for job_vars in by_job.values():
+        model.add_at_most_one(job_vars)
+
+    # --- constraint 4: real-time swap cap; served GPU-steps are held ones, up to demand --------
+    for rt in moving:
+        on_time()
+        running = instance.running_realtime.get(rt.id)
+        # held[t + 1] is the current plan's A(t); held[0] the running set before step 0
+        held = (running.mask if running else 0, *current.realtime[rt.id])
+        for t in range(r0, r1):
+            held_vars = [v.hold[rt.id, g, t] for g in range(g0, g1) if (rt.id, g, t) in v.hold]
+            outside = (held[t + 1] & ~in_range).bit_count()
+            model.add(v.served[rt.id, t] <= sum(held_vars) + outside)
+        for t in range(max(r0, 0 if running else 1), min(r1 + 1, horizon)):
+            on_time()
+            # GPUs outside the window's block are fixed on both sides of the step.
+            changes: list[Any] = [((held[t + 1] ^ held[t]) & ~in_range).bit_count()]
+            for g in range(g0, g1):
+                now = v.hold.get((rt.id, g, t), 0 if r0 <= t < r1 else held[t + 1] >> g & 1)
+                before = v.hold.get((rt.id, g, t - 1), 0 if r0 <= t - 1 < r1 else held[t] >> g & 1)
+                if isinstance(now, int) and isinstance(before, int):
+                    changes.append(abs(now - before))
+                    continue
+                change = model.new_bool_var(f"change(rt={rt.id}, gpu={g}, step={t})")
+                model.add(change >= now - before)
+                model.add(change >= before - now)
+                v.change[rt.id, g, t] = change
+                changes.append(change)
+            model.add(sum(changes) <= rt.swap_cap)
+
+    # --- objective -----------------------------------------------------------------------------
+    terms: list[Any] = []
+    coefficients: list[int] = []
+    for key, option in v.options.items():
+        job = option.job
+        terms.append(v.place[key])
+        coefficients.append(scaled(job.priority * job.gpus * sum(weights[option.start : option.end])))
+    constant = 0.0  # what stays fixed, and the penalty if nothing in the window were served
+    for running_job in instance.running_batch.values():
+        job = jobs[running_job.job_id]
+        steps = min(running_job.remaining_steps, horizon)
+        constant += job.priority * running_job.gpus * sum(weights[:steps])
+    for job_id, placement in fixed_batch.items():
+        job = jobs[job_id]
+        assert isinstance(job, BatchJob)
+        end = job.end_step(placement.start_step, horizon)
+        constant += job.priority * job.gpus * sum(weights[placement.start_step : end])
+    for rt in instance.realtime_jobs:
+        for t in range(horizon):
+            weight = rt.priority * weights[t]
+            if rt.id in moving_ids and r0 <= t < r1:
+                terms.append(v.served[rt.id, t])
+                coefficients.append(scaled((1 + instance.rt_penalty) * weight))
+                constant -= instance.rt_penalty * weight * rt.demand[t]
+            else:
+                served = min(current.realtime[rt.id][t].bit_count(), rt.demand[t])
+                constant += weight * (served - instance.rt_penalty * (rt.demand[t] - served))
+    on_time()
+    _maximize(model, terms, coefficients)
+    return v, constant
+
+
+def _maximize(model: Any, terms: list[Any], coefficients: list[int]) -> None:
+    """Maximise ``sum(c * x)``, written into the model's proto in one go.
+
+    ``CpModel.maximize`` appends the terms one by one in Python (2.5 s for 200,000 terms
+    with ortools 9.15), which no time limit could interrupt. CP-SAT minimises; a
+    maximisation is the negated objective with scaling factor -1, as ``maximize`` writes it.
+    """
+    model.clear_objective()
+    objective = model.proto.objective
+    objective.vars.extend(var.index for var in terms)
+    objective.coeffs.extend(-c for c in coefficients)
+    objective.scaling_factor = -1.0
+
+
+def _deadline_check(deadline: float | None) -> Callable[[], None]:
+    """A check to call often while building: raises :class:`BuildTimeoutError` past ``deadline``."""
+
+    def on_time() -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise BuildTimeoutError
+
+    return on_time
+
+
+def scaled(weight: float) -> int:
+    """Integer objective weight, rounded up so that the scaled-back bound stays an upper bound."""
+    return math.ceil(weight * OBJECTIVE_SCALE - 1e-9)
+
+
+def hint(
+    model: Any, v: Variables, instance: Instance, plan: Allocation, deadline: float | None = None
+) -> None:
+    """Every variable hinted with its value in ``plan`` (a complete, feasible hint); raises
+    :class:`BuildTimeoutError` past ``deadline``."""
+    on_time = _deadline_check(deadline)
+    for key, var in v.place.items():
+        placement = plan.batch.get(key[0])
+        model.add_hint(var, placement is not None and (placement.first_gpu, placement.start_step) == key[1:])
+    on_time()
+    for (rt_id, g, t), var in v.hold.items():
+        model.add_hint(var, bool(plan.realtime[rt_id][t] >> g & 1))
+    on_time()
+    running = instance.running_realtime
+    for (rt_id, g, t), var in v.change.items():
+        before = plan.realtime[rt_id][t - 1] if t > 0 else running[rt_id].mask
+        model.add_hint(var, bool((plan.realtime[rt_id][t] ^ before) >> g & 1))
+    on_time()
+    demand = {rt.id: rt.demand for rt in instance.realtime_jobs}
+    for (rt_id, t), var in v.served.items():
+        model.add_hint(var, min(plan.realtime[rt_id][t].bit_count(), demand[rt_id][t]))
+
+
+def read_allocation(v: Variables, instance: Instance, solver: Any) -> Allocation:
+    """The solver's plan: its choices in the window, the current plan everywhere else."""
+    batch = {
+        job_id: placement for job_id, placement in v.current.batch.items() if not v.window.frees(placement)
+    }
+    batch.update(
+        (key[0], Placement(start_step=v.options[key].start, first_gpu=v.options[key].first_gpu))
+        for key, var in v.place.items()
+        if solver.boolean_value(var)
+    )
+    window = v.window
+    realtime = {}
+    for rt in instance.realtime_jobs:
+        masks = list(v.current.realtime[rt.id])
+        if rt.id not in v.moving_realtime:
+            realtime[rt.id] = tuple(masks)
+            continue
+        for t in range(instance.horizon_steps):
+            mask = masks[t] & ~window.gpu_mask
+            for g in range(window.first_gpu, window.end_gpu):
+                var = v.hold.get((rt.id, g, t))
+                if var is not None and solver.boolean_value(var):
+                    mask |= 1 << g
+            masks[t] = mask
+        realtime[rt.id] = tuple(masks)
+    return Allocation(batch=batch, realtime=realtime)
