@@ -230,7 +230,12 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
 
 
 def make_service(store: Store, config: ServiceConfig, *, print_commits: bool = False) -> Service:
+    """The service of one daemon process; CP-SAT is loaded now, so that the plan cycle's
+    budget goes to planning (the fast mode skips its CP-SAT search while it is not loaded)."""
     from gpuplan.app.executors import InMemoryExecutor
+    from scheduler.policies import warm_up
+
+    warm_up()
 
     executor: Executor = JsonLinesExecutor(config.commits_file) if config.commits_file else InMemoryExecutor()
     if print_commits:

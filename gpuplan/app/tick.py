@@ -165,14 +165,14 @@ def plan_snapshot(
     time_limit_s: float = 10.0,
 ) -> tuple[dict[str, Any], Plan]:
     """The snapshot's scenario and its checked plan."""
-    from scheduler.model import SolveOptions
+    from scheduler.model import HOT_PATH_BUDGET_MS, SolveOptions
     from scheduler.policies import plan
     from scheduler.scenario_io import parse_scenario
 
     name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
     document = scenario_document(snapshot, config.plan_with, name=name)
     instance = parse_scenario(document, source=name)
-    options = SolveOptions(time_limit_s=time_limit_s)
+    options = SolveOptions(time_limit_s=time_limit_s, budget_ms=budget_ms or HOT_PATH_BUDGET_MS)
     return document, plan(instance, policy, options)
 
 
