@@ -2,6 +2,12 @@
 
 The split is by submit time (the last ``test_fraction`` of jobs), as the estimators
 will be used: trained on the past, asked about the next jobs.
+
+Beyond the averages, a forecast is judged per slice: P90 coverage and sharpness (the
+median P90 / P50) in each quintile of the predicted P50 hours, and per predicted GPU
+count. The pinball (quantile) loss at 0.5 and 0.9 scores each quantile as a whole
+(Koenker & Bassett 1978; Gneiting & Raftery 2007 call it a proper scoring rule): on
+log hours and log2 GPUs, so a 2x miss costs the same for a short and a long job.
 """
 
 from __future__ import annotations
@@ -10,11 +16,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
 
 TEST_FRACTION = 0.2
+FloatArray = npt.NDArray[np.float64]
 
 
 class _Predictor(Protocol):
@@ -38,8 +46,25 @@ class TrainingMetrics:
     jobs: int
     log_mae_hours: float  # mean |log(P50 hours) - log(actual hours)|
     p90_coverage: float  # share of jobs done within the P90 hours
+    pinball_p50_log_hours: float
+    pinball_p90_log_hours: float
     gpu_accuracy: float  # share of jobs whose P50 GPU count is exact
     gpu_p90_coverage: float  # share of jobs within the P90 GPU count
+    pinball_p50_log2_gpus: float
+    pinball_p90_log2_gpus: float
+
+
+@dataclass(frozen=True, slots=True)
+class SliceMetrics:
+    """One slice of the held-out jobs by predicted P50: coverage and sharpness."""
+
+    target: str  # "hours" or "gpus"
+    slice: str  # "Q1".."Q5" for hours, the predicted GPU count for GPUs
+    jobs: int
+    p50_range: str
+    p90_coverage: float
+    median_p90_over_p50: float
+    analytic_p90_coverage: float  # the analytic-FLOPs baseline on the same jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,18 +77,95 @@ class QuantizationMetrics:
     log_mae_gpu_hours: float  # of the P50
 
 
+def pinball_loss(actual: npt.ArrayLike, predicted: npt.ArrayLike, quantile: float) -> float:
+    """Mean quantile loss: ``q (y - p)`` above the prediction, ``(1 - q)(p - y)`` below."""
+    difference = np.asarray(actual, dtype=float) - np.asarray(predicted, dtype=float)
+    return float(np.mean(np.maximum(quantile * difference, (quantile - 1.0) * difference)))
+
+
 def training_metrics(name: str, model: _Predictor, test: pd.DataFrame) -> TrainingMetrics:
-    """MAE of log(hours) at the P50, P90 coverage of hours, share of exact GPU counts."""
+    """MAE of log(hours) at the P50, P90 coverage, pinball losses, exact GPU counts."""
     predicted = model.predict(test[list(TRAINING_SCHEMA.names)])
-    actual_hours = test["duration_hours"].to_numpy(dtype=float)
-    log_error = np.log(predicted["hours_p50"].to_numpy(dtype=float)) - np.log(actual_hours)
+    log_hours = np.log(test["duration_hours"].to_numpy(dtype=float))
+    log_p50 = np.log(predicted["hours_p50"].to_numpy(dtype=float))
+    log_p90 = np.log(predicted["hours_p90"].to_numpy(dtype=float))
+    log2_gpus = np.log2(test["gpus"].to_numpy(dtype=float))
+    log2_p50 = np.log2(predicted["gpus_p50"].to_numpy(dtype=float))
+    log2_p90 = np.log2(predicted["gpus_p90"].to_numpy(dtype=float))
     return TrainingMetrics(
         model=name,
         jobs=len(test),
-        log_mae_hours=float(np.mean(np.abs(log_error))),
-        p90_coverage=float(np.mean(actual_hours <= predicted["hours_p90"].to_numpy())),
-        gpu_accuracy=float(np.mean(predicted["gpus_p50"].to_numpy() == test["gpus"].to_numpy())),
-        gpu_p90_coverage=float(np.mean(test["gpus"].to_numpy() <= predicted["gpus_p90"])),
+        log_mae_hours=float(np.mean(np.abs(log_p50 - log_hours))),
+        p90_coverage=float(np.mean(log_hours <= log_p90)),
+        pinball_p50_log_hours=pinball_loss(log_hours, log_p50, 0.5),
+        pinball_p90_log_hours=pinball_loss(log_hours, log_p90, 0.9),
+        gpu_accuracy=float(np.mean(log2_p50 == log2_gpus)),
+        gpu_p90_coverage=float(np.mean(log2_gpus <= log2_p90)),
+        pinball_p50_log2_gpus=pinball_loss(log2_gpus, log2_p50, 0.5),
+        pinball_p90_log2_gpus=pinball_loss(log2_gpus, log2_p90, 0.9),
+    )
+
+
+def slice_metrics(model: _Predictor, analytic: _Predictor, test: pd.DataFrame) -> list[SliceMetrics]:
+    """P90 coverage and median P90/P50 per quintile of predicted P50 hours, and per
+    predicted P50 GPU count (GPU counts are few distinct powers of two, so quintiles
+    would split equal forecasts at random); the analytic baseline on the same slices."""
+    inputs = test[list(TRAINING_SCHEMA.names)]
+    predicted, baseline = model.predict(inputs), analytic.predict(inputs)
+    hours = test["duration_hours"].to_numpy(dtype=float)
+    gpus = test["gpus"].to_numpy(dtype=float)
+    hours_p50 = predicted["hours_p50"].to_numpy(dtype=float)
+    # Quintiles by rank, so ties cannot leave a quintile empty.
+    quintile = np.asarray(pd.qcut(pd.Series(hours_p50).rank(method="first"), 5, labels=False), dtype=int)
+    rows = [
+        _slice(
+            "hours",
+            f"Q{index + 1}",
+            quintile == index,
+            actual=hours,
+            p50_p90=predicted[["hours_p50", "hours_p90"]].to_numpy(dtype=float),
+            baseline_p90=baseline["hours_p90"].to_numpy(dtype=float),
+            unit="h",
+        )
+        for index in range(5)
+    ]
+    gpus_p50 = predicted["gpus_p50"].to_numpy(dtype=float)
+    rows += [
+        _slice(
+            "gpus",
+            f"{int(count)}",
+            gpus_p50 == count,
+            actual=gpus,
+            p50_p90=predicted[["gpus_p50", "gpus_p90"]].to_numpy(dtype=float),
+            baseline_p90=baseline["gpus_p90"].to_numpy(dtype=float),
+            unit="GPUs",
+        )
+        for count in np.unique(gpus_p50)
+    ]
+    return rows
+
+
+def _slice(
+    target: str,
+    name: str,
+    rows: npt.NDArray[np.bool_],
+    *,
+    actual: FloatArray,
+    p50_p90: FloatArray,
+    baseline_p90: FloatArray,
+    unit: str,
+) -> SliceMetrics:
+    p50, p90 = p50_p90[rows, 0], p50_p90[rows, 1]
+    return SliceMetrics(
+        target=target,
+        slice=name,
+        jobs=int(rows.sum()),
+        p50_range=f"{p50.min():.3g} {unit}"
+        if p50.min() == p50.max()
+        else f"{p50.min():.3g}-{p50.max():.3g} {unit}",
+        p90_coverage=float(np.mean(actual[rows] <= p90)),
+        median_p90_over_p50=float(np.median(p90 / p50)),
+        analytic_p90_coverage=float(np.mean(actual[rows] <= baseline_p90[rows])),
     )
 
 

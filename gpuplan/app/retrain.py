@@ -20,7 +20,7 @@ from gpuplan.app.models import QUANTIZATION_MODEL_FILE, TRAINING_MODEL_FILE, rea
 if TYPE_CHECKING:
     import pandas as pd
 
-    from forecasting.evaluation import QuantizationMetrics, TrainingMetrics
+    from forecasting.evaluation import QuantizationMetrics, SliceMetrics, TrainingMetrics
 
 #: Steps reported to ``progress`` (one call per finished step, with its description).
 RETRAIN_STEPS = 7
@@ -35,6 +35,9 @@ class RetrainReport:
     training_jobs: int
     held_out_jobs: int
     training: list[TrainingMetrics]
+    #: The estimator's P90 coverage and sharpness per quintile of predicted P50 hours
+    #: and per predicted GPU count, beside the analytic baseline's coverage.
+    training_slices: list[SliceMetrics]
     quantization: list[QuantizationMetrics]
     realtime: list[dict[str, object]]
     written: list[Path] = field(default_factory=list)
@@ -58,7 +61,7 @@ def retrain(
 ) -> RetrainReport:
     """Fit every forecaster on ``history`` (validated) and the traffic series; save them all."""
     from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
-    from forecasting.evaluation import quantization_metrics, time_split, training_metrics
+    from forecasting.evaluation import quantization_metrics, slice_metrics, time_split, training_metrics
     from forecasting.persistence import save_model
     from forecasting.quantization_estimator import QuantizationEstimator
     from forecasting.realtime_training import fit_profiles
@@ -72,14 +75,16 @@ def retrain(
     progress("history loaded")
 
     earlier, later = time_split(training_jobs)
+    estimator, analytic = TrainingEstimator(), AnalyticBaseline()
     evaluation: list[TrainingMetrics] = []
     for name, candidate in (
-        ("lightgbm (P50/P90)", TrainingEstimator()),
+        ("lightgbm (P50/P90)", estimator),
         ("size-only baseline", SizeOnlyBaseline()),
-        ("analytic-FLOPs baseline", AnalyticBaseline()),
+        ("analytic-FLOPs baseline", analytic),
     ):
         candidate.fit(_inputs(earlier, TRAINING_SCHEMA.names), _targets(earlier))
         evaluation.append(training_metrics(name, candidate, later))
+    slices = slice_metrics(estimator, analytic, later)
     progress("training estimator evaluated")
 
     staged: dict[str, Any] = {
@@ -120,6 +125,7 @@ def retrain(
         training_jobs=len(training_jobs),
         held_out_jobs=len(later),
         training=evaluation,
+        training_slices=slices,
         quantization=quantization_rows,
         realtime=realtime_rows,
         written=written,
