@@ -20,6 +20,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
+from forecasting.quantiles import pinball_loss
 
 TEST_FRACTION = 0.2
 FloatArray = npt.NDArray[np.float64]
@@ -75,12 +76,6 @@ class QuantizationMetrics:
     mean_over_provision_gpu_hours: float  # reserved minus used, 0 for an overrun
     mean_actual_gpu_hours: float
     log_mae_gpu_hours: float  # of the P50
-
-
-def pinball_loss(actual: npt.ArrayLike, predicted: npt.ArrayLike, quantile: float) -> float:
-    """Mean quantile loss: ``q (y - p)`` above the prediction, ``(1 - q)(p - y)`` below."""
-    difference = np.asarray(actual, dtype=float) - np.asarray(predicted, dtype=float)
-    return float(np.mean(np.maximum(quantile * difference, (quantile - 1.0) * difference)))
 
 
 def training_metrics(name: str, model: _Predictor, test: pd.DataFrame) -> TrainingMetrics:

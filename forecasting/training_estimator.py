@@ -57,6 +57,7 @@ from forecasting.job_forecast import (
     require_fitted,
     round_to_power_of_two,
 )
+from forecasting.quantiles import conformal_quantile
 
 logger = logging.getLogger(__name__)
 
@@ -182,14 +183,6 @@ class _RawForecast:
     log_p90: FloatArray
     lora: npt.NDArray[np.bool_]
     full: _RawForecast | None
-
-
-def conformal_quantile(scores: FloatArray, quantile: float) -> float:
-    """The ``ceil((n + 1) q)``-th smallest score: split-conformal, finite-sample valid
-    (Vovk et al. 2005; Lei et al. 2018)."""
-    ordered = np.sort(scores)
-    rank = min(ordered.size, math.ceil((ordered.size + 1) * quantile))
-    return float(ordered[rank - 1])
 
 
 @dataclass(frozen=True, slots=True)
