@@ -128,7 +128,7 @@ class Band:
     def transform(self, requests: npt.ArrayLike) -> FloatArray:
         shifted = np.maximum(np.asarray(requests, dtype=float), 0.0) + self.floor
         if self.power == 0.0:
-            return np.log(shifted)
+            return np.asarray(np.log(shifted), dtype=float)
         return np.asarray((shifted**self.power - 1.0) / self.power, dtype=float)
 
     def inverse(self, transformed: FloatArray) -> FloatArray:
@@ -168,10 +168,16 @@ def _centred_mean(z: FloatArray, window_hours: int) -> FloatArray:
     return mean
 
 
-def _flat(z: FloatArray, level_hours: int, horizon: int) -> FloatArray | None:
-    if z.size < level_hours:
-        return None
-    return np.full(horizon, float(np.median(z[-level_hours:])))
+@dataclass(frozen=True, slots=True)
+class _Flat:
+    """A flat setting: the median of the last ``level_hours``, every hour ahead."""
+
+    level_hours: int
+
+    def __call__(self, z: FloatArray, horizon: int) -> FloatArray | None:
+        if z.size < self.level_hours:
+            return None
+        return np.full(horizon, float(np.median(z[-self.level_hours :])))
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +344,7 @@ class RealtimeProfile:
 
     def _members(self, method: ProfileMethod) -> list[Member]:
         if method is ProfileMethod.FLAT:
-            return [lambda z, h, level=level: _flat(z, level, h) for level in FLAT_LEVEL_HOURS]
+            return [_Flat(level) for level in FLAT_LEVEL_HOURS]
         period, cycles = (
             (HOURS_PER_DAY, DAILY_SHAPE_DAYS)
             if method is ProfileMethod.DAILY
