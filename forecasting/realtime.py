@@ -15,7 +15,9 @@ one setting: Clemen 1989; the M4 competition, Makridakis et al. 2020):
   forecast and two smoothed ones), for series that wander more than they cycle;
 - **daily**: a 24-hour shape, the median over the last 3, 7 or 14 days of the series
   minus its centred daily mean (robust: one odd day moves a median little);
-- **weekly**: a 168-hour shape, the same over the last 1 to 4 weeks.
+- **weekly**: a 168-hour shape, the same over the last 1 to 4 weeks; and, without a
+  level of their own, the same hour last week and the median of the same hour over the
+  last four weeks (spiky traffic such as LoRA's is forecast best close to them).
 
 The level of a shaped setting is the median of its deseasonalized window. When the
 residuals of the last ``recent_level_hours`` say the level has moved (their median is
@@ -212,6 +214,29 @@ class _Shaped:
         return forecast
 
 
+@dataclass(frozen=True, slots=True)
+class _Lagged:
+    """A seasonal setting with no level of its own: per phase, the median of the last
+    ``cycles`` periods (one cycle: the seasonal naive forecast)."""
+
+    period: int
+    cycles: int
+
+    def __call__(self, z: FloatArray, horizon: int) -> FloatArray | None:
+        span = self.period * self.cycles
+        if z.size < span:
+            return None
+        by_phase = np.median(z[-span:].reshape(self.cycles, self.period), axis=0)
+        forecast: FloatArray = by_phase[np.arange(horizon) % self.period]
+        return forecast
+
+
+#: Pure seasonal settings of the weekly family (weeks): the seasonal naive forecast and
+#: the median of the same hour over four weeks, two baselines it must beat. Joining
+#: them, it is never far from either where they are good (spiky LoRA-like traffic),
+#: and the shaped settings carry it where they are not.
+LAGGED_WEEKS = (1, 4)
+
 #: One setting of a family: (log1p history, horizon) -> log1p forecast, or None when the
 #: history is too short for it.
 Member = Callable[[FloatArray, int], FloatArray | None]
@@ -350,7 +375,12 @@ class RealtimeProfile:
             if method is ProfileMethod.DAILY
             else (HOURS_PER_WEEK, WEEKLY_SHAPE_WEEKS)
         )
-        return [_Shaped(period, count, self.level_shift_sigmas, self.recent_level_hours) for count in cycles]
+        shaped: list[Member] = [
+            _Shaped(period, count, self.level_shift_sigmas, self.recent_level_hours) for count in cycles
+        ]
+        if method is ProfileMethod.WEEKLY:
+            shaped += [_Lagged(HOURS_PER_WEEK, weeks) for weeks in LAGGED_WEEKS]
+        return shaped
 
     def _forecast_requests(self, z: FloatArray, method: ProfileMethod, horizon: int) -> FloatArray | None:
         """The family's forecast in requests: the median of its settings' forecasts."""
