@@ -16,14 +16,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
 from forecasting.quantiles import pinball_loss
 
 TEST_FRACTION = 0.2
-FloatArray = npt.NDArray[np.float64]
 
 
 class _Predictor(Protocol):
@@ -101,67 +99,45 @@ def training_metrics(name: str, model: _Predictor, test: pd.DataFrame) -> Traini
     )
 
 
+#: Per target: the actual column of the test jobs, and the unit of its forecasts.
+SLICE_TARGETS = {"hours": ("duration_hours", "h"), "gpus": ("gpus", "GPUs")}
+
+
 def slice_metrics(model: _Predictor, analytic: _Predictor, test: pd.DataFrame) -> list[SliceMetrics]:
     """P90 coverage and median P90/P50 per quintile of predicted P50 hours, and per
     predicted P50 GPU count (GPU counts are few distinct powers of two, so quintiles
     would split equal forecasts at random); the analytic baseline on the same slices."""
     inputs = test[list(TRAINING_SCHEMA.names)]
     predicted, baseline = model.predict(inputs), analytic.predict(inputs)
-    hours = test["duration_hours"].to_numpy(dtype=float)
-    gpus = test["gpus"].to_numpy(dtype=float)
-    hours_p50 = predicted["hours_p50"].to_numpy(dtype=float)
     # Quintiles by rank, so ties cannot leave a quintile empty.
-    quintile = np.asarray(pd.qcut(pd.Series(hours_p50).rank(method="first"), 5, labels=False), dtype=int)
-    rows = [
-        _slice(
-            "hours",
-            f"Q{index + 1}",
-            quintile == index,
-            actual=hours,
-            p50_p90=predicted[["hours_p50", "hours_p90"]].to_numpy(dtype=float),
-            baseline_p90=baseline["hours_p90"].to_numpy(dtype=float),
-            unit="h",
-        )
-        for index in range(5)
-    ]
+    rank = pd.Series(predicted["hours_p50"].to_numpy(dtype=float)).rank(method="first")
+    quintile = np.asarray(pd.qcut(rank, 5, labels=False), dtype=int)
     gpus_p50 = predicted["gpus_p50"].to_numpy(dtype=float)
-    rows += [
-        _slice(
-            "gpus",
-            f"{int(count)}",
-            gpus_p50 == count,
-            actual=gpus,
-            p50_p90=predicted[["gpus_p50", "gpus_p90"]].to_numpy(dtype=float),
-            baseline_p90=baseline["gpus_p90"].to_numpy(dtype=float),
-            unit="GPUs",
-        )
-        for count in np.unique(gpus_p50)
-    ]
+    slices = {
+        "hours": [(f"Q{index + 1}", quintile == index) for index in range(5)],
+        "gpus": [(f"{int(count)}", gpus_p50 == count) for count in np.unique(gpus_p50)],
+    }
+    rows = []
+    for target, named in slices.items():
+        column, unit = SLICE_TARGETS[target]
+        actual = test[column].to_numpy(dtype=float)
+        p50 = predicted[f"{target}_p50"].to_numpy(dtype=float)
+        p90 = predicted[f"{target}_p90"].to_numpy(dtype=float)
+        baseline_p90 = baseline[f"{target}_p90"].to_numpy(dtype=float)
+        for name, in_slice in named:
+            low, high = p50[in_slice].min(), p50[in_slice].max()
+            rows.append(
+                SliceMetrics(
+                    target=target,
+                    slice=name,
+                    jobs=int(in_slice.sum()),
+                    p50_range=f"{low:.3g} {unit}" if low == high else f"{low:.3g}-{high:.3g} {unit}",
+                    p90_coverage=float(np.mean(actual[in_slice] <= p90[in_slice])),
+                    median_p90_over_p50=float(np.median(p90[in_slice] / p50[in_slice])),
+                    analytic_p90_coverage=float(np.mean(actual[in_slice] <= baseline_p90[in_slice])),
+                )
+            )
     return rows
-
-
-def _slice(
-    target: str,
-    name: str,
-    rows: npt.NDArray[np.bool_],
-    *,
-    actual: FloatArray,
-    p50_p90: FloatArray,
-    baseline_p90: FloatArray,
-    unit: str,
-) -> SliceMetrics:
-    p50, p90 = p50_p90[rows, 0], p50_p90[rows, 1]
-    return SliceMetrics(
-        target=target,
-        slice=name,
-        jobs=int(rows.sum()),
-        p50_range=f"{p50.min():.3g} {unit}"
-        if p50.min() == p50.max()
-        else f"{p50.min():.3g}-{p50.max():.3g} {unit}",
-        p90_coverage=float(np.mean(actual[rows] <= p90)),
-        median_p90_over_p50=float(np.median(p90 / p50)),
-        analytic_p90_coverage=float(np.mean(actual[rows] <= baseline_p90[rows])),
-    )
 
 
 def quantization_metrics(name: str, model: _Predictor, test: pd.DataFrame) -> QuantizationMetrics:

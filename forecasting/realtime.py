@@ -498,6 +498,3 @@ def _compare(days: dict[ProfileMethod, list[ValidationDay]]) -> dict[ProfileMeth
         for method, d in days.items()
         if d
     }
-
-
-ProfileFactory = Callable[[], RealtimeProfile]

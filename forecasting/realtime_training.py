@@ -36,7 +36,7 @@ def fit_profiles(traffic_paths: Sequence[Path]) -> list[tuple[str, RealtimeProfi
         traffic = load_traffic(path)
         series = path.stem
         profile = RealtimeProfile().fit(traffic.hours, traffic.requests)
-        row: dict[str, object] = {"series": series, "hours": len(traffic)}
+        row: dict[str, object] = {"series": series, "history_hours": len(traffic)}
         if len(traffic) >= HOURS_PER_WEEK + HOURS_PER_DAY:
             backtest = run_backtest(traffic, series=series, config=config_for(len(traffic)))
             row.update(asdict(accuracy(backtest)))
