@@ -369,26 +369,34 @@ def memory_refusal(spec: pd.DataFrame, *, source: str | None = None, where: str 
     declared = float(terms.declared_states_per_gpu(np.array([most]))[0]) / 1e9
     activations = float(terms.activations[0]) / 1e9
     micro_batch = int(spec["micro_batch_size"].iloc[0])
-    checkpointing = "with" if bool(spec["gradient_checkpointing"].iloc[0]) else "without"
+    checkpointing = bool(spec["gradient_checkpointing"].iloc[0])
+    sequences = f"{micro_batch} sequence{'s' if micro_batch > 1 else ''}"
     why = (
         f"With sharding {sharding}, each GPU holds {declared:,.1f} GB of weights, gradients, "
         f"optimizer states and frozen models even on {int(most):,} GPUs, plus "
-        f"{activations:,.1f} GB of activations for {micro_batch} sequences x "
-        f"{int(spec['seq_len_tokens'].iloc[0]):,} tokens {checkpointing} gradient checkpointing "
-        f"(data parallelism does not split activations); sharding every state across "
-        f"{int(most):,} GPUs still leaves {float(memory_per_gpu_gb(spec, np.array([most]))[0]):,.1f} GB "
-        f"per GPU."
+        f"{activations:,.1f} GB of activations for {sequences} x "
+        f"{int(spec['seq_len_tokens'].iloc[0]):,} tokens {'with' if checkpointing else 'without'} "
+        f"gradient checkpointing (data parallelism does not split activations); sharding every "
+        f"state across {int(most):,} GPUs still leaves "
+        f"{float(memory_per_gpu_gb(spec, np.array([most]))[0]):,.1f} GB per GPU."
     )
     options = _what_would_fit(spec)
-    fix = "Would fit: " + "; or ".join(options) + "." if options else "No smaller micro-batch fits."
-    return InputError(
-        "micro_batch_size",
-        f"small enough for the job to fit in GPU memory ({usable:,.1f} GB usable of "
-        f"{float(spec['gpu_memory_gb'].iloc[0]):g} GB per GPU)",
-        micro_batch,
-        source=source,
-        hint=f"{where}{why} {fix}",
+    fix = (
+        "Would fit: " + "; or ".join(options) + "."
+        if options
+        else "No smaller micro-batch, gradient checkpointing or larger GPU fits: the sequences "
+        "must be shorter (seq_len_tokens) or split across GPUs (sequence parallelism)."
     )
+    memory_gb = float(spec["gpu_memory_gb"].iloc[0])
+    fits = f"for the job to fit in GPU memory ({usable:,.1f} GB usable of {memory_gb:g} GB per GPU)"
+    # Name the first knob the submitter can still turn.
+    if micro_batch > 1:
+        field, expected, got = "micro_batch_size", f"small enough {fits}", micro_batch
+    elif not checkpointing:
+        field, expected, got = "gradient_checkpointing", f"true {fits}", False
+    else:
+        field, expected, got = "seq_len_tokens", f"short enough {fits}", int(spec["seq_len_tokens"].iloc[0])
+    return InputError(field, expected, got, source=source, hint=f"{where}{why} {fix}")
 
 
 def require_fits_in_memory(frame: pd.DataFrame, *, source: str | None = None) -> None:
