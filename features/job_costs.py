@@ -303,11 +303,12 @@ def min_gpus_for_memory(frame: pd.DataFrame) -> FloatArray:
     return result
 
 
-def shards_beyond_declared(frame: pd.DataFrame) -> npt.NDArray[np.bool_]:
-    """Jobs whose replicated states do not fit on one GPU: the memory model (and the
-    history generator) takes them to shard everything, whatever ``sharding`` says."""
+def fits_as_declared(frame: pd.DataFrame) -> npt.NDArray[np.bool_]:
+    """Whether each job fits on some GPU count with the ZeRO stage its spec declares."""
     terms = memory_terms(frame)
-    return np.asarray(terms.states + terms.activations > usable_memory_gb(frame) * 1e9, dtype=bool)
+    most = np.full(len(frame), float(2**MAX_GPUS_LOG2))
+    per_gpu = terms.declared_states_per_gpu(most) + terms.activations
+    return np.asarray(per_gpu <= usable_memory_gb(frame) * 1e9, dtype=bool)
 
 
 def fits_in_memory(frame: pd.DataFrame) -> npt.NDArray[np.bool_]:

@@ -233,7 +233,8 @@ class MondrianShift:
 
 NO_SHIFT = MondrianShift((), (0.0,), (0.0,))
 MIN_JOBS_PER_BIN = 20
-#: Rounds of re-calibration through the caps; the shifts move by under 0.01 after two.
+#: Rounds of re-calibration through the caps. On the bundled history they move the
+#: shifts by at most 0.046, 0.014, 0.008 and 0.007 log-hours: enough to settle.
 CALIBRATION_ROUNDS = 4
 
 
@@ -522,13 +523,11 @@ class TrainingEstimator(_JobEstimatorMixin, BaseEstimator):  # type: ignore[misc
         source = "TrainingEstimator.predict(x)"
         features = TRAINING_SCHEMA.validate_frame(x, source=source)
         job_costs.require_fits_in_memory(features, source=source)
-        beyond = job_costs.shards_beyond_declared(features)
-        if beyond.any():
-            logger.warning(
-                "%d job(s) cannot hold their states with the declared sharding on any GPU count; "
-                "forecast as sharding every state (ZeRO-3/FSDP), the only way they run",
-                int(beyond.sum()),
-            )
+        logger.info(
+            "%d of %d jobs fit only with more sharding than declared: forecast as sharding every state",
+            int((~job_costs.fits_as_declared(features)).sum()),
+            len(features),
+        )
         raw = self._predict_raw(features, self.gpu_models_, self.hours_models_)
         predicted = self._finish(raw, self.p90_shift_)
         return predicted.astype({"gpus_p50": int, "gpus_p90": int}).set_axis(x.index)
@@ -538,6 +537,13 @@ class TrainingEstimator(_JobEstimatorMixin, BaseEstimator):  # type: ignore[misc
         with an error naming ``source``, why, and what would fit."""
         features = TRAINING_SCHEMA.validate_record(spec, source=source)
         job_costs.require_fits_in_memory(features, source=source)
+        if not job_costs.fits_as_declared(features)[0]:
+            logger.warning(
+                "%s: with sharding %s the job fits on no GPU count; forecast as sharding every "
+                "state (ZeRO-3/FSDP), as the memory model and the job history do",
+                source,
+                features["sharding"].iloc[0],
+            )
         return self.forecast(features)[0]
 
 
