@@ -40,7 +40,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from features.job_features import GPU_MEMORY_GB, is_lora, technique_of
+from contract.errors import InputError
+from features.job_features import GPU_MEMORY_GB, describe_rows, is_lora, technique_of
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -203,13 +204,36 @@ def activation_bytes(frame: pd.DataFrame) -> FloatArray:
     return tokens_width * per_token_width
 
 
-def memory_per_gpu_gb(frame: pd.DataFrame, gpus: FloatArray) -> FloatArray:
-    """Peak memory of one GPU when the job runs on ``gpus`` GPUs.
+@dataclass(frozen=True, slots=True)
+class MemoryTerms:
+    """Bytes one job holds, before any split across GPUs (arrays, one entry per job)."""
 
-    States are split by the ZeRO stage: stage 1 the optimizer, 2 also the gradients, 3
-    also the weights. A job whose replicated states do not fit on one GPU is taken to
-    shard everything (ZeRO-3, FSDP or tensor parallelism), the only way it can run.
-    """
+    weights: FloatArray  # trained weights plus the frozen base (LoRA)
+    grads: FloatArray
+    optimizer: FloatArray
+    frozen: FloatArray  # reference copy, PPO's reward model and critic
+    activations: FloatArray  # per GPU: data parallelism never splits them
+    stage: npt.NDArray[np.int64]  # declared ZeRO stage, 0 for none
+
+    @property
+    def states(self) -> FloatArray:
+        return np.asarray(self.weights + self.grads + self.optimizer + self.frozen, dtype=float)
+
+    def declared_states_per_gpu(self, gpus: FloatArray) -> FloatArray:
+        """States per GPU with the declared ZeRO stage: stage 1 splits the optimizer,
+        2 also the gradients, 3 also the weights."""
+        stage = self.stage
+        return np.asarray(
+            np.where(stage >= 3, self.weights / gpus, self.weights)
+            + np.where(stage >= 2, self.grads / gpus, self.grads)
+            + np.where(stage >= 1, self.optimizer / gpus, self.optimizer)
+            + self.frozen,
+            dtype=float,
+        )
+
+
+def memory_terms(frame: pd.DataFrame) -> MemoryTerms:
+    """Weights, gradients, optimizer states, frozen companions and activations in bytes."""
     params = _column(frame, "params_billion") * 1e9
     lora = _is_lora(frame)
     fp32 = frame["precision"].astype(str).to_numpy() == "fp32"
@@ -228,9 +252,6 @@ def memory_per_gpu_gb(frame: pd.DataFrame, gpus: FloatArray) -> FloatArray:
     )
     trained = np.where(lora, adapter_params, params)
     base = np.where(lora, np.where(base_4bit, QLORA_BYTES_PER_PARAM, 2.0) * params, 0.0)
-    weights = base + trained * weight_bytes
-    grads = trained * weight_bytes
-    opt = trained * optimizer
 
     # Frozen companions: a reference copy (full fine-tuning only; LoRA disables the
     # adapters instead), PPO's reward model and critic.
@@ -238,34 +259,155 @@ def memory_per_gpu_gb(frame: pd.DataFrame, gpus: FloatArray) -> FloatArray:
     reference = np.where(np.isin(technique, ["dpo", "rlhf", "rlvr"]) & ~lora, 2.0 * params, 0.0)
     reward = _column(frame, "reward_model_params_billion") * 1e9
     ppo = np.where(technique == "rlhf", reward * (2.0 + 2.0 + weight_bytes + optimizer), 0.0)
-    frozen = reference + ppo
-
-    activations = activation_bytes(frame)
 
     stage = frame["sharding"].astype(str).to_numpy()
-    stage_number = np.select([stage == "zero1", stage == "zero2", stage == "zero3"], [1, 2, 3], default=0)
-    by_stage = (
-        np.where(stage_number >= 3, weights / gpus, weights)
-        + np.where(stage_number >= 2, grads / gpus, grads)
-        + np.where(stage_number >= 1, opt / gpus, opt)
-        + frozen
+    return MemoryTerms(
+        weights=np.asarray(base + trained * weight_bytes, dtype=float),
+        grads=np.asarray(trained * weight_bytes, dtype=float),
+        optimizer=np.asarray(trained * optimizer, dtype=float),
+        frozen=np.asarray(reference + ppo, dtype=float),
+        activations=activation_bytes(frame),
+        stage=np.select([stage == "zero1", stage == "zero2", stage == "zero3"], [1, 2, 3], default=0),
     )
-    fully_sharded = (weights + grads + opt + frozen) / gpus
-    single_gpu = weights + grads + opt + frozen + activations
-    usable = _column(frame, "gpu_memory_gb") * 1e9 * USABLE_MEMORY_FRACTION
-    states = np.where(single_gpu <= usable, by_stage, fully_sharded)
-    return np.asarray(states + activations, dtype=float) / 1e9
+
+
+def usable_memory_gb(frame: pd.DataFrame) -> FloatArray:
+    return _column(frame, "gpu_memory_gb") * USABLE_MEMORY_FRACTION
+
+
+def _per_gpu_bytes(terms: MemoryTerms, usable_bytes: FloatArray, gpus: FloatArray) -> FloatArray:
+    # A job whose replicated states do not fit on one GPU shards everything.
+    beyond = terms.states + terms.activations > usable_bytes
+    states = np.where(beyond, terms.states / gpus, terms.declared_states_per_gpu(gpus))
+    return np.asarray(states + terms.activations, dtype=float)
+
+
+def memory_per_gpu_gb(frame: pd.DataFrame, gpus: FloatArray) -> FloatArray:
+    """Peak memory of one GPU when the job runs on ``gpus`` GPUs.
+
+    States are split by the ZeRO stage: stage 1 the optimizer, 2 also the gradients, 3
+    also the weights. A job whose replicated states do not fit on one GPU is taken to
+    shard everything (ZeRO-3, FSDP or tensor parallelism), the only way it can run.
+    """
+    return _per_gpu_bytes(memory_terms(frame), usable_memory_gb(frame) * 1e9, gpus) / 1e9
 
 
 def min_gpus_for_memory(frame: pd.DataFrame) -> FloatArray:
     """The smallest power-of-two GPU count whose per-GPU memory fits (capped at 4,096)."""
-    usable_gb = _column(frame, "gpu_memory_gb") * USABLE_MEMORY_FRACTION
+    terms = memory_terms(frame)
+    usable_bytes = usable_memory_gb(frame) * 1e9
     result = np.full(len(frame), float(2**MAX_GPUS_LOG2))
     for exponent in range(MAX_GPUS_LOG2, -1, -1):
         gpus = np.full(len(frame), float(2**exponent))
-        fits = memory_per_gpu_gb(frame, gpus) <= usable_gb
-        result = np.where(fits, gpus, result)
+        result = np.where(_per_gpu_bytes(terms, usable_bytes, gpus) <= usable_bytes, gpus, result)
     return result
+
+
+def fits_as_declared(frame: pd.DataFrame) -> npt.NDArray[np.bool_]:
+    """Whether each job fits on some GPU count with the ZeRO stage its spec declares."""
+    terms = memory_terms(frame)
+    most = np.full(len(frame), float(2**MAX_GPUS_LOG2))
+    per_gpu = terms.declared_states_per_gpu(most) + terms.activations
+    return np.asarray(per_gpu <= usable_memory_gb(frame) * 1e9, dtype=bool)
+
+
+def fits_in_memory(frame: pd.DataFrame) -> npt.NDArray[np.bool_]:
+    """Whether each job fits on some GPU count up to 4,096 (memory only falls with more GPUs)."""
+    most = np.full(len(frame), float(2**MAX_GPUS_LOG2))
+    return np.asarray(memory_per_gpu_gb(frame, most) <= usable_memory_gb(frame), dtype=bool)
+
+
+def _largest_fitting_micro_batch(spec: pd.DataFrame) -> int | None:
+    """The largest micro-batch (at most the spec's) with which the one-row ``spec`` fits."""
+    size = int(spec["micro_batch_size"].iloc[0])
+    while size >= 1:
+        if fits_in_memory(spec.assign(micro_batch_size=float(size)))[0]:
+            return size
+        size = size // 2 if size > 1 else 0
+    return None
+
+
+def _on_gpus(changed: pd.DataFrame) -> str:
+    """Where a one-row spec that fits runs: its GPU count, and the sharding it needs
+    when the declared ZeRO stage cannot hold its states there."""
+    gpus = min_gpus_for_memory(changed)
+    terms = memory_terms(changed)
+    declared = terms.declared_states_per_gpu(gpus) + terms.activations
+    shard = "" if declared[0] <= usable_memory_gb(changed)[0] * 1e9 else " with sharding: zero3"
+    return f"{shard} on {int(gpus[0]):,} GPUs"
+
+
+def _what_would_fit(spec: pd.DataFrame) -> list[str]:
+    """Changes to a one-row spec, each on its own, that make the job fit."""
+    options = []
+    size = _largest_fitting_micro_batch(spec)
+    if size is not None:
+        options.append(f"micro_batch_size: {size}{_on_gpus(spec.assign(micro_batch_size=float(size)))}")
+    if not bool(spec["gradient_checkpointing"].iloc[0]):
+        checkpointed = spec.assign(gradient_checkpointing=True)
+        size = _largest_fitting_micro_batch(checkpointed)
+        if size is not None:
+            smaller = checkpointed.assign(micro_batch_size=float(size))
+            batch = "" if size == int(spec["micro_batch_size"].iloc[0]) else f", micro_batch_size: {size}"
+            options.append(f"gradient_checkpointing: true{batch}{_on_gpus(smaller)}")
+    biggest = max(GPU_SPECS, key=lambda name: GPU_SPECS[name].memory_gb)
+    if float(spec["gpu_memory_gb"].iloc[0]) < GPU_SPECS[biggest].memory_gb:
+        larger = spec.assign(gpu_type=biggest, gpu_memory_gb=GPU_SPECS[biggest].memory_gb)
+        if fits_in_memory(larger)[0]:
+            options.append(f"gpu_type: {biggest}{_on_gpus(larger)}")
+    return options
+
+
+def memory_refusal(spec: pd.DataFrame, *, source: str | None = None, where: str = "") -> InputError:
+    """Why the one-row ``spec`` cannot run, and what would fit, as an InputError.
+
+    ``where`` names the offending rows when the spec came from a larger frame.
+    """
+    terms = memory_terms(spec)
+    most = float(2**MAX_GPUS_LOG2)
+    usable = float(usable_memory_gb(spec)[0])
+    sharding = str(spec["sharding"].iloc[0])
+    declared = float(terms.declared_states_per_gpu(np.array([most]))[0]) / 1e9
+    activations = float(terms.activations[0]) / 1e9
+    micro_batch = int(spec["micro_batch_size"].iloc[0])
+    checkpointing = bool(spec["gradient_checkpointing"].iloc[0])
+    sequences = f"{micro_batch} sequence{'s' if micro_batch > 1 else ''}"
+    why = (
+        f"With sharding {sharding}, each GPU holds {declared:,.1f} GB of weights, gradients, "
+        f"optimizer states and frozen models even on {int(most):,} GPUs, plus "
+        f"{activations:,.1f} GB of activations for {sequences} x "
+        f"{int(spec['seq_len_tokens'].iloc[0]):,} tokens {'with' if checkpointing else 'without'} "
+        f"gradient checkpointing (data parallelism does not split activations); sharding every "
+        f"state across {int(most):,} GPUs still leaves "
+        f"{float(memory_per_gpu_gb(spec, np.array([most]))[0]):,.1f} GB per GPU."
+    )
+    options = _what_would_fit(spec)
+    fix = (
+        "Would fit: " + "; or ".join(options) + "."
+        if options
+        else "No smaller micro-batch, gradient checkpointing or larger GPU fits: the sequences "
+        "must be shorter (seq_len_tokens) or split across GPUs (sequence parallelism)."
+    )
+    memory_gb = float(spec["gpu_memory_gb"].iloc[0])
+    fits = f"for the job to fit in GPU memory ({usable:,.1f} GB usable of {memory_gb:g} GB per GPU)"
+    # Name the first knob the submitter can still turn.
+    if micro_batch > 1:
+        field, expected, got = "micro_batch_size", f"small enough {fits}", micro_batch
+    elif not checkpointing:
+        field, expected, got = "gradient_checkpointing", f"true {fits}", False
+    else:
+        field, expected, got = "seq_len_tokens", f"short enough {fits}", int(spec["seq_len_tokens"].iloc[0])
+    return InputError(field, expected, got, source=source, hint=f"{where}{why} {fix}")
+
+
+def require_fits_in_memory(frame: pd.DataFrame, *, source: str | None = None) -> None:
+    """Refuse a job that fits on no GPU count: forecasting it would invent a cluster."""
+    fits = fits_in_memory(frame)
+    if not fits.all():
+        first = int(np.flatnonzero(~fits)[0])
+        rows = [f"row {label}" for label in frame.index[~fits]]
+        where = f"Broken at {describe_rows(rows)}. " if len(frame) > 1 else ""
+        raise memory_refusal(frame.iloc[[first]], source=source, where=where)
 
 
 def scaling_efficiency(gpus: FloatArray) -> FloatArray:

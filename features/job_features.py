@@ -238,14 +238,19 @@ class RowRule:
     broken: Callable[[pd.DataFrame], pd.Series]
 
 
+# variant -> (strategy, technique), looked up rather than split per row (hot in fitting).
+_VARIANT_PARTS = {variant: variant.split("_", 1) for variant in VARIANTS}
+
+
 def technique_of(frame: pd.DataFrame) -> pd.Series:
     """The technique part of each row's ``variant``."""
-    return frame["variant"].astype(str).str.split("_", n=1).str[1]
+    return frame["variant"].astype(str).map({v: parts[1] for v, parts in _VARIANT_PARTS.items()})
 
 
 def is_lora(frame: pd.DataFrame) -> pd.Series:
     """Whether each row's ``variant`` trains LoRA adapters."""
-    return frame["variant"].astype(str).str.startswith("lora_")
+    lora = {v: parts[0] == Strategy.LORA.value for v, parts in _VARIANT_PARTS.items()}
+    return frame["variant"].astype(str).map(lora).fillna(False).astype(bool)
 
 
 def _is_rl(frame: pd.DataFrame) -> pd.Series:

@@ -2,6 +2,12 @@
 
 The split is by submit time (the last ``test_fraction`` of jobs), as the estimators
 will be used: trained on the past, asked about the next jobs.
+
+Beyond the averages, a forecast is judged per slice: P90 coverage and sharpness (the
+median P90 / P50) in each quintile of the predicted P50 hours, and per predicted GPU
+count. The pinball (quantile) loss at 0.5 and 0.9 scores each quantile as a whole
+(Koenker & Bassett 1978; Gneiting & Raftery 2007 call it a proper scoring rule): on
+log hours and log2 GPUs, so a 2x miss costs the same for a short and a long job.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
+from forecasting.quantiles import pinball_loss
 
 TEST_FRACTION = 0.2
 
@@ -38,8 +45,25 @@ class TrainingMetrics:
     jobs: int
     log_mae_hours: float  # mean |log(P50 hours) - log(actual hours)|
     p90_coverage: float  # share of jobs done within the P90 hours
+    pinball_p50_log_hours: float
+    pinball_p90_log_hours: float
     gpu_accuracy: float  # share of jobs whose P50 GPU count is exact
     gpu_p90_coverage: float  # share of jobs within the P90 GPU count
+    pinball_p50_log2_gpus: float
+    pinball_p90_log2_gpus: float
+
+
+@dataclass(frozen=True, slots=True)
+class SliceMetrics:
+    """One slice of the held-out jobs by predicted P50: coverage and sharpness."""
+
+    target: str  # "hours" or "gpus"
+    slice: str  # "Q1".."Q5" for hours, the predicted GPU count for GPUs
+    jobs: int
+    p50_range: str
+    p90_coverage: float
+    median_p90_over_p50: float
+    analytic_p90_coverage: float  # the analytic-FLOPs baseline on the same jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +77,67 @@ class QuantizationMetrics:
 
 
 def training_metrics(name: str, model: _Predictor, test: pd.DataFrame) -> TrainingMetrics:
-    """MAE of log(hours) at the P50, P90 coverage of hours, share of exact GPU counts."""
+    """MAE of log(hours) at the P50, P90 coverage, pinball losses, exact GPU counts."""
     predicted = model.predict(test[list(TRAINING_SCHEMA.names)])
-    actual_hours = test["duration_hours"].to_numpy(dtype=float)
-    log_error = np.log(predicted["hours_p50"].to_numpy(dtype=float)) - np.log(actual_hours)
+    log_hours = np.log(test["duration_hours"].to_numpy(dtype=float))
+    log_p50 = np.log(predicted["hours_p50"].to_numpy(dtype=float))
+    log_p90 = np.log(predicted["hours_p90"].to_numpy(dtype=float))
+    log2_gpus = np.log2(test["gpus"].to_numpy(dtype=float))
+    log2_p50 = np.log2(predicted["gpus_p50"].to_numpy(dtype=float))
+    log2_p90 = np.log2(predicted["gpus_p90"].to_numpy(dtype=float))
     return TrainingMetrics(
         model=name,
         jobs=len(test),
-        log_mae_hours=float(np.mean(np.abs(log_error))),
-        p90_coverage=float(np.mean(actual_hours <= predicted["hours_p90"].to_numpy())),
-        gpu_accuracy=float(np.mean(predicted["gpus_p50"].to_numpy() == test["gpus"].to_numpy())),
-        gpu_p90_coverage=float(np.mean(test["gpus"].to_numpy() <= predicted["gpus_p90"])),
+        log_mae_hours=float(np.mean(np.abs(log_p50 - log_hours))),
+        p90_coverage=float(np.mean(log_hours <= log_p90)),
+        pinball_p50_log_hours=pinball_loss(log_hours, log_p50, 0.5),
+        pinball_p90_log_hours=pinball_loss(log_hours, log_p90, 0.9),
+        gpu_accuracy=float(np.mean(log2_p50 == log2_gpus)),
+        gpu_p90_coverage=float(np.mean(log2_gpus <= log2_p90)),
+        pinball_p50_log2_gpus=pinball_loss(log2_gpus, log2_p50, 0.5),
+        pinball_p90_log2_gpus=pinball_loss(log2_gpus, log2_p90, 0.9),
     )
+
+
+#: Per target: the actual column of the test jobs, and the unit of its forecasts.
+SLICE_TARGETS = {"hours": ("duration_hours", "h"), "gpus": ("gpus", "GPUs")}
+
+
+def slice_metrics(model: _Predictor, analytic: _Predictor, test: pd.DataFrame) -> list[SliceMetrics]:
+    """P90 coverage and median P90/P50 per quintile of predicted P50 hours, and per
+    predicted P50 GPU count (GPU counts are few distinct powers of two, so quintiles
+    would split equal forecasts at random); the analytic baseline on the same slices."""
+    inputs = test[list(TRAINING_SCHEMA.names)]
+    predicted, baseline = model.predict(inputs), analytic.predict(inputs)
+    # Quintiles by rank, so ties cannot leave a quintile empty.
+    rank = pd.Series(predicted["hours_p50"].to_numpy(dtype=float)).rank(method="first")
+    quintile = np.asarray(pd.qcut(rank, 5, labels=False), dtype=int)
+    gpus_p50 = predicted["gpus_p50"].to_numpy(dtype=float)
+    slices = {
+        "hours": [(f"Q{index + 1}", quintile == index) for index in range(5)],
+        "gpus": [(f"{int(count)}", gpus_p50 == count) for count in np.unique(gpus_p50)],
+    }
+    rows = []
+    for target, named in slices.items():
+        column, unit = SLICE_TARGETS[target]
+        actual = test[column].to_numpy(dtype=float)
+        p50 = predicted[f"{target}_p50"].to_numpy(dtype=float)
+        p90 = predicted[f"{target}_p90"].to_numpy(dtype=float)
+        baseline_p90 = baseline[f"{target}_p90"].to_numpy(dtype=float)
+        for name, in_slice in named:
+            low, high = p50[in_slice].min(), p50[in_slice].max()
+            rows.append(
+                SliceMetrics(
+                    target=target,
+                    slice=name,
+                    jobs=int(in_slice.sum()),
+                    p50_range=f"{low:.3g} {unit}" if low == high else f"{low:.3g}-{high:.3g} {unit}",
+                    p90_coverage=float(np.mean(actual[in_slice] <= p90[in_slice])),
+                    median_p90_over_p50=float(np.median(p90[in_slice] / p50[in_slice])),
+                    analytic_p90_coverage=float(np.mean(actual[in_slice] <= baseline_p90[in_slice])),
+                )
+            )
+    return rows
 
 
 def quantization_metrics(name: str, model: _Predictor, test: pd.DataFrame) -> QuantizationMetrics:

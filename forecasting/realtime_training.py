@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from features.traffic import load_traffic
-from forecasting.backtest import BacktestConfig, accuracy, run_backtest
+from forecasting.backtest import accuracy, config_for, run_backtest
 from forecasting.realtime import HOURS_PER_DAY, HOURS_PER_WEEK, RealtimeProfile
 
 logger = logging.getLogger(__name__)
@@ -20,17 +20,6 @@ BUNDLED_TRAFFIC_DIR = Path(__file__).resolve().parent.parent / "training_data" /
 def bundled_traffic_paths() -> list[Path]:
     """The bundled hourly series (per-request slices are for ingestion tests only)."""
     return sorted(BUNDLED_TRAFFIC_DIR.glob("*_hourly.csv"))
-
-
-def backtest_config_for(hours: int) -> BacktestConfig:
-    """The issue's protocol (two weeks, then daily origins) where three weeks exist.
-
-    Shorter series (the two-week ServeGen traces) get one week of history and daily
-    origins over the second week; their rows are marked ``short_history``.
-    """
-    if hours >= 3 * HOURS_PER_WEEK:
-        return BacktestConfig()
-    return BacktestConfig(initial_hours=HOURS_PER_WEEK)
 
 
 def fit_profiles(
@@ -50,11 +39,10 @@ def fit_profiles(
     fitted: list[tuple[str, RealtimeProfile, dict[str, object]]] = []
     for series, traffic in loaded:
         profile = RealtimeProfile().fit(traffic.hours, traffic.requests)
-        row: dict[str, object] = {"series": series, "hours": len(traffic)}
+        row: dict[str, object] = {"series": series, "history_hours": len(traffic)}
         if len(traffic) >= HOURS_PER_WEEK + HOURS_PER_DAY:
-            config = backtest_config_for(len(traffic))
-            row.update(asdict(accuracy(run_backtest(traffic, series=series, config=config))))
-            row["short_history"] = config.initial_hours < 2 * HOURS_PER_WEEK
+            backtest = run_backtest(traffic, series=series, config=config_for(len(traffic)))
+            row.update(asdict(accuracy(backtest)))
         row["model"] = profile.method_.value
         fitted.append((series, profile, row))
         logger.info("fitted real-time profile %s", series)

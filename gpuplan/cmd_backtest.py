@@ -1,4 +1,8 @@
-"""``gpuplan backtest``: day-ahead backtest of the real-time profile on traffic series."""
+"""``gpuplan backtest``: the real-time profile against the simple seasonal baselines.
+
+The use case is :mod:`gpuplan.app.backtest`; this face prints its tables (or JSON) and
+plots.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +10,38 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from gpuplan.table import format_table
 
 if TYPE_CHECKING:
     from forecasting.backtest import ForecastBacktest, GpuRow
+    from gpuplan.app.backtest import SeriesReport
 
-#: Unit of GPU capacity in the backtest: the observed peak of a series needs this many
-#: GPUs. A scale choice, not something learned: it sets how coarse a GPU step is.
-PEAK_GPUS = 16
-BASES: tuple[Literal["p90"], Literal["p50"]] = ("p90", "p50")
 TRADEOFF_HEADER = ("headroom", "gpu_h", "peak_h", "saved", "hours_cov", "served")
+COMPARISON_HEADER = (
+    "forecaster",
+    "method",
+    "MASE",
+    "relMAE",
+    "P90 cov",
+    "busiest-6h cov",
+    "headroom@99%",
+    "GPU-h saved@99%",
+)
+SUMMARY_HEADER = (
+    "series",
+    "weeks",
+    "profile MASE",
+    "best baseline (MASE)",
+    "MASE gain",
+    "P90 cov",
+    "busiest-6h cov",
+    "saved@99%",
+    "level re-est. MASE gain",
+)
 
 
 def _say(text: str) -> None:
@@ -42,17 +64,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="read column NAME of each CSV as the hourly request count",
     )
     parser.add_argument("--swap-cap", type=int, default=2, help="max GPUs changed per hour (0-8192)")
+    parser.add_argument("--no-mstl", action="store_true", help="skip the MSTL + ETS baseline (the slow one)")
     parser.add_argument("--json", action="store_true", help="print the tables as JSON")
     parser.add_argument("--png", type=Path, default=None, help="directory for plots")
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from contract.files import check_writable_dir
     from features.traffic import load_traffic
-    from forecasting.backtest import accuracy, gpu_tradeoff, run_backtest, saving_at_served
-    from forecasting.realtime_training import backtest_config_for, bundled_traffic_paths
+    from forecasting.realtime_training import bundled_traffic_paths
+    from gpuplan.app.backtest import backtest_series
     from gpuplan.options import integer_in
     from scheduler.scenario_io import MAX_CLUSTER_GPUS
 
@@ -61,81 +82,110 @@ def run(args: argparse.Namespace) -> int:
         check_writable_dir(args.png, "--png")
     paths = list(args.traffic) or bundled_traffic_paths()
     # Every file is read before the first backtest, so a bad one stops the command at once.
-    series = [(path, load_traffic(path, requests_column=args.column)) for path in paths]
-    report: list[dict[str, object]] = []
-    for path, traffic in series:
-        config = backtest_config_for(len(traffic))
-        backtest = run_backtest(traffic, series=path.stem, config=config)
-        row = accuracy(backtest)
-        requests_per_gpu_hour = max(float(traffic.requests.max()), 1.0) / PEAK_GPUS
-        tradeoffs = {
-            basis: gpu_tradeoff(
-                backtest,
-                requests_per_gpu_hour=requests_per_gpu_hour,
-                swap_cap=args.swap_cap,
-                basis=basis,
-            )
-            for basis in BASES
-        }
-        tradeoff = tradeoffs["p90"]
-        best_by_basis = {basis: saving_at_served(rows, 0.99) for basis, rows in tradeoffs.items()}
-        short = config.initial_hours < 2 * 168
-        report.append(
-            {
-                "accuracy": asdict(row),
-                "short_history": short,
-                "requests_per_gpu_hour": requests_per_gpu_hour,
-                "tradeoff": [asdict(t) for rows in tradeoffs.values() for t in rows],
-                "at_99_served": {
-                    basis: None if found is None else asdict(found) for basis, found in best_by_basis.items()
-                },
-            }
-        )
-        if args.png is not None:
-            _plot(backtest, tradeoff, args.png)
-        if args.json:
-            continue
-        label = " (two weeks only: 1 week of history, 7 origins)" if short else ""
-        _say(f"\n== {path.stem}{label}")
-        mase = "n/a" if row.mase != row.mase else f"{row.mase:.3f}"
-        relative_mae = "n/a" if row.relative_mae != row.relative_mae else f"{row.relative_mae:.3f}"
-        _say(
-            f"origins={row.origins} hours={row.hours} method={row.method} MASE={mase} "
-            f"MAE={row.mae:.4g} seasonal-naive MAE={row.seasonal_naive_mae:.4g} "
-            f"relMAE={relative_mae} P90 coverage={row.p90_coverage:.3f}"
-        )
-        _say(
-            f"GPUs: requests_per_gpu_hour={requests_per_gpu_hour:.4g} "
-            f"(peak = {PEAK_GPUS} GPUs), swap_cap={args.swap_cap}; "
-            "saved = 1 - gpu_h / peak_h, peak_h = observed peak need of the evaluated "
-            "hours x hours (hindsight: the smallest static reservation serving 100%)"
-        )
-        for basis, rows in tradeoffs.items():
-            _say(f"trade-off, GPUs from {basis.upper()} x (1 + headroom):")
-            table = [
-                [
-                    f"{t.headroom:.2f}",
-                    t.gpu_hours,
-                    t.peak_reservation_gpu_hours,
-                    f"{t.saving:.1%}",
-                    f"{t.hours_covered:.1%}",
-                    f"{t.demand_served:.2%}",
-                ]
-                for t in rows
-            ]
-            _say(format_table(TRADEOFF_HEADER, table))
-            found = best_by_basis[basis]
-            if found is None:
-                _say(f"at 99% of GPU-demand served ({basis.upper()}): not reached")
-            else:
-                _say(
-                    f"at 99% of GPU-demand served ({basis.upper()}): headroom {found.headroom:g} "
-                    f"saves {found.saving:.1%} of GPU-hours vs peak reservation"
-                )
+    series = [(path.stem, load_traffic(path, requests_column=args.column)) for path in paths]
+    reports = [
+        backtest_series(traffic, series=name, swap_cap=args.swap_cap, with_mstl=not args.no_mstl)
+        for name, traffic in series
+    ]
+    if args.png is not None:
+        for report in reports:
+            _plot(report.profile_backtest, report.profile_tradeoffs["p90"], args.png)
     if args.json:
         # NaN (an undefined MASE) is not JSON; null is.
-        _say(json.dumps(_finite_or_null(report), indent=2, allow_nan=False))
+        _say(json.dumps(_finite_or_null([_as_json(report) for report in reports]), indent=2, allow_nan=False))
+        return 0
+    for report in reports:
+        _print_series(report)
+    _say("\n== summary: the profile against the best simple baseline of each series")
+    _say(format_table(SUMMARY_HEADER, [_summary_row(report) for report in reports]))
+    _say(
+        "goals on series of three weeks or more: MASE at least 10% below the best baseline; "
+        "P90 coverage 0.85-0.95 overall and >= 0.80 on each day's busiest quarter of hours"
+    )
     return 0
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.1%}"
+
+
+def _print_series(report: SeriesReport) -> None:
+    first = report.profile.accuracy
+    label = " (under three weeks: one week of history, the daily fallback)" if first.short_history else ""
+    _say(f"\n== {report.series}: {report.hours} hours{label}")
+    _say(
+        f"{first.origins} origins x 24 h, refitted at each; MASE scaled by the in-sample seasonal "
+        f"naive with period {first.mase_period}; GPUs: requests_per_gpu_hour="
+        f"{report.requests_per_gpu_hour:.4g} (peak = 16 GPUs), swap_cap={report.swap_cap}; "
+        "saved = 1 - GPU-hours / (peak need x hours), P90 x (1 + headroom) planned"
+    )
+    rows = []
+    for result in report.results:
+        row, found = result.accuracy, result.at_target
+        rows.append(
+            [
+                row.forecaster,
+                row.method,
+                f"{row.mase:.3f}",
+                f"{row.relative_mae:.3f}",
+                f"{row.p90_coverage:.3f}",
+                f"{row.busy_p90_coverage:.3f}",
+                "not reached" if found is None else f"{found.headroom:g}",
+                _percent(None if found is None else found.saving),
+            ]
+        )
+    _say(format_table(COMPARISON_HEADER, rows))
+    for basis, tradeoff in report.profile_tradeoffs.items():
+        _say(f"profile trade-off, GPUs from {basis.upper()} x (1 + headroom):")
+        _say(format_table(TRADEOFF_HEADER, [_tradeoff_row(t) for t in tradeoff]))
+
+
+def _tradeoff_row(row: GpuRow) -> list[object]:
+    return [
+        f"{row.headroom:.2f}",
+        row.gpu_hours,
+        row.peak_reservation_gpu_hours,
+        f"{row.saving:.1%}",
+        f"{row.hours_covered:.1%}",
+        f"{row.demand_served:.2%}",
+    ]
+
+
+def _summary_row(report: SeriesReport) -> list[object]:
+    from gpuplan.app.backtest import PROFILE_WITHOUT_LEVEL_SHIFTS
+
+    profile, best = report.profile, report.best_baseline
+    fixed_level = next(r for r in report.results if r.accuracy.forecaster == PROFILE_WITHOUT_LEVEL_SHIFTS)
+    level_gain = 1.0 - profile.accuracy.mase / fixed_level.accuracy.mase
+    return [
+        report.series,
+        f"{report.hours / 168:.1f}",
+        f"{profile.accuracy.mase:.3f}",
+        f"{best.accuracy.forecaster} ({best.accuracy.mase:.3f})",
+        f"{report.mase_gain:+.1%}",
+        f"{profile.accuracy.p90_coverage:.3f}",
+        f"{profile.accuracy.busy_p90_coverage:.3f}",
+        _percent(None if profile.at_target is None else profile.at_target.saving),
+        f"{level_gain:+.1%}",
+    ]
+
+
+def _as_json(report: SeriesReport) -> dict[str, object]:
+    return {
+        "series": report.series,
+        "hours": report.hours,
+        "requests_per_gpu_hour": report.requests_per_gpu_hour,
+        "forecasters": [
+            {
+                "accuracy": asdict(result.accuracy),
+                "baseline": result.baseline,
+                "at_99_served": None if result.at_target is None else asdict(result.at_target),
+            }
+            for result in report.results
+        ],
+        "mase_gain_over_best_baseline": report.mase_gain,
+        "profile_tradeoff": [asdict(t) for rows in report.profile_tradeoffs.values() for t in rows],
+    }
 
 
 def _finite_or_null(value: object) -> object:
@@ -148,7 +198,7 @@ def _finite_or_null(value: object) -> object:
     return value
 
 
-def _plot(backtest: ForecastBacktest, rows: Sequence[GpuRow], directory: Path) -> None:
+def _plot(backtest: ForecastBacktest, rows: list[GpuRow], directory: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,4 +1,9 @@
-"""``gpuplan forecast realtime``: the next hours' P50, P90 and GPUs for one app."""
+"""``gpuplan forecast realtime``: the next hours' P50, P90 and GPUs for one app.
+
+The GPU curve is planned across the end of the window, as the backtest plans it: the
+profile also forecasts the 24 hours after the window, and the swap-capped curve is
+computed over both, so a rise just after the window starts inside it.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ logger = logging.getLogger(__name__)
 MAX_HOURS = 168 * 4
 #: Headroom above P90 as a fraction: 10 is eleven times the forecast, beyond any use.
 MAX_HEADROOM = 10.0
+#: Hours forecast beyond the window so that the GPU plan starts the next rises in time.
+LOOKAHEAD_HOURS = 24
 
 
 def _say(text: str) -> None:
@@ -73,8 +80,9 @@ def run(args: argparse.Namespace) -> int:
     requests_per_gpu_hour = args.requests_per_gpu_hour or max(float(history.requests.max()), 1.0) / 8
     capacity = AppCapacity(requests_per_gpu_hour, args.headroom, args.swap_cap)
     profile = RealtimeProfile().fit(history.hours, history.requests)
-    forecast = profile.predict(at, args.hours)
-    gpus = gpu_curve(forecast.p90, capacity)
+    forecast = profile.predict(at, args.hours + LOOKAHEAD_HOURS)
+    # Planned over the window and the day after it; only the window is printed.
+    gpus = gpu_curve(forecast.p90, capacity)[: args.hours]
     rows = [
         {
             "hour": str(hour.astype("datetime64[s]").item().isoformat()),
@@ -82,7 +90,13 @@ def run(args: argparse.Namespace) -> int:
             "p90": round(float(p90), 3),
             "gpus": int(count),
         }
-        for hour, p50, p90, count in zip(forecast.hours, forecast.p50, forecast.p90, gpus, strict=True)
+        for hour, p50, p90, count in zip(
+            forecast.hours[: args.hours],
+            forecast.p50[: args.hours],
+            forecast.p90[: args.hours],
+            gpus,
+            strict=True,
+        )
     ]
     if args.json:
         _say(json.dumps(rows, indent=2))

@@ -13,6 +13,8 @@ from gpuplan.app.models import DEFAULT_MODELS_DIR
 if TYPE_CHECKING:
     import pandas as pd
 
+    from gpuplan.app.retrain import RetrainReport
+
 
 def _say(text: str) -> None:
     """Command output goes to stdout; logging and the progress bar stay on stderr."""
@@ -75,6 +77,32 @@ def _stored_history(url: str) -> pd.DataFrame:
     return validate_history(frame, source="the job history in --db").sort_values("submit_time", kind="stable")
 
 
+def _rounded(row: dict[str, object]) -> dict[str, object]:
+    return {key: round(value, 3) if isinstance(value, float) else value for key, value in row.items()}
+
+
+def _goal_lines(report: RetrainReport) -> list[str]:
+    """The estimator against the issue's goals, in words."""
+    by_name = {row.model: row for row in report.training}
+    model, size_only = report.training[0], by_name["size-only baseline"]
+    analytic = by_name["analytic-FLOPs baseline"]
+    ratio = size_only.log_mae_hours / max(model.log_mae_hours, 1e-12)
+    quintiles = [row.p90_coverage for row in report.training_slices if row.target == "hours"]
+    accuracy = (
+        f"log-MAE {ratio:.1f}x lower than the size-only baseline (goal >= 2x); "
+        f"P90 coverage {model.p90_coverage:.3f} overall, {min(quintiles):.3f}-{max(quintiles):.3f} "
+        "across the P50 quintiles (goal 0.85-0.95 in each)"
+    )
+    pinball = (
+        f"pinball loss on log hours at 0.5 / 0.9: {model.pinball_p50_log_hours:.4f} / "
+        f"{model.pinball_p90_log_hours:.4f} vs analytic-FLOPs {analytic.pinball_p50_log_hours:.4f} / "
+        f"{analytic.pinball_p90_log_hours:.4f} (goal: below at both); on log2 GPUs "
+        f"{model.pinball_p50_log2_gpus:.4f} / {model.pinball_p90_log2_gpus:.4f} vs "
+        f"{analytic.pinball_p50_log2_gpus:.4f} / {analytic.pinball_p90_log2_gpus:.4f}"
+    )
+    return [accuracy, pinball]
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -115,13 +143,15 @@ def run(args: argparse.Namespace) -> int:
         f"completed training jobs)"
     )
     _say(f"history: {report.history_source} ({report.history_jobs} jobs)")
-    _say(_table(f"training jobs, {split}", [asdict(row) for row in report.training]))
-    model, size_only = report.training[0], report.training[1]
-    ratio = size_only.log_mae_hours / max(model.log_mae_hours, 1e-12)
-    _say(
-        f"log-MAE {ratio:.1f}x lower than the size-only baseline (goal >= 2x); "
-        f"P90 coverage {model.p90_coverage:.3f} (target 0.88-0.92)"
-    )
+    _say(_table(f"training jobs, {split}", [_rounded(asdict(row)) for row in report.training]))
+    for line in _goal_lines(report):
+        _say(line)
+    hours = [_rounded(asdict(row)) for row in report.training_slices if row.target == "hours"]
+    gpus = [_rounded(asdict(row)) for row in report.training_slices if row.target == "gpus"]
+    _say("")
+    _say(_table("P90 hours per quintile of the predicted P50 (goal: coverage 0.85-0.95 in each)", hours))
+    _say("")
+    _say(_table("P90 GPUs per predicted P50 GPU count", gpus))
     if report.quantization:
         _say("")
         _say(

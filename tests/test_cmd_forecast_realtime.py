@@ -59,3 +59,19 @@ def test_bad_at_is_an_input_error() -> None:
     message = "`--at` must be a time after the first hour of the traffic file"
     with pytest.raises(InputError, match=re.escape(message)):
         _run("--traffic", str(LORA), "--at", "2020-01-01")
+
+
+def test_gpus_are_planned_across_the_end_of_the_window(capsys: pytest.CaptureFixture[str]) -> None:
+    # A quiet morning window just before LoRA's evening rise: the plan must already
+    # climb inside the window, as the backtest's next-day lookahead does.
+    common = ["--traffic", str(LORA), "--at", "2024-12-02 10:00", "--requests-per-gpu-hour", "20"]
+    _run(*common, "--hours", "6", "--swap-cap", "1", "--json")
+    window = json.loads(capsys.readouterr().out)
+    _run(*common, "--hours", "30", "--swap-cap", "1", "--json")
+    longer = json.loads(capsys.readouterr().out)
+    assert [row["p90"] for row in window] == [row["p90"] for row in longer[:6]]
+    gpus = [row["gpus"] for row in window]
+    # The next window needs more than the last hour of this one plus the cap allows.
+    assert max(row["gpus"] for row in longer[6:12]) > gpus[-1]
+    assert gpus[-1] >= max(row["gpus"] for row in longer[6:12]) - 6
+    assert gpus[-1] > min(gpus)  # it climbs inside the window

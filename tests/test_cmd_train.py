@@ -82,8 +82,15 @@ def test_train_writes_every_model_and_prints_the_evaluation(
         "mean_over_provision_gpu_hours",
         "lower than the size-only baseline",
         "real-time profiles",
+        "pinball loss on log hours at 0.5 / 0.9",
+        "P90 hours per quintile of the predicted P50",
+        "P90 GPUs per predicted P50 GPU count",
+        "median_p90_over_p50",
+        "analytic_p90_coverage",
     ):
         assert text in result.out
+    quintiles = [line for line in result.out.splitlines() if line.startswith("hours   Q")]
+    assert [line.split()[1] for line in quintiles] == ["Q1", "Q2", "Q3", "Q4", "Q5"]
 
 
 def test_bad_history_exits_2_names_line_and_keeps_the_old_model(history_csv: Path, tmp_path: Path) -> None:
@@ -175,6 +182,30 @@ def test_forecast_job_spec_breaking_the_schema_exits_2(trained: tuple[Path, Resu
         "got [0]. Broken at the spec."
     )
     assert expected in result.err
+
+
+def test_forecast_job_that_fits_in_no_gpu_memory_exits_2(
+    trained: tuple[Path, Result], tmp_path: Path
+) -> None:
+    models, _ = trained
+    spec = {
+        "kind": "training",
+        **SPEC_7B_LORA,
+        "variant": "full_sft",
+        "lora_rank": 0,
+        "micro_batch_size": 32,
+        "gradient_checkpointing": False,
+    }
+    path = _spec_file(tmp_path, spec)
+    result = _run("forecast", "job", path, "--json", "--models", models)
+    assert result.code == 2
+    assert result.out == ""
+    expected = (
+        f"gpuplan forecast: error: {path}: `micro_batch_size` must be small enough for the job to fit "
+        "in GPU memory (72.0 GB usable of 80 GB per GPU); got 32. With sharding none,"
+    )
+    assert expected in result.err
+    assert "Would fit: micro_batch_size: 2 with sharding: zero3 on 4 GPUs" in result.err
 
 
 def test_forecast_job_without_kind_exits_2(trained: tuple[Path, Result], tmp_path: Path) -> None:

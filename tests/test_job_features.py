@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from contract.errors import InputError
+from features import job_costs
 from features.job_features import (
     QUANTIZATION_SCHEMA,
     TRAINING_FEATURES,
@@ -169,3 +170,54 @@ def test_quantization_rule_calibration_for_layer_wise_algorithms() -> None:
     }
     with pytest.raises(InputError, match=re.escape("> 0 for awq and gptq")):
         QUANTIZATION_SCHEMA.validate_record(spec, source="q.yaml")
+
+
+# --- memory: what cannot run is refused --------------------------------------------
+
+
+def _training_frame(**changes: object) -> pd.DataFrame:
+    return TRAINING_SCHEMA.validate_record({**SPEC_7B_LORA, **changes}, source="job.yaml")
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "fix"),
+    [
+        (
+            {"variant": "full_sft", "lora_rank": 0, "micro_batch_size": 32, "gradient_checkpointing": False},
+            (
+                "`micro_batch_size` must be small enough for the job to fit in GPU memory (72.0 GB usable "
+                "of 80 GB per GPU); got 32."
+            ),
+            (
+                "Would fit: micro_batch_size: 2 with sharding: zero3 on 4 GPUs; or gradient_checkpointing: "
+                "true with sharding: zero3 on 8 GPUs."
+            ),
+        ),
+        (
+            {"micro_batch_size": 1, "seq_len_tokens": 131072, "gradient_checkpointing": False},
+            "`gradient_checkpointing` must be true for the job to fit in GPU memory",
+            "Would fit: gradient_checkpointing: true on 1 GPUs",
+        ),
+        (
+            {"params_billion": 405, "num_layers": 126, "hidden_size": 16384, "seq_len_tokens": 262144},
+            "`seq_len_tokens` must be short enough for the job to fit in GPU memory",
+            "the sequences must be shorter (seq_len_tokens) or split across GPUs (sequence parallelism).",
+        ),
+    ],
+)
+def test_a_job_that_fits_on_no_gpu_count_is_refused_with_what_would_fit(
+    changes: dict[str, object], field: str, fix: str
+) -> None:
+    frame = _training_frame(**{"micro_batch_size": 1, **changes})
+    assert not job_costs.fits_in_memory(frame)[0]
+    with pytest.raises(InputError, match=re.escape(f"job.yaml: {field}")) as caught:
+        job_costs.require_fits_in_memory(frame, source="job.yaml")
+    assert fix in str(caught.value)
+
+
+def test_every_job_the_history_generator_draws_fits() -> None:
+    # The refusal and the history agree: nothing that "completed" would be refused.
+    history = generate_history(seed=3, training_jobs=600, quantization_jobs=0)
+    jobs = TRAINING_SCHEMA.validate_frame(history[list(TRAINING_SCHEMA.names)], source="history")
+    assert job_costs.fits_in_memory(jobs).all()
+    job_costs.require_fits_in_memory(jobs, source="history")

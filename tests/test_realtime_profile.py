@@ -1,4 +1,5 @@
-"""RealtimeProfile on the real traces: contract, fallback, update, selection."""
+"""RealtimeProfile on the real traces and on made-up ones: contract, the families the
+history allows, rolling-origin choice, level shifts, the P90 band, update."""
 
 from __future__ import annotations
 
@@ -12,9 +13,18 @@ import pytest
 from contract.errors import InputError
 from features.traffic import load_traffic
 from forecasting.persistence import load_model, save_model
-from forecasting.realtime import NotFittedError, ProfileMethod, RealtimeProfile
+from forecasting.realtime import (
+    HOURS_PER_DAY,
+    HOURS_PER_WEEK,
+    Band,
+    NotFittedError,
+    ProfileMethod,
+    RealtimeProfile,
+    busiest_quarter,
+)
 
 TRAFFIC = Path(__file__).resolve().parent.parent / "training_data" / "traffic"
+START = np.datetime64("2024-01-01T00", "h")
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +39,18 @@ def lora() -> tuple[np.ndarray, np.ndarray]:
     return traffic.hours, traffic.requests
 
 
+def _hours(n: int) -> np.ndarray:
+    return START + np.arange(n).astype("timedelta64[h]")
+
+
+def _daily_cycle(n: int, level: float = 100.0) -> np.ndarray:
+    hour_of_day = np.arange(n) % HOURS_PER_DAY
+    return level * (1.0 + 0.5 * np.sin(2 * np.pi * hour_of_day / HOURS_PER_DAY))
+
+
 def test_init_only_stores_parameters_and_predict_needs_fit() -> None:
-    profile = RealtimeProfile(half_life_weeks=3.0)
-    assert vars(profile)["half_life_weeks"] == 3.0
+    profile = RealtimeProfile(validation_days=5)
+    assert vars(profile)["validation_days"] == 5
     assert not [name for name in vars(profile) if name.endswith("_")]
     message = "This RealtimeProfile is not fitted yet; call fit(hours, requests) first."
     with pytest.raises(NotFittedError, match=re.escape(message)):
@@ -40,36 +59,111 @@ def test_init_only_stores_parameters_and_predict_needs_fit() -> None:
     assert issubclass(NotFittedError, AttributeError)
 
 
-def test_fallbacks_below_two_weeks(lora: tuple[np.ndarray, np.ndarray]) -> None:
+def test_the_history_decides_which_families_compete(lora: tuple[np.ndarray, np.ndarray]) -> None:
     hours, requests = lora
-    assert RealtimeProfile().fit(hours[:12], requests[:12]).method_ is ProfileMethod.FLAT
-    daily = RealtimeProfile().fit(hours[:200], requests[:200])
-    assert daily.method_ is ProfileMethod.DAILY
-    np.testing.assert_allclose(daily.shape_[:24], daily.shape_[24:48])
-    assert RealtimeProfile().fit(hours[:400], requests[:400]).method_ is ProfileMethod.WEEKLY
+    assert RealtimeProfile().fit(hours[:60], requests[:60]).method_ is ProfileMethod.FLAT
+    # Under two weeks: the daily fallback competes with the flat level, never weekly.
+    short = RealtimeProfile().fit(hours[:300], requests[:300])
+    assert set(short.validation_mae_) == {ProfileMethod.FLAT, ProfileMethod.DAILY}
+    # Two to three weeks: flat or weekly; from three weeks, all three.
+    middle = RealtimeProfile().fit(hours[:400], requests[:400])
+    assert set(middle.validation_mae_) == {ProfileMethod.FLAT, ProfileMethod.WEEKLY}
+    full = RealtimeProfile().fit(hours, requests)
+    assert set(full.validation_mae_) == set(ProfileMethod)
 
 
-def test_forecast_quantiles_are_ordered_and_nonnegative(
-    philly: tuple[np.ndarray, np.ndarray],
+def test_rolling_origin_validation_picks_the_lowest_error(
+    philly: tuple[np.ndarray, np.ndarray], lora: tuple[np.ndarray, np.ndarray]
 ) -> None:
-    hours, requests = philly
-    profile = RealtimeProfile(method="weekly").fit(hours[:900], requests[:900])
-    forecast = profile.predict(hours[900], 24)
-    assert forecast.hours[0] == hours[900]
-    assert np.all(forecast.p90 >= forecast.p50)
-    assert np.all(forecast.p50 >= 0)
-    assert forecast.p50.shape == (24,)
+    for hours, requests in (philly, lora):
+        profile = RealtimeProfile().fit(hours, requests)
+        best = min(profile.validation_mae_, key=profile.validation_mae_.__getitem__)
+        assert profile.method_ is best
+    # LoRA's weekdays and weekends differ; a clean daily cycle needs no weekly shape.
+    assert RealtimeProfile().fit(*lora).method_ is ProfileMethod.WEEKLY
+    cycle = _daily_cycle(4 * HOURS_PER_WEEK)
+    assert RealtimeProfile().fit(_hours(cycle.size), cycle).method_ is not ProfileMethod.FLAT
 
 
-def test_update_moves_the_forecast_without_refit(philly: tuple[np.ndarray, np.ndarray]) -> None:
+def test_validation_uses_only_the_history_it_is_given(philly: tuple[np.ndarray, np.ndarray]) -> None:
     hours, requests = philly
-    profile = RealtimeProfile(method="weekly").fit(hours[:900], requests[:900])
-    before = profile.predict(hours[901], 24).p50
-    fitted_at = profile.provenance_.fitted_at
-    profile.update(hours[900], 2 * float(requests[900]))
-    after = profile.predict(hours[901], 24).p50
-    assert np.all(after > before)  # a busier hour lifts the level
+    profile = RealtimeProfile().fit(hours[:900], requests[:900])
+    changed_future = requests.copy()
+    changed_future[900:] *= 3
+    again = RealtimeProfile().fit(hours[:900], changed_future[:900])
+    assert again.validation_mae_ == profile.validation_mae_
+    np.testing.assert_array_equal(again.predict(hours[900]).p90, profile.predict(hours[900]).p90)
+
+
+def test_forecast_quantiles_are_ordered_and_nonnegative(philly: tuple[np.ndarray, np.ndarray]) -> None:
+    hours, requests = philly
+    for method in ("flat", "daily", "weekly"):
+        forecast = RealtimeProfile(method=method).fit(hours[:900], requests[:900]).predict(hours[900], 48)
+        assert forecast.hours[0] == hours[900]
+        assert forecast.p50.shape == forecast.p90.shape == (48,)
+        assert np.all(forecast.p90 >= forecast.p50)
+        assert np.all(forecast.p50 >= 0)
+        assert forecast.method is ProfileMethod(method)
+
+
+def test_a_later_start_forecasts_further_ahead(philly: tuple[np.ndarray, np.ndarray]) -> None:
+    hours, requests = philly
+    profile = RealtimeProfile().fit(hours[:900], requests[:900])
+    whole = profile.predict(hours[900], 48)
+    later = profile.predict(hours[912], 24)
+    np.testing.assert_allclose(later.p50, whole.p50[12:36])
+
+
+def test_level_is_re_estimated_after_a_shift() -> None:
+    # Three weeks of a daily cycle, then the level doubles 30 hours before the origin.
+    requests = _daily_cycle(3 * HOURS_PER_WEEK)
+    requests[-30:] *= 2.0
+    hours = _hours(requests.size)
+    following = RealtimeProfile(method="daily").fit(hours, requests)
+    fixed = RealtimeProfile(method="daily", level_shift_sigmas=float("inf")).fit(hours, requests)
+    expected = 2.0 * _daily_cycle(requests.size + HOURS_PER_DAY)[-HOURS_PER_DAY:]
+    error_following = np.mean(np.abs(following.predict(following.next_hour_).p50 - expected))
+    error_fixed = np.mean(np.abs(fixed.predict(fixed.next_hour_).p50 - expected))
+    assert error_following < 0.25 * error_fixed
+    assert error_following < 0.1 * expected.mean()
+
+
+def test_band_covers_the_busiest_hours_at_least_as_asked() -> None:
+    rng = np.random.default_rng(3)
+    requests = _daily_cycle(4 * HOURS_PER_WEEK) * rng.lognormal(0.0, 0.2, 4 * HOURS_PER_WEEK)
+    hours = _hours(requests.size)
+    profile = RealtimeProfile(busy_quantile=0.95).fit(hours, requests)
+    relaxed = RealtimeProfile(busy_quantile=0.5).fit(hours, requests)
+    assert profile.band_.shift >= relaxed.band_.shift
+    assert profile.band_.power in (0.0, 0.5, 1.0)
+
+
+def test_band_transform_round_trips_and_never_goes_below_p50() -> None:
+    p50 = np.array([0.0, 1.0, 10.0, 1000.0])
+    for power in (0.0, 0.5, 1.0):
+        band = Band(power, floor=2.0, shift=0.3)
+        np.testing.assert_allclose(band.inverse(band.transform(p50)), p50, atol=1e-9)
+        assert np.all(band.upper(p50) > p50)
+    assert np.all(Band(1.0, 2.0, -5.0).upper(p50) == p50)
+
+
+def test_busiest_quarter_marks_six_hours_a_day() -> None:
+    days = np.arange(48, dtype=float).reshape(2, 24)
+    busy = busiest_quarter(days)
+    assert busy.sum(axis=1).tolist() == [6, 6]
+    assert busy[0, 18:].all()
+
+
+def test_update_adds_the_hour_without_refit(philly: tuple[np.ndarray, np.ndarray]) -> None:
+    hours, requests = philly
+    profile = RealtimeProfile(method="daily").fit(hours[:900], requests[:900])
+    fitted_at, band = profile.provenance_.fitted_at, profile.band_
+    profile.update(hours[900], float(requests[900]))
     assert profile.provenance_.fitted_at == fitted_at
+    assert profile.band_ == band
+    # The same family on the longer history gives the same P50.
+    refitted = RealtimeProfile(method="daily").fit(hours[:901], requests[:901])
+    np.testing.assert_allclose(profile.predict(hours[901]).p50, refitted.predict(hours[901]).p50)
     message = "`hour` must be 2017-11-09T13 or later"
     with pytest.raises(ValueError, match=re.escape(message)):
         profile.update(hours[899], 1.0)
@@ -77,50 +171,39 @@ def test_update_moves_the_forecast_without_refit(philly: tuple[np.ndarray, np.nd
         profile.predict(hours[900])
 
 
-def test_spike_barely_moves_the_level(philly: tuple[np.ndarray, np.ndarray]) -> None:
+def test_a_spike_barely_moves_the_next_day(philly: tuple[np.ndarray, np.ndarray]) -> None:
     hours, requests = philly
-    profile = RealtimeProfile(method="weekly").fit(hours[:900], requests[:900])
-    level = profile.level_
-    profile.update(hours[900], 100 * float(requests[900]))
-    assert abs(profile.level_ - level) < 0.2  # clipped innovation, in log1p units
+    normal = RealtimeProfile(method="weekly").fit(hours[:900], requests[:900])
+    spiked = RealtimeProfile(method="weekly").fit(hours[:900], requests[:900])
+    normal.update(hours[900], float(requests[900]))
+    spiked.update(hours[900], 100 * float(requests[900]))
+    ratio = spiked.predict(hours[901]).p50 / normal.predict(hours[901]).p50
+    assert np.all(np.abs(ratio - 1.0) < 0.05)  # medians, not means
 
 
-def test_fit_rejects_gaps(philly: tuple[np.ndarray, np.ndarray]) -> None:
+def test_update_fills_a_gap_with_the_p50(philly: tuple[np.ndarray, np.ndarray]) -> None:
+    hours, requests = philly
+    profile = RealtimeProfile(method="flat").fit(hours[:900], requests[:900])
+    profile.update(hours[903], float(requests[903]))
+    assert profile.next_hour_ == hours[904]
+
+
+def test_fit_rejects_gaps_and_bad_parameters(philly: tuple[np.ndarray, np.ndarray]) -> None:
     hours, requests = philly
     with pytest.raises(ValueError, match=re.escape("`hours` must be consecutive hours")):
         RealtimeProfile().fit(np.delete(hours[:100], 50), np.delete(requests[:100], 50))
+    with pytest.raises(InputError, match=re.escape("`band_floor_fraction` must be a number > 0")):
+        RealtimeProfile(band_floor_fraction=0.0).fit(hours[:48], requests[:48])
+    with pytest.raises(InputError, match=re.escape("`method` must be one of auto, flat, daily, weekly")):
+        RealtimeProfile(method="mstl").fit(hours[:48], requests[:48])  # type: ignore[arg-type]
 
 
-def test_auto_selects_by_backtest_and_saves_with_provenance(
-    philly: tuple[np.ndarray, np.ndarray], tmp_path: Path
-) -> None:
+def test_saves_with_provenance(philly: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     hours, requests = philly
     profile = RealtimeProfile().fit(hours[:700], requests[:700])
-    assert set(profile.selection_mae_) == {"weekly", "daily", "mstl"}
-    best = min(profile.selection_mae_, key=profile.selection_mae_.__getitem__)
-    assert profile.method_.value == best
     path = save_model(profile, tmp_path / "philly.pkl")
     loaded = load_model(path, RealtimeProfile)
     assert loaded.provenance_.rows == 700
     assert loaded.provenance_.window_start == "2017-10-03T00"
     np.testing.assert_allclose(loaded.predict(hours[700]).p90, profile.predict(hours[700]).p90)
     assert pickle.loads(pickle.dumps(profile)).method_ is profile.method_
-
-
-def test_ratio_band_is_proportionate_at_peaks(lora: tuple[np.ndarray, np.ndarray]) -> None:
-    hours, requests = lora
-    ratio = RealtimeProfile().fit(hours[:408], requests[:408]).predict(hours[408], 24)
-    log = RealtimeProfile(band="log").fit(hours[:408], requests[:408]).predict(hours[408], 24)
-    np.testing.assert_allclose(ratio.p50, log.p50)  # the band changes P90 only
-    assert np.all(ratio.p90 >= ratio.p50)
-    # The log band multiplies a peak by the night's spread; the ratio band stays within
-    # a few times the history's peak (355 requests).
-    assert ratio.p90.max() < 3 * requests[:408].max() < log.p90.max()
-
-
-def test_band_parameters_are_validated(lora: tuple[np.ndarray, np.ndarray]) -> None:
-    hours, requests = lora
-    with pytest.raises(InputError, match=re.escape("`band_floor_fraction` must be a number > 0")):
-        RealtimeProfile(band_floor_fraction=0.0).fit(hours[:48], requests[:48])
-    with pytest.raises(InputError, match=re.escape("`band` must be one of ratio, log")):
-        RealtimeProfile(band="normal").fit(hours[:48], requests[:48])  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from gpuplan.app.models import QUANTIZATION_MODEL_FILE, TRAINING_MODEL_FILE, rea
 if TYPE_CHECKING:
     import pandas as pd
 
-    from forecasting.evaluation import QuantizationMetrics, TrainingMetrics
+    from forecasting.evaluation import QuantizationMetrics, SliceMetrics, TrainingMetrics
 
 #: Steps reported to ``progress`` (one call per finished step, with its description).
 RETRAIN_STEPS = 7
@@ -41,6 +41,9 @@ class RetrainReport:
     training_jobs: int
     held_out_jobs: int
     training: list[TrainingMetrics]
+    #: The estimator's P90 coverage and sharpness per quintile of predicted P50 hours
+    #: and per predicted GPU count, beside the analytic baseline's coverage.
+    training_slices: list[SliceMetrics]
     quantization: list[QuantizationMetrics]
     realtime: list[dict[str, object]]
     written: list[Path] = field(default_factory=list)
@@ -70,7 +73,13 @@ def retrain(
     """
     from contract.files import check_writable_dir, replace_files
     from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
-    from forecasting.evaluation import TEST_FRACTION, quantization_metrics, time_split, training_metrics
+    from forecasting.evaluation import (
+        TEST_FRACTION,
+        quantization_metrics,
+        slice_metrics,
+        time_split,
+        training_metrics,
+    )
     from forecasting.persistence import model_files
     from forecasting.quantization_estimator import QuantizationEstimator
     from forecasting.realtime_training import fit_profiles
@@ -122,14 +131,16 @@ def retrain(
     progress("real-time profiles fitted")
 
     earlier, later = time_split(training_jobs)
+    estimator, analytic = TrainingEstimator(), AnalyticBaseline()
     evaluation: list[TrainingMetrics] = []
     for name, candidate in (
-        ("lightgbm (P50/P90)", TrainingEstimator()),
+        ("lightgbm (P50/P90)", estimator),
         ("size-only baseline", SizeOnlyBaseline()),
-        ("analytic-FLOPs baseline", AnalyticBaseline()),
+        ("analytic-FLOPs baseline", analytic),
     ):
         candidate.fit(_inputs(earlier, TRAINING_SCHEMA.names), _targets(earlier))
         evaluation.append(training_metrics(name, candidate, later))
+    slices = slice_metrics(estimator, analytic, later)
     progress("training estimator evaluated")
 
     staged[TRAINING_MODEL_FILE] = TrainingEstimator().fit(
@@ -166,6 +177,7 @@ def retrain(
         training_jobs=len(training_jobs),
         held_out_jobs=len(later),
         training=evaluation,
+        training_slices=slices,
         quantization=quantization_rows,
         realtime=realtime_rows,
         written=written,
