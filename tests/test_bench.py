@@ -80,7 +80,7 @@ def test_sample_draws_the_rolling_replans(capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--sample", "0"], "`--sample` must be an integer from 1 to 1000; got 0."),
+        (["--sample", "0"], "`--sample` must be an integer in [1, 1,000]; got 0."),
         (["--time-limit", "-1"], "`--time-limit` must be a number of seconds > 0 and <= 3,600; got -1.0."),
         (["--cycle-budget-ms", "nan"], "`--cycle-budget-ms` must be a number of milliseconds > 0"),
         (["--scale", "--sizes", "0"], "`--sizes` must be cluster sizes from 1 to 4096; got 0."),
