@@ -13,8 +13,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The main job: train the forecasters if no models exist, then the daemon on SQLite with the
+# demo cluster, its first cycle at once, each commit printed as it happens (Ctrl-C stops it).
 run: $(STAMP)
-	$(VENV)/bin/gpuplan demo
+	$(VENV)/bin/gpuplan -v daemon --print-commits
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

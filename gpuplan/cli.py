@@ -27,6 +27,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("gpuplan.cmd_train", "retrain the job and real-time demand forecasters"),
     "forecast": ("gpuplan.cmd_forecast", "forecast one job's needs or a real-time app's demand"),
     "backtest": ("gpuplan.cmd_backtest", "day-ahead backtest of the real-time demand profile"),
+    "daemon": ("gpuplan.cmd_daemon", "run the service: plan every 30 minutes, commit the current hour"),
+    "submit": ("gpuplan.cmd_submit", "queue a job and answer with its planned start"),
+    "done": ("gpuplan.cmd_done", "report a job finished"),
+    "status": ("gpuplan.cmd_status", "what runs now, the queue, the last plan run"),
+    "export": ("gpuplan.cmd_export", "write a stored run as scenario.json and plan.json"),
 }
 
 

@@ -6,8 +6,12 @@ import argparse
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuplan.app.models import DEFAULT_MODELS_DIR
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _say(text: str) -> None:
@@ -21,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="job history CSV (schema: training_data/README.md; default: the bundled one)",
+    )
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        default=None,
+        help="retrain on the job history stored in this database instead of a file",
     )
     parser.add_argument(
         "--models",
@@ -47,12 +57,28 @@ def _table(title: str, rows: list[dict[str, object]]) -> str:
     return f"{title}\n{format_table(headers, body)}"
 
 
+def _stored_history(url: str) -> pd.DataFrame:
+    from storage.store import open_store
+    from training_data.history import validate_history
+
+    store = open_store(url)
+    try:
+        frame = store.history()
+    finally:
+        store.close()
+    return validate_history(frame, source="the job history in --db").sort_values("submit_time", kind="stable")
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from gpuplan.app.retrain import RETRAIN_STEPS, retrain
     from training_data.history import bundled_history_path, load_history
 
+    if args.db is not None and args.history is not None:
+        from contract.errors import InputError
+
+        raise InputError("--db", "not given with --history (one history at a time)", args.db)
     history_path = args.history if args.history is not None else bundled_history_path()
     steps = tqdm(total=RETRAIN_STEPS, desc="train", unit="step", file=sys.stderr, leave=False)
     with steps:
@@ -61,11 +87,14 @@ def run(args: argparse.Namespace) -> int:
             steps.set_postfix_str(step)
             steps.update()
 
-        history = load_history(history_path)
+        if args.db is not None:
+            history, source = _stored_history(args.db), "the job history in --db"
+        else:
+            history, source = load_history(history_path), str(history_path)
         progress("history read")
         report = retrain(
             history,
-            source=str(history_path),
+            source=source,
             models_dir=args.models,
             traffic_paths=list(args.traffic),
             progress=progress,

@@ -94,8 +94,10 @@ class Store(abc.ABC):
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...
 
     @abc.abstractmethod
-    def finish_job(self, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object]) -> Job:
-        """Mark a running (or queued) job done and append ``history_row`` to the job history,
+    def finish_job(
+        self, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object] | None
+    ) -> Job:
+        """Mark a running (or queued) job done and append ``history_row`` (when given) to the job history,
         in one transaction. Raises ``InputError`` for an unknown or already finished job."""
 
     # -- job history (the forecasters' documented schema, training_data/README.md) -------

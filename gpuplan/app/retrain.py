@@ -53,10 +53,14 @@ def retrain(
     *,
     source: str,
     models_dir: Path,
-    traffic_paths: Sequence[Path] = (),
+    traffic_paths: Sequence[Path] | None = (),
     progress: Callable[[str], None] = lambda step: None,
 ) -> RetrainReport:
-    """Fit every forecaster on ``history`` (validated) and the traffic series; save them all."""
+    """Fit every forecaster on ``history`` (validated) and the traffic series; save them all.
+
+    ``traffic_paths`` empty fits the bundled series' profiles; None fits no profile (the
+    service keeps its apps' profiles in its database).
+    """
     from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
     from forecasting.evaluation import quantization_metrics, time_split, training_metrics
     from forecasting.persistence import save_model
@@ -106,7 +110,7 @@ def retrain(
     progress("quantization estimator fitted")
 
     realtime_rows = []
-    for series, profile, row in fit_profiles(traffic_paths):
+    for series, profile, row in fit_profiles(traffic_paths) if traffic_paths is not None else []:
         staged[realtime_model_file(series)] = profile
         realtime_rows.append({**row, "path": str(models_dir / realtime_model_file(series))})
     progress("real-time profiles fitted")

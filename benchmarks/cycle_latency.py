@@ -1,0 +1,103 @@
+"""Plan-cycle latency and database growth of the service, measured on real SQLite files.
+
+    python -m benchmarks.cycle_latency [--cycles 24] [--models models]
+
+Two clusters: the demo (16 GPUs, two real-time apps on bundled traffic, its seeded queue)
+and 256 GPUs with 100 queued jobs (plus four apps). Each cycle is the daemon's own
+``run_once`` at a clock that moves 30 minutes a cycle; latency is the cycle's wall time
+(load, forecast, plan, store, commit). Then a simulated week of 30-minute cycles on the
+demo database gives the database's size. Prints median and p99 for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import daemon
+from gpuplan.app.config import AppTraffic, demo_config
+from gpuplan.app.seed import ensure_models, ensure_service
+from storage.records import Cluster, Job, JobEstimate
+from storage.store import open_store
+
+T0 = datetime(2026, 11, 30, 0, 5, tzinfo=UTC)
+CYCLE = timedelta(minutes=30)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _cycles(db: str, config: object, cycles: int, *, large: bool) -> list[float]:
+    store = open_store(db)
+    try:
+        service = daemon.make_service(store, config)  # type: ignore[arg-type]
+        ensure_service(store, config, T0)  # type: ignore[arg-type]
+        if large:
+            for n in range(100):
+                gpus = (1, 2, 4, 8, 16)[n % 5]
+                hours = 1.0 + (n * 7) % 23
+                store.add_job(
+                    Job(
+                        id=f"bench-{n}",
+                        kind="batch_inference",
+                        priority=float(10 + (n * 13) % 90),
+                        spec={"id": f"bench-{n}", "kind": "batch_inference", "gpus": gpus, "hours": hours},
+                        submitted_at=T0,
+                        estimate=JobEstimate(gpus, hours, hours),
+                    )
+                )
+        latencies = []
+        for n in range(cycles):
+            started = time.perf_counter()
+            daemon.run_once(service, T0 + n * CYCLE)
+            latencies.append((time.perf_counter() - started) * 1000)
+        return latencies
+    finally:
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=24)
+    parser.add_argument("--models", type=Path, default=Path("models"))
+    parser.add_argument("--week", action=argparse.BooleanOptionalAction, default=True)
+    args = parser.parse_args(argv)
+    demo = replace(demo_config(args.models), commits_file=None)
+    ensure_models(demo)
+    apps = tuple(replace(app, id=f"{app.id}-{copy}") for copy in (0, 1) for app in demo.apps)
+    traffic = tuple(
+        AppTraffic(f"{t.app}-{copy}", t.path, (t.peak_gpus or 4) * 8) for copy in (0, 1) for t in demo.traffic
+    )
+    large = replace(demo, cluster=Cluster(gpus=256), apps=apps, traffic=traffic, demo_queue=False)
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name, config, is_large in (("demo (16 GPUs)", demo, False), ("256 GPUs, 100 jobs", large, True)):
+            db = f"sqlite:///{folder}/{'large' if is_large else 'demo'}.db"
+            ms = _cycles(db, config, args.cycles, large=is_large)
+            rows.append((name, len(ms), statistics.median(ms), _percentile(ms, 0.99), max(ms)))
+        sys.stdout.write(
+            f"{'cluster':20s} {'cycles':>6s} {'median ms':>10s} {'p99 ms':>10s} {'max ms':>10s}\n"
+        )
+        for name, n, median, p99, worst in rows:
+            sys.stdout.write(f"{name:20s} {n:6d} {median:10.1f} {p99:10.1f} {worst:10.1f}\n")
+        if args.week:
+            path = Path(folder) / "week.db"
+            week = 7 * 48
+            ms = _cycles(f"sqlite:///{path}", demo, week, large=False)
+            sys.stdout.write(
+                f"a week: {week} 30-minute cycles on the demo, median {statistics.median(ms):.1f} ms, "
+                f"p99 {_percentile(ms, 0.99):.1f} ms; database {path.stat().st_size / 1e6:.1f} MB\n"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,225 @@
+"""From the service's state and its forecasts to a contract scenario, and from a plan back.
+
+The only place where forecasts meet the scheduler:
+
+- a batch job's estimate (GPUs, P50 or P90 hours) becomes a ``BatchJob`` of whole steps;
+- an app's P90 requests per hour become GPUs per step (``gpus_needed``), then the least
+  curve its swap cap can follow, computed over twice the horizon so that a rise just
+  after the horizon is started in time inside it;
+- running work is pinned (batch jobs on their blocks for their remaining estimate, at
+  least one step while they overrun; real-time apps on last hour's committed GPUs, so
+  the swap cap holds across runs);
+- column 0 of a plan becomes the hour's commit.
+
+Everything here is a pure function of values; the tick (:mod:`gpuplan.app.tick`) loads
+and saves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from gpuplan.app.config import PlanWith
+from scheduler.curves import swap_capped_curve
+from storage.records import App, AppForecast, Assignment, Cluster, Commit, Job, JobEstimate
+
+STEP = timedelta(hours=1)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AppDemand:
+    """One app's forecast from the plan's first hour on: requests P50/P90 per hour."""
+
+    app: App
+    p50: Sequence[float]
+    p90: Sequence[float]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one planning run knows, as of the wall-clock hour ``start`` of its step 0."""
+
+    start: datetime
+    cluster: Cluster
+    queued: Sequence[Job]
+    running: Sequence[Job]
+    demand: Sequence[AppDemand]
+    realtime_sets: Mapping[str, tuple[int, ...]]  # app -> GPUs it held in the hour before ``start``
+
+
+def floor_hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def duration_steps(hours: float, step_minutes: int) -> int:
+    """Whole steps a run of ``hours`` holds its GPUs (at least one)."""
+    return max(1, math.ceil(hours * 60 / step_minutes - 1e-9))
+
+
+def planned_hours(estimate: JobEstimate, plan_with: PlanWith) -> float:
+    return estimate.hours_p50 if plan_with is PlanWith.P50 else estimate.hours_p90
+
+
+def gpu_demand(p90_requests: Sequence[float], app: App, horizon_steps: int) -> list[int]:
+    """GPUs per step for ``horizon_steps`` steps: need from P90, then the swap-capped curve.
+
+    ``p90_requests`` may run past the horizon; the curve is computed over all of it and
+    cut, so that rises after the horizon's end are started early enough.
+    """
+    from forecasting.gpu_mapping import gpus_needed
+
+    need = [int(n) for n in gpus_needed(p90_requests, app.requests_per_gpu_hour, app.headroom)]
+    return swap_capped_curve(need, app.swap_cap)[:horizon_steps]
+
+
+def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> dict[str, Any]:
+    """The contract scenario (CONTRACT.md) of a snapshot: what the planner sees."""
+    cluster, start = snapshot.cluster, snapshot.start
+    horizon = cluster.horizon_steps
+    jobs: list[dict[str, Any]] = []
+    running: list[dict[str, Any]] = []
+    for job in snapshot.running:
+        assert job.started_at is not None and job.first_gpu is not None and job.gpus is not None
+        assert job.estimate is not None
+        elapsed = (
+            duration_steps((start - job.started_at) / STEP, cluster.step_minutes)
+            if start > job.started_at
+            else 0
+        )
+        planned = duration_steps(planned_hours(job.estimate, plan_with), cluster.step_minutes)
+        # A job that overruns its forecast stays pinned: one more step at a time.
+        remaining = max(1, planned - elapsed)
+        jobs.append(_batch_entry(job, gpus=job.gpus, steps=elapsed + remaining, order=len(jobs)))
+        running.append(
+            {
+                "id": job.id,
+                "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
+                "remaining": remaining,
+            }
+        )
+    for job in snapshot.queued:
+        assert job.estimate is not None
+        steps = duration_steps(planned_hours(job.estimate, plan_with), cluster.step_minutes)
+        jobs.append(_batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=len(jobs)))
+    for demand in snapshot.demand:
+        app = demand.app
+        jobs.append(
+            {
+                "id": app.id,
+                "kind": "realtime",
+                "priority": app.priority,
+                "swap_cap": app.swap_cap,
+                "demand": gpu_demand(demand.p90, app, horizon),
+            }
+        )
+    down = _down_steps(cluster, start, pinned={r["id"]: r for r in running})
+    going_down = {window["gpu"] for window in down}
+    for demand in snapshot.demand:
+        # GPUs that go down within the horizon leave the carried-over set: the app is planned
+        # onto others from step 0, so no running set ever has to be shed faster than its cap.
+        held = [gpu for gpu in snapshot.realtime_sets.get(demand.app.id, ()) if gpu not in going_down]
+        if held:
+            running.append({"id": demand.app.id, "gpus": held})
+    return {
+        "name": name,
+        "gpus": cluster.gpus,
+        "horizon": horizon,
+        "step_minutes": cluster.step_minutes,
+        "decay": cluster.decay,
+        "rt_penalty": cluster.rt_penalty,
+        "jobs": jobs,
+        "running": running,
+        "down": down,
+    }
+
+
+def _down_steps(cluster: Cluster, start: datetime, pinned: Mapping[str, dict[str, Any]]) -> list[dict[str, int]]:
+    """Down windows as steps of the plan starting at ``start``.
+
+    A window that hits a running batch job's block is moved past the job's pinned run: the
+    job holds its GPUs until it is reported done (``gpuplan done``), the contract cannot pin
+    work on a GPU that is down, and the plan must stay legal (logged).
+    """
+    horizon = cluster.horizon_steps
+    end_of_plan = start + horizon * STEP
+    down = []
+    for window in cluster.down:
+        window_end = window.end or end_of_plan
+        if window_end <= start or window.start >= end_of_plan:
+            continue
+        first = max(0, math.floor((window.start - start) / STEP))
+        last = min(horizon, math.ceil((window_end - start) / STEP))
+        for job_id, entry in pinned.items():
+            if window.gpu in entry["gpus"] and first < entry["remaining"]:
+                log.warning("GPU %d goes down under running job %s; kept up until it ends", window.gpu, job_id)
+                first = entry["remaining"]
+        if first < last:
+            down.append({"gpu": window.gpu, "start": first, "end": last})
+    return down
+
+
+def _batch_entry(job: Job, *, gpus: int, steps: int, order: int) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "priority": job.priority,
+        "gpus": gpus,
+        "duration": steps,
+        "release": 0,
+        "order": order,
+    }
+
+
+def app_forecasts(snapshot: Snapshot) -> tuple[AppForecast, ...]:
+    """The hours of each app's forecast that the plan used (its horizon)."""
+    horizon = snapshot.cluster.horizon_steps
+    rows = []
+    for demand in snapshot.demand:
+        gpus = gpu_demand(demand.p90, demand.app, horizon)
+        for t in range(horizon):
+            rows.append(
+                AppForecast(
+                    app=demand.app.id,
+                    hour=snapshot.start + t * STEP,
+                    p50=float(demand.p50[t]),
+                    p90=float(demand.p90[t]),
+                    gpus=gpus[t],
+                )
+            )
+    return tuple(rows)
+
+
+def inputs_hash(document: Mapping[str, Any]) -> str:
+    """A stable hash of a scenario (its name aside): two runs that saw the same inputs share it."""
+    payload = {key: value for key, value in document.items() if key != "name"}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def column_commit(grid: Sequence[Sequence[str | None]], hour: datetime, run_id: int | None = None) -> Commit:
+    """Step 0 of a plan as the hour's commit: each job with the GPUs it holds, by job id."""
+    held: dict[str, list[int]] = {}
+    for gpu, row in enumerate(grid):
+        if row and row[0] is not None:
+            held.setdefault(row[0], []).append(gpu)
+    return Commit(
+        hour=hour,
+        run_id=run_id,
+        assignments=tuple(Assignment(job, tuple(gpus)) for job, gpus in sorted(held.items())),
+    )
+
+
+def realtime_sets(commit: Commit | None, app_ids: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """The GPUs each app held in a committed hour."""
+    if commit is None:
+        return {}
+    wanted = set(app_ids)
+    return {a.job: a.gpus for a in commit.assignments if a.job in wanted}

@@ -1,0 +1,190 @@
+"""Submitting a job and reporting it done: the per-request use cases.
+
+``submit`` validates a spec, forecasts it (GPUs, P50 and P90 hours), queues it and
+answers with the job's planned start and GPUs from an immediate fast-mode replan (the
+hot path; stored, never committed). ``finish`` marks a job done, appends it to the job
+history the forecasters retrain on, and frees its GPUs at the next cycle.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from contract.errors import InputError
+from gpuplan.app.bridge import STEP
+from gpuplan.app.config import ServiceConfig
+from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
+from storage.records import Job, JobEstimate, JobState, Outcome, PlanRun, RunMode
+from storage.store import Store
+
+BATCH_KINDS = ("training", "batch_inference", "quantization")
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+MAX_PRIORITY = 1e9
+MAX_HOURS = 24 * 365
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    job: str
+    gpus: int
+    hours_p50: float
+    hours_p90: float
+    planned_start: datetime | None
+    first_gpu: int | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "job": self.job,
+            "gpus": self.gpus,
+            "hours_p50": round(self.hours_p50, 4),
+            "hours_p90": round(self.hours_p90, 4),
+            "planned_start": None if self.planned_start is None else self.planned_start.isoformat(),
+            "first_gpu": self.first_gpu,
+        }
+
+
+def check_spec(spec: object, *, source: str) -> dict[str, Any]:
+    """The spec's common keys checked (``id``, ``kind``, ``priority``, optional ``gpus``/``hours``)."""
+    if not isinstance(spec, Mapping):
+        raise InputError("(top level)", "a mapping of job fields", type(spec).__name__, source=source)
+    spec = {str(key): value for key, value in spec.items()}
+    job_id = spec.get("id")
+    if not isinstance(job_id, str) or not JOB_ID.match(job_id):
+        raise InputError(
+            "id",
+            "1-128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
+            job_id,
+            source=source,
+        )
+    if spec.get("kind") not in BATCH_KINDS:
+        raise InputError("kind", f"one of {list(BATCH_KINDS)}", spec.get("kind"), source=source)
+    priority = spec.get("priority", 1)
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int | float)
+        or not (math.isfinite(priority) and 0 < priority <= MAX_PRIORITY)
+    ):
+        raise InputError("priority", f"a finite number in (0, {MAX_PRIORITY:g}]", priority, source=source)
+    if "gpus" in spec:
+        gpus = spec["gpus"]
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1 or gpus & (gpus - 1):
+            raise InputError("gpus", "a power of two (1, 2, 4, 8, ...)", gpus, source=source)
+    if "hours" in spec:
+        hours = spec["hours"]
+        if (
+            isinstance(hours, bool)
+            or not isinstance(hours, int | float)
+            or not (math.isfinite(hours) and 0 < hours <= MAX_HOURS)
+        ):
+            raise InputError("hours", f"a number of hours in (0, {MAX_HOURS}]", hours, source=source)
+        if "gpus" not in spec:
+            raise InputError("gpus", "given with `hours` (a power of two)", None, source=source)
+    elif spec["kind"] == "batch_inference":
+        raise InputError(
+            "hours",
+            "a number of hours (batch inference has no forecaster)",
+            None,
+            source=source,
+            hint="Give `gpus` and `hours` for batch inference jobs.",
+        )
+    return spec
+
+
+def estimate_spec(spec: dict[str, Any], forecasters: Forecasters, *, source: str) -> JobEstimate:
+    explicit = explicit_estimate(spec)
+    if explicit is not None:
+        return explicit
+    features = {k: v for k, v in spec.items() if k not in SPEC_KEYS}
+    return estimate_of(forecasters.forecast(str(spec["kind"]), features, source=source))
+
+
+def submit(
+    store: Store,
+    spec_document: object,
+    now: datetime,
+    config: ServiceConfig,
+    *,
+    source: str = "job spec",
+    forecasters: Forecasters | None = None,
+) -> SubmitResult:
+    """Validate, forecast, queue and replan; nothing is stored when any of it is refused."""
+    from gpuplan.app.tick import plan_cycle
+
+    spec = check_spec(spec_document, source=source)
+    forecasters = forecasters or Forecasters(config.models_dir)
+    estimate = estimate_spec(spec, forecasters, source=source)
+    cluster = store.cluster()
+    if cluster is None:
+        raise InputError("--db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
+    if estimate.gpus > cluster.gpus:
+        raise InputError(
+            "gpus",
+            f"at most the cluster's {cluster.gpus} GPUs",
+            estimate.gpus,
+            source=source,
+            hint="The forecast needs a larger cluster; give `gpus` (and `hours`) to override.",
+        )
+    if store.job(spec["id"]) is not None:
+        raise InputError("id", "an id no other job has", spec["id"], source=source)
+    store.add_job(
+        Job(
+            id=spec["id"],
+            kind=spec["kind"],
+            priority=float(spec.get("priority", 1)),
+            spec=spec,
+            submitted_at=now,
+            estimate=estimate,
+        )
+    )
+    report = plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT)
+    run = store.run(report.run_id)
+    planned_start, first_gpu = planned_place(run, spec["id"]) if run is not None else (None, None)
+    return SubmitResult(
+        spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu
+    )
+
+
+def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | None]:
+    """Where a run plans ``job_id`` first: (wall-clock start, first GPU), or (None, None)."""
+    for step in range(len(run.grid[0]) if run.grid else 0):
+        gpus = [gpu for gpu, row in enumerate(run.grid) if row[step] == job_id]
+        if gpus:
+            return run.start + step * STEP, min(gpus)
+    return None, None
+
+
+def history_row(job: Job, ended_at: datetime, outcome: Outcome) -> dict[str, object] | None:
+    """The finished job in the job history's schema (training_data/README.md), or None for
+    kinds the forecasters do not learn (batch inference)."""
+    if job.kind not in {"training", "quantization"}:
+        return None
+    features = {k: v for k, v in job.spec.items() if k not in SPEC_KEYS}
+    return {
+        "job_id": job.id,
+        "kind": job.kind,
+        "submit_time": job.submitted_at.isoformat(),
+        "start_time": (job.started_at or ended_at).isoformat(),
+        "end_time": ended_at.isoformat(),
+        "gpus": job.gpus or (job.estimate.gpus if job.estimate else 1),
+        "outcome": outcome.value,
+        **features,
+    }
+
+
+def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
+    """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle."""
+    job = store.job(job_id)
+    if job is None:
+        raise InputError("JOB_ID", "the id of a submitted job", job_id)
+    if job.state is JobState.DONE:
+        raise InputError("JOB_ID", "a job that is queued or running", f"{job_id} (already done)")
+    if job.started_at is not None and at < job.started_at:
+        raise InputError(
+            "--at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
+        )
+    return store.finish_job(job_id, at, outcome, history_row(job, at, outcome))

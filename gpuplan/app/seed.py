@@ -1,0 +1,159 @@
+"""Bringing a database to life: the cluster and apps from the config, their traffic and
+demand profiles, and, for the demo, a queue and a job history drawn from the bundled one.
+
+Idempotent: what a database already has is kept, so every start of the daemon may call it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import pickle
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from contract.errors import InputError
+from gpuplan.app.bridge import STEP, floor_hour
+from gpuplan.app.config import AppTraffic, ServiceConfig
+from gpuplan.app.models import TRAINING_MODEL_FILE
+from storage.records import App, Job, JobEstimate, TrafficHour
+from storage.store import Store
+
+if TYPE_CHECKING:
+    from features.job_features import JobKind
+
+log = logging.getLogger(__name__)
+
+WEEK = timedelta(days=7)
+#: The demo's queue: this many jobs of each kind, drawn from the bundled history.
+DEMO_QUEUE: dict[JobKind, int] = {"training": 9, "quantization": 3}
+DEMO_PRIORITIES = (10.0, 30.0, 50.0, 70.0)
+#: Rows of the bundled history copied into a demo database (what `train --db` starts from).
+DEMO_HISTORY_ROWS = 3000
+DEMO_SEED = 7
+
+
+def ensure_models(config: ServiceConfig) -> bool:
+    """Train the job forecasters on the bundled history when the models folder has none."""
+    if (config.models_dir / TRAINING_MODEL_FILE).is_file():
+        return False
+    from gpuplan.app.retrain import retrain
+    from training_data.history import bundled_history_path, load_history
+
+    path = bundled_history_path()
+    log.info("no models in %s: training them on the bundled history", config.models_dir)
+    retrain(load_history(path), source=str(path), models_dir=config.models_dir, traffic_paths=None)
+    return True
+
+
+def ensure_service(store: Store, config: ServiceConfig, now: datetime, *, from_file: bool = False) -> None:
+    """Cluster, apps, traffic and profiles, and the demo queue, where the database lacks them.
+
+    A config read from a file (``from_file``) is the source of truth for the cluster and the
+    apps and replaces what is stored; the demo defaults only fill an empty database.
+    """
+    fresh = store.cluster() is None
+    if fresh or from_file:
+        store.save_cluster(config.cluster)
+    stored_apps = {app.id for app in store.apps()}
+    traffic_of = {t.app: t for t in config.traffic}
+    for configured in config.apps:
+        if configured.id in stored_apps and not from_file:
+            continue
+        app, source = configured, traffic_of.get(configured.id)
+        if store.profile(app.id) is None and source is not None:
+            app = _seed_traffic(store, app, source, now)
+        elif app.requests_per_gpu_hour <= 0:
+            raise InputError(
+                f"apps[{app.id}].requests_per_gpu_hour", "a number > 0 (or traffic to derive it from)", 0
+            )
+        store.save_app(app)
+    if fresh and config.demo_queue:
+        _seed_demo_jobs(store, now)
+
+
+def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime) -> App:
+    """Store the app's traffic, moved by whole weeks to end before ``now`` (the weekly pattern
+    stays on its weekdays), fit its profile on it, and derive its GPU capacity if unset."""
+    import numpy as np
+
+    from features.traffic import load_traffic
+    from forecasting.realtime import RealtimeProfile
+
+    traffic = load_traffic(source.path)
+    last = traffic.hours[-1].astype("datetime64[s]").item().replace(tzinfo=UTC)
+    weeks = math.floor((floor_hour(now) - STEP - last) / WEEK)
+    shift = np.timedelta64(weeks * 7 * 24, "h")
+    hours = traffic.hours + shift
+    store.add_traffic(
+        [
+            TrafficHour(app.id, hour.astype("datetime64[s]").item().replace(tzinfo=UTC), float(requests))
+            for hour, requests in zip(hours, traffic.requests, strict=True)
+        ]
+    )
+    profile = RealtimeProfile().fit(hours, traffic.requests)
+    store.save_profile(app.id, pickle.dumps(profile), through=last + weeks * WEEK)
+    if app.requests_per_gpu_hour <= 0:
+        peak_gpus = source.peak_gpus or 8
+        app = replace(app, requests_per_gpu_hour=max(float(traffic.requests.max()), 1.0) / peak_gpus)
+    log.info(
+        "app %s: %d hours of traffic from %s, profile %s",
+        app.id,
+        len(traffic),
+        source.path.name,
+        profile.method_.value,
+    )
+    return app
+
+
+def _seed_demo_jobs(store: Store, now: datetime) -> None:
+    """A queue of real-looking jobs (features from the bundled history) and a slice of history."""
+    import numpy as np
+
+    from features.job_features import SCHEMAS
+    from training_data.history import bundled_history_path, load_history
+
+    history = load_history(bundled_history_path())
+    store.append_history(history.tail(DEMO_HISTORY_ROWS))
+    rng = np.random.default_rng(DEMO_SEED)
+    done = history[history["outcome"] == "completed"]
+    hours = (done["end_time"] - done["start_time"]).dt.total_seconds() / 3600
+    fits = done[(done["gpus"] <= 8) & (hours <= 20) & (hours >= 0.5)]
+    kind: JobKind
+    for kind, count in DEMO_QUEUE.items():
+        rows = fits[fits["kind"] == kind]
+        for n, index in enumerate(rng.choice(len(rows), size=count, replace=False)):
+            row = rows.iloc[int(index)]
+            spec: dict[str, Any] = {"id": f"demo-{kind}-{n}", "kind": kind}
+            spec["priority"] = float(rng.choice(DEMO_PRIORITIES))
+            spec.update({name: _plain(row[name]) for name in SCHEMAS[kind].names})
+            store.add_job(
+                Job(id=spec["id"], kind=kind, priority=spec["priority"], spec=spec, submitted_at=now)
+            )
+    # Batch inference has no forecaster: its spec states GPUs and hours.
+    for n, (gpus, hours_) in enumerate(((2, 3.0), (4, 5.0))):
+        spec = {
+            "id": f"demo-batch-inference-{n}",
+            "kind": "batch_inference",
+            "priority": 40.0,
+            "gpus": gpus,
+            "hours": hours_,
+        }
+        store.add_job(
+            Job(
+                id=spec["id"],
+                kind="batch_inference",
+                priority=40.0,
+                spec=spec,
+                submitted_at=now,
+                estimate=JobEstimate(gpus=gpus, hours_p50=hours_, hours_p90=hours_),
+            )
+        )
+
+
+def _plain(value: Any) -> Any:
+    """A frame cell as a JSON value."""
+    if hasattr(value, "item"):
+        value = value.item()
+    return value

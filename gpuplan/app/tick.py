@@ -1,0 +1,379 @@
+"""The daemon's jobs, each a plain function of (store, clock): plan, recalibrate, review, retrain.
+
+One plan cycle reads as the pipeline::
+
+    snapshot = load_snapshot(store, start, config)     # state, forecasts
+    document = scenario_document(snapshot)             # the contract's scenario
+    plan     = policies.plan(instance, FAST, budget)   # checked before it returns
+    store.record_run(run, commit=column 0)             # one transaction
+
+Step 0 of a cycle is the current wall-clock hour. Only that hour is committed, once: a
+second cycle in an hour that is already committed plans from the next hour on, with the
+committed hour as its running state, so every stored plan starts where nothing is
+decided yet and the swap cap holds across runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from contract.errors import InputError
+from gpuplan.app.bridge import (
+    STEP,
+    AppDemand,
+    Snapshot,
+    app_forecasts,
+    column_commit,
+    floor_hour,
+    inputs_hash,
+    realtime_sets,
+    scenario_document,
+)
+from gpuplan.app.config import ServiceConfig
+from gpuplan.app.executors import Executor
+from gpuplan.app.forecasters import Forecasters
+from storage.records import App, Commit, JobState, PlanRun, RunMode, TrafficHour
+from storage.store import Store
+
+if TYPE_CHECKING:
+    from forecasting.realtime import RealtimeProfile
+    from scheduler.policies import Plan, PolicyName
+
+log = logging.getLogger(__name__)
+
+#: How far ahead an app's demand is forecast: twice the horizon, so that the swap-capped
+#: curve starts a rise just after the horizon in time.
+LOOKAHEAD = 2
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """What one plan cycle did (also the daemon's one log line per cycle)."""
+
+    hour: datetime
+    start: datetime
+    run_id: int | None
+    committed: bool
+    objective: float
+    latency_ms: float
+    jobs_committed: int
+    realtime_gpus: int
+    status: str
+    utilization: float
+    rt_coverage: float
+    queue_length: int
+
+    def log_line(self) -> str:
+        return (
+            f"cycle hour={self.hour.isoformat()} start={self.start.isoformat()} run={self.run_id} "
+            f"committed={str(self.committed).lower()} objective={self.objective:.1f} "
+            f"latency_ms={self.latency_ms:.1f} jobs_committed={self.jobs_committed} "
+            f"realtime_gpus={self.realtime_gpus} status={self.status}"
+        )
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+
+def load_profile(store: Store, app: str) -> RealtimeProfile | None:
+    from forecasting.realtime import RealtimeProfile
+
+    blob = store.profile(app)
+    if blob is None:
+        return None
+    profile = pickle.loads(blob)  # written by this service only (save_profile)
+    if not isinstance(profile, RealtimeProfile):
+        raise TypeError(f"the stored profile of {app!r} is a {type(profile).__name__}, not a RealtimeProfile")
+    return profile
+
+
+def app_demand(store: Store, app: App, start: datetime, hours: int) -> AppDemand:
+    """P50 and P90 requests for ``hours`` hours from ``start`` from the app's stored profile.
+
+    Hours the profile has already seen (a cycle replayed in the past) take the stored
+    traffic instead; an app with no profile and no traffic gets no demand (logged).
+    """
+    import numpy as np
+
+    profile = load_profile(store, app.id)
+    if profile is None:
+        log.warning("app %s has no demand profile yet; planning it with no demand", app.id)
+        return AppDemand(app, [0.0] * hours, [0.0] * hours)
+    seen_until = next_unseen_hour(profile)
+    known = max(0, min(hours, int((seen_until - start) / STEP)))
+    p50: list[float] = []
+    p90: list[float] = []
+    if known:
+        actual = {row.hour: row.requests for row in store.traffic(app.id, start, start + known * STEP)}
+        for t in range(known):
+            value = actual.get(start + t * STEP, 0.0)
+            p50.append(value)
+            p90.append(value)
+    first = np.datetime64(start.replace(tzinfo=None) + known * STEP, "h")
+    if hours > known:
+        forecast = profile.predict(first, hours - known)
+        p50 += [float(v) for v in forecast.p50]
+        p90 += [float(v) for v in forecast.p90]
+    return AppDemand(app, p50, p90)
+
+
+def load_snapshot(store: Store, start: datetime, config: ServiceConfig, forecasters: Forecasters) -> Snapshot:
+    """The state the plan starting at ``start`` sees; queued jobs without an estimate get one."""
+    cluster = store.cluster()
+    if cluster is None:
+        raise InputError("--db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
+    queued = []
+    for stored in store.jobs([JobState.QUEUED]):
+        job = stored
+        if job.estimate is None:
+            estimate = forecasters.estimate(job)
+            if estimate is None:
+                continue
+            store.set_estimate(job.id, estimate)
+            job = replace(job, estimate=estimate)
+        if job.estimate is not None and job.estimate.gpus <= cluster.gpus:
+            queued.append(job)
+        else:
+            log.warning("job %s needs more GPUs than the cluster has; left queued", job.id)
+    running = store.jobs([JobState.RUNNING])
+    apps = store.apps()
+    previous = store.last_commit(before=start)
+    held = realtime_sets(previous, [a.id for a in apps]) if previous and previous.hour == start - STEP else {}
+    horizon = cluster.horizon_steps
+    demand = [app_demand(store, app, start, LOOKAHEAD * horizon) for app in apps]
+    return Snapshot(
+        start=start, cluster=cluster, queued=queued, running=running, demand=demand, realtime_sets=held
+    )
+
+
+# -- planning ------------------------------------------------------------------------------------
+
+
+def plan_snapshot(
+    snapshot: Snapshot,
+    config: ServiceConfig,
+    policy: PolicyName,
+    *,
+    budget_ms: float | None,
+    time_limit_s: float = 10.0,
+) -> tuple[dict[str, Any], Plan]:
+    """The snapshot's scenario and its checked plan."""
+    from scheduler.model import SolveOptions
+    from scheduler.policies import plan
+    from scheduler.scenario_io import parse_scenario
+
+    name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
+    document = scenario_document(snapshot, config.plan_with, name=name)
+    instance = parse_scenario(document, source=name)
+    options = SolveOptions(time_limit_s=time_limit_s)
+    return document, plan(instance, policy, options)
+
+
+def _better_review(store: Store, start: datetime, digest: str, objective: float) -> PlanRun | None:
+    """A stored review of the same inputs that scored better than ``objective``."""
+    for review in store.runs(mode=RunMode.REVIEW, start=start, limit=5):
+        if review.inputs_hash == digest and review.objective > objective + 1e-9:
+            return review
+    return None
+
+
+def plan_cycle(
+    store: Store,
+    now: datetime,
+    config: ServiceConfig,
+    executor: Executor | None = None,
+    *,
+    forecasters: Forecasters | None = None,
+    mode: RunMode = RunMode.PLAN,
+) -> CycleReport:
+    """Plan 24 hours from the current hour, store the run, commit the hour once, execute it.
+
+    ``mode=SUBMIT`` is the hot path after a submission: the same plan, stored, never committed.
+    """
+    from scheduler.policies import PolicyName
+
+    started = time.perf_counter()
+    forecasters = forecasters or Forecasters(config.models_dir)
+    hour = floor_hour(now)
+    already = store.commit(hour)
+    start = hour if already is None else hour + STEP
+    snapshot = load_snapshot(store, start, config, forecasters)
+    budget = config.plan_budget_ms if mode is RunMode.PLAN else config.submit_budget_ms
+    document, result = plan_snapshot(snapshot, config, PolicyName.FAST, budget_ms=budget)
+    digest = inputs_hash(document)
+    grid = [list(row) for row in result.grid]
+    objective, metrics, status, bound = (
+        result.metrics.objective,
+        result.metrics.as_dict(),
+        result.status,
+        result.bound,
+    )
+    policy = result.policy
+    review = _better_review(store, start, digest, objective) if mode is RunMode.PLAN else None
+    if review is not None:
+        log.info(
+            "starting from review run %s (objective %.1f > %.1f)", review.id, review.objective, objective
+        )
+        grid, objective, metrics = review.grid, review.objective, review.metrics
+        status, bound, policy = review.status, review.bound, review.policy
+    commit = column_commit(grid, hour) if start == hour and mode is RunMode.PLAN else None
+    latency_ms = (time.perf_counter() - started) * 1000
+    run = PlanRun(
+        start=start,
+        created_at=now,
+        mode=mode,
+        policy=policy,
+        inputs_hash=digest,
+        objective=objective,
+        bound=bound,
+        latency_ms=latency_ms,
+        status=status,
+        scenario=document,
+        grid=grid,
+        metrics=metrics,
+        forecasts=app_forecasts(snapshot),
+        extra={} if review is None else {"from_review": review.id},
+    )
+    stored = store.record_run(run, commit)
+    if stored.committed and commit is not None and executor is not None:
+        try:
+            executor.execute(Commit(commit.hour, stored.id, commit.assignments))
+        except Exception:  # the commit is stored; a failing executor must not stop the daemon
+            log.exception("executor failed on the commit of %s", hour.isoformat())
+    app_ids = {a.app.id for a in snapshot.demand}
+    report = CycleReport(
+        hour=hour,
+        start=start,
+        run_id=stored.id,
+        committed=stored.committed,
+        objective=objective,
+        latency_ms=latency_ms,
+        jobs_committed=0
+        if commit is None or not stored.committed
+        else len([a for a in commit.assignments if a.job not in app_ids]),
+        realtime_gpus=0
+        if commit is None
+        else sum(len(a.gpus) for a in commit.assignments if a.job in app_ids),
+        status=status,
+        utilization=float(metrics.get("utilization", 0.0)),
+        rt_coverage=float(metrics.get("rt_coverage", 1.0)),
+        queue_length=len(snapshot.queued),
+    )
+    log.info(report.log_line())
+    return report
+
+
+def review(
+    store: Store, now: datetime, config: ServiceConfig, *, forecasters: Forecasters | None = None
+) -> PlanRun:
+    """A time-limited full-mode plan of what the next plan cycle will see, stored beside it."""
+    from scheduler.policies import PolicyName
+
+    started = time.perf_counter()
+    forecasters = forecasters or Forecasters(config.models_dir)
+    hour = floor_hour(now)
+    start = hour if store.commit(hour) is None else hour + STEP
+    snapshot = load_snapshot(store, start, config, forecasters)
+    document, result = plan_snapshot(
+        snapshot,
+        config,
+        PolicyName.FULL,
+        budget_ms=config.plan_budget_ms,
+        time_limit_s=config.review_time_limit_s,
+    )
+    run = PlanRun(
+        start=start,
+        created_at=now,
+        mode=RunMode.REVIEW,
+        policy=result.policy,
+        inputs_hash=inputs_hash(document),
+        objective=result.metrics.objective,
+        bound=result.bound,
+        latency_ms=(time.perf_counter() - started) * 1000,
+        status=result.status,
+        scenario=document,
+        grid=[list(row) for row in result.grid],
+        metrics=result.metrics.as_dict(),
+        forecasts=app_forecasts(snapshot),
+    )
+    stored = store.record_run(run)
+    log.info(
+        "review start=%s objective=%.1f bound=%s status=%s",
+        start.isoformat(),
+        run.objective,
+        run.bound,
+        run.status,
+    )
+    return stored
+
+
+# -- recalibrating -------------------------------------------------------------------------------
+
+
+def recalibrate(store: Store, now: datetime, config: ServiceConfig) -> list[str]:
+    """Feed each app's profile the stored traffic hours it has not seen, up to the last full hour.
+
+    An hour that is missing or not a finite count >= 0 is skipped, and the log says so; the
+    profile is then not updated with it (its next update skips the gap). Returns the apps
+    whose profile moved.
+    """
+    import numpy as np
+
+    updated = []
+    through = floor_hour(now)  # hours before this one are complete
+    for app in store.apps():
+        profile = load_profile(store, app.id)
+        if profile is None:
+            continue
+        seen_until = next_unseen_hour(profile)
+        if seen_until >= through:
+            continue
+        rows = {row.hour: row for row in store.traffic(app.id, seen_until, through)}
+        fed = 0
+        hour = seen_until
+        while hour < through:
+            row = rows.get(hour)
+            if row is None:
+                log.warning(
+                    "app %s: no traffic for %s; profile not updated with it", app.id, hour.isoformat()
+                )
+            elif not np.isfinite(row.requests) or row.requests < 0:
+                log.warning(
+                    "app %s: traffic %r at %s is not a count; profile not updated with it",
+                    app.id,
+                    row.requests,
+                    hour.isoformat(),
+                )
+            else:
+                profile.update(np.datetime64(hour.replace(tzinfo=None), "h"), row.requests)
+                fed += 1
+            hour += STEP
+        if fed:
+            store.save_profile(app.id, pickle.dumps(profile), through=next_unseen_hour(profile) - STEP)
+            updated.append(app.id)
+    return updated
+
+
+def next_unseen_hour(profile: RealtimeProfile) -> datetime:
+    """The first hour ``profile`` has not seen, as an aware UTC datetime."""
+    moment: datetime = profile.next_hour_.astype("datetime64[s]").item()
+    return moment.replace(tzinfo=UTC)
+
+
+def add_traffic(store: Store, app: str, rows: Sequence[tuple[datetime, float]]) -> None:
+    store.add_traffic([TrafficHour(app, floor_hour(hour), float(requests)) for hour, requests in rows])
+
+
+def retrain_from_store(store: Store, config: ServiceConfig) -> Any:
+    """The nightly retrain: refit the job estimators on the stored job history."""
+    from gpuplan.app.retrain import retrain
+    from training_data.history import validate_history
+
+    history = validate_history(store.history(), source="the stored job history")
+    return retrain(history, source="the stored job history", models_dir=config.models_dir, traffic_paths=None)

@@ -1,0 +1,59 @@
+"""``gpuplan daemon``: the service on the head node (see daemon.py), or one cycle with ``--once``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from contract.errors import InputError
+from gpuplan.options import add_at, add_db, at_of, open_db
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_db(parser)
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help="YAML: cluster, apps, periods (default: demo)"
+    )
+    parser.add_argument("--once", action="store_true", help="run one plan cycle and exit")
+    add_at(parser, "with --once: the cycle's clock")
+    parser.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port"
+    )
+    parser.add_argument("--models", type=Path, help="models folder (default: the config's, ./models)")
+    parser.add_argument("--print-commits", action="store_true", help="print each commit as it happens")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    import daemon
+    from gpuplan.app.config import demo_config, load_config
+    from gpuplan.app.seed import ensure_models, ensure_service
+
+    if args.at is not None and not args.once:
+        raise InputError("--at", "used with --once (a live daemon runs on the wall clock)", args.at)
+    if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
+        raise InputError("--metrics-port", "a TCP port in [1, 65535]", args.metrics_port)
+    config = load_config(args.config) if args.config else demo_config()
+    if args.models is not None:
+        config = replace(config, models_dir=args.models)
+    now = at_of(args)
+    store = open_db(args)
+    try:
+        ensure_models(config)
+        ensure_service(store, config, now, from_file=args.config is not None)
+        service = daemon.make_service(store, config, print_commits=args.print_commits)
+        if args.once:
+            report = daemon.run_once(service, now)
+            sys.stdout.write(report.log_line() + "\n")
+            return 0
+        if args.metrics_port is not None:
+            service.metrics = daemon.Metrics(args.metrics_port)
+        try:
+            return daemon.serve(service, args.db)
+        finally:
+            if service.metrics is not None:
+                service.metrics.close()
+    finally:
+        store.close()

@@ -1,0 +1,48 @@
+"""``gpuplan status``: what runs now, the queue with planned starts, the last plan run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gpuplan.options import add_at, add_db, at_of, open_db, print_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_db(parser)
+    add_at(parser, "the time to report as")
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpuplan.app.status import status
+    from gpuplan.table import format_table
+
+    store = open_db(args)
+    try:
+        now = status(store, at_of(args))
+    finally:
+        store.close()
+    if args.json:
+        print_json(now.as_dict())
+        return 0
+    say = sys.stdout.write
+    say(f"status at {now.at.isoformat()}\n\nrunning:\n")
+    say(
+        format_table(
+            ["job", "gpus", "since"], [[r["job"], _span(r["gpus"]), r["since"]] for r in now.running]
+        )
+        + "\n"
+    )
+    say("\nqueue:\n")
+    say(
+        format_table(["job", "planned_start"], [[q["job"], q["planned_start"] or "-"] for q in now.queue])
+        + "\n"
+    )
+    last = now.last_run
+    say("\nlast run: " + ("none" if last is None else " ".join(f"{k}={v}" for k, v in last.items())) + "\n")
+    return 0
+
+
+def _span(gpus: list[int]) -> str:
+    return f"{gpus[0]}-{gpus[-1]}" if len(gpus) > 1 else str(gpus[0])

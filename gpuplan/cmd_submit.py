@@ -1,0 +1,49 @@
+"""``gpuplan submit JOB.yaml``: validate, forecast, queue, and answer with the planned start."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gpuplan.options import add_at, add_db, at_of, open_db, print_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", type=Path, metavar="JOB.yaml", help="job spec: id, kind, priority, features")
+    add_db(parser)
+    add_at(parser, "submission time")
+    parser.add_argument("--config", type=Path, metavar="FILE", help="the daemon's config (models, budgets)")
+    parser.add_argument("--models", type=Path, help="models folder (default ./models)")
+    parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from gpuplan.app.config import demo_config, load_config
+    from gpuplan.app.jobs import submit
+    from scheduler.scenario_io import read_document
+
+    config = load_config(args.config) if args.config else demo_config()
+    if args.models is not None:
+        config = replace(config, models_dir=args.models)
+    document = read_document(args.spec)  # before the database: a bad file touches nothing
+    now = at_of(args)
+    store = open_db(args)
+    try:
+        result = submit(store, document, now, config, source=str(args.spec))
+    finally:
+        store.close()
+    if args.json:
+        print_json(result.as_dict())
+        return 0
+    where = "does not fit in the next 24 hours"
+    if result.planned_start is not None and result.first_gpu is not None:
+        last_gpu = result.first_gpu + result.gpus - 1
+        where = f"planned at {result.planned_start.isoformat()} on GPUs {result.first_gpu}-{last_gpu}"
+    sys.stdout.write(
+        f"queued {result.job}: {result.gpus} GPUs, P50 {result.hours_p50:.2f} h, "
+        f"P90 {result.hours_p90:.2f} h; {where}\n"
+    )
+    return 0

@@ -1,0 +1,39 @@
+"""Shared fixtures of the service tests: trained models (once per session), a CLI runner."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpuplan.app.retrain import retrain
+from gpuplan.cli import main
+from training_data.history import generate_history, validate_history
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(*argv: object) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(arg) for arg in argv])
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Job estimators fitted on a small generated history (the real fit, only smaller)."""
+    directory = tmp_path_factory.mktemp("models")
+    history = validate_history(
+        generate_history(seed=5, training_jobs=1_200, quantization_jobs=240), source="test"
+    )
+    retrain(history, source="test", models_dir=directory, traffic_paths=None)
+    return directory

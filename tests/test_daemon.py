@@ -1,0 +1,200 @@
+"""The daemon as a process: real APScheduler, signals, kill -9, two daemons, a lost database."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import daemon
+from gpuplan.app.config import demo_config
+from gpuplan.app.seed import ensure_service
+from scheduler.check import check_plan
+from scheduler.scenario_io import parse_scenario
+from storage.store import open_store
+from tests.service_fixtures import models_dir
+
+__all__ = ["models_dir"]
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = datetime(2026, 11, 30, 10, 5, tzinfo=UTC)
+
+
+def _gpuplan(*argv: object, **kwargs: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuplan", *map(str, argv)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def _assert_store_consistent(db: str) -> None:
+    """Every stored run is whole and legal; at most one commit per hour, equal to its run's column 0."""
+    store = open_store(db)
+    try:
+        runs = store.runs(limit=1000)
+        for run in runs:
+            assert check_plan(parse_scenario(run.scenario), run.grid) == [], run.id
+        hours = [commit.hour for commit in store.commits()]
+        assert len(hours) == len(set(hours))
+        for commit in store.commits():
+            run = store.run(commit.run_id)
+            assert run is not None and run.start == commit.hour
+            column = {}
+            for gpu, row in enumerate(run.grid):
+                if row[0] is not None:
+                    column.setdefault(row[0], []).append(gpu)
+            assert {a.job: list(a.gpus) for a in commit.assignments} == column
+    finally:
+        store.close()
+
+
+def test_sigterm_lets_the_cycle_finish_and_exits_cleanly(tmp_path: Path, models_dir: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    process = _gpuplan("daemon", "--db", db, "--models", models_dir, "--print-commits", "-v")
+    try:
+        deadline = time.monotonic() + 120
+        assert process.stdout is not None
+        line = ""
+        while time.monotonic() < deadline and not line.startswith("commit "):
+            line = process.stdout.readline()
+            if not line and process.poll() is not None:
+                break
+        assert line.startswith("commit "), process.stderr.read() if process.stderr else ""
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "daemon stopped" in (process.stderr.read() if process.stderr else "")
+    _assert_store_consistent(db)
+
+
+def test_kill_9_mid_cycle_leaves_no_half_run_and_the_next_cycle_carries_on(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    seed = _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", T0.isoformat())
+    assert seed.wait(timeout=300) == 0
+    # Kill cycles of the next hours at different moments: before, inside and after the write.
+    for n, delay in enumerate((0.3, 0.8, 1.2, 1.6, 2.5)):
+        at = T0 + timedelta(hours=1 + n)
+        process = _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", at.isoformat())
+        time.sleep(delay)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        _assert_store_consistent(db)
+    final = _gpuplan(
+        "daemon", "--once", "--db", db, "--models", models_dir, "--at", (T0 + timedelta(hours=8)).isoformat()
+    )
+    out, err = final.communicate(timeout=300)
+    assert final.returncode == 0, err
+    assert "committed=true" in out
+    _assert_store_consistent(db)
+
+
+def test_two_daemons_on_one_database_commit_each_hour_once(tmp_path: Path, models_dir: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'two.db'}"
+    seed = _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", T0.isoformat())
+    assert seed.wait(timeout=300) == 0
+    for hour in (1, 2, 3):
+        at = (T0 + timedelta(hours=hour)).isoformat()
+        pair = [
+            _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", at) for _ in range(2)
+        ]
+        outputs = [p.communicate(timeout=300) for p in pair]
+        committed = [out.count("committed=true") for out, _ in outputs]
+        assert sum(committed) == 1, outputs
+    _assert_store_consistent(db)
+    store = open_store(db)
+    try:
+        assert len(store.commits()) == 4
+    finally:
+        store.close()
+
+
+def test_a_lost_database_fails_one_cycle_and_the_next_succeeds(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "db"
+    folder.mkdir()
+    db = f"sqlite:///{folder / 'lost.db'}"
+    store = open_store(db)
+    clock = iter([T0, T0 + timedelta(hours=1), T0 + timedelta(hours=2)])
+    try:
+        config = demo_config(models_dir)
+        ensure_service(store, config, T0)
+        service = daemon.make_service(store, demo_config(models_dir))
+        service.clock = lambda: next(clock)
+        daemon._SERVICE = service
+        daemon.plan_job()  # hour 10
+        shutil.move(folder, tmp_path / "away")  # the database is gone
+        daemon.plan_job()  # hour 11: fails, logged, no exception
+        shutil.move(tmp_path / "away", folder)
+        daemon.plan_job()  # hour 12
+        assert [c.hour.hour for c in store.commits()] == [10, 12]
+    finally:
+        daemon._SERVICE = None
+        store.close()
+    assert any("plan failed" in record.getMessage() for record in caplog.records)
+
+
+def test_metrics_are_served_while_the_daemon_runs(tmp_path: Path, models_dir: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    process = _gpuplan(
+        "daemon", "--db", db, "--models", models_dir, "--metrics-port", port, "--print-commits"
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        while line and not line.startswith("commit "):
+            line = process.stdout.readline()
+        text = ""
+        for _ in range(50):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                text = response.read().decode()
+            if "gpuplan_cycle_latency_seconds_count 1.0" in text:
+                break
+            time.sleep(0.2)
+        assert "gpuplan_cycle_latency_seconds_count 1.0" in text
+        assert "gpuplan_planned_utilization" in text and "gpuplan_queue_length" in text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def test_the_schedule_survives_a_restart(tmp_path: Path, models_dir: Path) -> None:
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    store = open_store(db)
+    try:
+        config = demo_config(models_dir)
+        ensure_service(store, config, T0)
+        service = daemon.make_service(store, config)
+        daemon.serve(service, db, max_seconds=0.5)
+    finally:
+        store.close()
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(db)
+    try:
+        with engine.connect() as connection:
+            ids = {row[0] for row in connection.execute(sqlalchemy.text("SELECT id FROM apscheduler_jobs"))}
+    finally:
+        engine.dispose()
+    assert {"plan", "recalibrate", "review"} <= ids

@@ -1,0 +1,294 @@
+"""The service end to end on a real SQLite file: cycles, commits, submit, done, status, export."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuplan.app.bridge import column_commit
+from gpuplan.app.config import demo_config
+from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor
+from gpuplan.app.seed import ensure_service
+from gpuplan.app.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
+from scheduler.check import check_plan
+from scheduler.scenario_io import parse_scenario
+from storage.records import JobState, TrafficHour
+from storage.store import open_store
+from tests.service_fixtures import models_dir, run_cli
+
+__all__ = ["models_dir"]
+
+T0 = datetime(2026, 11, 30, 10, 5, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def _db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'gpuplan.db'}"
+
+
+def _once(db: str, models: Path, at: datetime) -> None:
+    result = run_cli("daemon", "--once", "--db", db, "--models", models, "--at", at.isoformat())
+    assert result.code == 0, result.err
+    assert "cycle hour=" in result.out
+
+
+def _export(db: str, out: Path, run: str = "latest") -> tuple[dict, dict, dict]:
+    result = run_cli("export", run, "--db", db, "--out", out)
+    assert result.code == 0, result.err
+    return tuple(json.loads((out / name).read_text()) for name in ("scenario.json", "plan.json", "run.json"))  # type: ignore[return-value]
+
+
+def _commit_rows(db: str) -> list[dict]:
+    result = run_cli("report", "commits", "--db", db, "--json")
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def test_first_cycle_on_an_empty_database_commits_column_zero_of_a_legal_plan(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    scenario, plan, run = _export(db, tmp_path / "export")
+    instance = parse_scenario(scenario, source="exported")
+    assert instance.gpus == 16 and len(instance.realtime_jobs) == 2 and instance.queued_jobs
+    assert check_plan(instance, plan["grid"]) == []
+    assert run["start"] == "2026-11-30T10:00:00+00:00" and run["committed"] is True
+    store = open_store(db)
+    try:
+        commit = store.commit(datetime(2026, 11, 30, 10, tzinfo=UTC))
+    finally:
+        store.close()
+    assert commit is not None
+    assert commit.assignments == column_commit(plan["grid"], commit.hour).assignments
+    assert commit.assignments  # the demo starts work in its first hour
+
+
+def test_a_second_cycle_in_the_hour_replans_from_the_next_hour_and_commits_nothing(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    first = open_store(db)
+    try:
+        committed = first.commits()
+    finally:
+        first.close()
+    _once(db, models_dir, T0 + timedelta(minutes=35))
+    scenario, plan, run = _export(db, tmp_path / "again")
+    assert run["start"] == "2026-11-30T11:00:00+00:00" and run["committed"] is False
+    assert check_plan(parse_scenario(scenario), plan["grid"]) == []
+    store = open_store(db)
+    try:
+        assert store.commits() == committed
+        assert len(store.runs(limit=10)) == 2
+    finally:
+        store.close()
+
+
+def test_committed_jobs_keep_their_gpus_in_the_next_hour(tmp_path: Path, models_dir: Path) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    _, first_plan, _ = _export(db, tmp_path / "h10")
+    _once(db, models_dir, T0 + HOUR)
+    scenario, plan, run = _export(db, tmp_path / "h11")
+    assert run["start"] == "2026-11-30T11:00:00+00:00" and run["committed"] is True
+    instance = parse_scenario(scenario)
+    assert check_plan(instance, plan["grid"]) == []
+    batch = {job.id for job in instance.batch_jobs}
+    started = {row[0] for row in first_plan["grid"] if row[0] is not None and row[0] in batch}
+    assert started, "the first hour started no batch job"
+    for job in started:
+        before = [g for g, row in enumerate(first_plan["grid"]) if row[0] == job]
+        if job in instance.running_batch:  # still running: pinned on the same block
+            assert [g for g, row in enumerate(plan["grid"]) if row[0] == job] == before
+    rows = _commit_rows(db)
+    assert {row["hour"] for row in rows} == {"2026-11-30T10:00:00+00:00", "2026-11-30T11:00:00+00:00"}
+
+
+def test_real_time_gpus_change_across_cycles_within_the_swap_cap(tmp_path: Path, models_dir: Path) -> None:
+    db = _db(tmp_path)
+    for hour in range(4):
+        _once(db, models_dir, T0 + hour * HOUR)
+    store = open_store(db)
+    try:
+        commits = store.commits()
+        caps = {app.id: app.swap_cap for app in store.apps()}
+    finally:
+        store.close()
+    assert len(commits) == 4
+    for before, after in itertools.pairwise(commits):
+        held_before = {a.job: set(a.gpus) for a in before.assignments}
+        held_after = {a.job: set(a.gpus) for a in after.assignments}
+        for app, cap in caps.items():
+            changed = held_before.get(app, set()) ^ held_after.get(app, set())
+            assert len(changed) <= cap, (app, before.hour, changed)
+
+
+def test_submit_answers_with_a_planned_start_and_a_bad_spec_stores_nothing(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    good = tmp_path / "job.yaml"
+    good.write_text(
+        yaml.safe_dump({"id": "bi-1", "kind": "batch_inference", "priority": 95, "gpus": 4, "hours": 2})
+    )
+    result = run_cli("submit", good, "--db", db, "--models", models_dir, "--json", "--at", T0.isoformat())
+    assert result.code == 0, result.err
+    answer = json.loads(result.out)
+    assert set(answer) == {"job", "gpus", "hours_p50", "hours_p90", "planned_start", "first_gpu"}
+    assert answer["job"] == "bi-1" and answer["gpus"] == 4 and answer["hours_p90"] == 2
+    assert answer["planned_start"] is not None and answer["first_gpu"] % 4 == 0
+    assert datetime.fromisoformat(answer["planned_start"]) >= datetime(2026, 11, 30, 11, tzinfo=UTC)
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        yaml.safe_dump({"id": "bi-2", "kind": "batch_inference", "priority": 5, "gpus": 3, "hours": 2})
+    )
+    result = run_cli("submit", bad, "--db", db, "--models", models_dir, "--at", T0.isoformat())
+    assert result.code == 2
+    assert "`gpus` must be a power of two" in result.err
+    store = open_store(db)
+    try:
+        assert store.job("bi-2") is None
+        assert store.job("bi-1") is not None
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"id": "x", "kind": "training", "priority": float("nan")}, "priority"),
+        ({"id": "x y", "kind": "training"}, "id"),
+        ({"id": "x", "kind": "realtime"}, "kind"),
+        ({"id": "x", "kind": "batch_inference", "gpus": 2}, "hours"),
+        ({"id": "x", "kind": "training", "variant": "full_sft"}, "params_billion"),
+    ],
+)
+def test_malformed_submissions_exit_2_naming_the_field(
+    tmp_path: Path, models_dir: Path, spec: dict, field: str
+) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = run_cli("submit", path, "--db", db, "--models", models_dir)
+    assert result.code == 2
+    assert f"`{field}" in result.err or field in result.err
+    store = open_store(db)
+    try:
+        assert store.job("x") is None and store.job("x y") is None
+    finally:
+        store.close()
+
+
+def test_done_frees_the_gpus_at_the_next_cycle_and_enters_the_history(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    status = json.loads(run_cli("status", "--db", db, "--json").out)
+    assert status["running"], "the first cycle started nothing"
+    job = next(r for r in status["running"] if r["job"].startswith("demo-training"))
+    store = open_store(db)
+    try:
+        history_before = len(store.history())
+    finally:
+        store.close()
+    result = run_cli("done", job["job"], "--db", db, "--at", (T0 + timedelta(minutes=30)).isoformat())
+    assert result.code == 0, result.err
+    _once(db, models_dir, T0 + HOUR)
+    scenario, plan, _ = _export(db, tmp_path / "after")
+    assert job["job"] not in {j["id"] for j in scenario["jobs"]}
+    assert all(job["job"] not in row for row in plan["grid"])
+    store = open_store(db)
+    try:
+        done = store.job(job["job"])
+        assert done is not None and done.state is JobState.DONE
+        assert len(store.history()) == history_before + 1
+    finally:
+        store.close()
+    again = run_cli("done", job["job"], "--db", db)
+    assert again.code == 2 and "already done" in again.err
+
+
+def test_status_json_has_the_documented_shape(tmp_path: Path, models_dir: Path) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    status = json.loads(run_cli("status", "--db", db, "--json", "--at", T0.isoformat()).out)
+    assert set(status) == {"at", "running", "queue", "last_run"}
+    assert all(set(r) == {"job", "gpus", "since"} for r in status["running"])
+    assert all(set(q) == {"job", "planned_start"} for q in status["queue"])
+    assert status["last_run"]["start"] == "2026-11-30T10:00:00+00:00"
+
+
+def test_the_json_lines_executor_appends_one_line_per_job(tmp_path: Path, models_dir: Path) -> None:
+    store = open_store(_db(tmp_path))
+    try:
+        config = demo_config(models_dir)
+        ensure_service(store, config, T0)
+        executor = JsonLinesExecutor(tmp_path / "commits.jsonl")
+        report = plan_cycle(store, T0, config, executor)
+        again = plan_cycle(store, T0 + timedelta(minutes=30), config, executor)
+        commit = store.commit(report.hour)
+    finally:
+        store.close()
+    assert report.committed and not again.committed
+    lines = [json.loads(line) for line in (tmp_path / "commits.jsonl").read_text().splitlines()]
+    assert commit is not None
+    assert lines == [
+        {"hour": commit.hour.isoformat(), "job": a.job, "gpus": list(a.gpus)} for a in commit.assignments
+    ]
+
+
+def test_a_missing_or_garbage_traffic_hour_is_skipped_and_logged(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = open_store(_db(tmp_path))
+    try:
+        config = demo_config(models_dir)
+        ensure_service(store, config, T0)
+        app = store.apps()[0].id
+        profile = load_profile(store, app)
+        assert profile is not None
+        first = next_unseen_hour(profile)
+        # first: a good hour; first+1: missing; first+2: not a count; first+3: good
+        store.add_traffic(
+            [
+                TrafficHour(app, first, 10.0),
+                TrafficHour(app, first + 2 * HOUR, math.nan),
+                TrafficHour(app, first + 3 * HOUR, 12.0),
+            ]
+        )
+        with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+            updated = recalibrate(store, first + 4 * HOUR, config)
+        after = load_profile(store, app)
+    finally:
+        store.close()
+    assert app in updated
+    assert after is not None and next_unseen_hour(after) == first + 4 * HOUR
+    messages = " ".join(record.getMessage() for record in caplog.records)
+    assert f"no traffic for {(first + HOUR).isoformat()}" in messages
+    assert "is not a count" in messages
+
+
+def test_in_memory_executor_gets_each_committed_hour_once(tmp_path: Path, models_dir: Path) -> None:
+    store = open_store(_db(tmp_path))
+    executor = InMemoryExecutor()
+    try:
+        config = demo_config(models_dir)
+        ensure_service(store, config, T0)
+        for minutes in (0, 30, 60, 90, 120):
+            plan_cycle(store, T0 + timedelta(minutes=minutes), config, executor)
+    finally:
+        store.close()
+    assert [c.hour.hour for c in executor.commits] == [10, 11, 12]
