@@ -142,7 +142,9 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
     }
 
 
-def _down_steps(cluster: Cluster, start: datetime, pinned: Mapping[str, dict[str, Any]]) -> list[dict[str, int]]:
+def _down_steps(
+    cluster: Cluster, start: datetime, pinned: Mapping[str, dict[str, Any]]
+) -> list[dict[str, int]]:
     """Down windows as steps of the plan starting at ``start``.
 
     A window that hits a running batch job's block is moved past the job's pinned run: the
@@ -160,7 +162,9 @@ def _down_steps(cluster: Cluster, start: datetime, pinned: Mapping[str, dict[str
         last = min(horizon, math.ceil((window_end - start) / STEP))
         for job_id, entry in pinned.items():
             if window.gpu in entry["gpus"] and first < entry["remaining"]:
-                log.warning("GPU %d goes down under running job %s; kept up until it ends", window.gpu, job_id)
+                log.warning(
+                    "GPU %d goes down under running job %s; kept up until it ends", window.gpu, job_id
+                )
                 first = entry["remaining"]
         if first < last:
             down.append({"gpu": window.gpu, "start": first, "end": last})

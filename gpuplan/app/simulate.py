@@ -479,8 +479,9 @@ def follow_plan(
     """
     planned: dict[str, list[int]] = {}
     for gpu, row in enumerate(grid):
-        if row[step] is not None:
-            planned.setdefault(row[step], []).append(gpu)
+        cell = row[step]
+        if cell is not None:
+            planned.setdefault(cell, []).append(gpu)
     held: dict[str, tuple[int, ...]] = dict(running)
     busy = {gpu for gpus in running.values() for gpu in gpus}
     for job, gpus in planned.items():
@@ -496,10 +497,10 @@ def follow_plan(
         budget = cap - len(last - target)
         # The plan stacks services from the top of the cluster: add the highest ids first.
         added = sorted(target - last, reverse=True)[: max(0, budget)]
-        gpus = keep | set(added)
-        if gpus:
-            held[app] = tuple(sorted(gpus))
-            busy |= gpus
+        holding = keep | set(added)
+        if holding:
+            held[app] = tuple(sorted(holding))
+            busy |= holding
     return Commit(hour, None, tuple(Assignment(job, gpus) for job, gpus in sorted(held.items())))
 
 
@@ -563,13 +564,22 @@ class PolicyRun:
     gpus: dict[str, int] = field(default_factory=dict)
     cycle_ms: list[float] = field(default_factory=list)
 
+    def committed_hours(self, setup: Setup) -> dict[str, int]:
+        """Per job, how many simulated hours it was committed."""
+        counts: dict[str, int] = {}
+        for commit in self.commits:
+            if setup.start <= commit.hour < setup.end:
+                for assignment in commit.assignments:
+                    counts[assignment.job] = counts.get(assignment.job, 0) + 1
+        return counts
+
 
 def run_policy(
     setup: Setup,
     policy: SimPolicy,
     options: SimOptions,
     *,
-    progress: Callable[[int], None] = lambda hours: None,
+    progress: Callable[[int], object] = lambda hours: None,
 ) -> PolicyRun:
     """Simulate ``setup`` under ``policy``; ``progress(1)`` after each simulated hour."""
     from storage.store import open_store
@@ -602,7 +612,7 @@ def _loop(
     policy: SimPolicy,
     cycle: _Cycle,
     options: SimOptions,
-    progress: Callable[[int], None],
+    progress: Callable[[int], object],
 ) -> PolicyRun:
     setup, store, config = service.setup, service.store, service.config
     result = PolicyRun(policy, service.executor.commits)
@@ -654,11 +664,11 @@ def _loop(
             result.cycle_ms.append((time.perf_counter() - started) * 1000)
         for commit in result.commits[seen_commits:]:
             for assignment in commit.assignments:
-                job = by_id.get(assignment.job)
-                if job is not None and job.id not in result.started:
-                    result.started[job.id] = commit.hour
-                    result.gpus[job.id] = len(assignment.gpus)
-                    heapq.heappush(due, (commit.hour + timedelta(hours=job.actual_hours), job.id))
+                starting = by_id.get(assignment.job)
+                if starting is not None and starting.id not in result.started:
+                    result.started[starting.id] = commit.hour
+                    result.gpus[starting.id] = len(assignment.gpus)
+                    heapq.heappush(due, (commit.hour + timedelta(hours=starting.actual_hours), starting.id))
         seen_commits = len(result.commits)
     return result
 
@@ -811,27 +821,13 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
     """
     from scheduler.model import BatchJob, Instance, JobKind, RealtimeJob
 
-    hours = setup.hours
-    grid: list[list[str | None]] = [[None] * hours for _ in range(setup.cluster.gpus)]
-    committed_hours: dict[str, int] = {}
-    for commit in run.commits:
-        h = (commit.hour - setup.start) // STEP
-        if not 0 <= h < hours:
-            continue
-        for assignment in commit.assignments:
-            committed_hours[assignment.job] = committed_hours.get(assignment.job, 0) + 1
-            for gpu in assignment.gpus:
-                if grid[gpu][h] is not None:
-                    raise IllegalCommitError(
-                        f"{run.policy.value} committed GPU {gpu} twice at hour {h}: "
-                        f"to {grid[gpu][h]} and to {assignment.job}"
-                    )
-                grid[gpu][h] = assignment.job
+    grid = committed_grid(setup, run)
+    committed_hours = run.committed_hours(setup)
     demand = setup.demand()
     instance = Instance(
         name=f"simulated-{run.policy.value}",
         gpus=setup.cluster.gpus,
-        horizon_steps=hours,
+        horizon_steps=setup.hours,
         batch_jobs=tuple(
             BatchJob(
                 id=job.id,
@@ -857,6 +853,30 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
     return instance, tuple(tuple(row) for row in grid)
 
 
+def committed_grid(setup: Setup, run: PolicyRun) -> list[list[str | None]]:
+    """GPU x simulated hour -> the job committed there (None: idle)."""
+    grid: list[list[str | None]] = [[None] * setup.hours for _ in range(setup.cluster.gpus)]
+    for commit in run.commits:
+        h = (commit.hour - setup.start) // STEP
+        if not 0 <= h < setup.hours:
+            continue
+        for assignment in commit.assignments:
+            for gpu in assignment.gpus:
+                if grid[gpu][h] is not None:
+                    raise IllegalCommitError(
+                        f"{run.policy.value} committed GPU {gpu} twice at hour {h}: "
+                        f"to {grid[gpu][h]} and to {assignment.job}"
+                    )
+                grid[gpu][h] = assignment.job
+    return grid
+
+
+def busiest_day_grid(setup: Setup, run: PolicyRun, day: int) -> Grid:
+    """The committed grid of simulated day ``day`` (24 hours)."""
+    span = slice(day * HOURS_PER_DAY, (day + 1) * HOURS_PER_DAY)
+    return tuple(tuple(row[span]) for row in committed_grid(setup, run))
+
+
 # --- the whole comparison ----------------------------------------------------------------------
 
 
@@ -876,7 +896,7 @@ def simulate(
     policies: Sequence[SimPolicy],
     options: SimOptions,
     *,
-    progress: Callable[[int], None] = lambda hours: None,
+    progress: Callable[[int], object] = lambda hours: None,
 ) -> SimulationReport:
     """Every policy on the same jobs and traffic; each run's commits are checked against the contract."""
     from scheduler.check import check_plan

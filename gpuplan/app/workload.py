@@ -315,7 +315,7 @@ def read_workload(path: Path, *, cluster_gpus: int) -> list[SimJob]:
             frame.loc[rows].replace("", None), source=source, row_labels=labels.loc[rows]
         )
         for index, record in zip(rows, features.to_dict(orient="records"), strict=True):
-            jobs[index] = _with_features(jobs[index], record)
+            jobs[index] = _with_features(jobs[index], {str(k): v for k, v in record.items()})
     return sorted(jobs, key=lambda job: job.submit_hour)
 
 
