@@ -46,6 +46,9 @@ OFFERED_LOAD = 0.9
 MAX_JOB_SHARE = 0.25
 #: Longer jobs are left out of the default draw: a two-day job is already two horizons.
 MAX_JOB_HOURS = 48.0
+#: A cluster is never empty on a Monday: the default workload starts with the queue of
+#: the day before (jobs submitted in these hours before the first simulated hour).
+BACKLOG_HOURS = 24
 #: Priority ranges per kind, as in the benchmark shapes (scheduler/synthetic.py).
 PRIORITY_RANGES: dict[JobKind, tuple[int, int]] = {
     JobKind.TRAINING: (40, 90),
@@ -66,7 +69,7 @@ class SimJob:
     """
 
     id: str
-    submit_hour: float  # hours since the simulation starts
+    submit_hour: float  # hours since the simulation starts (< 0: queued before it starts)
     kind: JobKind
     priority: float
     actual_hours: float
@@ -180,7 +183,8 @@ def draw_workload(
     free_gpus: float,
     seed: int,
 ) -> list[SimJob]:
-    """Jobs arriving over ``hours`` hours, asking :data:`OFFERED_LOAD` x ``free_gpus`` GPUs.
+    """Jobs arriving over ``hours`` hours (and the :data:`BACKLOG_HOURS` before, with negative
+    submit hours), asking :data:`OFFERED_LOAD` x ``free_gpus`` GPUs on average.
 
     ``free_gpus`` is the cluster minus the mean real-time demand the simulation expects
     (from history, so the draw does not peek at the simulated days).
@@ -193,11 +197,12 @@ def draw_workload(
             cluster_gpus,
         )
     rng = np.random.default_rng(seed)
-    mean_gpu_hours = float((candidates["gpus_p90"] * candidates["actual_hours"]).mean())
+    # Jobs launch with the P50 GPU count (gpuplan.app.forecasters.estimate_of).
+    mean_gpu_hours = float((candidates["gpus_p50"] * candidates["actual_hours"]).mean())
     jobs_per_hour = OFFERED_LOAD * max(free_gpus, 0.0) / mean_gpu_hours
     kinds = candidates["kind"].to_numpy()
     jobs: list[SimJob] = []
-    for hour in range(hours):
+    for hour in range(-BACKLOG_HOURS, hours):
         arrivals = int(rng.poisson(jobs_per_hour * pattern.rate[hour % pattern.rate.size]))
         for offset in np.sort(rng.uniform(0.0, 1.0, arrivals)):
             row = int(rng.integers(len(candidates)))
