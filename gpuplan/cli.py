@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "gpuplan.cmd_simulate",
         "a simulated week of the daemon's cycle against FIFO, priority-backfill and commit-all",
     ),
+    "report": (
+        "gpuplan.cmd_report",
+        "reports from the stored plans: idle windows, coverage risk, utilization, commits",
+    ),
 }
 
 

@@ -175,7 +175,7 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     import numpy as np
 
     from gpuplan.app.simulate import busiest_day_grid, hourly
-    from scheduler.render import draw_grids
+    from scheduler.render import draw_grid, job_colours, legend_handles
 
     setup = report.setup
     suffix = report.options.plan_with.value
@@ -212,23 +212,29 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     plt.close(figure)
 
     day = setup.busiest_day()
-    panels = []
-    job_ids: list[str] = [s.app.id for s in setup.series]
-    for policy, run in report.runs.items():
-        grid = busiest_day_grid(setup, run, day)
+    app_ids = [s.app.id for s in setup.series]
+    grids = {policy: busiest_day_grid(setup, run, day) for policy, run in report.runs.items()}
+    seen = dict.fromkeys(app_ids)
+    for grid in grids.values():
+        seen.update((cell, None) for row in grid for cell in row if cell is not None)
+    colours = job_colours(list(seen))
+    figure, axes = plt.subplots(
+        len(grids), 1, figsize=(12, 4.2 * len(grids)), squeeze=False, constrained_layout=True
+    )
+    no_down = [0] * 24
+    for ax, (policy, grid) in zip(axes[:, 0], grids.items(), strict=True):
+        draw_grid(ax, grid, no_down, colours, hatched=app_ids)
         per_hour = series[policy]
         span = slice(day * 24, day * 24 + 24)
         used = float(per_hour.utilization(setup.cluster.gpus)[span].mean())
         served = per_hour.rt_served[span].sum() / max(1, per_hour.rt_demand[span].sum())
-        panels.append(
-            (f"{policy.value}: day {day}, utilization {used:.1%}, real-time served {served:.1%}", grid)
+        ax.set_title(
+            f"{policy.value}: simulated day {day}, utilization {used:.1%}, real-time served {served:.1%}"
+            " (batch jobs in colour, real-time apps hatched)",
+            fontsize=9,
         )
-        job_ids += [cell for row in grid for cell in row if cell is not None and cell not in job_ids]
-    draw_grids(
-        panels,
-        directory / f"simulate-{suffix}-busiest-day.png",
-        job_ids=job_ids,
-        realtime_ids={s.app.id for s in setup.series},
-        step_label=f"hour of simulated day {day}",
-        legend_ids={s.app.id for s in setup.series},
-    )
+        ax.set_xlabel(f"hour of simulated day {day}")
+    handles = legend_handles(app_ids, colours, hatched=app_ids)[: len(app_ids)]  # no down cells here
+    figure.legend(handles=handles, loc="outside right upper", fontsize=7)
+    figure.savefig(directory / f"simulate-{suffix}-busiest-day.png", dpi=90)
+    plt.close(figure)

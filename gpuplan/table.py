@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import fields
+from datetime import datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from scheduler.policies import Plan
@@ -74,3 +78,70 @@ def comparison_table(plans: Sequence[Plan]) -> str:
         "bound",
     ]
     return format_table(headers, rows)
+
+
+# -- rows that are frozen dataclasses: their fields are the columns -------------------------
+
+
+def rows_table(row_type: type, rows: Sequence[Any]) -> str:
+    """An aligned table of dataclass rows (times as ``YYYY-MM-DD HH:MM``, GPU lists as ranges)."""
+    columns = [f.name for f in fields(row_type)]
+    return format_table(columns, [[cell_text(getattr(row, c)) for c in columns] for row in rows])
+
+
+def row_records(row_type: type, rows: Sequence[Any]) -> list[dict[str, object]]:
+    """Dataclass rows as JSON objects: times in ISO 8601, enums by value, tuples as lists."""
+    columns = [f.name for f in fields(row_type)]
+    return [{c: _json_value(getattr(row, c)) for c in columns} for row in rows]
+
+
+def write_rows_csv(row_type: type, rows: Sequence[Any], out: TextIO) -> None:
+    """Dataclass rows as CSV with a header (GPU lists space-separated)."""
+    columns = [f.name for f in fields(row_type)]
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([_csv_value(getattr(row, c)) for c in columns] for row in rows)
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _csv_value(value: object) -> object:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return " ".join(str(v) for v in value)
+    return _json_value(value)
+
+
+def cell_text(value: object) -> object:
+    """How a value reads in the aligned table."""
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return _gpu_ranges(value)
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    return value
+
+
+def _gpu_ranges(gpus: Sequence[int]) -> str:
+    """``(0, 1, 2, 3, 6)`` -> ``0-3,6``."""
+    runs: list[list[int]] = []
+    for gpu in gpus:
+        if runs and gpu == runs[-1][1] + 1:
+            runs[-1][1] = gpu
+        else:
+            runs.append([gpu, gpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

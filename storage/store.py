@@ -95,10 +95,13 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def finish_job(
-        self, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object] | None
+        self, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object] | None = None
     ) -> Job:
-        """Mark a running (or queued) job done and append ``history_row`` (when given) to the job history,
-        in one transaction. Raises ``InputError`` for an unknown or already finished job."""
+        """Mark a running (or queued) job done and append it to the job history, in one transaction.
+
+        The history row (training_data/README.md's schema) is built from the stored job;
+        ``history_row`` overrides its columns. Raises ``InputError`` for an unknown or
+        already finished job."""
 
     # -- job history (the forecasters' documented schema, training_data/README.md) -------
     @abc.abstractmethod

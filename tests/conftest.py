@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.pg import PgServer
 
 # CI runs the contract's 500 examples per property; locally set HYPOTHESIS_PROFILE=dev for speed.
 settings.register_profile(
@@ -13,3 +18,62 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# --- databases: one SQLite file or one PostgreSQL database per test ------------------
+# Use `db_url` to run a test on both back ends (its PostgreSQL case carries the
+# `postgres` marker), or `sqlite_url` / `pg_url` for one. Each checks at teardown that
+# the test closed every connection it opened.
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A PostgreSQL server for the whole session (`pg_server.url`: its gpuplan_test database)."""
+    server = PgServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> Iterator[str]:
+    """`postgresql+psycopg://postgres@127.0.0.1:PORT/t_...`: a fresh, empty database, dropped afterwards."""
+    name = pg_server.create_database()
+    try:
+        yield pg_server.database_url(name)
+        left = pg_server.settled_connections(name)
+        assert not left, f"the test left connections open to {name}: {left}"
+    finally:
+        pg_server.drop_database(name)
+
+
+def _open_files(path: Path) -> list[str]:
+    """Files of this process among ``path`` and its SQLite companions (-wal, -shm, -journal)."""
+    names = {str(path), *(f"{path}{suffix}" for suffix in ("-wal", "-shm", "-journal"))}
+    fds = Path("/proc/self/fd")
+    found = []
+    for fd in fds.iterdir():
+        try:
+            target = str(fd.readlink())
+        except OSError:
+            continue  # closed while we looked
+        if target in names:
+            found.append(target)
+    return found
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> Iterator[str]:
+    """`sqlite:////tmp/.../gpuplan.db`: a file in the test's own folder."""
+    path = tmp_path / "gpuplan.db"
+    yield f"sqlite:///{path}"
+    left = _open_files(path)
+    assert not left, f"the test left the database open: {left}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """The URL of an empty database on each back end in turn."""
+    url: str = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    return url

@@ -133,9 +133,7 @@ def test_a_committed_plan_is_followed_as_reality_allows() -> None:
     )
     assert commit.assignments == (Assignment("a", (0, 1)), Assignment("rt", (2, 3, 5)))
     # a ended on time: b starts on its planned block and c waits for its planned step.
-    commit = follow_plan(
-        grid, 1, hour, previous=previous, running={}, queued={"b", "c"}, swap_caps={"rt": 2}
-    )
+    commit = follow_plan(grid, 1, hour, previous=previous, running={}, queued={"b", "c"}, swap_caps={"rt": 2})
     assert commit.assignments == (Assignment("b", (0, 1)), Assignment("rt", (2, 3, 4, 5)))
 
 
@@ -257,4 +255,6 @@ def test_the_command_prints_json_and_draws_the_plots(tmp_path: Path) -> None:
 def test_the_command_names_a_bad_policy() -> None:
     result = run_cli("simulate", "--days", 1, "--policy", "fast,lottery")
     assert result.code == 2
-    assert "`--policy` must be a comma-separated list of fast, fifo, priority-backfill, commit-all" in result.err
+    assert (
+        "`--policy` must be a comma-separated list of fast, fifo, priority-backfill, commit-all" in result.err
+    )

@@ -217,7 +217,12 @@ def column_commit(grid: Sequence[Sequence[str | None]], hour: datetime, run_id: 
     return Commit(
         hour=hour,
         run_id=run_id,
-        assignments=tuple(Assignment(job, tuple(gpus)) for job, gpus in sorted(held.items())),
+        # In GPU order, as the store returns them: an executor walks the cluster once.
+        assignments=tuple(
+            sorted(
+                (Assignment(job, tuple(gpus)) for job, gpus in held.items()), key=lambda a: (a.gpus[0], a.job)
+            )
+        ),
     )
 
 

@@ -167,24 +167,6 @@ def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | Non
     return None, None
 
 
-def history_row(job: Job, ended_at: datetime, outcome: Outcome) -> dict[str, object] | None:
-    """The finished job in the job history's schema (training_data/README.md), or None for
-    kinds the forecasters do not learn (batch inference)."""
-    if job.kind not in {"training", "quantization"}:
-        return None
-    features = {k: v for k, v in job.spec.items() if k not in SPEC_KEYS}
-    return {
-        "job_id": job.id,
-        "kind": job.kind,
-        "submit_time": job.submitted_at.isoformat(),
-        "start_time": (job.started_at or ended_at).isoformat(),
-        "end_time": ended_at.isoformat(),
-        "gpus": job.gpus or (job.estimate.gpus if job.estimate else 1),
-        "outcome": outcome.value,
-        **features,
-    }
-
-
 def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
     """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle."""
     job = store.job(job_id)
@@ -196,4 +178,4 @@ def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
         raise InputError(
             "--at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
         )
-    return store.finish_job(job_id, at, outcome, history_row(job, at, outcome))
+    return store.finish_job(job_id, at, outcome)

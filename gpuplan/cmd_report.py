@@ -1,0 +1,383 @@
+"""``gpuplan report ...``: idle windows, bookable starts, coverage risk, utilization and commits.
+
+Every report reads the store (``--db``) and prints an aligned table; ``--csv`` and
+``--json`` print the same rows for tools (times in ISO 8601), and ``--png FILE`` draws
+them. A footer that is not a row (what the windows leave out, period totals) goes to
+stdout under the table and to stderr with ``--csv``/``--json``, so their output stays
+parseable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from contract.errors import InputError
+from gpuplan.options import add_db, print_json
+from gpuplan.table import cell_text, row_records, rows_table, write_rows_csv
+
+if TYPE_CHECKING:
+    from scheduler.model import Instance
+    from storage.records import PlanRun
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    add_db(common)
+    formats = common.add_mutually_exclusive_group()
+    formats.add_argument("--csv", action="store_true", help="print CSV rows instead of a table")
+    formats.add_argument("--json", action="store_true", help="print a JSON list of row objects")
+    common.add_argument("--png", type=Path, metavar="FILE", help="also draw the report")
+    sub = parser.add_subparsers(dest="report", required=True, metavar="REPORT")
+
+    def add(
+        name: str, help_text: str, runner: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
+        report = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        report.set_defaults(report_run=runner)
+        return report
+
+    idle = add(
+        "idle-windows",
+        "free aligned GPU blocks in a stored plan; with --gpus/--hours, where a job could be booked",
+        _idle_windows,
+    )
+    _add_run(idle)
+    idle.add_argument("--min-gpus", type=int, default=1, metavar="N", help="list blocks of >= N GPUs")
+    idle.add_argument("--min-hours", type=float, default=1, metavar="H", help="free for >= H hours")
+    idle.add_argument("--gpus", type=int, metavar="G", help="bookable starts for a G-GPU job (with --hours)")
+    idle.add_argument("--hours", type=float, metavar="H", help="the job's hours (with --gpus)")
+    idle.add_argument("--limit", type=int, metavar="N", help="with --gpus: the first N starts only")
+
+    risk = add(
+        "coverage-risk",
+        "hours where a real-time app holds fewer GPUs than it needs: planned ahead, realised behind",
+        _coverage_risk,
+    )
+    _add_run(risk)
+    risk.add_argument(
+        "--quantile", type=float, default=0.9, help="the forecast quantile to cover (default 0.9)"
+    )
+    risk.add_argument(
+        "--since", metavar="TIME", help="realised coverage from TIME to the run's start (default: one day)"
+    )
+
+    util = add("utilization", "GPUs of each committed hour by job kind, idle and down", _utilization)
+    util.add_argument("--since", metavar="TIME", help="committed hours from TIME on (default all)")
+
+    commits = add("commits", "every committed hour: which job holds which GPUs", _commits)
+    commits.add_argument("--since", metavar="TIME", help="committed hours from TIME on (default all)")
+
+
+def _add_run(parser: argparse.ArgumentParser) -> None:
+    # ``dest`` is not ``run``: the command line keeps the command's entry point there.
+    parser.add_argument(
+        "--run",
+        dest="run_ref",
+        default="latest",
+        metavar="RUN_ID|latest",
+        help="the plan run (default latest)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    runner: Callable[[argparse.Namespace], int] = args.report_run
+    return runner(args)
+
+
+# ---------------------------------------------------------------------------------------
+# The reports
+
+
+def _idle_windows(args: argparse.Namespace) -> int:
+    from gpuplan.app.reports import BookableStart, IdleWindow, bookable_starts, idle_windows, run_instance
+
+    run_value = _load_run(args)
+    instance = run_instance(run_value)
+    heading = _run_heading(run_value, instance)
+    if args.gpus is None and args.hours is None:
+        if args.limit is not None:
+            raise InputError("--limit", "given only with --gpus and --hours", args.limit)
+        with _flags({"min_gpus": "--min-gpus", "min_hours": "--min-hours"}):
+            report = idle_windows(instance, run_value.grid, run_value.start, args.min_gpus, args.min_hours)
+        asked = f">= {args.min_gpus} GPUs for >= {args.min_hours:g} h"
+        _emit(
+            IdleWindow,
+            report.rows,
+            args,
+            title=f"{heading}: idle windows of {asked}",
+            empty=f"no aligned block of {asked} is free in this plan",
+            footer=[
+                (
+                    f"free: {report.free_gpu_hours:g} GPU-hours; in no aligned block of {asked}: "
+                    f"{report.unlisted_gpu_hours:g} GPU-hours"
+                )
+            ],
+        )
+        if args.png:
+            from gpuplan.report_plots import draw_idle_windows
+
+            draw_idle_windows(
+                instance,
+                run_value.grid,
+                run_value.start,
+                report=report,
+                bookable=(),
+                title=f"{heading}: {len(report.rows)} idle windows of {asked} (outlined); "
+                f"{report.free_gpu_hours:g} free GPU-hours, {report.unlisted_gpu_hours:g} in none",
+                path=args.png,
+            )
+        return 0
+    if args.gpus is None or args.hours is None:
+        missing = "--hours" if args.hours is None else "--gpus"
+        raise InputError(missing, "given with " + ("--gpus" if missing == "--hours" else "--hours"), None)
+    with _flags({"gpus": "--gpus", "hours": "--hours", "limit": "--limit"}):
+        rows = bookable_starts(
+            instance, run_value.grid, run_value.start, args.gpus, args.hours, limit=args.limit
+        )
+    job = f"a {args.gpus}-GPU job of {args.hours:g} h"
+    footer = []
+    if rows:
+        earliest = [r for r in rows if r.start == rows[0].start]
+        footer.append(
+            f"earliest start {cell_text(rows[0].start)} on {len(earliest)} block(s); "
+            f"{len(rows)} block(s) listed, each at its earliest start"
+        )
+    _emit(
+        BookableStart,
+        rows,
+        args,
+        title=f"{heading}: where {job} fits without moving anything planned",
+        empty=f"{job} fits nowhere in this plan's horizon without moving planned work",
+        footer=footer,
+    )
+    if args.png:
+        from gpuplan.report_plots import draw_idle_windows
+
+        draw_idle_windows(
+            instance,
+            run_value.grid,
+            run_value.start,
+            report=None,
+            bookable=rows,
+            title=f"{heading}: where {job} fits (each block at its earliest start)",
+            path=args.png,
+        )
+    return 0
+
+
+def _coverage_risk(args: argparse.Namespace) -> int:
+    from gpuplan.app.config import parse_time
+    from gpuplan.app.report_inputs import open_existing_store
+    from gpuplan.app.reports import CoverageRow, app_needs, coverage_risk, planned_counts, run_instance
+    from gpuplan.app.status import find_run
+
+    since = parse_time(args.since, "--since") if args.since else None
+    store = open_existing_store(args.db)
+    try:
+        with _flags({"RUN_ID": "--run"}):
+            run_value = find_run(store, args.run_ref)
+        instance = run_instance(run_value)
+        step = timedelta(minutes=instance.step_minutes)
+        window_since = since if since is not None else run_value.start - instance.horizon_steps * step
+        if since is not None and since >= run_value.start:
+            raise InputError(
+                "--since", f"a time before the run's start ({run_value.start.isoformat()})", args.since
+            )
+        apps = store.apps()
+        commits = store.commits(window_since, run_value.start)
+        if since is not None and not commits:
+            raise InputError(
+                "--since",
+                "a time with committed hours between it and the run's start",
+                args.since,
+                hint=f"No hour was committed from {since.isoformat()} to {run_value.start.isoformat()}.",
+            )
+        traffic = [
+            hour
+            for job in instance.realtime_jobs
+            for hour in store.traffic(job.id, window_since, run_value.start)
+        ]
+    finally:
+        store.close()
+    with _flags({"quantile": "--quantile"}):
+        report = coverage_risk(
+            run_value, apps, args.quantile, traffic=traffic, commits=commits, since=window_since
+        )
+    heading = _run_heading(run_value, instance)
+    percentile = f"P{args.quantile * 100:g}"
+    footer = [
+        f"realised {cell_text(r.since)} to {cell_text(r.until)}: {r.app} served {r.served_share:.1%} of "
+        f"{r.needed_gpu_hours:g} GPU-hours of demand over {r.hours} committed hours ({r.short_hours} short)"
+        for r in report.realised
+    ]
+    if not report.realised:
+        window = f"{cell_text(window_since)} to {cell_text(run_value.start)}"
+        footer.append(f"realised: no committed hour with traffic from {window}")
+    _emit(
+        CoverageRow,
+        report.rows,
+        args,
+        title=f"{heading}: hours where a real-time app holds fewer GPUs than its {percentile} need",
+        empty=f"no shortfall: every app holds its {percentile} need in every hour",
+        footer=footer,
+    )
+    if args.png:
+        from gpuplan.report_plots import draw_coverage
+
+        needs = {
+            app: {args.quantile: need}
+            for app, need in app_needs(run_value, instance, apps, args.quantile).items()
+        }
+        for quantile in (0.5, 0.9):
+            try:
+                for app, need in app_needs(run_value, instance, apps, quantile).items():
+                    needs[app][quantile] = need
+            except InputError:
+                continue  # no stored forecast (or capacity) to derive this quantile from
+        draw_coverage(
+            instance,
+            run_value.start,
+            report,
+            planned=planned_counts(instance, run_value.grid),
+            needs=needs,
+            title=f"{heading}: real-time GPUs planned against need ({percentile} shortfall shaded)",
+            path=args.png,
+        )
+    return 0
+
+
+def _utilization(args: argparse.Namespace) -> int:
+    from gpuplan.app.config import parse_time
+    from gpuplan.app.report_inputs import job_kinds, open_existing_store, stored_cluster, stored_commits
+    from gpuplan.app.reports import UtilizationRow, utilization
+
+    since = parse_time(args.since, "--since") if args.since else None
+    store = open_existing_store(args.db)
+    try:
+        cluster = stored_cluster(store)
+        commits = stored_commits(store, since)
+        kinds = job_kinds(store)
+    finally:
+        store.close()
+    report = utilization(commits, cluster, kinds)
+    totals = ", ".join(f"{name} {hours:g}" for name, hours in report.gpu_hours.items() if hours)
+    period = f"{cell_text(report.rows[0].hour)} to {cell_text(report.rows[-1].hour + timedelta(hours=1))}"
+    _emit(
+        UtilizationRow,
+        report.rows,
+        args,
+        title=f"{cluster.gpus} GPUs, {len(report.rows)} committed hours {period}: GPUs by what held them",
+        empty="no committed hour",
+        footer=[f"total GPU-hours: {totals}; busy {report.busy_share:.1%} of up GPU-hours"],
+    )
+    if args.png:
+        from gpuplan.report_plots import draw_utilization
+
+        draw_utilization(
+            report,
+            cluster.gpus,
+            f"Committed GPUs by kind, {period} (busy {report.busy_share:.1%} of up GPU-hours)",
+            args.png,
+        )
+    return 0
+
+
+def _commits(args: argparse.Namespace) -> int:
+    from gpuplan.app.config import parse_time
+    from gpuplan.app.report_inputs import open_existing_store, stored_cluster, stored_commits
+    from gpuplan.app.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
+
+    since = parse_time(args.since, "--since") if args.since else None
+    store = open_existing_store(args.db)
+    try:
+        commits = stored_commits(store, since)
+        cluster = stored_cluster(store) if args.png else None
+        apps = {app.id for app in store.apps()} if args.png else set()
+    finally:
+        store.close()
+    rows = commit_rows(commits)
+    first, last = commits[0].hour, commits[-1].hour
+    _emit(
+        CommitRow,
+        rows,
+        args,
+        title=f"{len(commits)} committed hours from {cell_text(first)} to {cell_text(last)}",
+        empty="no job was committed in these hours",
+        footer=[],
+    )
+    if args.png and cluster is not None:
+        from gpuplan.report_plots import draw_commits
+
+        hours = [c.hour for c in commits]
+        down = [sum(1 << g for g in down_gpus_at(cluster, hour)) for hour in hours]
+        draw_commits(
+            commits_grid(commits, cluster.gpus),
+            hours,
+            down,
+            realtime=apps,
+            title=f"Committed hours {cell_text(first)} to {cell_text(last)}: one column per committed hour",
+            path=args.png,
+        )
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# Loading and output
+
+
+def _load_run(args: argparse.Namespace) -> PlanRun:
+    from gpuplan.app.report_inputs import open_existing_store
+    from gpuplan.app.status import find_run
+
+    store = open_existing_store(args.db)
+    try:
+        with _flags({"RUN_ID": "--run"}):
+            return find_run(store, args.run_ref)
+    finally:
+        store.close()
+
+
+def _run_heading(run_value: PlanRun, instance: Instance) -> str:
+    return (
+        f"run {run_value.id} ({run_value.mode.value}, {run_value.policy}): {instance.gpus} GPUs x "
+        f"{instance.horizon_steps} steps of {instance.step_minutes} min from {cell_text(run_value.start)} UTC"
+    )
+
+
+@contextmanager
+def _flags(names: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise a use case's ``InputError`` under the command-line flag that carried the value."""
+    try:
+        yield
+    except InputError as error:
+        if error.field not in names:
+            raise
+        raise InputError(names[error.field], error.expected, error.got, source=error.source) from None
+
+
+def _emit(
+    row_type: type,
+    rows: Sequence[Any],
+    args: argparse.Namespace,
+    *,
+    title: str,
+    empty: str,
+    footer: Sequence[str],
+) -> None:
+    """Print ``rows`` (frozen dataclasses; their fields are the columns) as a table, CSV or JSON."""
+    out = sys.stdout
+    if args.json:
+        print_json(row_records(row_type, rows))
+    elif args.csv:
+        write_rows_csv(row_type, rows, out)
+    else:
+        print(title)
+        print(rows_table(row_type, rows) if rows else empty)
+    for line in footer:
+        print(line, file=sys.stderr if args.json or args.csv else out)

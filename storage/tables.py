@@ -1,0 +1,242 @@
+"""The tables, as SQLAlchemy 2 typed ORM classes. Nothing outside ``storage/`` sees a row.
+
+The Alembic migrations in ``storage/migrations/versions`` create exactly these tables
+(a contract test compares the migrated schema with this metadata on both back ends).
+Every timestamp is stored in UTC: PostgreSQL as ``timestamptz``, SQLite as naive
+ISO text, which :class:`UtcDateTime` turns back into timezone-aware values.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    TypeDecorator,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from storage.records import JobState, Outcome, RunMode
+
+# Named constraints, so that later migrations (batch mode on SQLite) can address them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+ID_LENGTH = 200  # job and app ids; the scenario format puts no limit, a column must
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on both back ends; a naive one is refused.
+
+    SQLite has no time zones, so values go in as naive UTC and come back marked UTC;
+    PostgreSQL returns them in the session's zone, converted back to UTC here.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"storage takes timezone-aware datetimes; got the naive {value.isoformat()}")
+        utc = value.astimezone(UTC)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def _values(enum: type[JobState] | type[Outcome] | type[RunMode]) -> list[str]:
+    return [member.value for member in enum]
+
+
+def _enum(enum: type[JobState] | type[Outcome] | type[RunMode]) -> Enum:
+    # Stored as the value text (no native PostgreSQL enum type, so a new member needs no DDL).
+    return Enum(enum, native_enum=False, values_callable=_values, length=16, validate_strings=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {  # noqa: RUF012 (SQLAlchemy reads this class attribute as is)
+        datetime: UtcDateTime(),
+        dict[str, Any]: JSON(),
+        str: String(ID_LENGTH),
+    }
+
+
+class ClusterRow(Base):
+    """The one cluster (``id`` is always 1)."""
+
+    __tablename__ = "cluster"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    gpus: Mapped[int]
+    step_minutes: Mapped[int]
+    horizon_steps: Mapped[int]
+    decay: Mapped[float] = mapped_column(Float)
+    rt_penalty: Mapped[float] = mapped_column(Float)
+
+
+class DownWindowRow(Base):
+    __tablename__ = "cluster_down"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("cluster.id", ondelete="CASCADE"), index=True)
+    gpu: Mapped[int]
+    starts_at: Mapped[datetime]
+    ends_at: Mapped[datetime | None]
+
+
+class AppRow(Base):
+    __tablename__ = "apps"
+
+    id: Mapped[str] = mapped_column(primary_key=True)
+    priority: Mapped[float] = mapped_column(Float)
+    swap_cap: Mapped[int]
+    requests_per_gpu_hour: Mapped[float] = mapped_column(Float)
+    headroom: Mapped[float] = mapped_column(Float)
+
+
+class ProfileRow(Base):
+    """An app's pickled demand profile and the last traffic hour it has seen."""
+
+    __tablename__ = "app_profiles"
+
+    app: Mapped[str] = mapped_column(primary_key=True)
+    blob: Mapped[bytes] = mapped_column(LargeBinary)
+    through: Mapped[datetime]
+
+
+class JobRow(Base):
+    """A submitted batch job. ``seq`` keeps submission order among equal timestamps."""
+
+    __tablename__ = "jobs"
+
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[str] = mapped_column(unique=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    priority: Mapped[float] = mapped_column(Float)
+    spec: Mapped[dict[str, Any]]
+    submitted_at: Mapped[datetime]
+    state: Mapped[JobState] = mapped_column(_enum(JobState), index=True)
+    estimate_gpus: Mapped[int | None]
+    estimate_hours_p50: Mapped[float | None] = mapped_column(Float)
+    estimate_hours_p90: Mapped[float | None] = mapped_column(Float)
+    first_gpu: Mapped[int | None]
+    gpus: Mapped[int | None]
+    started_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+    outcome: Mapped[Outcome | None] = mapped_column(_enum(Outcome))
+
+
+class HistoryRow(Base):
+    """One finished job in the forecasters' history schema (training_data/README.md):
+    the common columns as columns, the job's features by name in ``features``."""
+
+    __tablename__ = "job_history"
+
+    job_id: Mapped[str] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    submit_time: Mapped[datetime] = mapped_column(index=True)
+    start_time: Mapped[datetime]
+    end_time: Mapped[datetime]
+    gpus: Mapped[int]
+    outcome: Mapped[str] = mapped_column(String(16))
+    features: Mapped[dict[str, Any]]
+
+
+class TrafficRow(Base):
+    """Requests one app served in one wall-clock hour."""
+
+    __tablename__ = "traffic"
+
+    app: Mapped[str] = mapped_column(primary_key=True)
+    hour: Mapped[datetime] = mapped_column(primary_key=True)
+    requests: Mapped[float] = mapped_column(Float)
+
+
+class PlanRunRow(Base):
+    """One planning run with its whole grid; ``scenario`` and ``grid`` in the contract's formats."""
+
+    __tablename__ = "plan_runs"
+    __table_args__ = (Index("ix_plan_runs_mode_start", "mode", "start"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    start: Mapped[datetime] = mapped_column(index=True)
+    created_at: Mapped[datetime]
+    mode: Mapped[RunMode] = mapped_column(_enum(RunMode))
+    policy: Mapped[str] = mapped_column(String(32))
+    inputs_hash: Mapped[str] = mapped_column(String(128))
+    objective: Mapped[float] = mapped_column(Float)
+    bound: Mapped[float | None] = mapped_column(Float)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(32))
+    scenario: Mapped[dict[str, Any]]
+    grid: Mapped[list[list[str | None]]] = mapped_column(JSON)
+    metrics: Mapped[dict[str, Any]]
+    committed: Mapped[bool]
+    extra: Mapped[dict[str, Any]]
+
+
+class RunForecastRow(Base):
+    """One hour of one app's demand forecast that a run planned with."""
+
+    __tablename__ = "run_forecasts"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("plan_runs.id", ondelete="CASCADE"), primary_key=True)
+    app: Mapped[str] = mapped_column(primary_key=True)
+    hour: Mapped[datetime] = mapped_column(primary_key=True)
+    p50: Mapped[float] = mapped_column(Float)
+    p90: Mapped[float] = mapped_column(Float)
+    gpus: Mapped[int]
+
+
+class CommitRow(Base):
+    """The committed allocation of one wall-clock hour: the primary key makes it one per hour."""
+
+    __tablename__ = "commits"
+
+    hour: Mapped[datetime] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("plan_runs.id"), index=True)
+    created_at: Mapped[datetime]
+
+
+class CommitAssignmentRow(Base):
+    """A job (batch or real-time) and its GPU ids in one committed hour."""
+
+    __tablename__ = "commit_assignments"
+
+    hour: Mapped[datetime] = mapped_column(ForeignKey("commits.hour", ondelete="CASCADE"), primary_key=True)
+    job: Mapped[str] = mapped_column(primary_key=True)
+    gpus: Mapped[list[int]] = mapped_column(JSON)
+
+
+class LockRow(Base):
+    """SQLite's cycle lock: who holds it and until when (PostgreSQL uses advisory locks)."""
+
+    __tablename__ = "locks"
+
+    name: Mapped[str] = mapped_column(primary_key=True)
+    owner: Mapped[str]
+    expires_at: Mapped[datetime]

@@ -1,0 +1,85 @@
+"""What the storage tests run in other processes (multiprocessing with ``spawn``), and the
+sample run they store. Kept apart from the test module so that a child imports little.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import UTC, datetime, timedelta
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from typing import Any
+
+from sqlalchemy import event
+
+from storage.records import AppForecast, Assignment, Commit, PlanRun, RunMode
+from storage.sql import SqlStore
+
+HOUR = datetime(2026, 3, 2, 9, tzinfo=UTC)
+
+
+def sample_run(
+    start: datetime = HOUR, *, gpus: int = 8, policy: str = "fast", objective: float = 123.5
+) -> PlanRun:
+    grid: list[list[str | None]] = [[None] * 24 for _ in range(gpus)]
+    for step in range(6):
+        grid[0][step] = grid[1][step] = "job-a"
+    for step in range(24):
+        grid[gpus - 1][step] = "chat"
+    return PlanRun(
+        start=start,
+        created_at=start + timedelta(minutes=1, seconds=30),
+        mode=RunMode.PLAN,
+        policy=policy,
+        inputs_hash="f" * 64,
+        objective=objective,
+        bound=None,
+        latency_ms=12.5,
+        status="FEASIBLE",
+        scenario={"name": "sample", "gpus": gpus, "horizon": 24, "jobs": [], "running": []},
+        grid=grid,
+        metrics={"utilization": 0.25, "objective": objective, "completed": 1.0},
+        forecasts=tuple(
+            AppForecast("chat", start + timedelta(hours=h), 100.0 + h, 150.0 + h, 1) for h in range(24)
+        ),
+        extra={"note": "sample"},
+    )
+
+
+def sample_commit(hour: datetime = HOUR) -> Commit:
+    return Commit(hour=hour, run_id=None, assignments=(Assignment("job-a", (0, 1)), Assignment("chat", (7,))))
+
+
+def race_to_commit(url: str, hour: datetime, barrier: Barrier, results: Queue[tuple[int, bool]]) -> None:
+    """Open a store, wait for the other racer, then record a run that commits ``hour``."""
+    store = SqlStore.open(url)
+    try:
+        barrier.wait(timeout=60)
+        stored = store.record_run(sample_run(hour), sample_commit(hour))
+        assert stored.id is not None
+        results.put((stored.id, stored.committed))
+    finally:
+        store.close()
+
+
+def die_inside_record_run(url: str, statement: str) -> None:
+    """Record a committing run, and kill -9 this process right after ``statement`` ran in it."""
+    store = SqlStore.open(url)
+
+    def kill(*args: Any) -> None:
+        if args[2].lstrip().upper().startswith(statement):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    event.listen(store.engine, "after_cursor_execute", kill)
+    store.record_run(sample_run(), sample_commit())
+
+
+def die_holding_lock(url: str, name: str) -> None:
+    """Take the cycle lock and die with it held (exit code 3 when it was not free)."""
+    store = SqlStore.open(url)
+    with store.cycle_lock(name) as held:
+        if held:
+            os.kill(os.getpid(), signal.SIGKILL)
+    store.close()
+    raise SystemExit(3)

@@ -1,0 +1,612 @@
+"""The storage contract: one suite, run on a SQLite file and on a PostgreSQL server.
+
+Every test that takes ``db_url`` (or the ``store`` built on it) runs on both back ends;
+the PostgreSQL case carries the ``postgres`` marker. The fixtures check at teardown that
+no connection was left checked out of the pool, and that none is left at all once the
+store is closed (PostgreSQL's ``pg_stat_activity``, the SQLite file's descriptors).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, event, inspect, text
+
+from contract.errors import InputError
+from storage.records import (
+    App,
+    Assignment,
+    Cluster,
+    Commit,
+    DownWindowRecord,
+    Job,
+    JobEstimate,
+    JobState,
+    Outcome,
+    RunMode,
+    TrafficHour,
+)
+from storage.sql import SqlStore, alembic_config, head_revision
+from storage.store import DEFAULT_URL, StoreError, open_store
+from storage.tables import Base
+from tests.storage_children import (
+    HOUR,
+    die_holding_lock,
+    die_inside_record_run,
+    race_to_commit,
+    sample_commit,
+    sample_run,
+)
+from training_data.history import BUNDLED_HISTORY, validate_history
+
+SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited pool or lock
+TRAINING_SPEC = Path(__file__).parent.parent / "training_data" / "example_job_training.yaml"
+TABLES = {
+    "alembic_version",
+    "app_profiles",
+    "apps",
+    "cluster",
+    "cluster_down",
+    "commit_assignments",
+    "commits",
+    "job_history",
+    "jobs",
+    "locks",
+    "plan_runs",
+    "run_forecasts",
+    "traffic",
+}
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[SqlStore]:
+    opened = SqlStore.open(db_url)
+    try:
+        yield opened
+        assert opened.engine.pool.checkedout() == 0, "a connection was left checked out of the pool"  # type: ignore[attr-defined]
+    finally:
+        opened.close()
+
+
+def queued_job(job_id: str = "job-a", *, kind: str = "training", spec: dict[str, Any] | None = None) -> Job:
+    return Job(
+        id=job_id,
+        kind=kind,
+        priority=50.0,
+        spec=spec if spec is not None else {"kind": kind},
+        submitted_at=HOUR - timedelta(hours=2),
+        estimate=JobEstimate(gpus=2, hours_p50=5.0, hours_p90=6.5),
+    )
+
+
+def revision_of(url: str) -> str | None:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def spawn(target: Any, *args: Any) -> multiprocessing.process.BaseProcess:
+    child = SPAWN.Process(target=target, args=args)
+    child.start()
+    return child
+
+
+# --- opening, the schema and its migrations --------------------------------------------
+
+
+def test_open_creates_the_schema_at_the_newest_revision(db_url: str) -> None:
+    store = SqlStore.open(db_url)
+    try:
+        assert set(inspect(store.engine).get_table_names()) == TABLES
+    finally:
+        store.close()
+    assert revision_of(db_url) == head_revision()
+
+
+def test_the_migrations_build_exactly_the_tables_of_the_models(store: SqlStore) -> None:
+    with store.engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, Base.metadata) == []
+
+
+def test_an_older_database_is_upgraded_on_open(db_url: str) -> None:
+    SqlStore.open(db_url).close()
+    revisions = [r.revision for r in ScriptDirectory.from_config(alembic_config()).walk_revisions()]
+    engine = create_engine(db_url)
+    try:
+        for older in ["base", *revisions[1:]]:  # every revision before the newest
+            with engine.begin() as connection:
+                command.downgrade(alembic_config(connection), older)
+            assert revision_of(db_url) == (None if older == "base" else older)
+            store = SqlStore.open(db_url)
+            try:
+                store.save_cluster(Cluster(gpus=8))
+                assert store.cluster() == Cluster(gpus=8)
+            finally:
+                store.close()
+            assert revision_of(db_url) == head_revision()
+    finally:
+        engine.dispose()
+
+
+def test_a_database_of_a_newer_gpuplan_is_refused(db_url: str) -> None:
+    SqlStore.open(db_url).close()
+    engine = create_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="A database written by a newer gpuplan needs that version"):
+        SqlStore.open(db_url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "not a url",
+        "mysql://user@host/db",
+        "postgresql+psycopg2://user@host/db",
+        "postgresql+psycopg://user@host:port/db",
+    ],
+)
+def test_a_malformed_url_names_the_db_option(url: str) -> None:
+    with pytest.raises(InputError, match=re.escape("`--db` must be a database URL: sqlite:///PATH")):
+        open_store(url)
+
+
+def test_an_unreachable_server_is_a_store_error() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql+psycopg://gpuplan:secret@127.0.0.1:{port}/db"
+    with pytest.raises(StoreError, match="Connection refused") as raised:
+        open_store(url)
+    shown = f"postgresql+psycopg://gpuplan:***@127.0.0.1:{port}/db"  # the password stays out of logs
+    assert str(raised.value).startswith(f"cannot reach or use the database at {shown}: connection failed")
+
+
+def test_a_sqlite_file_that_cannot_be_opened_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "plain-file").write_text("")
+    with pytest.raises(StoreError, match="cannot create the folder of the SQLite database"):
+        open_store(f"sqlite:///{tmp_path}/plain-file/gpuplan.db")
+    (tmp_path / "a-folder.db").mkdir()
+    with pytest.raises(
+        StoreError,
+        match=re.escape(
+            f"cannot reach or use the database at sqlite:///{tmp_path}/a-folder.db: unable to open"
+        ),
+    ):
+        open_store(f"sqlite:///{tmp_path}/a-folder.db")
+
+
+def test_the_default_url_creates_var_under_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert DEFAULT_URL == "sqlite:///var/gpuplan.db"
+    open_store().close()
+    assert (tmp_path / "var" / "gpuplan.db").is_file()
+    assert revision_of(f"sqlite:///{tmp_path}/var/gpuplan.db") == head_revision()
+
+
+def test_an_in_memory_store_keeps_its_data_for_its_lifetime() -> None:
+    store = open_store("sqlite://")
+    try:
+        store.add_job(queued_job())
+        stored = store.record_run(sample_run(), sample_commit())
+        assert stored.committed
+        assert store.run() == stored
+        assert store.jobs()[0].state is JobState.RUNNING
+    finally:
+        store.close()
+
+
+# --- cluster, apps, profiles, traffic ----------------------------------------------------
+
+
+def test_the_cluster_is_saved_whole_and_replaced_whole(store: SqlStore) -> None:
+    assert store.cluster() is None
+    first = Cluster(
+        gpus=16,
+        step_minutes=60,
+        horizon_steps=24,
+        decay=0.9,
+        rt_penalty=6.0,
+        down=(
+            DownWindowRecord(3, HOUR, HOUR + timedelta(hours=4)),
+            DownWindowRecord(5, HOUR + timedelta(hours=1)),
+        ),
+    )
+    store.save_cluster(first)
+    assert store.cluster() == first
+    second = Cluster(gpus=32, down=(DownWindowRecord(0, HOUR),))
+    store.save_cluster(second)
+    assert store.cluster() == second
+
+
+def test_apps_are_replaced_by_id_and_their_profiles_round_trip(store: SqlStore) -> None:
+    chat = App("chat", priority=80.0, swap_cap=2, requests_per_gpu_hour=1200.0, headroom=0.1)
+    store.save_app(chat)
+    store.save_app(App("batch-embed", 40.0, 1, 300.0))
+    store.save_app(replace(chat, swap_cap=4))
+    assert store.apps() == [App("batch-embed", 40.0, 1, 300.0), replace(chat, swap_cap=4)]
+
+    assert store.profile("chat") is None
+    assert store.profile_through("chat") is None
+    blob = bytes(range(256)) * 40
+    store.save_profile("chat", blob, through=HOUR)
+    store.save_profile("chat", blob[::-1], through=HOUR + timedelta(hours=1))
+    assert store.profile("chat") == blob[::-1]
+    assert store.profile_through("chat") == HOUR + timedelta(hours=1)
+
+
+def test_traffic_is_replaced_by_app_and_hour_and_read_in_a_range(store: SqlStore) -> None:
+    hours = [HOUR + timedelta(hours=h) for h in range(6)]
+    store.add_traffic([TrafficHour("chat", h, 100.0 * i) for i, h in enumerate(hours)])
+    store.add_traffic([TrafficHour("chat", hours[2], 999.0), TrafficHour("other", hours[2], 1.0)])
+    assert [t.requests for t in store.traffic("chat")] == [0.0, 100.0, 999.0, 300.0, 400.0, 500.0]
+    assert store.traffic("chat", since=hours[1], until=hours[3]) == [
+        TrafficHour("chat", hours[1], 100.0),
+        TrafficHour("chat", hours[2], 999.0),
+    ]
+    assert store.traffic("nobody") == []
+
+
+def test_times_go_in_in_any_zone_and_come_back_in_utc(store: SqlStore) -> None:
+    plus_two = timezone(timedelta(hours=2))
+    store.add_traffic([TrafficHour("chat", datetime(2026, 3, 2, 11, tzinfo=plus_two), 5.0)])
+    (back,) = store.traffic("chat")
+    assert back.hour == HOUR
+    assert back.hour.tzinfo is UTC
+    with pytest.raises(InputError, match=re.escape("`traffic.hour` must be a timezone-aware hour")):
+        store.add_traffic([TrafficHour("chat", datetime(2026, 3, 2, 9), 5.0)])
+    with pytest.raises(
+        ValueError, match="storage takes timezone-aware datetimes; got the naive 2026-03-02T09:00:00"
+    ):
+        store.save_profile("chat", b"x", through=datetime(2026, 3, 2, 9))
+    assert store.profile("chat") is None
+
+
+# --- jobs and their history ---------------------------------------------------------------
+
+
+def test_jobs_are_added_once_and_listed_in_submission_order(store: SqlStore) -> None:
+    for job_id in ("job-b", "job-a", "job-c"):
+        store.add_job(queued_job(job_id))
+    with pytest.raises(InputError, match=re.escape("`id` must be a job id not used before; got 'job-a'.")):
+        store.add_job(queued_job("job-a"))
+    assert [j.id for j in store.jobs()] == ["job-b", "job-a", "job-c"]
+    assert store.job("job-a") == queued_job("job-a")
+    assert store.job("nobody") is None
+
+    store.set_estimate("job-c", JobEstimate(gpus=8, hours_p50=1.5, hours_p90=2.0))
+    assert store.job("job-c") == replace(queued_job("job-c"), estimate=JobEstimate(8, 1.5, 2.0))
+    with pytest.raises(
+        InputError, match=re.escape("`job_id` must be the id of a submitted job; got 'nobody'.")
+    ):
+        store.set_estimate("nobody", JobEstimate(1, 1.0, 1.0))
+    assert store.jobs([JobState.RUNNING]) == []
+    assert [j.id for j in store.jobs([JobState.QUEUED, JobState.DONE])] == ["job-b", "job-a", "job-c"]
+
+
+def _bundled_sample() -> pd.DataFrame:
+    raw = pd.read_csv(BUNDLED_HISTORY, nrows=600)
+    assert set(raw["kind"]) == {"training", "quantization"}
+    typed = validate_history(raw, source="bundled sample")
+    return typed.sort_values(["submit_time", "job_id"]).reset_index(drop=True)
+
+
+def test_the_history_comes_back_as_the_forecasters_schema_accepts_it(store: SqlStore) -> None:
+    assert validate_history(store.history(), source="empty store").empty
+    sample = _bundled_sample()
+    assert store.append_history(sample) == len(sample)
+    assert store.append_history(sample.head(10)) == 0  # already there
+    back = store.history()
+    pd.testing.assert_frame_equal(validate_history(back, source="store"), sample)
+
+
+def test_finishing_a_job_appends_a_history_row_the_forecasters_accept(store: SqlStore) -> None:
+    spec = yaml.safe_load(TRAINING_SPEC.read_text())
+    store.add_job(queued_job("job-a", spec=spec))
+    store.record_run(sample_run(), sample_commit())
+    end = HOUR + timedelta(hours=5, minutes=20)
+    done = store.finish_job("job-a", end, Outcome.OK, {})
+    assert (done.state, done.ended_at, done.outcome) == (JobState.DONE, end, Outcome.OK)
+    assert store.job("job-a") == done
+
+    history = validate_history(store.history(), source="store")
+    (row,) = history.to_dict("records")
+    assert (row["job_id"], row["kind"], row["gpus"], row["outcome"]) == ("job-a", "training", 2, "completed")
+    assert row["end_time"] - row["start_time"] == timedelta(hours=5, minutes=20)
+    assert row["submit_time"] == HOUR - timedelta(hours=2)
+    assert {k: row[k] for k in ("variant", "params_billion", "lora_rank", "sequence_packing")} == {
+        "variant": "lora_sft",
+        "params_billion": 8.0,
+        "lora_rank": 32,
+        "sequence_packing": True,
+    }
+    with pytest.raises(InputError, match=re.escape("`job_id` must be a queued or running job; got 'job-a'.")):
+        store.finish_job("job-a", end, Outcome.OK, {})
+    with pytest.raises(
+        InputError, match=re.escape("`job_id` must be the id of a submitted job; got 'nobody'.")
+    ):
+        store.finish_job("nobody", end, Outcome.OK, {})
+
+
+def test_a_job_that_never_ran_ends_without_teaching_a_duration(store: SqlStore) -> None:
+    spec = yaml.safe_load(TRAINING_SPEC.read_text())
+    store.add_job(queued_job("job-q", spec=spec))
+    with pytest.raises(
+        InputError, match=re.escape("`outcome` must be 'failed' or 'cancelled' for a job that never started")
+    ):
+        store.finish_job("job-q", HOUR, Outcome.OK, {})
+    assert store.job("job-q") == queued_job("job-q", spec=spec)
+    store.finish_job("job-q", HOUR, Outcome.CANCELLED, {})
+    (row,) = validate_history(store.history(), source="store").to_dict("records")
+    assert (row["start_time"], row["end_time"], row["outcome"]) == (HOUR, HOUR, "cancelled")
+
+    store.add_job(queued_job("job-i", kind="batch_inference"))  # not a kind the forecasters learn
+    store.finish_job("job-i", HOUR, Outcome.FAILED, {})
+    assert store.job("job-i").state is JobState.DONE  # type: ignore[union-attr]
+    stated = {"id": "job-s", "kind": "training", "priority": 5.0, "gpus": 2, "hours": 3.0}
+    store.add_job(queued_job("job-s", spec=stated))  # stated hours, no features to learn from
+    store.finish_job("job-s", HOUR, Outcome.FAILED, {})
+    assert store.job("job-s").state is JobState.DONE  # type: ignore[union-attr]
+    assert list(store.history()["job_id"]) == ["job-q"]
+
+
+def test_a_history_row_the_schema_refuses_leaves_the_job_running(store: SqlStore) -> None:
+    store.add_job(queued_job("job-a", spec=yaml.safe_load(TRAINING_SPEC.read_text())))
+    store.record_run(sample_run(), sample_commit())
+    with pytest.raises(InputError, match=re.escape("`lora_rank` must be")):
+        store.finish_job("job-a", HOUR + timedelta(hours=1), Outcome.OK, {"lora_rank": -3})
+    assert store.job("job-a").state is JobState.RUNNING  # type: ignore[union-attr]
+    assert store.history().empty
+
+
+# --- plan runs and commits ------------------------------------------------------------------
+
+
+def test_a_run_comes_back_as_it_was_stored(store: SqlStore) -> None:
+    assert store.run() is None
+    first = store.record_run(sample_run())
+    assert first.id is not None and not first.committed
+    assert store.run(first.id) == first
+    review = store.record_run(
+        replace(sample_run(), mode=RunMode.REVIEW, policy="full", bound=130.25, status="OPTIMAL")
+    )
+    later = store.record_run(sample_run(HOUR + timedelta(hours=1)))
+    assert store.run() == later
+    assert store.run(review.id) == review
+    assert store.run(10_000) is None
+    assert [r.id for r in store.runs()] == [later.id, review.id, first.id]
+    assert store.runs(mode="review") == [review]
+    assert [r.id for r in store.runs(mode=RunMode.PLAN, start=HOUR)] == [first.id]
+    assert store.runs(limit=1) == [later]
+    with pytest.raises(
+        InputError, match=re.escape("`mode` must be one of ['plan', 'review', 'submit']; got 'nightly'.")
+    ):
+        store.runs(mode="nightly")
+
+
+def test_each_hour_is_committed_once_and_starts_its_queued_jobs(store: SqlStore) -> None:
+    store.add_job(queued_job("job-a"))
+    store.add_job(queued_job("job-b"))
+    first = store.record_run(sample_run(), sample_commit())
+    assert first.committed
+    job = store.job("job-a")
+    assert job is not None
+    assert (job.state, job.first_gpu, job.gpus, job.started_at) == (JobState.RUNNING, 0, 2, HOUR)
+    assert store.job("job-b") == queued_job("job-b")  # not in the commit
+
+    other = Commit(HOUR, None, (Assignment("job-a", (4, 5)), Assignment("job-b", (0, 1))))
+    second = store.record_run(sample_run(objective=99.0), other)
+    assert not second.committed
+    assert store.run(second.id) == second
+    assert store.commit(HOUR) == replace(sample_commit(), run_id=first.id)
+    assert store.job("job-b") == queued_job("job-b")  # the refused commit started nothing
+    assert store.job("job-a") == job
+
+    # The next hour: job-a keeps running where it started; job-b starts.
+    next_hour = HOUR + timedelta(hours=1)
+    moved = Commit(next_hour, None, (Assignment("job-a", (2, 3)), Assignment("job-b", (4, 5))))
+    third = store.record_run(sample_run(next_hour), moved)
+    assert third.committed
+    assert store.job("job-a") == job
+    started_b = store.job("job-b")
+    assert started_b is not None and (started_b.first_gpu, started_b.started_at) == (4, next_hour)
+
+    assert store.commits() == [replace(sample_commit(), run_id=first.id), replace(moved, run_id=third.id)]
+    assert store.commits(since=next_hour) == [replace(moved, run_id=third.id)]
+    assert store.commits(until=next_hour) == [replace(sample_commit(), run_id=first.id)]
+    assert store.last_commit() == replace(moved, run_id=third.id)
+    assert store.last_commit(before=next_hour) == replace(sample_commit(), run_id=first.id)
+    assert store.last_commit(before=HOUR) is None
+    assert store.commit(HOUR + timedelta(hours=2)) is None
+
+
+def test_a_failing_record_leaves_nothing(store: SqlStore) -> None:
+    store.add_job(queued_job())
+    run = sample_run()
+    broken = replace(run, forecasts=(*run.forecasts, run.forecasts[0]))  # one (app, hour) twice
+    with pytest.raises(StoreError, match="refused the operation"):
+        store.record_run(broken, sample_commit())
+    assert store.runs() == []
+    assert store.commits() == []
+    assert store.job("job-a") == queued_job()
+    assert store.record_run(run, sample_commit()).committed  # the hour is still free
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"objective": float("nan")}, "`run.objective` must be a finite number; got nan."),
+        (
+            {"metrics": {"utilization": float("inf")}},
+            "`run.metrics.utilization` must be a finite number; got inf.",
+        ),
+        ({"bound": float("inf")}, "`run.bound` must be a finite number; got inf."),
+    ],
+)
+def test_a_run_with_a_non_finite_number_is_refused(
+    store: SqlStore, change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        store.record_run(replace(sample_run(), **change))
+    assert store.runs() == []
+
+
+def test_a_commit_must_be_a_whole_hour_with_one_entry_per_job(store: SqlStore) -> None:
+    with pytest.raises(InputError, match=re.escape("`commit.hour` must be a timezone-aware hour")):
+        store.record_run(sample_run(), replace(sample_commit(), hour=HOUR + timedelta(minutes=30)))
+    twice = Commit(HOUR, None, (Assignment("job-a", (0,)), Assignment("job-a", (1,))))
+    with pytest.raises(InputError, match=re.escape("`commit.assignments` must be one entry per job")):
+        store.record_run(sample_run(), twice)
+    assert store.runs() == []
+
+
+# --- two stores, two processes, kill -9 ---------------------------------------------------
+
+
+def test_the_cycle_lock_excludes_a_second_store(db_url: str) -> None:
+    first, second = SqlStore.open(db_url), SqlStore.open(db_url)
+    try:
+        with first.cycle_lock("plan") as held:
+            assert held
+            with second.cycle_lock("plan") as also:
+                assert not also
+            with second.cycle_lock("review") as other_name:
+                assert other_name
+        with second.cycle_lock("plan") as held_after:
+            assert held_after
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_cycle_lock_of_a_killed_process_is_free_again(db_url: str) -> None:
+    child = spawn(die_holding_lock, db_url, "plan")
+    child.join(60)
+    assert child.exitcode == -9  # it died holding the lock
+    store = SqlStore.open(db_url)
+    try:
+        deadline = time.monotonic() + 10  # PostgreSQL ends the dead client's session asynchronously
+        while True:
+            with store.cycle_lock("plan") as held:
+                if held or time.monotonic() > deadline:
+                    break
+            time.sleep(0.05)
+        assert held
+    finally:
+        store.close()
+
+
+def test_an_expired_sqlite_lock_is_taken_over(sqlite_url: str) -> None:
+    brief, other = SqlStore.open(sqlite_url, lock_ttl=timedelta(0)), SqlStore.open(sqlite_url)
+    try:
+        with brief.cycle_lock("plan") as held, other.cycle_lock("plan") as taken_over:
+            assert held and taken_over
+    finally:
+        brief.close()
+        other.close()
+
+
+def test_two_processes_racing_for_one_hour_commit_it_once(db_url: str) -> None:
+    SqlStore.open(db_url).close()  # the schema first: the race is for the hour, not the migration
+    barrier, results = SPAWN.Barrier(2), SPAWN.Queue()
+    children = [spawn(race_to_commit, db_url, HOUR, barrier, results) for _ in range(2)]
+    outcomes = [results.get(timeout=120) for _ in children]
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    assert sorted(committed for _, committed in outcomes) == [False, True]
+    store = SqlStore.open(db_url)
+    try:
+        (winner,) = [run_id for run_id, committed in outcomes if committed]
+        assert store.commits() == [replace(sample_commit(), run_id=winner)]
+        assert sorted(r.id for r in store.runs()) == sorted(run_id for run_id, _ in outcomes)  # type: ignore[type-var]
+    finally:
+        store.close()
+
+
+def test_the_hour_key_stops_a_commit_that_checked_before_the_other_committed(
+    db_url: str, request: pytest.FixtureRequest
+) -> None:
+    """The winner pauses after inserting its commit; the loser checks, finds no commit,
+    tries to insert its own and must wait; once the winner commits, the loser's run is
+    stored uncommitted (PostgreSQL: the unique hour; SQLite: the write lock)."""
+    winner, loser = SqlStore.open(db_url), SqlStore.open(db_url)
+    paused, resume = threading.Event(), threading.Event()
+
+    def pause_after_the_commit_insert(*args: Any) -> None:
+        if args[2].lstrip().upper().startswith("INSERT INTO COMMITS"):
+            paused.set()
+            resume.wait(60)
+
+    event.listen(winner.engine, "after_cursor_execute", pause_after_the_commit_insert)
+    results: dict[str, bool] = {}
+    try:
+        first = threading.Thread(
+            target=lambda: results.update(a=winner.record_run(sample_run(), sample_commit()).committed)
+        )
+        first.start()
+        assert paused.wait(60)
+        second = threading.Thread(
+            target=lambda: results.update(b=loser.record_run(sample_run(), sample_commit()).committed)
+        )
+        second.start()
+        if loser.dialect == "postgresql":
+            server = request.getfixturevalue("pg_server")
+            database = loser.engine.url.database
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not server.waiting_on_locks(database):
+                time.sleep(0.02)
+        else:
+            time.sleep(0.3)  # let the loser reach BEGIN IMMEDIATE; either order gives the same result
+        resume.set()
+        first.join(60)
+        second.join(60)
+        assert results == {"a": True, "b": False}
+        assert len(winner.runs()) == 2
+        assert [c.run_id for c in winner.commits()] == [min(r.id for r in winner.runs())]  # type: ignore[type-var]
+    finally:
+        resume.set()
+        winner.close()
+        loser.close()
+
+
+@pytest.mark.parametrize("statement", ["INSERT INTO PLAN_RUNS", "INSERT INTO COMMITS", "UPDATE JOBS"])
+def test_kill_9_inside_a_record_leaves_no_half_written_run(db_url: str, statement: str) -> None:
+    store = SqlStore.open(db_url)
+    try:
+        store.add_job(queued_job())
+        child = spawn(die_inside_record_run, db_url, statement)
+        child.join(60)
+        assert child.exitcode == -9  # killed right after the statement ran, before its COMMIT
+        assert store.runs() == []
+        assert store.commits() == []
+        assert store.job("job-a") == queued_job()
+        again = store.record_run(sample_run(), sample_commit())  # the next cycle carries on
+        assert again.committed
+        assert store.commits() == [replace(sample_commit(), run_id=again.id)]
+    finally:
+        store.close()
