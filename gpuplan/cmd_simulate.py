@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from gpuplan.app.simulate import SimulationReport
 
 POLICIES = ("fast", "fifo", "priority-backfill", "commit-all")
+#: The utilization plot shows a moving mean over this many hours (hourly values are noisy).
+SMOOTH_HOURS = 6
 
 
 def _say(text: str) -> None:
@@ -184,12 +186,18 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     hours = np.arange(setup.hours)
 
     figure, ax = plt.subplots(figsize=(11, 4))
+    window = np.ones(SMOOTH_HOURS) / SMOOTH_HOURS
     for policy, per_hour in series.items():
-        ax.plot(hours, per_hour.utilization(setup.cluster.gpus), lw=0.9, label=policy.value)
+        # Centred mean; at the ends the window shrinks instead of averaging in zeros.
+        smooth = np.convolve(per_hour.utilization(setup.cluster.gpus), window, mode="same")
+        smooth /= np.convolve(np.ones(setup.hours), window, mode="same")
+        ax.plot(hours, smooth, lw=1.2, label=f"{policy.value} ({report.metrics[policy].utilization:.1%})")
     ax.set_xlabel("simulated hour")
-    ax.set_ylabel("GPUs busy / GPUs")
+    ax.set_ylabel(f"GPUs busy / GPUs ({SMOOTH_HOURS} h mean)")
     ax.set_ylim(0, 1.02)
-    ax.set_title(f"utilization per hour ({setup.cluster.gpus} GPUs, plans with {suffix.upper()})")
+    ax.set_title(
+        f"utilization over the week ({setup.cluster.gpus} GPUs, plans with {suffix.upper()} durations)"
+    )
     ax.legend(loc="lower right")
     figure.tight_layout()
     figure.savefig(directory / f"simulate-{suffix}-utilization.png", dpi=100)
@@ -217,7 +225,10 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     seen = dict.fromkeys(app_ids)
     for grid in grids.values():
         seen.update((cell, None) for row in grid for cell in row if cell is not None)
-    colours = job_colours(list(seen))
+    # Real-time apps in strong colours, batch jobs in a muted palette that repeats.
+    colours = job_colours(app_ids)
+    muted = plt.get_cmap("Set3")
+    colours.update((job, muted(i % 12)) for i, job in enumerate(j for j in seen if j not in colours))
     figure, axes = plt.subplots(
         len(grids), 1, figsize=(12, 4.2 * len(grids)), squeeze=False, constrained_layout=True
     )
