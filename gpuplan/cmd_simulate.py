@@ -29,7 +29,7 @@ def _say(text: str) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--days", type=int, default=7, help="simulated days (default 7)")
-    parser.add_argument("--gpus", type=int, default=64, help="cluster GPUs, a power of two (default 64)")
+    parser.add_argument("--gpus", type=int, default=64, help="cluster GPUs (default 64)")
     parser.add_argument(
         "--workload",
         type=Path,
