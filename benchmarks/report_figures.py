@@ -1,6 +1,6 @@
 """The README's report figures, from real plans made by the service's own pipeline.
 
-    python -m benchmarks.report_figures [--out docs]
+    python -m benchmarks.report_figures [--out docs] [--scenario DAY2.json]
 
 A 16-GPU cluster with the demo's two real-time apps (bundled Alibaba LoRA and Philly
 traffic; each trace moved by whole days so that its last full day is the day before the
@@ -55,7 +55,7 @@ from gpuplan.report_plots import draw_coverage, draw_idle_windows, draw_utilizat
 from gpuplan.table import rows_table
 from scheduler.model import JobKind
 from scheduler.policies import PolicyName, plan
-from scheduler.scenario_io import parse_scenario
+from scheduler.scenario_io import parse_scenario, write_json_atomic
 from storage.records import (
     App,
     Cluster,
@@ -182,8 +182,10 @@ def carried_over(day1: PlanRun, queue: list[Job]) -> tuple[list[Job], list[Job]]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT.parent / "docs")
-    out = parser.parse_args().out
+    parser.add_argument("--out", type=Path, default=ROOT.parent / "docs", help="folder for the PNGs")
+    parser.add_argument("--scenario", type=Path, help="also write day 2's scenario here (to replan it)")
+    args = parser.parse_args()
+    out = args.out
     apps, traffic = demo_apps()
     horizon = 24
     cluster = Cluster(gpus=DEMO_GPUS)
@@ -216,6 +218,8 @@ def main() -> None:
         "day-2",
     )
     instance = run_instance(day2)
+    if args.scenario:
+        write_json_atomic(args.scenario, day2.scenario)
     heading = f"day-2 plan (fast) of {instance.gpus} GPUs from {DAY2:%Y-%m-%d %H:%M} UTC"
 
     idle = idle_windows(instance, day2.grid, DAY2, min_gpus=2, min_hours=2)
