@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.options import print_json
 
@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from gpuplan.app.simulate import SimulationReport
 
 POLICIES = ("fast", "fifo", "priority-backfill", "commit-all")
+#: Four weeks: the longest bundled series (Philly, ten weeks) still has two weeks of history.
+MAX_DAYS = 28
+MAX_GPUS = 4096
 #: The utilization plot shows a moving mean over this many hours (hourly values are noisy).
 SMOOTH_HOURS = 6
 
@@ -56,10 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cycle-minutes", type=int, default=30, help="plan cycle period (default 30)")
     parser.add_argument(
         "--review-every",
-        type=float,
+        type=int,
         default=None,
         metavar="HOURS",
-        help="run the daemon's full-mode review every HOURS before the cycle (fast only; default off)",
+        help="run the daemon's full-mode review every HOURS hours before the cycle (fast only; default off)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the drawn workload (default 0)")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
@@ -76,6 +79,20 @@ def _policies(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Every option's range, before anything slow starts."""
+    from contract.files import check_writable_dir
+    from gpuplan.options import integer_in
+
+    integer_in("--days", args.days, 1, MAX_DAYS)
+    integer_in("--gpus", args.gpus, 1, MAX_GPUS)
+    if args.review_every is not None:
+        integer_in("--review-every", args.review_every, 1, 168)
+    integer_in("--seed", args.seed, 0, 2**63 - 1)
+    if args.png is not None:
+        check_writable_dir(args.png, "--png")
+
+
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -84,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.app.config import PlanWith
     from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
 
+    _check_options(args)
     policies = [SimPolicy(name) for name in _policies(args.policy)]
     options = SimOptions(
         plan_with=PlanWith(args.plan_with),
@@ -181,7 +199,6 @@ def _plot(report: SimulationReport, directory: Path) -> None:
 
     setup = report.setup
     suffix = report.options.plan_with.value
-    directory.mkdir(parents=True, exist_ok=True)
     series = {policy: hourly(setup, run) for policy, run in report.runs.items()}
     hours = np.arange(setup.hours)
 
@@ -200,8 +217,7 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     )
     ax.legend(loc="lower right")
     figure.tight_layout()
-    figure.savefig(directory / f"simulate-{suffix}-utilization.png", dpi=100)
-    plt.close(figure)
+    _save(figure, directory / f"simulate-{suffix}-utilization.png", dpi=100)
 
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
     demand = next(iter(series.values())).rt_demand
@@ -216,8 +232,7 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     bottom.set_xlabel("simulated hour")
     bottom.legend(loc="upper left", fontsize=8)
     figure.tight_layout()
-    figure.savefig(directory / f"simulate-{suffix}-realtime.png", dpi=100)
-    plt.close(figure)
+    _save(figure, directory / f"simulate-{suffix}-realtime.png", dpi=100)
 
     day = setup.busiest_day()
     app_ids = [s.app.id for s in setup.series]
@@ -247,5 +262,17 @@ def _plot(report: SimulationReport, directory: Path) -> None:
         ax.set_xlabel(f"hour of simulated day {day}")
     handles = legend_handles(app_ids, colours, hatched=app_ids)[: len(app_ids)]  # no down cells here
     figure.legend(handles=handles, loc="outside right upper", fontsize=7)
-    figure.savefig(directory / f"simulate-{suffix}-busiest-day.png", dpi=90)
-    plt.close(figure)
+    _save(figure, directory / f"simulate-{suffix}-busiest-day.png", dpi=90)
+
+
+def _save(figure: Any, path: Path, *, dpi: int) -> None:
+    """Write a figure as a whole file or not at all (contract.files), then free it."""
+    import matplotlib.pyplot as plt
+
+    from contract.files import atomic_write
+
+    try:
+        with atomic_write(path, "--png") as stream:
+            figure.savefig(stream, format="png", dpi=dpi)
+    finally:
+        plt.close(figure)

@@ -27,6 +27,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from contract.errors import InputError
+from contract.files import read_csv
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class ArrivalPattern:
 
 def derive_pattern(pods_csv: Path) -> pd.DataFrame:
     """Count the GPU pods of an openb pod list by hour of the week since the trace start."""
-    pods = pd.read_csv(pods_csv)
+    pods = read_csv(pods_csv, "pods CSV")
     gpu_pods = pods[pods["num_gpu"] > 0]
     slot = (gpu_pods["creation_time"] // 3600).astype(int) % HOURS_PER_WEEK
     sensitive = gpu_pods["qos"].isin(LATENCY_SENSITIVE_QOS)
@@ -64,7 +65,7 @@ def derive_pattern(pods_csv: Path) -> pd.DataFrame:
 
 def load_pattern(path: Path = BUNDLED_PATTERN) -> ArrivalPattern:
     """The arrival pattern in ``path`` (the bundled openb counts by default)."""
-    table = pd.read_csv(path)
+    table = read_csv(path, "arrival pattern")
     if list(table.columns) != list(PATTERN_COLUMNS) or len(table) != HOURS_PER_WEEK:
         raise InputError(
             "arrival pattern",

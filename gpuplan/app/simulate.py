@@ -606,8 +606,17 @@ CYCLES: dict[SimPolicy, Callable[[], _Cycle]] = {
 class SimOptions:
     plan_with: PlanWith = PlanWith.P90
     cycle_minutes: int = 30
-    review_every_hours: float | None = None
+    review_every_hours: int | None = None
     review_time_limit_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        # Cycles must land on every hour, where commits are made.
+        if not 1 <= self.cycle_minutes <= 60 or 60 % self.cycle_minutes:
+            raise InputError(
+                "--cycle-minutes", "a divisor of 60 (1, 2, 3, 5, ..., 30, 60)", self.cycle_minutes
+            )
+        if self.review_every_hours is not None and self.review_every_hours < 1:
+            raise InputError("--review-every", "a whole number of hours >= 1", self.review_every_hours)
 
 
 @dataclass
@@ -640,10 +649,6 @@ def run_policy(
     """Simulate ``setup`` under ``policy``; ``progress(1)`` after each simulated hour."""
     from storage.store import open_store
 
-    if not 1 <= options.cycle_minutes <= 60 or 60 % options.cycle_minutes:
-        raise InputError(
-            "--cycle-minutes", "a divisor of 60 (1, 2, 3, 5, ..., 30, 60)", options.cycle_minutes
-        )
     store = open_store(STORE_URL)
     try:
         seed_store(store, setup)
@@ -712,7 +717,7 @@ def _loop(
                     ]
                 )
                 recalibrate(store, now, config)
-            if policy is SimPolicy.FAST and review_every and index % max(1, round(review_every)) == 0:
+            if policy is SimPolicy.FAST and review_every and index % review_every == 0:
                 review(store, now, config, forecasters=service.forecasters)
             progress(1)
         # 3. the policy's cycle

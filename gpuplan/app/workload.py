@@ -233,15 +233,11 @@ def read_workload(path: Path, *, cluster_gpus: int) -> list[SimJob]:
     """The jobs of a workload CSV, validated; errors name the row and the column."""
     import pandas as pd
 
+    from contract.files import read_csv
     from features.job_features import SCHEMAS
 
     source = str(path)
-    if not path.is_file():
-        raise InputError("--workload", "an existing CSV file", source)
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (ValueError, OSError, UnicodeDecodeError) as error:
-        raise InputError("--workload", "a readable CSV file", source) from error
+    frame = read_csv(path, "--workload", dtype=str, keep_default_na=False)
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
