@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpuplan.app.status import status
-    from gpuplan.table import format_table
+    from gpuplan.table import format_table, gpu_ranges
 
     store = open_db(args)
     try:
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"status at {now.at.isoformat()}\n\nrunning:\n")
     say(
         format_table(
-            ["job", "gpus", "since"], [[r["job"], _span(r["gpus"]), r["since"]] for r in now.running]
+            ["job", "gpus", "since"], [[r["job"], gpu_ranges(r["gpus"]), r["since"]] for r in now.running]
         )
         + "\n"
     )
@@ -42,7 +42,3 @@ def run(args: argparse.Namespace) -> int:
     last = now.last_run
     say("\nlast run: " + ("none" if last is None else " ".join(f"{k}={v}" for k, v in last.items())) + "\n")
     return 0
-
-
-def _span(gpus: list[int]) -> str:
-    return f"{gpus[0]}-{gpus[-1]}" if len(gpus) > 1 else str(gpus[0])

@@ -130,13 +130,13 @@ def cell_text(value: object) -> object:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, tuple):
-        return _gpu_ranges(value)
+        return gpu_ranges(value)
     if isinstance(value, float):
         return f"{value:,.3f}".rstrip("0").rstrip(".")
     return value
 
 
-def _gpu_ranges(gpus: Sequence[int]) -> str:
+def gpu_ranges(gpus: Sequence[int]) -> str:
     """``(0, 1, 2, 3, 6)`` -> ``0-3,6``."""
     runs: list[list[int]] = []
     for gpu in gpus:

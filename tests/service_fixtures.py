@@ -28,6 +28,12 @@ def run_cli(*argv: object) -> Result:
     return Result(code, out.getvalue(), err.getvalue())
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service writes var/ (commits file, default database) under the working directory."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Job estimators fitted on a small generated history (the real fit, only smaller)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -20,18 +21,20 @@ from scheduler.check import check_plan
 from scheduler.scenario_io import parse_scenario
 from storage.store import open_store
 from tests.pg import PgServer
-from tests.service_fixtures import models_dir
+from tests.service_fixtures import _in_tmp_path, models_dir
 
-__all__ = ["models_dir"]
+__all__ = ["_in_tmp_path", "models_dir"]
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 11, 30, 10, 5, tzinfo=UTC)
 
 
 def _gpuplan(*argv: object, **kwargs: object) -> subprocess.Popen[str]:
+    """``gpuplan ARGV`` in a child process, in the test's folder (where it writes var/)."""
     return subprocess.Popen(
         [sys.executable, "-m", "gpuplan", *map(str, argv)],
-        cwd=ROOT,
+        cwd=Path.cwd(),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -131,10 +134,10 @@ def test_two_daemons_on_one_database_commit_each_hour_once(tmp_path: Path, model
 
 @pytest.mark.postgres
 def test_a_lost_database_fails_one_cycle_and_the_next_succeeds(
-    pg_server: PgServer, pg_url: str, models_dir: Path, caplog: pytest.LogCaptureFixture
+    pg_server: PgServer, models_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    database = pg_url.rsplit("/", 1)[1]
-    store = open_store(pg_url)
+    database = pg_server.create_database()  # its own database, to take away and give back
+    store = open_store(pg_server.database_url(database))
     clock = iter([T0, T0 + timedelta(hours=1), T0 + timedelta(hours=2)])
     try:
         config = demo_config(models_dir)
@@ -156,6 +159,8 @@ def test_a_lost_database_fails_one_cycle_and_the_next_succeeds(
     finally:
         daemon._SERVICE = None
         store.close()
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     assert any("plan failed; the next run will try again" in r.getMessage() for r in caplog.records)
 
 

@@ -20,9 +20,9 @@ from scheduler.check import check_plan
 from scheduler.scenario_io import parse_scenario
 from storage.records import JobState, TrafficHour
 from storage.store import open_store
-from tests.service_fixtures import models_dir, run_cli
+from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
-__all__ = ["models_dir"]
+__all__ = ["_in_tmp_path", "models_dir"]
 
 T0 = datetime(2026, 11, 30, 10, 5, tzinfo=UTC)
 HOUR = timedelta(hours=1)

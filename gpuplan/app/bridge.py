@@ -28,7 +28,7 @@ from typing import Any
 
 from gpuplan.app.config import PlanWith
 from scheduler.curves import swap_capped_curve
-from storage.records import App, AppForecast, Assignment, Cluster, Commit, Job, JobEstimate
+from storage.records import App, AppForecast, Assignment, Cluster, Commit, Job, JobEstimate, PlanRun
 
 STEP = timedelta(hours=1)
 
@@ -122,11 +122,8 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
             }
         )
     down = _down_steps(cluster, start, pinned={r["id"]: r for r in running})
-    going_down = {window["gpu"] for window in down}
     for demand in snapshot.demand:
-        # GPUs that go down within the horizon leave the carried-over set: the app is planned
-        # onto others from step 0, so no running set ever has to be shed faster than its cap.
-        held = [gpu for gpu in snapshot.realtime_sets.get(demand.app.id, ()) if gpu not in going_down]
+        held = sheddable(snapshot.realtime_sets.get(demand.app.id, ()), down, demand.app.swap_cap)
         if held:
             running.append({"id": demand.app.id, "gpus": held})
     return {
@@ -140,6 +137,23 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
         "running": running,
         "down": down,
     }
+
+
+def sheddable(held: Sequence[int], down: Sequence[Mapping[str, int]], swap_cap: int) -> list[int]:
+    """The carried-over GPUs an app can keep: the contract needs a running set to shed its
+    GPUs before they go down at ``swap_cap`` per step (N(u) <= swap_cap x (u + 1) with N(u)
+    of them down by step u). GPUs that would break that leave the set, earliest down first;
+    the others stay, so the swap cap keeps holding across runs."""
+    first_down: dict[int, int] = {}
+    for window in down:
+        first_down[window["gpu"]] = min(first_down.get(window["gpu"], window["start"]), window["start"])
+    kept = sorted(held, key=lambda gpu: first_down.get(gpu, 1 << 30))
+    while kept:
+        deadlines = sorted(first_down[gpu] for gpu in kept if gpu in first_down)
+        if all(count <= swap_cap * (step + 1) for count, step in enumerate(deadlines, start=1)):
+            break
+        kept.pop(0)
+    return sorted(kept)
 
 
 def _down_steps(
@@ -224,6 +238,15 @@ def column_commit(grid: Sequence[Sequence[str | None]], hour: datetime, run_id: 
             )
         ),
     )
+
+
+def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | None]:
+    """Where a run plans ``job_id`` first: (wall-clock start, first GPU), or (None, None)."""
+    for step in range(len(run.grid[0]) if run.grid else 0):
+        gpus = [gpu for gpu, row in enumerate(run.grid) if row[step] == job_id]
+        if gpus:
+            return run.start + step * STEP, min(gpus)
+    return None, None
 
 
 def realtime_sets(commit: Commit | None, app_ids: Sequence[str]) -> dict[str, tuple[int, ...]]:

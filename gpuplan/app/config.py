@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from scheduler.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_RT_PENALTY
 from storage.records import App, Cluster, DownWindowRecord
 
 #: The bundled real-time traffic the demo cluster's two apps follow.
@@ -27,7 +28,6 @@ DEMO_APPS = (
 DEMO_GPUS = 16
 #: Allowed range of the plan cycle's period (the issue's 30-60 minutes, widened for tests).
 CYCLE_MINUTES_RANGE = (1, 60)
-MAX_CLUSTER_GPUS = 4096
 
 
 class PlanWith(StrEnum):
@@ -187,7 +187,7 @@ def load_config(path: Path) -> ServiceConfig:
             step_minutes=r.integer(raw.get("step_minutes", 60), "cluster.step_minutes", 60, 60),
             horizon_steps=r.integer(raw.get("horizon", 24), "cluster.horizon", 1, 168),
             decay=r.number(raw.get("decay", 0.95), "cluster.decay", 1e-6, 1.0),
-            rt_penalty=r.number(raw.get("rt_penalty", 8.0), "cluster.rt_penalty", 0.0, 1e6),
+            rt_penalty=r.number(raw.get("rt_penalty", 8.0), "cluster.rt_penalty", 0.0, MAX_RT_PENALTY),
             down=tuple(down),
         )
     apps, traffic = base.apps, base.traffic
@@ -206,7 +206,7 @@ def load_config(path: Path) -> ServiceConfig:
             app_list.append(
                 App(
                     id=app_id,
-                    priority=r.number(a.get("priority", 50), f"{name}.priority", 1e-9, 1e9),
+                    priority=r.number(a.get("priority", 50), f"{name}.priority", 1e-9, MAX_PRIORITY),
                     swap_cap=r.integer(a.get("swap_cap", 2), f"{name}.swap_cap", 0, MAX_CLUSTER_GPUS),
                     requests_per_gpu_hour=0.0
                     if rate is None

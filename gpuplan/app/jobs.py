@@ -16,17 +16,16 @@ from datetime import datetime
 from typing import Any
 
 from contract.errors import InputError
-from gpuplan.app.bridge import STEP
+from gpuplan.app.bridge import planned_place
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
-from gpuplan.app.jobspec import KINDS as FORECAST_KINDS
-from gpuplan.app.jobspec import parse_job_spec
-from storage.records import Job, JobEstimate, JobState, Outcome, PlanRun, RunMode
+from gpuplan.app.models import MODEL_FILES
+from scheduler.scenario_io import MAX_PRIORITY
+from storage.records import Job, JobEstimate, JobState, Outcome, RunMode
 from storage.store import Store
 
 BATCH_KINDS = ("training", "batch_inference", "quantization")
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-MAX_PRIORITY = 1e9
 MAX_HOURS = 24 * 365
 
 
@@ -91,7 +90,9 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
             raise InputError("hours", f"a number of hours in (0, {MAX_HOURS}]", hours, source=source)
         if "gpus" not in spec:
             raise InputError("gpus", "given with `hours` (a power of two)", None, source=source)
-    elif spec["kind"] in FORECAST_KINDS:
+    elif spec["kind"] in MODEL_FILES:
+        from gpuplan.app.jobspec import parse_job_spec  # pandas: loaded only for a spec to check
+
         # The features are checked against their schema before any model is loaded.
         parse_job_spec({k: v for k, v in spec.items() if k not in SPEC_KEYS - {"kind"}}, source=source)
     else:
@@ -167,15 +168,6 @@ def submit(
     return SubmitResult(
         spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu
     )
-
-
-def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | None]:
-    """Where a run plans ``job_id`` first: (wall-clock start, first GPU), or (None, None)."""
-    for step in range(len(run.grid[0]) if run.grid else 0):
-        gpus = [gpu for gpu, row in enumerate(run.grid) if row[step] == job_id]
-        if gpus:
-            return run.start + step * STEP, min(gpus)
-    return None, None
 
 
 def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:

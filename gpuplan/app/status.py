@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
-from gpuplan.app.jobs import planned_place
+from gpuplan.app.bridge import planned_place
 from storage.records import JobState, PlanRun, RunMode
 from storage.store import Store
 
