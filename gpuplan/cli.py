@@ -33,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "done": ("gpuplan.cmd_done", "report a job finished"),
     "status": ("gpuplan.cmd_status", "what runs now, the queue, the last plan run"),
     "export": ("gpuplan.cmd_export", "write a stored run as scenario.json and plan.json"),
+    "simulate": (
+        "gpuplan.cmd_simulate",
+        "a simulated week of the daemon's cycle against FIFO, priority-backfill and commit-all",
+    ),
     "report": (
         "gpuplan.cmd_report",
         "reports from the stored plans: idle windows, coverage risk, utilization, commits",

@@ -558,9 +558,11 @@ class SqlStore(Store):
         Columns missing from ``history_row`` come from the stored job: ``job_id``, ``kind``,
         ``submit_time``, ``start_time`` (``at`` for a job that never started), ``end_time``
         (``at``), ``gpus`` (held, else estimated), ``outcome`` and the spec's features. Kinds
-        the forecasters do not learn (``batch_inference``) get no history row. A job that
-        never started cannot end ``completed``: its zero duration would teach the estimators.
+        the forecasters do not learn (``batch_inference``), and jobs submitted with stated
+        hours instead of features, get no history row: there is nothing to learn from. A job
+        that never started cannot end ``completed``: its zero duration would teach the estimators.
         """
+        from features.job_features import SCHEMAS
         from training_data.history import KINDS, validate_history
 
         outcome = Outcome(outcome)
@@ -584,7 +586,8 @@ class SqlStore(Store):
             started = max(row.started_at or at, row.submitted_at)
             if at < started:
                 raise InputError("at", f"at or after the job's start {started.isoformat()}", at.isoformat())
-            if row.kind in KINDS:
+            given = set(row.spec) | set(history_row or {})
+            if row.kind in KINDS and set(SCHEMAS[row.kind].names) <= given:
                 import pandas as pd
 
                 merged: dict[str, object] = {

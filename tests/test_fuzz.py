@@ -698,7 +698,44 @@ def _train_cases(history: bytes) -> list[Case]:
     return cases
 
 
-TABLE = _plan_cases() + _validate_cases() + _bench_and_demo_cases() + _traffic_cases() + _spec_cases()
+def _simulate_cases() -> list[Case]:
+    header = b"id,submit_hour,kind,priority,gpus,actual_hours,forecast_hours\n"
+    layout: Layout = {
+        "file": b"x",
+        "latin.csv": header + "\u00e4,0,training,50,4,3,3\n".encode("latin-1"),
+        "gpus.csv": header + b"a,0,training,50,4,3,3\nb,1,training,50,6,3,3\n",
+        "short.csv": b"hour,requests\n2024-01-01T00:00,5\n2024-01-01T01:00,6\n",
+    }
+    simulate = [
+        ("days-zero", ["--days", "0"], "`--days` must be an integer in [1, 28]; got 0."),
+        ("gpus-huge", ["--gpus", "100000"], "`--gpus` must be an integer in [1, 4,096]"),
+        ("cycle-seven", ["--cycle-minutes", "7"], "`--cycle-minutes` must be a divisor of 60"),
+        ("seed-negative", ["--seed", "-1"], "`--seed` must be an integer in [0,"),
+        ("review-zero", ["--review-every", "0"], "`--review-every` must be an integer in [1, 168]"),
+        ("policy-unknown", ["--policy", "fast,lottery"], "`--policy` must be a comma-separated list"),
+        ("png-a-file", ["--png", "{d}/file"], "`--png` must be a directory"),
+        ("workload-missing", ["--workload", "{d}/none.csv"], "`--workload` must be a readable file"),
+        ("workload-latin-1", ["--workload", "{d}/latin.csv"], "`--workload` must be UTF-8 text"),
+        ("workload-gpus", ["--workload", "{d}/gpus.csv"], "Broken at row 2 (line 3)."),
+        (
+            "traffic-short",
+            ["--traffic", "{d}/short.csv"],
+            "`--traffic` must be a series of at least 504 hours",
+        ),
+    ]
+    return [
+        Case(f"simulate-{name}", ["simulate", *extra], layout, message) for name, extra, message in simulate
+    ]
+
+
+TABLE = (
+    _plan_cases()
+    + _validate_cases()
+    + _bench_and_demo_cases()
+    + _traffic_cases()
+    + _spec_cases()
+    + _simulate_cases()
+)
 
 
 def _expand(argv: list[str], root: Path) -> list[str]:

@@ -382,6 +382,10 @@ def test_a_job_that_never_ran_ends_without_teaching_a_duration(store: SqlStore) 
     store.add_job(queued_job("job-i", kind="batch_inference"))  # not a kind the forecasters learn
     store.finish_job("job-i", HOUR, Outcome.FAILED, {})
     assert store.job("job-i").state is JobState.DONE  # type: ignore[union-attr]
+    stated = {"id": "job-s", "kind": "training", "priority": 5.0, "gpus": 2, "hours": 3.0}
+    store.add_job(queued_job("job-s", spec=stated))  # stated hours, no features to learn from
+    store.finish_job("job-s", HOUR, Outcome.FAILED, {})
+    assert store.job("job-s").state is JobState.DONE  # type: ignore[union-attr]
     assert list(store.history()["job_id"]) == ["job-q"]
 
 

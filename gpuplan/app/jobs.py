@@ -123,8 +123,13 @@ def submit(
     source: str = "job spec",
     default_id: str | None = None,
     forecasters: Forecasters | None = None,
+    replan: bool = True,
 ) -> SubmitResult:
-    """Validate, forecast, queue and replan; nothing is stored when any of it is refused."""
+    """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
+
+    ``replan=False`` skips the hot-path plan (the answer then has no planned start): the
+    simulation submits hundreds of jobs and only the cycle's plans change what runs.
+    """
     from gpuplan.app.tick import plan_cycle
 
     spec = check_spec(spec_document, source=source, default_id=default_id)
@@ -153,9 +158,13 @@ def submit(
             estimate=estimate,
         )
     )
-    report = plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT)
-    run = store.run(report.run_id)
-    planned_start, first_gpu = planned_place(run, spec["id"]) if run is not None else (None, None)
+    planned_start: datetime | None = None
+    first_gpu: int | None = None
+    if replan:
+        report = plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT)
+        run = store.run(report.run_id)
+        if run is not None:
+            planned_start, first_gpu = planned_place(run, spec["id"])
     return SubmitResult(
         spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu
     )

@@ -192,10 +192,13 @@ def plan_cycle(
     *,
     forecasters: Forecasters | None = None,
     mode: RunMode = RunMode.PLAN,
+    policy: PolicyName | None = None,
 ) -> CycleReport:
     """Plan 24 hours from the current hour, store the run, commit the hour once, execute it.
 
     ``mode=SUBMIT`` is the hot path after a submission: the same plan, stored, never committed.
+    ``policy`` is the fast mode unless a comparison (``gpuplan simulate``) runs a baseline
+    through the same cycle.
     """
     from scheduler.policies import PolicyName
 
@@ -206,7 +209,7 @@ def plan_cycle(
     start = hour if already is None else hour + STEP
     snapshot = load_snapshot(store, start, config, forecasters)
     budget = config.plan_budget_ms if mode is RunMode.PLAN else config.submit_budget_ms
-    document, result = plan_snapshot(snapshot, config, PolicyName.FAST, budget_ms=budget)
+    document, result = plan_snapshot(snapshot, config, policy or PolicyName.FAST, budget_ms=budget)
     digest = inputs_hash(document)
     grid = [list(row) for row in result.grid]
     objective, metrics, status, bound = (
@@ -215,21 +218,21 @@ def plan_cycle(
         result.status,
         result.bound,
     )
-    policy = result.policy
+    planned_by = result.policy
     review = _better_review(store, start, digest, objective) if mode is RunMode.PLAN else None
     if review is not None:
         log.info(
             "starting from review run %s (objective %.1f > %.1f)", review.id, review.objective, objective
         )
         grid, objective, metrics = review.grid, review.objective, review.metrics
-        status, bound, policy = review.status, review.bound, review.policy
+        status, bound, planned_by = review.status, review.bound, review.policy
     commit = column_commit(grid, hour) if start == hour and mode is RunMode.PLAN else None
     latency_ms = (time.perf_counter() - started) * 1000
     run = PlanRun(
         start=start,
         created_at=now,
         mode=mode,
-        policy=policy,
+        policy=planned_by,
         inputs_hash=digest,
         objective=objective,
         bound=bound,

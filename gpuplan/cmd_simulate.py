@@ -1,0 +1,278 @@
+"""``gpuplan simulate``: a simulated week of the daemon's own cycle against FIFO and the ablations.
+
+Every policy sees the same job arrivals and the same real traffic; jobs run their actual
+durations and real-time demand is the actual traffic's, so forecast misses show up as
+waiting, idle GPUs and unmet demand. See :mod:`gpuplan.app.simulate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuplan.options import print_json
+
+if TYPE_CHECKING:
+    from gpuplan.app.simulate import SimulationReport
+
+POLICIES = ("fast", "fifo", "priority-backfill", "commit-all")
+#: Four weeks: the longest bundled series (Philly, ten weeks) still has two weeks of history.
+MAX_DAYS = 28
+MAX_GPUS = 4096
+#: The utilization plot shows a moving mean over this many hours (hourly values are noisy).
+SMOOTH_HOURS = 6
+
+
+def _say(text: str) -> None:
+    """Command output goes to stdout; logging and the progress bar stay on stderr."""
+    sys.stdout.write(text + "\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--days", type=int, default=7, help="simulated days (default 7)")
+    parser.add_argument("--gpus", type=int, default=64, help="cluster GPUs (default 64)")
+    parser.add_argument(
+        "--workload",
+        type=Path,
+        default=None,
+        help="jobs CSV: id, submit_hour, kind, priority, gpus, actual_hours, and forecast_hours "
+        "or the kind's feature columns (default: drawn from the bundled job history)",
+    )
+    parser.add_argument(
+        "--traffic",
+        type=Path,
+        action="append",
+        default=[],
+        help="hourly traffic CSV of one real-time app (repeatable; default: the bundled series "
+        "long enough for --days plus two weeks of history)",
+    )
+    parser.add_argument(
+        "--policy",
+        default=",".join(POLICIES),
+        help=f"comma-separated policies to compare (default {','.join(POLICIES)})",
+    )
+    parser.add_argument(
+        "--plan-with", choices=("p50", "p90"), default="p90", help="job durations the plans use"
+    )
+    parser.add_argument("--cycle-minutes", type=int, default=30, help="plan cycle period (default 30)")
+    parser.add_argument(
+        "--review-every",
+        type=int,
+        default=None,
+        metavar="HOURS",
+        help="run the daemon's full-mode review every HOURS hours before the cycle (fast only; default off)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the drawn workload (default 0)")
+    parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    parser.add_argument("--png", type=Path, default=None, metavar="DIR", help="directory for the plots")
+
+
+def _policies(text: str) -> list[str]:
+    from contract.errors import InputError
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in POLICIES]
+    if not names or unknown:
+        raise InputError("--policy", f"a comma-separated list of {', '.join(POLICIES)}", text)
+    return list(dict.fromkeys(names))
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Every option's range, before anything slow starts."""
+    from contract.files import check_writable_dir
+    from gpuplan.options import integer_in
+
+    integer_in("--days", args.days, 1, MAX_DAYS)
+    integer_in("--gpus", args.gpus, 1, MAX_GPUS)
+    if args.review_every is not None:
+        integer_in("--review-every", args.review_every, 1, 168)
+    integer_in("--seed", args.seed, 0, 2**63 - 1)
+    if args.png is not None:
+        check_writable_dir(args.png, "--png")
+
+
+def run(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from tqdm import tqdm
+
+    from gpuplan.app.config import PlanWith
+    from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
+
+    _check_options(args)
+    policies = [SimPolicy(name) for name in _policies(args.policy)]
+    options = SimOptions(
+        plan_with=PlanWith(args.plan_with),
+        cycle_minutes=args.cycle_minutes,
+        review_every_hours=args.review_every,
+    )
+    with tempfile.TemporaryDirectory(prefix="gpuplan-simulate-") as work:
+        setup = prepare(
+            days=args.days,
+            gpus=args.gpus,
+            work_dir=Path(work),
+            traffic_paths=args.traffic,
+            workload_path=args.workload,
+            seed=args.seed,
+        )
+        with tqdm(
+            total=setup.hours * len(policies), unit="h", desc="simulated hours", file=sys.stderr
+        ) as bar:
+            report = simulate(setup, policies, options, progress=bar.update)
+    if args.png is not None:
+        _plot(report, args.png)
+    if args.json:
+        print_json(report.as_json())
+        return 0
+    _print(report)
+    return 0
+
+
+def _print(report: SimulationReport) -> None:
+    from gpuplan.table import format_table
+
+    setup = report.setup
+    _say(
+        f"{setup.cluster.gpus} GPUs, {setup.hours // 24} simulated days, plans with "
+        f"{report.options.plan_with.value.upper()} job durations, a cycle every "
+        f"{report.options.cycle_minutes} min"
+    )
+    apps = ", ".join(
+        f"{s.app.id} (swap cap {s.app.swap_cap}, {s.history_hours} h of history)" for s in setup.series
+    )
+    _say(f"real-time apps: {apps}")
+    kinds: dict[str, int] = {}
+    for job in setup.jobs:
+        kinds[job.kind.value] = kinds.get(job.kind.value, 0) + 1
+    _say("batch jobs submitted: " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
+    kind_names = sorted(kinds)
+    headers = [
+        "policy",
+        "util",
+        "value",
+        "rt served",
+        "rt unmet GPU-h",
+        "rt idle GPU-h",
+        "wait p50/p99 h",
+        *(f"{kind} wait p50/p99 h" for kind in kind_names),
+        "done",
+        "started",
+        "cycle ms p50/p99",
+    ]
+    rows = []
+    for m in report.metrics.values():
+        by_kind = [m.wait_by_kind.get(kind, (0.0, 0.0)) for kind in kind_names]
+        rows.append(
+            [
+                m.policy,
+                f"{m.utilization:.1%}",
+                f"{m.value:,.0f}",
+                f"{m.rt_served:.2%}",
+                f"{m.rt_unmet_gpu_hours:,.0f}",
+                f"{m.rt_idle_gpu_hours:,.0f}",
+                f"{m.wait_p50_h:.1f} / {m.wait_p99_h:.1f}",
+                *(f"{p50:.1f} / {p99:.1f}" for p50, p99 in by_kind),
+                m.completed,
+                f"{m.started}/{m.submitted}",
+                f"{m.cycle_ms_p50:.0f} / {m.cycle_ms_p99:.0f}" if m.cycle_ms_p50 else "-",
+            ]
+        )
+    _say(format_table(headers, rows))
+    _say(
+        "util and value count batch GPU-hours really run (actual durations) and real-time GPU-hours "
+        "served; rt served is against what the actual traffic needed; a job still queued at the end "
+        "counts its wait until the end."
+    )
+
+
+def _plot(report: SimulationReport, directory: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from gpuplan.app.simulate import busiest_day_grid, hourly
+    from scheduler.render import draw_grid, job_colours, legend_handles
+
+    setup = report.setup
+    suffix = report.options.plan_with.value
+    series = {policy: hourly(setup, run) for policy, run in report.runs.items()}
+    hours = np.arange(setup.hours)
+
+    figure, ax = plt.subplots(figsize=(11, 4))
+    window = np.ones(SMOOTH_HOURS) / SMOOTH_HOURS
+    for policy, per_hour in series.items():
+        # Centred mean; at the ends the window shrinks instead of averaging in zeros.
+        smooth = np.convolve(per_hour.utilization(setup.cluster.gpus), window, mode="same")
+        smooth /= np.convolve(np.ones(setup.hours), window, mode="same")
+        ax.plot(hours, smooth, lw=1.2, label=f"{policy.value} ({report.metrics[policy].utilization:.1%})")
+    ax.set_xlabel("simulated hour")
+    ax.set_ylabel(f"GPUs busy / GPUs ({SMOOTH_HOURS} h mean)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(
+        f"utilization over the week ({setup.cluster.gpus} GPUs, plans with {suffix.upper()} durations)"
+    )
+    ax.legend(loc="lower right")
+    figure.tight_layout()
+    _save(figure, directory / f"simulate-{suffix}-utilization.png", dpi=100)
+
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True)
+    demand = next(iter(series.values())).rt_demand
+    top.plot(hours, demand, color="black", lw=1.2, label="needed (actual traffic)")
+    for policy, per_hour in series.items():
+        top.plot(hours, per_hour.rt_held, lw=0.8, label=f"{policy.value}: held")
+        bottom.plot(hours, np.cumsum(per_hour.rt_demand - per_hour.rt_served), lw=1.0, label=policy.value)
+    top.set_ylabel("real-time GPUs")
+    top.set_title("real-time GPUs: needed by the actual traffic vs held (all apps)")
+    top.legend(loc="upper right", fontsize=8)
+    bottom.set_ylabel("unmet GPU-hours, cumulative")
+    bottom.set_xlabel("simulated hour")
+    bottom.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    _save(figure, directory / f"simulate-{suffix}-realtime.png", dpi=100)
+
+    day = setup.busiest_day()
+    app_ids = [s.app.id for s in setup.series]
+    grids = {policy: busiest_day_grid(setup, run, day) for policy, run in report.runs.items()}
+    seen = dict.fromkeys(app_ids)
+    for grid in grids.values():
+        seen.update((cell, None) for row in grid for cell in row if cell is not None)
+    # Real-time apps in strong colours, batch jobs in a muted palette that repeats.
+    colours = job_colours(app_ids)
+    muted = plt.get_cmap("Set3")
+    colours.update((job, muted(i % 12)) for i, job in enumerate(j for j in seen if j not in colours))
+    figure, axes = plt.subplots(
+        len(grids), 1, figsize=(12, 4.2 * len(grids)), squeeze=False, constrained_layout=True
+    )
+    no_down = [0] * 24
+    for ax, (policy, grid) in zip(axes[:, 0], grids.items(), strict=True):
+        draw_grid(ax, grid, no_down, colours, hatched=app_ids)
+        per_hour = series[policy]
+        span = slice(day * 24, day * 24 + 24)
+        used = float(per_hour.utilization(setup.cluster.gpus)[span].mean())
+        served = per_hour.rt_served[span].sum() / max(1, per_hour.rt_demand[span].sum())
+        ax.set_title(
+            f"{policy.value}: simulated day {day}, utilization {used:.1%}, real-time served {served:.1%}"
+            " (batch jobs in colour, real-time apps hatched)",
+            fontsize=9,
+        )
+        ax.set_xlabel(f"hour of simulated day {day}")
+    handles = legend_handles(app_ids, colours, hatched=app_ids)[: len(app_ids)]  # no down cells here
+    figure.legend(handles=handles, loc="outside right upper", fontsize=7)
+    _save(figure, directory / f"simulate-{suffix}-busiest-day.png", dpi=90)
+
+
+def _save(figure: Any, path: Path, *, dpi: int) -> None:
+    """Write a figure as a whole file or not at all (contract.files), then free it."""
+    import matplotlib.pyplot as plt
+
+    from contract.files import atomic_write
+
+    try:
+        with atomic_write(path, "--png") as stream:
+            figure.savefig(stream, format="png", dpi=dpi)
+    finally:
+        plt.close(figure)

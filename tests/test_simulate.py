@@ -1,0 +1,260 @@
+"""The simulated week on a small cluster: legal commits, actual durations, served <= needed,
+the same seed the same week; and the errors a workload or traffic file gets."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contract.errors import InputError
+from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
+from gpuplan.app.simulate import (
+    STEP,
+    PolicyRun,
+    Setup,
+    SimOptions,
+    SimPolicy,
+    SimulationReport,
+    follow_plan,
+    hourly,
+    load_realtime,
+    prepare,
+    run_policy,
+    simulate,
+    week_grid,
+)
+from gpuplan.app.workload import draw_workload, held_out_split, job_pool, read_workload
+from scheduler.check import check_plan
+from storage.records import Assignment, Commit
+from tests.service_fixtures import run_cli
+from training_data.arrivals import load_pattern
+from training_data.history import bundled_history_path, load_history
+
+HEADER = "id,submit_hour,kind,priority,gpus,actual_hours,forecast_hours"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    """One simulated day at 16 GPUs on the default workload and the bundled traffic."""
+    return prepare(days=1, gpus=16, work_dir=tmp_path_factory.mktemp("simulate"), seed=3)
+
+
+@pytest.fixture(scope="module")
+def report(setup: Setup) -> SimulationReport:
+    return simulate(setup, list(SimPolicy), SimOptions())
+
+
+def _commits(run: PolicyRun) -> list[tuple[datetime, tuple[Assignment, ...]]]:
+    return [(c.hour, c.assignments) for c in run.commits]
+
+
+def test_every_hour_is_committed_once_and_legal(setup: Setup, report: SimulationReport) -> None:
+    for policy, run in report.runs.items():
+        hours = [c.hour for c in run.commits]
+        assert hours == [setup.start + h * STEP for h in range(setup.hours)], policy
+        instance, grid = week_grid(setup, run)
+        assert check_plan(instance, grid) == [], policy
+        for commit in run.commits:
+            for assignment in commit.assignments:
+                if assignment.job in run.gpus:  # a batch job: one aligned power-of-two block
+                    first, size = assignment.gpus[0], len(assignment.gpus)
+                    assert size & (size - 1) == 0 and first % size == 0, (policy, assignment)
+                    assert assignment.gpus == tuple(range(first, first + size)), (policy, assignment)
+
+
+def test_jobs_hold_their_gpus_for_their_actual_durations(setup: Setup, report: SimulationReport) -> None:
+    by_id = {job.id: job for job in setup.jobs}
+    for policy, run in report.runs.items():
+        assert run.started, policy
+        held = run.committed_hours(setup)
+        for job_id, start in run.started.items():
+            job = by_id[job_id]
+            assert start >= setup.start + timedelta(hours=job.submit_hour), (policy, job_id)
+            left = (setup.end - start) / STEP
+            expected = min(math.ceil(job.actual_hours - 1e-9), left)
+            assert held[job_id] == expected, (policy, job_id, job.actual_hours, held[job_id])
+
+
+def test_real_time_served_never_exceeds_what_the_traffic_needed(
+    setup: Setup, report: SimulationReport
+) -> None:
+    for policy, run in report.runs.items():
+        per_hour = hourly(setup, run)
+        assert np.all(per_hour.rt_served <= per_hour.rt_demand), policy
+        assert np.all(per_hour.rt_served <= per_hour.rt_held), policy
+        metrics = report.metrics[policy]
+        assert 0.0 <= metrics.rt_served <= 1.0
+        assert metrics.rt_unmet_gpu_hours == per_hour.rt_demand.sum() - per_hour.rt_served.sum()
+        assert 0.0 < metrics.utilization <= 1.0
+
+
+def test_the_same_setup_simulates_the_same_week(setup: Setup, report: SimulationReport) -> None:
+    for policy in (SimPolicy.FAST, SimPolicy.COMMIT_ALL):
+        again = run_policy(setup, policy, SimOptions())
+        assert _commits(again) == _commits(report.runs[policy])
+        assert again.started == report.runs[policy].started
+
+
+def test_the_same_seed_draws_the_same_jobs(setup: Setup) -> None:
+    _, later = held_out_split(load_history(bundled_history_path()))
+    pool = job_pool(later, setup.models_dir, source="bundled")
+    draw = {"hours": 48, "cluster_gpus": 16, "free_gpus": 10.0}
+    first = draw_workload(pool, load_pattern(), seed=11, **draw)  # type: ignore[arg-type]
+    assert first == draw_workload(pool, load_pattern(), seed=11, **draw)  # type: ignore[arg-type]
+    assert first != draw_workload(pool, load_pattern(), seed=12, **draw)  # type: ignore[arg-type]
+    assert all(job.gpus is None and job.features for job in first)  # the estimators decide
+    assert any(job.submit_hour < 0 for job in first)  # the day's backlog
+    assert all(job.actual_hours <= 48 for job in first)
+
+
+def test_a_committed_plan_is_followed_as_reality_allows() -> None:
+    hour = datetime(2025, 1, 6, 5, tzinfo=UTC)
+    # Plan: job a ends after step 0 and b takes its block at step 1; the app grows 2 -> 4.
+    grid = [
+        ["a", "b", "b"],
+        ["a", "b", "b"],
+        ["rt", "rt", "rt"],
+        ["rt", "rt", "rt"],
+        [None, "rt", "rt"],
+        [None, "rt", "rt"],
+        [None, None, "c"],
+        [None, None, None],
+    ]
+    previous = Commit(hour - STEP, 1, (Assignment("a", (0, 1)), Assignment("rt", (2, 3))))
+    # a overran: it keeps GPUs 0-1, so b cannot start; the app grows within its cap of 1.
+    commit = follow_plan(
+        grid, 1, hour, previous=previous, running={"a": (0, 1)}, queued={"b", "c"}, swap_caps={"rt": 1}
+    )
+    assert commit.assignments == (Assignment("a", (0, 1)), Assignment("rt", (2, 3, 5)))
+    # a ended on time: b starts on its planned block and c waits for its planned step.
+    commit = follow_plan(grid, 1, hour, previous=previous, running={}, queued={"b", "c"}, swap_caps={"rt": 2})
+    assert commit.assignments == (Assignment("b", (0, 1)), Assignment("rt", (2, 3, 4, 5)))
+
+
+def _csv(tmp_path: Path, *rows: str, header: str = HEADER) -> Path:
+    path = tmp_path / "jobs.csv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (
+            ("a,0,training,50,4,3.5,3", "b,1.5,training,50,6,2,2"),
+            "`gpus` must be a power of two (1, 2, 4, 8, ...); got '6'. Broken at row 2 (line 3).",
+        ),
+        (("a,-1,training,50,4,3.5,3",), "`submit_hour` must be a number of hours >= 0"),
+        (("a,0,inference,50,4,3.5,3",), "`kind` must be one of training, batch_inference, quantization"),
+        (("a,0,training,50,4,3.5,3", "a,1,training,50,4,3.5,3"), "`id` must be a unique, non-empty job id"),
+        (("a,0,training,0,4,3.5,3",), "`priority` must be a number > 0; got '0'. Broken at row 1 (line 2)."),
+        (("a,0,training,50,4,soon,3",), "`actual_hours` must be a number of hours > 0; got 'soon'."),
+        (("a,0,training,50,32,3,3",), "`gpus` must be at most the cluster's 16 GPUs (--gpus)"),
+        (
+            ("a,0,batch_inference,50,4,3,",),
+            "`forecast_hours` must be given for a batch_inference job",
+        ),
+    ],
+)
+def test_workload_rows_that_break_the_format_are_named(
+    tmp_path: Path, rows: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        read_workload(_csv(tmp_path, *rows), cluster_gpus=16)
+
+
+def test_feature_columns_are_checked_by_the_estimator_schema(tmp_path: Path) -> None:
+    header = "id,submit_hour,kind,priority,gpus,actual_hours,params_billion,algorithm,calibration_samples,calibration_seq_len_tokens,gpu_type"
+    path = _csv(
+        tmp_path,
+        "q1,0,quantization,40,1,0.5,7,gptq,128,2048,h100-80gb",
+        "q2,2,quantization,40,1,0.5,7,awq,128,512,tpu-v5",
+        header=header,
+    )
+    with pytest.raises(InputError, match=re.escape("`gpu_type` must be one of")) as error:
+        read_workload(path, cluster_gpus=16)
+    assert "row 2 (line 3)" in str(error.value)
+    assert "row 1" not in str(error.value)
+
+
+def test_a_missing_column_is_named(tmp_path: Path) -> None:
+    path = _csv(tmp_path, "a,0,training,50,4", header="id,submit_hour,kind,priority,gpus")
+    with pytest.raises(InputError, match=re.escape("Missing: actual_hours.")):
+        read_workload(path, cluster_gpus=16)
+
+
+def test_a_series_too_short_for_the_days_and_two_weeks_of_history_is_refused() -> None:
+    short = BUNDLED_TRAFFIC_DIR / "servegen_m-large_hourly.csv"  # 336 hours
+    with pytest.raises(
+        InputError,
+        match=re.escape(
+            "`--traffic` must be a series of at least 360 hours (1 simulated days plus two weeks "
+            "of history for the demand profile); got '336 hours'."
+        ),
+    ):
+        load_realtime([short], days=1, gpus=16)
+
+
+def test_the_bundled_series_too_short_are_left_out() -> None:
+    series = load_realtime([], days=1, gpus=16)
+    assert {s.app.id for s in series} == {
+        "alibaba_dlrm_alive_hourly",
+        "alibaba_genai_lora_hourly",
+        "philly_active_nodes_hourly",
+    }
+    for s in series:
+        assert s.history_hours >= 2 * 168
+        assert s.hours[s.history_hours] == np.datetime64("2025-01-06T00", "h")
+        assert int(s.demand_gpus[: s.history_hours].max()) == 2  # 40% of 16 GPUs over three apps
+
+
+def test_the_command_prints_json_and_draws_the_plots(tmp_path: Path) -> None:
+    jobs = _csv(
+        tmp_path,
+        "t1,0,training,60,4,5.5,5",
+        "b1,0.2,batch_inference,30,2,2,3",
+        "t2,1.7,training,80,8,3,4",
+        "q1,3,quantization,40,1,0.4,1",
+        "late,30,training,50,2,3,3",  # after the simulated day: never submitted
+    )
+    result = run_cli(
+        "simulate",
+        "--days",
+        1,
+        "--gpus",
+        16,
+        "--policy",
+        "fast,fifo",
+        "--workload",
+        jobs,
+        "--json",
+        "--png",
+        tmp_path / "png",
+    )
+    assert result.code == 0, result.err
+    policies = json.loads(result.out)["policies"]
+    assert set(policies) == {"fast", "fifo"}
+    keys = {"utilization", "value", "rt_served", "rt_unmet_gpu_hours", "wait_p50_h", "wait_p99_h"}
+    keys |= {"completed", "cycle_ms_p50", "cycle_ms_p99"}
+    for metrics in policies.values():
+        assert keys <= set(metrics)
+        assert metrics["completed"] == 4  # every job submitted in the day ran to its end
+    assert sorted(p.name for p in (tmp_path / "png").iterdir()) == [
+        "simulate-p90-busiest-day.png",
+        "simulate-p90-realtime.png",
+        "simulate-p90-utilization.png",
+    ]
+
+
+def test_the_command_names_a_bad_policy() -> None:
+    result = run_cli("simulate", "--days", 1, "--policy", "fast,lottery")
+    assert result.code == 2
+    assert (
+        "`--policy` must be a comma-separated list of fast, fifo, priority-backfill, commit-all" in result.err
+    )
