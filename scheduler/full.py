@@ -73,6 +73,7 @@ def solve(instance: Instance, *, time_limit_s: float, workers: int = 2, seed: in
         return Solution(fast, status="MODEL_BUILD_TIMEOUT", bound=None)
 
     solver = cp_model.CpSolver()
+    solver.parameters.catch_sigint_signal = False  # the caller's SIGINT handler stays (see lns.py)
     solver.parameters.max_time_in_seconds = remaining_s
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed

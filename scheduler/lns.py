@@ -105,6 +105,9 @@ def improve(
                 continue
             hint(model, v, instance, best)
             solver = cp_model.CpSolver()
+            # CP-SAT's own Ctrl-C handler, once a solve ends, leaves SIGINT at its default: a
+            # daemon's handler (finish the cycle, then exit) would be gone after the first cycle.
+            solver.parameters.catch_sigint_signal = False
             solver.parameters.num_workers = 1
             solver.parameters.random_seed = seed
             if window != whole:

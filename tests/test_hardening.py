@@ -140,8 +140,9 @@ def test_backtest_on_all_zero_traffic_answers_with_valid_json(
     code, out, _ = _run(capsys, "backtest", "--traffic", zero, "--json")
     assert code == 0
     (report,) = json.loads(out)  # strict JSON: no NaN
-    assert report["accuracy"]["mae"] == 0.0 and report["accuracy"]["relative_mae"] is None
-    assert all(row["demand_served"] == 1.0 for row in report["tradeoff"])
+    profile = report["forecasters"][0]["accuracy"]
+    assert profile["mae"] == 0.0 and profile["relative_mae"] is None and profile["mase"] is None
+    assert all(row["demand_served"] == 1.0 for row in report["profile_tradeoff"])
 
 
 # --- the file helpers themselves ------------------------------------------------------------
