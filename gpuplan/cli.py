@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("gpuplan.cmd_submit", "queue a job and answer with its planned start"),
     "done": ("gpuplan.cmd_done", "report a job finished"),
     "status": ("gpuplan.cmd_status", "what runs now, the queue, the last plan run"),
+    "ingest": ("gpuplan.cmd_ingest", "store an app's hourly traffic (the daemon recalibrates on it)"),
     "export": ("gpuplan.cmd_export", "write a stored run as scenario.json and plan.json"),
     "simulate": (
         "gpuplan.cmd_simulate",

@@ -321,7 +321,11 @@ def _plan_cases() -> list[Case]:
             ["--time-limit", "0"],
             "`--time-limit` must be a number of seconds > 0 and <= 3,600",
         ),
-        ("time-limit-huge", ["--time-limit", "1e999"], "`--time-limit` must be a number of seconds > 0 and <= 3,600"),
+        (
+            "time-limit-huge",
+            ["--time-limit", "1e999"],
+            "`--time-limit` must be a number of seconds > 0 and <= 3,600",
+        ),
         ("workers-zero", ["--workers", "0"], "`--workers` must be an integer in [1, 64]; got 0."),
         ("workers-huge", ["--workers", "100000"], "`--workers` must be an integer in [1, 64]"),
         (
@@ -395,7 +399,11 @@ def _bench_and_demo_cases() -> list[Case]:
             ["--time-limit", "-1"],
             "`--time-limit` must be a number of seconds > 0 and <= 3,600",
         ),
-        ("time-limit-nan", ["--time-limit", "nan"], "`--time-limit` must be a number of seconds > 0 and <= 3,600"),
+        (
+            "time-limit-nan",
+            ["--time-limit", "nan"],
+            "`--time-limit` must be a number of seconds > 0 and <= 3,600",
+        ),
         ("sample-zero", ["--sample", "0"], "`--sample` must be an integer in [1, 1,000]; got 0."),
         ("sample-negative", ["--sample", "-3"], "`--sample` must be an integer in [1, 1,000]"),
         ("runs-zero", ["--runs", "0"], "`--runs` must be an integer in [1, 10,000]; got 0."),
@@ -416,7 +424,11 @@ def _bench_and_demo_cases() -> list[Case]:
     layout: Layout = {"file": b"x", "bench": Dir({"1-good.json": SCENARIO, "2-bad.json": b'{"gpus": 8}'})}
     cases = [Case(f"bench-{name}", ["bench", *extra], layout, message) for name, extra, message in bench]
     demo = [
-        ("time-limit-nan", ["--time-limit", "nan"], "`--time-limit` must be a number of seconds > 0 and <= 3,600"),
+        (
+            "time-limit-nan",
+            ["--time-limit", "nan"],
+            "`--time-limit` must be a number of seconds > 0 and <= 3,600",
+        ),
         ("png-suffix", ["--png", "{d}/g.txt"], "`--png` must be a file name ending in one of"),
         ("scenario-latin-1", ["--scenario", "{d}/s.json"], "`scenario` must be UTF-8 text"),
     ]

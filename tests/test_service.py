@@ -291,3 +291,36 @@ def test_in_memory_executor_gets_each_committed_hour_once(tmp_path: Path, models
     finally:
         store.close()
     assert [c.hour.hour for c in executor.commits] == [10, 11, 12]
+
+
+def test_ingested_traffic_recalibrates_the_profile_and_an_unknown_app_is_refused(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    store = open_store(db)
+    try:
+        app = store.apps()[0].id
+        profile = load_profile(store, app)
+        assert profile is not None
+        first = next_unseen_hour(profile)
+    finally:
+        store.close()
+    hours = int((datetime(2026, 11, 30, 11, tzinfo=UTC) - first) / HOUR)
+    csv = tmp_path / "traffic.csv"
+    csv.write_text(
+        "hour,requests\n"
+        + "".join(f"{(first + n * HOUR).strftime('%Y-%m-%dT%H:%M')},{10 + n % 7}\n" for n in range(hours))
+    )
+    result = run_cli("ingest", app, "--traffic", csv, "--db", db)
+    assert result.code == 0, result.err
+    assert f"stored {hours} hours" in result.out
+    _once(db, models_dir, T0 + HOUR)  # recalibrates on every hour before 11:00
+    store = open_store(db)
+    try:
+        after = load_profile(store, app)
+    finally:
+        store.close()
+    assert after is not None and next_unseen_hour(after) == datetime(2026, 11, 30, 11, tzinfo=UTC)
+    unknown = run_cli("ingest", "no-such-app", "--traffic", csv, "--db", db)
+    assert unknown.code == 2 and "`APP` must be one of the stored apps" in unknown.err

@@ -17,7 +17,8 @@ from contract.errors import InputError
 from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.config import AppTraffic, ServiceConfig
 from gpuplan.app.models import TRAINING_MODEL_FILE
-from storage.records import App, Job, JobEstimate, TrafficHour
+from gpuplan.app.tick import ingest_traffic
+from storage.records import App, Job, JobEstimate
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -84,14 +85,8 @@ def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime) -> 
     traffic = load_traffic(source.path)
     last = traffic.hours[-1].astype("datetime64[s]").item().replace(tzinfo=UTC)
     weeks = math.floor((floor_hour(now) - STEP - last) / WEEK)
-    shift = np.timedelta64(weeks * 7 * 24, "h")
-    hours = traffic.hours + shift
-    store.add_traffic(
-        [
-            TrafficHour(app.id, hour.astype("datetime64[s]").item().replace(tzinfo=UTC), float(requests))
-            for hour, requests in zip(hours, traffic.requests, strict=True)
-        ]
-    )
+    ingest_traffic(store, app.id, traffic, shift_hours=weeks * 7 * 24)
+    hours = traffic.hours + np.timedelta64(weeks * 7 * 24, "h")
     profile = RealtimeProfile().fit(hours, traffic.requests)
     store.save_profile(app.id, pickle.dumps(profile), through=last + weeks * WEEK)
     if app.requests_per_gpu_hour <= 0:

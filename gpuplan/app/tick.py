@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import pickle
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -42,6 +41,7 @@ from storage.records import App, Commit, JobState, PlanRun, RunMode, TrafficHour
 from storage.store import Store
 
 if TYPE_CHECKING:
+    from features.traffic import HourlyTraffic
     from forecasting.realtime import RealtimeProfile
     from scheduler.policies import Plan, PolicyName
 
@@ -382,8 +382,18 @@ def next_unseen_hour(profile: RealtimeProfile) -> datetime:
     return moment.replace(tzinfo=UTC)
 
 
-def add_traffic(store: Store, app: str, rows: Sequence[tuple[datetime, float]]) -> None:
-    store.add_traffic([TrafficHour(app, floor_hour(hour), float(requests)) for hour, requests in rows])
+def ingest_traffic(store: Store, app: str, traffic: HourlyTraffic, *, shift_hours: int = 0) -> int:
+    """Store an hourly series as the app's traffic (moved by ``shift_hours``); returns its hours."""
+    import numpy as np
+
+    hours = traffic.hours + np.timedelta64(shift_hours, "h")
+    store.add_traffic(
+        [
+            TrafficHour(app, hour.astype("datetime64[s]").item().replace(tzinfo=UTC), float(requests))
+            for hour, requests in zip(hours, traffic.requests, strict=True)
+        ]
+    )
+    return len(traffic)
 
 
 def retrain_from_store(store: Store, config: ServiceConfig) -> Any:
