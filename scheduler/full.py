@@ -16,7 +16,7 @@ import time
 
 from scheduler.budget import Budget
 from scheduler.cpmodel import OBJECTIVE_SCALE, BuildTimeoutError, Window, build_model, hint, read_allocation
-from scheduler.fast import allocate
+from scheduler.fast import allocate_at_least_hot_path
 from scheduler.metrics import score
 from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS, Instance, Solution, build_grid
 
@@ -45,7 +45,7 @@ def solve(instance: Instance, *, time_limit_s: float, workers: int = 2, seed: in
 
     deadline = started + time_limit_s
     hint_ms = max(HOT_PATH_BUDGET_MS, min(PLAN_CYCLE_BUDGET_MS, HINT_SHARE * time_limit_s * 1000))
-    fast = allocate(instance, Budget(hint_ms, started=started))
+    fast = allocate_at_least_hot_path(instance, Budget(hint_ms, started=started))
     size = model_size(instance)
     if size > MAX_MODEL_VARIABLES:
         # Building the model alone would take longer than any sensible time limit.
