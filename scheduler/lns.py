@@ -6,9 +6,10 @@ exactly, hinted with the current plan; the result is kept only if the contract's
 improves (Shaw 1998, "Using constraint programming and local search methods to solve
 vehicle routing problems"; Pisinger & Ropke 2010, "Large neighborhood search").
 
-Windows are swept in a fixed order. After a sweep that improves nothing, the windows
-grow (more hours, then more GPUs) up to the whole grid, which gets all the time left;
-the search ends at the budget, when the whole grid is solved to optimality, or when it
+Windows are swept in a fixed order (:func:`_stages`): 16-hour spans, then 8-hour ones,
+then the whole horizon, on blocks of 16 GPUs, then larger blocks, up to the whole grid,
+which gets all the time left. A sweep that improved something is repeated at its size.
+The search ends at the budget, when the whole grid is solved to optimality, or when it
 improves nothing. Each window's CP-SAT call runs on one worker with a deterministic-time
 limit, so the same plan and budget repeat the same steps wherever the wall clock does
 not cut in.
