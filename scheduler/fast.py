@@ -114,6 +114,25 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     return searched.allocation if oriented is instance else _unmirror(instance, searched.allocation)
 
 
+def allocate_at_least_hot_path(instance: Instance, budget: Budget) -> Allocation:
+    """The better of the hot path's plan and the plan within ``budget``.
+
+    More budget can take the searches down another path (the mirror image, another order)
+    and end below what the hot path finds; callers with a larger budget (the plan cycle,
+    the full mode's hint) must never answer worse than the hot path would have.
+    """
+    return max(
+        (allocate(instance, Budget(HOT_PATH_BUDGET_MS)), allocate(instance, budget)),
+        key=lambda allocation: objective(instance, allocation),
+    )
+
+
+def objective(instance: Instance, allocation: Allocation) -> float:
+    """The contract's objective of ``allocation`` up to a constant (running jobs' value is
+    left out), without building the grid: for comparing plans of one instance."""
+    return realtime_objective(instance, allocation.realtime) + batch_value(instance, allocation.batch)
+
+
 def _first_pass(
     instance: Instance, orders: Sequence[Sequence[BatchJob]], budget: Budget, costs: WorkCosts
 ) -> _Candidate:
@@ -130,7 +149,7 @@ def _priority_backfill(instance: Instance) -> _Candidate:
     """The priority-backfill baseline as a candidate: the floor the fast mode never falls below."""
     allocation = baselines.priority_backfill(instance)
     return _Candidate(
-        objective=realtime_objective(instance, allocation.realtime) + batch_value(instance, allocation.batch),
+        objective=objective(instance, allocation),
         allocation=allocation,
         order=(),
         rt_shortfall=0,

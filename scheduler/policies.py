@@ -105,7 +105,8 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
         log.warning("CP-SAT is not loaded (call scheduler.policies.warm_up() at start): heuristic only")
         return Solution(fast.allocate(instance, budget))
     heuristic = Budget(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
-    allocation, report = lns.improve(instance, fast.allocate(instance, heuristic), budget, options.seed)
+    start = fast.allocate_at_least_hot_path(instance, heuristic)
+    allocation, report = lns.improve(instance, start, budget, options.seed)
     return Solution(allocation, status="OPTIMAL" if report.proven_optimal else "FEASIBLE")
 
 
