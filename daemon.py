@@ -21,7 +21,9 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import FrameType
@@ -32,9 +34,13 @@ from gpuplan.app.executors import Executor, JsonLinesExecutor, commit_lines
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate, retrain_from_store, review
 from storage.records import Commit
-from storage.store import Store
+from storage.store import Store, StoreError
 
 log = logging.getLogger("gpuplan.daemon")
+
+#: How long a cycle waits for another daemon's cycle on the same database, and how often it looks.
+LOCK_WAIT_S = 300.0
+LOCK_POLL_S = 0.2
 
 Clock = Callable[[], datetime]
 
@@ -58,13 +64,29 @@ class Service:
         self.forecasters = Forecasters(self.config.models_dir)
 
 
+@contextmanager
+def holding(store: Store, name: str, timeout_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the named cycle lock, waiting while another daemon's cycle holds it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with store.cycle_lock(name) as held:
+            if held:
+                yield
+                return
+        if time.monotonic() > deadline:
+            raise StoreError(f"another process held the {name!r} lock on this database for {timeout_s:g} s")
+        time.sleep(LOCK_POLL_S)
+
+
 def run_once(service: Service, now: datetime | None = None) -> CycleReport:
-    """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit."""
+    """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit.
+
+    A second daemon on the same database waits for the first one's cycle, then plans on
+    what it committed (the hour is committed once).
+    """
     now = now or service.clock()
-    recalibrate(service.store, now, service.config)
-    with service.store.cycle_lock("plan") as held:
-        if not held:
-            raise RuntimeError("another daemon holds the plan lock on this database; this cycle is skipped")
+    with holding(service.store, "plan"):
+        recalibrate(service.store, now, service.config)
         report = plan_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
         )

@@ -41,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
     now = at_of(args)
     store = open_db(args)
     try:
-        ensure_models(config)
-        ensure_service(store, config, now, from_file=args.config is not None)
+        # Under the seed lock: two daemons started together on an empty database seed it once.
+        with daemon.holding(store, "seed"):
+            ensure_models(config)
+            ensure_service(store, config, now, from_file=args.config is not None)
         service = daemon.make_service(store, config, print_commits=args.print_commits)
         if args.once:
             report = daemon.run_once(service, now)

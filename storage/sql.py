@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -156,13 +157,33 @@ def _create_engine(parsed: URL) -> Engine:
     return engine
 
 
+def _set_wal(cursor: Any) -> None:
+    """Switch a new database to write-ahead logging, waiting out another process's lock.
+
+    Changing the journal mode needs an exclusive lock, and SQLite answers "database is
+    locked" at once, without its busy handler, while another process holds one (two
+    daemons starting together on an empty database). So retry until the busy timeout.
+    """
+    import sqlite3
+
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:
     # SQLAlchemy's recipe: take BEGIN away from the sqlite3 module, which would skip it
     # before SELECTs and DDL (no repeatable reads, no transactional migrations).
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys = ON")
-    cursor.execute("PRAGMA journal_mode = WAL")
+    _set_wal(cursor)
     # With WAL, NORMAL loses no committed transaction when a process dies (only on power loss).
     cursor.execute("PRAGMA synchronous = NORMAL")
     cursor.close()
