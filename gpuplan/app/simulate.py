@@ -605,6 +605,10 @@ CYCLES: dict[SimPolicy, Callable[[], _Cycle]] = {
 @dataclass(frozen=True)
 class SimOptions:
     plan_with: PlanWith = PlanWith.P90
+    #: The fast mode's budget per simulated cycle: its own searches, below the CP-SAT window
+    #: search's floor (``scheduler.lns.MIN_BUDGET_MS``), which would spend a second a cycle
+    #: (6 minutes a simulated week, per policy). The daemon's cycle uses 1,000 ms.
+    plan_budget_ms: float = 150.0
     cycle_minutes: int = 30
     review_every_hours: int | None = None
     review_time_limit_s: float = 10.0
@@ -658,6 +662,7 @@ def run_policy(
             cycle_minutes=options.cycle_minutes,
             review_every_hours=options.review_every_hours,
             review_time_limit_s=options.review_time_limit_s,
+            plan_budget_ms=options.plan_budget_ms,
             plan_with=options.plan_with,
             models_dir=setup.models_dir,
             commits_file=None,
