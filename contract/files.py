@@ -75,9 +75,21 @@ def _regular_file_size(path: Path, what: str) -> int:
     except OSError as error:
         raise InputError(what, "a readable file", str(path), hint=_reason(error)) from None
     if not stat.S_ISREG(info.st_mode):
-        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        raise InputError(what, "a regular file", str(path), hint=f"It is {kind}.")
+        raise InputError(what, "a regular file", str(path), hint=f"It is {_kind_of(info.st_mode)}.")
     return info.st_size
+
+
+def _kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, for a message."""
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def _too_large(path: Path, what: str, max_bytes: int) -> InputError:
@@ -457,8 +469,9 @@ def check_writable(path: Path, what: str, *, suffixes: Mapping[str, str] | None 
                 hint="It is a symbolic link; name its target instead.",
             )
         if not stat.S_ISREG(info.st_mode):
-            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a device, pipe or socket"
-            raise InputError(what, "a regular file or a new name", str(path), hint=f"It is {kind}.")
+            raise InputError(
+                what, "a regular file or a new name", str(path), hint=f"It is {_kind_of(info.st_mode)}."
+            )
     _probe_directory(path.parent, what, target=path)
 
 
