@@ -3,15 +3,18 @@
 Every package reads its documents and tables through here, so one set of rules holds
 for every command, the daemon and any later API:
 
-- **Text is UTF-8.** A leading byte-order mark and CRLF line ends are accepted; any
-  other encoding, a NUL byte, a file over its size limit or something that is not a
-  regular file is an :class:`InputError` naming the file. ``.gz`` files are
-  decompressed first, with the same limit on what comes out.
+- **Text is UTF-8.** A leading byte-order mark and CRLF (or CR) line ends are
+  accepted; any other encoding, a NUL byte, a file over its size limit or something
+  that is not a regular file is an :class:`InputError` naming the file. ``.gz`` files
+  are decompressed first, with the same limit on what comes out.
+- **CSV tables** (:func:`read_csv`) have a header; a row with more fields than the
+  header or a column named twice is refused rather than guessed at.
 - **Documents are JSON or YAML, chosen by suffix** (``.yaml``/``.yml`` is YAML, any
   other suffix JSON). Both are held to JSON's data model: objects with string keys,
   each key once; lists; strings; finite numbers (integers within 64 bits); booleans;
-  null. YAML aliases, tags for other types and timestamps-as-dates are refused, and
-  nesting is bounded, so a hostile document cannot blow up memory or the stack.
+  null. YAML aliases and tags for other types are refused (dates stay text), and
+  size, nesting and the number of values are bounded, so a hostile document cannot
+  blow up memory, time or the stack.
 - **Outputs are checked before long work** (:func:`check_writable`,
   :func:`check_writable_dir`) and **written all-or-nothing** (:func:`atomic_write` and
   its two shorthands; :func:`replace_files` for a set of files that belong together):
@@ -47,7 +50,7 @@ from contract.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Scenario, plan and job-spec files. A plan of 4,096 GPUs x 672 steps is about 30 MB.
+#: Scenario, plan and job-spec files. The largest plan (688,128 cells) is about 7 MB.
 MAX_DOCUMENT_BYTES = 64 * 2**20
 #: CSV tables (job history, traffic), after decompression.
 MAX_TABLE_BYTES = 512 * 2**20
@@ -56,7 +59,7 @@ MAX_YAML_BYTES = 2**20
 #: Objects and lists inside objects and lists; the deepest legal document has 4.
 MAX_NESTING = 32
 #: Objects and lists in one document (a plan of 4,096 GPUs has 4,097), and values in
-#: lists and objects (that plan has 2.75 million cells). Counted on the text before
+#: lists and objects (the largest plan has 688,128 cells). Counted on the text before
 #: parsing, so that a file of ``[],[],[],...`` is refused before it fills memory.
 MAX_CONTAINERS = 1_000_000
 MAX_ITEMS = 4_000_000
@@ -75,9 +78,21 @@ def _regular_file_size(path: Path, what: str) -> int:
     except OSError as error:
         raise InputError(what, "a readable file", str(path), hint=_reason(error)) from None
     if not stat.S_ISREG(info.st_mode):
-        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        raise InputError(what, "a regular file", str(path), hint=f"It is {kind}.")
+        raise InputError(what, "a regular file", str(path), hint=f"It is {_kind_of(info.st_mode)}.")
     return info.st_size
+
+
+def _kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, for a message."""
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def _too_large(path: Path, what: str, max_bytes: int) -> InputError:
@@ -174,7 +189,7 @@ def parse_json(text: str, what: str, *, source: str) -> Any:
 
     def no_constant(name: str) -> Any:
         raise InputError(
-            what, "JSON numbers (finite)", name, source=source, hint="NaN and Infinity are not JSON."
+            what, "finite JSON numbers", name, source=source, hint="NaN and Infinity are not JSON."
         )
 
     containers, items = text.count("[") + text.count("{"), text.count(",")
@@ -457,8 +472,9 @@ def check_writable(path: Path, what: str, *, suffixes: Mapping[str, str] | None 
                 hint="It is a symbolic link; name its target instead.",
             )
         if not stat.S_ISREG(info.st_mode):
-            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a device, pipe or socket"
-            raise InputError(what, "a regular file or a new name", str(path), hint=f"It is {kind}.")
+            raise InputError(
+                what, "a regular file or a new name", str(path), hint=f"It is {_kind_of(info.st_mode)}."
+            )
     _probe_directory(path.parent, what, target=path)
 
 

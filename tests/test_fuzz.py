@@ -257,7 +257,8 @@ def _plan_cases() -> list[Case]:
     paths = [
         ("missing", {}, "`scenario` must be a readable file; got"),
         ("directory", {"s.json": Dir()}, "`scenario` must be a regular file"),
-        ("fifo", {"s.json": Fifo()}, "`scenario` must be a regular file"),
+        ("fifo", {"s.json": Fifo()}, "`scenario` must be a regular file; got"),
+        ("link-to-device", {"s.json": Link("/dev/zero")}, "It is a character device."),
         ("dangling-link", {"s.json": Link("nowhere.json")}, "`scenario` must be a readable file"),
         ("over-64-mib", {"s.json": Sparse(65 * 2**20)}, "`scenario` must be a file of at most 64 MiB"),
     ]
@@ -269,7 +270,7 @@ def _plan_cases() -> list[Case]:
             "device",
             "/dev/null",
             {},
-            "`--out` must be a regular file or a new name; got '/dev/null'. It is a device",
+            "`--out` must be a regular file or a new name; got '/dev/null'. It is a character device.",
         ),
         ("proc", "/proc/gpuplan-plan.json", {}, "`--out` must be a path where files can be created"),
         ("under-a-file", "{d}/s.json/plan.json", {}, "`--out` must be a writable file path"),
