@@ -1,13 +1,23 @@
 """Traffic ingestion: hourly request counts for one real-time app.
 
-Two file shapes are read, both CSV with a header row:
+The layout is declared by the header, never guessed. Two are read, both UTF-8 CSV
+(read by :mod:`contract.files`):
 
-- **hourly**: the first column is the hour (a timestamp), the second is ``requests``
-  (the count in that hour; other columns are ignored). ServeGen's ``dayDD_hHH`` hour
-  labels are accepted and placed on :data:`DAY_HOUR_EPOCH` (see below).
-- **per-request records**: one row per request, the first column (or ``timestamp_column``)
-  a timestamp; rows are counted per clock hour. Hours between the first and the last
-  record with no record are real zero-traffic hours, not gaps.
+- **hourly**: the header starts ``hour,requests``. ``hour`` is an ISO 8601 time (UTC
+  unless it carries an offset, which is converted), ``requests``
+  the count in that hour (a number in ``[0, 1e12]``); further columns are ignored.
+  ServeGen's ``dayDD_hHH`` hour labels are accepted and placed on
+  :data:`DAY_HOUR_EPOCH` (see below). A file whose count column has another name is
+  read with ``requests_column`` (``--column NAME``): the first column is then the hour.
+- **per-request records**: the first column is named ``timestamp`` (or ``gmt_create``,
+  as in Alibaba's exports), one row per request; rows are counted per clock hour.
+  Hours between the first and the last record with no record are real zero-traffic
+  hours, not gaps. Another name for the timestamp column is given with
+  ``timestamp_column``.
+
+Any other header is an error that lists both layouts: a CSV without a header, or one
+such as ``hour,active,total``, would otherwise be read as something it is not. A series
+may span at most :data:`MAX_SERIES_HOURS`.
 
 Gaps and duplicates in an hourly file are repaired *and reported*: a duplicated hour
 keeps its last row (a later row is taken as a correction of an earlier one), a missing
@@ -31,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from contract.errors import InputError
+from contract.files import read_csv
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,8 +54,21 @@ logger = logging.getLogger(__name__)
 #: the weekday names it prints for ServeGen are conventional, not real.
 DAY_HOUR_EPOCH = np.datetime64("2024-01-01T00", "h")
 
-_DAY_HOUR = re.compile(r"^day(\d+)_h(\d+)$")
+# At most 9,999 days (the series span is bounded anyway) and hours 00-23.
+_DAY_HOUR = re.compile(r"^day(\d{1,4})_h([01]\d|2[0-3])$")
 _HOUR = np.timedelta64(1, "h")
+
+HOURLY_HEADER = ("hour", "requests")
+#: First-column names that declare one row per request.
+REQUEST_TIMESTAMP_COLUMNS = ("timestamp", "gmt_create")
+#: Two years of hours: a longer span (or two rows decades apart) is not one series.
+MAX_SERIES_HOURS = 2 * 365 * 24
+#: Requests in one hour; far above any real service, low enough that sums stay exact.
+MAX_REQUESTS_PER_HOUR = 1e12
+LAYOUTS = (
+    "`hour,requests` (hourly counts; more columns may follow) or "
+    "`timestamp,...` (one row per request; `gmt_create` also accepted)"
+)
 
 
 class TrafficFormat(Enum):
@@ -104,39 +128,97 @@ class HourlyTraffic:
         return HourlyTraffic(self.hours[keep], self.requests[keep], self.imputed[keep], self.report)
 
 
+#: A forecast from less history than this is weak: not one daily cycle has been seen.
+MIN_CONFIDENT_HISTORY_HOURS = 24
+#: A forecast starting further than this past the last observed hour is weak: the
+#: level may have moved since, and nothing in the history can say so.
+MAX_CONFIDENT_LEAD_HOURS = 7 * 24
+
+
+def forecast_caveats(history: HourlyTraffic, at: np.datetime64) -> list[str]:
+    """Why a forecast made at ``at`` from ``history`` (the hours before it) is weak, if it is."""
+    caveats = []
+    if len(history) < MIN_CONFIDENT_HISTORY_HOURS:
+        caveats.append(
+            f"{history.report.source}: only {len(history)} hours of history before {at} "
+            f"(under {MIN_CONFIDENT_HISTORY_HOURS}); the forecast has not seen one daily cycle"
+        )
+    if len(history):
+        lead = int((at - history.hours[-1]) // _HOUR) - 1
+        if lead > MAX_CONFIDENT_LEAD_HOURS:
+            caveats.append(
+                f"{history.report.source}: the forecast starts {lead} hours after the history ends "
+                f"({history.hours[-1]}), more than a week; recent traffic is unknown"
+            )
+    return caveats
+
+
+#: Times a user may name: traffic timestamps (nanoseconds in pandas) end in 2262.
+FIRST_YEAR, LAST_YEAR = 1970, 2200
+
+
+def parse_hour(text: str, field: str) -> np.datetime64:
+    """A user's ISO 8601 time (``2024-12-01``, ``2024-12-01 16:30``) floored to the hour.
+
+    Read as traffic hours are: a UTC offset is converted to UTC, no offset means UTC.
+    """
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InputError(field, "a time such as 2024-12-01 or 2024-12-01 16:00", text) from None
+    if moment.tzinfo is not None:
+        # As for traffic hours: an offset is converted to UTC, a time without one is UTC.
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    if not FIRST_YEAR <= moment.year <= LAST_YEAR:
+        raise InputError(field, f"a time in the years {FIRST_YEAR}-{LAST_YEAR}", text)
+    return hour_of(moment)
+
+
 def hour_of(value: object) -> np.datetime64:
     """``value`` (str, datetime, datetime64) as a datetime64 floored to the hour."""
     return np.datetime64(value, "m").astype("datetime64[h]")  # type: ignore[call-overload,no-any-return]
 
 
-def load_traffic(path: Path, *, timestamp_column: str | None = None) -> HourlyTraffic:
-    """Read ``path`` (hourly counts or per-request records) into an :class:`HourlyTraffic`."""
-    import pandas as pd
+def load_traffic(
+    path: Path, *, requests_column: str | None = None, timestamp_column: str | None = None
+) -> HourlyTraffic:
+    """Read ``path`` into an :class:`HourlyTraffic`; the header declares the layout.
 
+    ``requests_column`` reads an hourly file whose count column has that name (the
+    first column is the hour); ``timestamp_column`` reads per-request records whose
+    timestamps are in that column.
+    """
     source = str(path)
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError as error:
-        raise InputError("traffic", "an existing CSV file", source) from error
-    except (pd.errors.EmptyDataError, pd.errors.ParserError) as error:
-        raise InputError(
-            "traffic", "a CSV file with a header row", str(error).splitlines()[0], source=source
-        ) from error
-    columns = [str(name) for name in frame.columns]
-    if timestamp_column is None and len(columns) >= 2 and columns[1] == "requests":
-        return _from_hourly(frame, columns[0], source)
-    if timestamp_column is None and "requests" in columns:
-        raise InputError(
-            "requests",
-            "the second column of an hourly file (hour,requests)",
-            columns,
-            source=source,
-            hint="Put the hour first and the request count second.",
-        )
-    column = timestamp_column or (columns[0] if columns else "")
-    if column not in columns:
-        raise InputError("timestamp column", f"one of {columns}", column, source=source)
-    return _from_records(frame, column, source)
+    frame = read_csv(path, "traffic", dtype=str, keep_default_na=False)
+    frame.columns = [str(name).strip() for name in frame.columns]
+    columns = list(frame.columns)
+    if requests_column is not None:
+        if requests_column not in columns[1:]:
+            raise InputError(
+                "--column",
+                f"a column after the first (the hour) of {columns}",
+                requests_column,
+                source=source,
+            )
+        return _from_hourly(frame, columns[0], requests_column, source)
+    if timestamp_column is not None:
+        if timestamp_column not in columns:
+            raise InputError("timestamp column", f"one of {columns}", timestamp_column, source=source)
+        return _from_records(frame, timestamp_column, source)
+    if tuple(columns[:2]) == HOURLY_HEADER:
+        return _from_hourly(frame, "hour", "requests", source)
+    if columns and columns[0] in REQUEST_TIMESTAMP_COLUMNS:
+        return _from_records(frame, columns[0], source)
+    raise InputError(
+        "header",
+        LAYOUTS,
+        ",".join(columns[:6]) + (",..." if len(columns) > 6 else ""),
+        source=source,
+        hint="Rename the header, or pass `--column NAME` to read column NAME as the hourly count "
+        "(the first column is then the hour).",
+    )
 
 
 def _line(index: int) -> str:
@@ -150,8 +232,10 @@ def _parse_hours(values: pd.Series[str], column: str, source: str) -> npt.NDArra
     text = values.str.strip()
     day_hour = text.str.extract(_DAY_HOUR)
     is_day_hour = day_hour[0].notna().to_numpy()
-    stamps = pd.to_datetime(text.where(~is_day_hour), errors="coerce", format="mixed")
-    hours = stamps.to_numpy(dtype="datetime64[ns]").astype("datetime64[h]")
+    # ISO 8601 only: "mixed" would read 01/02 as January and 13/02 as February in one file.
+    # A UTC offset is converted to UTC; a time without one is taken as UTC.
+    stamps = pd.to_datetime(text.where(~is_day_hour), errors="coerce", format="ISO8601", utc=True)
+    hours = stamps.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype("datetime64[h]")
     if is_day_hour.any():
         offsets = (
             day_hour.loc[is_day_hour, 0].astype(int) * 24 + day_hour.loc[is_day_hour, 1].astype(int)
@@ -169,20 +253,20 @@ def _parse_hours(values: pd.Series[str], column: str, source: str) -> npt.NDArra
     return hours
 
 
-def _from_hourly(frame: pd.DataFrame, hour_column: str, source: str) -> HourlyTraffic:
+def _from_hourly(frame: pd.DataFrame, hour_column: str, count_column: str, source: str) -> HourlyTraffic:
     import pandas as pd
 
     if frame.empty:
-        raise InputError("requests", "at least one hourly row", "an empty file", source=source)
+        raise InputError(count_column, "at least one hourly row", "an empty file", source=source)
     hours = _parse_hours(frame[hour_column], hour_column, source)
-    counts = pd.to_numeric(frame["requests"].str.strip(), errors="coerce").to_numpy(float)
-    bad = np.flatnonzero(~np.isfinite(counts) | (counts < 0))
+    counts = pd.to_numeric(frame[count_column].str.strip(), errors="coerce").to_numpy(float)
+    bad = np.flatnonzero(~np.isfinite(counts) | (counts < 0) | (counts > MAX_REQUESTS_PER_HOUR))
     if bad.size:
         first = int(bad[0])
         raise InputError(
-            "requests",
-            "a non-negative number",
-            frame["requests"].iloc[first],
+            count_column,
+            f"a non-negative number (at most {MAX_REQUESTS_PER_HOUR:g})",
+            frame[count_column].iloc[first],
             source=f"{source} {_line(first)}",
         )
 
@@ -193,6 +277,7 @@ def _from_hourly(frame: pd.DataFrame, hour_column: str, source: str) -> HourlyTr
     duplicates = np.unique(hours[~is_last])
     hours, counts = hours[is_last], counts[is_last]
 
+    _check_span(hours[0], hours[-1], source)
     grid = np.arange(hours[0], hours[-1] + _HOUR, _HOUR)
     present = np.isin(grid, hours)
     filled = np.interp(
@@ -215,11 +300,24 @@ def _from_records(frame: pd.DataFrame, column: str, source: str) -> HourlyTraffi
         raise InputError(column, "at least one request record", "an empty file", source=source)
     hours = _parse_hours(frame[column], column, source)
     first, last = hours.min(), hours.max()
+    _check_span(first, last, source)
     offsets = (hours - first).astype(np.int64)
     counts = np.bincount(offsets, minlength=int((last - first).astype(np.int64)) + 1)
     grid = np.arange(first, last + _HOUR, _HOUR)
     report = _report(source, TrafficFormat.REQUESTS, len(frame), grid, counts)
     return HourlyTraffic(grid, counts.astype(float), np.zeros(grid.size, dtype=bool), report)
+
+
+def _check_span(first: np.datetime64, last: np.datetime64, source: str) -> None:
+    hours = int((last - first) // _HOUR) + 1
+    if hours > MAX_SERIES_HOURS:
+        raise InputError(
+            "hours",
+            f"a series of at most {MAX_SERIES_HOURS:,} hours (two years)",
+            f"{first} .. {last} ({hours:,} hours)",
+            source=source,
+            hint="Keep the recent part of the series.",
+        )
 
 
 def _report(

@@ -215,7 +215,8 @@ def accuracy(backtest: ForecastBacktest) -> AccuracyRow:
         hours=int(errors.size),
         method="+".join(methods),
         mase=mase,
-        relative_mae=float(errors.mean() / naive_errors.mean()),
+        # Undefined (NaN, printed n/a) when the seasonal naive is exact, as on all-zero traffic.
+        relative_mae=float(errors.mean() / naive_errors.mean()) if naive_errors.mean() > 0 else float("nan"),
         mae=float(errors.mean()),
         seasonal_naive_mae=float(naive_errors.mean()),
         p90_coverage=float(np.mean(backtest.actual <= backtest.p90 + 1e-9)),
@@ -240,7 +241,9 @@ def gpu_tradeoff(
     following = backtest.p90_next if basis == "p90" else backtest.p50_next
     horizon = forecasts.shape[1]
     need_actual = gpus_needed(backtest.actual, requests_per_gpu_hour)
-    peak_gpu_hours = int(need_actual.max()) * need_actual.size
+    # A peak reservation holds at least one GPU (a service with no traffic still keeps one
+    # up); this also keeps the saving defined on an all-zero series.
+    peak_gpu_hours = max(int(need_actual.max()), 1) * need_actual.size
     rows = []
     for headroom in headrooms:
         capacity = AppCapacity(requests_per_gpu_hour, headroom, swap_cap)

@@ -27,6 +27,9 @@ from scheduler import curves
 
 IntArray = npt.NDArray[np.int64]
 
+#: Far above any cluster, far below the int64 the curve is kept in.
+MAX_GPUS_NEEDED = 2**31
+
 
 @dataclass(frozen=True, slots=True)
 class AppCapacity:
@@ -48,6 +51,13 @@ class AppCapacity:
 def gpus_needed(requests: npt.ArrayLike, requests_per_gpu_hour: float, headroom: float = 0.0) -> IntArray:
     """GPUs needed per hour to serve ``requests`` with ``headroom`` to spare."""
     load = np.asarray(requests, dtype=float) * (1.0 + headroom) / requests_per_gpu_hour
+    # A tiny capacity would need more GPUs than an integer holds (ceil(inf) is no count).
+    if not np.all(np.isfinite(load)) or np.max(load, initial=0.0) > MAX_GPUS_NEEDED:
+        raise InputError(
+            "requests_per_gpu_hour",
+            f"large enough that at most {MAX_GPUS_NEEDED:,} GPUs are needed in an hour",
+            requests_per_gpu_hour,
+        )
     # The tolerance keeps 2.0000000001 GPUs (float noise) from costing a third GPU.
     return np.ceil(load - 1e-9).clip(min=0).astype(np.int64)
 

@@ -16,6 +16,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
+from contract.errors import InputError
+from contract.files import replace_files
+
 T = TypeVar("T")
 
 TRACKED_LIBRARIES = ("gpuplan", "numpy", "pandas", "scikit-learn", "lightgbm", "statsmodels")
@@ -68,26 +71,42 @@ def make_provenance(
     )
 
 
-def save_model(estimator: Any, path: Path) -> Path:
-    """Write ``estimator`` (which must carry ``provenance_``) and a JSON sidecar beside it.
+def model_files(estimator: Any, path: Path) -> dict[str, bytes]:
+    """The files that hold ``estimator`` (which must carry ``provenance_``), by name.
 
-    Written to a temporary name and renamed, so a failed save never leaves half a model.
+    ``path.name`` gets the pickled model and ``path.stem + ".json"`` its provenance, so a
+    caller can write several models' files together (:func:`contract.files.replace_files`).
     """
     provenance: Provenance = estimator.provenance_
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("wb") as handle:
-        pickle.dump(estimator, handle, protocol=pickle.HIGHEST_PROTOCOL)
-    tmp.replace(path)
-    sidecar = path.with_suffix(".json")
-    sidecar.write_text(json.dumps(asdict(provenance), indent=2) + "\n")
+    return {
+        path.name: pickle.dumps(estimator, protocol=pickle.HIGHEST_PROTOCOL),
+        path.with_suffix(".json").name: (json.dumps(asdict(provenance), indent=2) + "\n").encode(),
+    }
+
+
+def save_model(estimator: Any, path: Path, what: str = "model file") -> Path:
+    """Write ``estimator`` and its JSON provenance sidecar beside it, both or neither."""
+    replace_files(path.parent, model_files(estimator, path), what)
     return path
 
 
 def load_model(path: Path, expected_type: type[T]) -> T:
-    """Load a model saved by :func:`save_model`, checking it is of ``expected_type``."""
-    with path.open("rb") as handle:
-        estimator = pickle.load(handle)
-    if not isinstance(estimator, expected_type):
-        raise TypeError(f"{path} holds a {type(estimator).__name__}, expected {expected_type.__name__}.")
+    """Load a model saved by :func:`save_model`; InputError when the file holds anything else."""
+    expected = f"a fitted {expected_type.__name__} saved by `gpuplan train`"
+    hint = "Run `gpuplan train` to write it again."
+    try:
+        with path.open("rb") as handle:
+            estimator = pickle.load(handle)
+    except OSError as error:
+        raise InputError(
+            "model file", "a readable file", str(path), hint=f"{error.strerror or error}."
+        ) from None
+    except Exception as error:  # unpickling a damaged file can raise any type
+        raise InputError(
+            "model file", expected, str(path), hint=f"It does not unpickle ({type(error).__name__}). {hint}"
+        ) from None
+    if not isinstance(estimator, expected_type) or not hasattr(estimator, "provenance_"):
+        raise InputError(
+            "model file", expected, str(path), hint=f"It holds a {type(estimator).__name__}. {hint}"
+        )
     return estimator

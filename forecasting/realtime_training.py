@@ -33,19 +33,22 @@ def backtest_config_for(hours: int) -> BacktestConfig:
     return BacktestConfig(initial_hours=HOURS_PER_WEEK)
 
 
-def fit_profiles(traffic_paths: Sequence[Path]) -> list[tuple[str, RealtimeProfile, dict[str, object]]]:
+def fit_profiles(
+    traffic_paths: Sequence[Path], *, requests_column: str | None = None
+) -> list[tuple[str, RealtimeProfile, dict[str, object]]]:
     """Fit one profile per traffic CSV: ``(series, profile, evaluation row)`` each.
 
-    With an empty ``traffic_paths`` the bundled series are used. Each profile is fitted
+    With an empty ``traffic_paths`` the bundled series are used; ``requests_column`` names
+    the count column of hourly files with another header (``features.traffic``). Each profile is fitted
     on the whole series; the row reports the day-ahead backtest of the same
     configuration (:mod:`forecasting.backtest`). Nothing is written here: the caller
     saves every profile only once all of them have fitted.
     """
     paths = list(traffic_paths) or bundled_traffic_paths()
+    # Every file is read before the first fit, so a bad one stops the retrain at once.
+    loaded = [(path.stem, load_traffic(path, requests_column=requests_column)) for path in paths]
     fitted: list[tuple[str, RealtimeProfile, dict[str, object]]] = []
-    for path in paths:
-        traffic = load_traffic(path)
-        series = path.stem
+    for series, traffic in loaded:
         profile = RealtimeProfile().fit(traffic.hours, traffic.requests)
         row: dict[str, object] = {"series": series, "hours": len(traffic)}
         if len(traffic) >= HOURS_PER_WEEK + HOURS_PER_DAY:

@@ -55,6 +55,8 @@ BOOST_FROM_ANALYTIC: dict[str, str | None] = {
     "log_hours": None,
 }
 PREDICTION_COLUMNS = ("gpus_p50", "gpus_p90", "hours_p50", "hours_p90")
+#: Fewer completed jobs than this cannot fit the quantile models and calibrate the P90.
+MIN_TRAINING_JOBS = 50
 
 # +1: the target never decreases as the feature grows; -1: never increases.
 MONOTONE: dict[str, dict[str, int]] = {
@@ -276,8 +278,8 @@ class TrainingEstimator(_JobEstimatorMixin, BaseEstimator):  # type: ignore[misc
         if not 0.0 <= self.calibration_fraction < 1.0:
             raise InputError("calibration_fraction", "in [0, 1)", self.calibration_fraction)
         features = TRAINING_SCHEMA.validate_frame(x, source="TrainingEstimator.fit(x)")
-        if len(features) < 50:
-            raise InputError("x", "at least 50 completed training jobs", len(features))
+        if len(features) < MIN_TRAINING_JOBS:
+            raise InputError("x", f"at least {MIN_TRAINING_JOBS} completed training jobs", len(features))
         targets = _targets(y, rows=len(features))
         design = design_matrix(features)
         self.p90_log_hours_shift_ = (

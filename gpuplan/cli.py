@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from contract.errors import InputError
+from contract.files import describe_os_error
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -62,9 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    # Bad input and file-system failures are the user's to fix: one line, exit 2. Anything
+    # else is a bug in gpuplan and keeps its traceback, so that it is seen and fixed.
     try:
         code: int = args.run(args)
     except InputError as error:
         print(f"gpuplan {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"gpuplan {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
         return 2
     return code

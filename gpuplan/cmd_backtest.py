@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="CSV (repeatable); default: bundled",
     )
-    parser.add_argument("--swap-cap", type=int, default=2, help="max GPUs changed per hour")
+    parser.add_argument(
+        "--column",
+        default=None,
+        metavar="NAME",
+        help="read column NAME of each CSV as the hourly request count",
+    )
+    parser.add_argument("--swap-cap", type=int, default=2, help="max GPUs changed per hour (0-8192)")
     parser.add_argument("--json", action="store_true", help="print the tables as JSON")
     parser.add_argument("--png", type=Path, default=None, help="directory for plots")
 
@@ -42,14 +49,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from contract.files import check_writable_dir
     from features.traffic import load_traffic
     from forecasting.backtest import accuracy, gpu_tradeoff, run_backtest, saving_at_served
     from forecasting.realtime_training import backtest_config_for, bundled_traffic_paths
+    from gpuplan.options import integer_in
+    from scheduler.scenario_io import MAX_CLUSTER_GPUS
 
+    integer_in("--swap-cap", args.swap_cap, 0, 2 * MAX_CLUSTER_GPUS)
+    if args.png is not None:
+        check_writable_dir(args.png, "--png")
     paths = list(args.traffic) or bundled_traffic_paths()
+    # Every file is read before the first backtest, so a bad one stops the command at once.
+    series = [(path, load_traffic(path, requests_column=args.column)) for path in paths]
     report: list[dict[str, object]] = []
-    for path in paths:
-        traffic = load_traffic(path)
+    for path, traffic in series:
         config = backtest_config_for(len(traffic))
         backtest = run_backtest(traffic, series=path.stem, config=config)
         row = accuracy(backtest)
@@ -84,10 +98,11 @@ def run(args: argparse.Namespace) -> int:
         label = " (two weeks only: 1 week of history, 7 origins)" if short else ""
         _say(f"\n== {path.stem}{label}")
         mase = "n/a" if row.mase != row.mase else f"{row.mase:.3f}"
+        relative_mae = "n/a" if row.relative_mae != row.relative_mae else f"{row.relative_mae:.3f}"
         _say(
             f"origins={row.origins} hours={row.hours} method={row.method} MASE={mase} "
             f"MAE={row.mae:.4g} seasonal-naive MAE={row.seasonal_naive_mae:.4g} "
-            f"relMAE={row.relative_mae:.3f} P90 coverage={row.p90_coverage:.3f}"
+            f"relMAE={relative_mae} P90 coverage={row.p90_coverage:.3f}"
         )
         _say(
             f"GPUs: requests_per_gpu_hour={requests_per_gpu_hour:.4g} "
@@ -118,8 +133,19 @@ def run(args: argparse.Namespace) -> int:
                     f"saves {found.saving:.1%} of GPU-hours vs peak reservation"
                 )
     if args.json:
-        _say(json.dumps(report, indent=2))
+        # NaN (an undefined MASE) is not JSON; null is.
+        _say(json.dumps(_finite_or_null(report), indent=2, allow_nan=False))
     return 0
+
+
+def _finite_or_null(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(item) for item in value]
+    return value
 
 
 def _plot(backtest: ForecastBacktest, rows: Sequence[GpuRow], directory: Path) -> None:
@@ -129,7 +155,8 @@ def _plot(backtest: ForecastBacktest, rows: Sequence[GpuRow], directory: Path) -
     import matplotlib.pyplot as plt
     import numpy as np
 
-    directory.mkdir(parents=True, exist_ok=True)
+    from contract.files import atomic_write
+
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7))
     hours = np.arange(backtest.actual.size)
     top.plot(hours, backtest.actual.ravel(), label="actual", color="black", lw=0.8)
@@ -142,5 +169,8 @@ def _plot(backtest: ForecastBacktest, rows: Sequence[GpuRow], directory: Path) -
     bottom.set_xlabel("share of GPU-demand served")
     bottom.set_ylabel("GPU-hours saved vs peak")
     figure.tight_layout()
-    figure.savefig(directory / f"{backtest.series}.png", dpi=100)
-    plt.close(figure)
+    try:
+        with atomic_write(directory / f"{backtest.series}.png", "--png") as stream:
+            figure.savefig(stream, format="png", dpi=100)
+    finally:
+        plt.close(figure)

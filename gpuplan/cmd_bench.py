@@ -20,20 +20,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="full mode's limit per scenario",
+        help="full mode's limit per scenario (0 < S <= 3600)",
     )
     parser.add_argument("--no-full", action="store_true", help="skip the full mode (CP-SAT)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--png", type=Path, metavar="DIR", help="draw FIFO above fast for each scenario")
     parser.add_argument("--scale", action="store_true", help="fast-mode latency from 8 to 1,024 GPUs")
     parser.add_argument("--sizes", default="8,16,32,64,128,256,512,1024", help="cluster sizes for --scale")
-    parser.add_argument("--runs", type=int, default=50, help="timed runs per latency median")
+    parser.add_argument("--runs", type=int, default=50, help="timed runs per latency median (1-10,000)")
     parser.add_argument(
         "--sample",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="N fresh scenarios per shape: fast vs full",
+        help="N fresh scenarios per shape (1-1,000): fast vs full",
     )
     parser.add_argument(
         "--shapes", default=None, help="comma-separated shapes for --sample (default: all seven)"
@@ -52,12 +52,23 @@ def _progress(total: int, desc: str):  # type: ignore[no-untyped-def]
     )
 
 
+MAX_RUNS = 10_000
+MAX_SAMPLE = 1_000
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.runs < 1:
-        raise InputError("--runs", "an integer >= 1", args.runs)
+    from contract.files import check_writable_dir
+    from gpuplan.options import integer_in, time_limit
+
+    time_limit(args.time_limit)
+    integer_in("--runs", args.runs, 1, MAX_RUNS)
+    if args.sample is not None:
+        integer_in("--sample", args.sample, 1, MAX_SAMPLE)
+    if args.png is not None:
+        check_writable_dir(args.png, "--png")
     if args.scale:
         return _scale(args)
-    if args.sample:
+    if args.sample is not None:
         return _sample(args)
     return _seven(args)
 
@@ -66,13 +77,14 @@ def _seven(args: argparse.Namespace) -> int:
     from scheduler.bench import run_scenario, scenario_files
     from scheduler.scenario_io import load_scenario
 
-    paths = scenario_files(args.scenarios)
+    paths = scenario_files(args.scenarios) if args.scenarios.is_dir() else []
     if not paths:
         raise InputError("--scenarios", "a folder with scenario .json files", str(args.scenarios))
+    # Every file is read before the first (long) run, so a bad one stops the benchmark at once.
+    instances = [load_scenario(path) for path in paths]
     results = []
     with _progress(len(paths), "scenarios") as bar:
-        for path in paths:
-            instance = load_scenario(path)
+        for path, instance in zip(paths, instances, strict=True):
             result = run_scenario(
                 instance,
                 full_time_limit_s=None if args.no_full else args.time_limit,
@@ -203,11 +215,15 @@ def _sample(args: argparse.Namespace) -> int:
 
 def _scale(args: argparse.Namespace) -> int:
     from scheduler.bench import scale_sweep
+    from scheduler.scenario_io import MAX_CLUSTER_GPUS
 
     try:
         sizes = [int(s) for s in args.sizes.split(",")]
     except ValueError:
         raise InputError("--sizes", "comma-separated integers", args.sizes) from None
+    for size in sizes:
+        if not 1 <= size <= MAX_CLUSTER_GPUS:
+            raise InputError("--sizes", f"cluster sizes in [1, {MAX_CLUSTER_GPUS}]", size)
     with _progress(len(sizes), "sizes") as bar:
         rows = scale_sweep(sizes, args.runs, bar.update)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -10,19 +10,27 @@ from gpuplan.table import comparison_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenario", type=Path, help="scenario file (default: the bundled mixed-control)")
-    parser.add_argument("--time-limit", type=float, default=10.0, metavar="SECONDS", help="full mode's limit")
+    parser.add_argument("--scenario", type=Path, help="scenario file (default: the bundled demo-mixed)")
+    parser.add_argument(
+        "--time-limit", type=float, default=10.0, metavar="SECONDS", help="full mode's limit (0 < S <= 3600)"
+    )
     parser.add_argument("--png", type=Path, metavar="GRIDS.png", help="draw the plans stacked")
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuplan.options import time_limit
     from scheduler.policies import PolicyName, SolveOptions, plan
     from scheduler.scenario_io import load_scenario
 
+    time_limit(args.time_limit)
+    if args.png:
+        from scheduler.render import check_image_path
+
+        check_image_path(args.png, "--png")
     if args.scenario:
         instance = load_scenario(args.scenario)
     else:
-        bundled = resources.files("gpuplan") / "scenarios" / "mixed-control.json"
+        bundled = resources.files("gpuplan") / "scenarios" / "demo-mixed.json"
         with resources.as_file(bundled) as path:
             instance = load_scenario(path)
     options = SolveOptions(time_limit_s=args.time_limit)

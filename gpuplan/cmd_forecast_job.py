@@ -36,35 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _read_spec(path: Path) -> tuple[str, dict[str, object]]:
-    """(kind, feature values) from a YAML or JSON spec."""
-    import yaml
-
-    from contract.errors import InputError
-
-    if not path.is_file():
-        raise InputError("JOB", "an existing YAML or JSON job spec", str(path))
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise InputError("JOB", "valid YAML or JSON", str(error).splitlines()[0]) from error
-    if not isinstance(spec, dict):
-        raise InputError("JOB", "a mapping of feature names to values", type(spec).__name__, source=str(path))
-    kind = spec.pop("kind", None)
-    if kind not in KINDS:
-        raise InputError(
-            "kind",
-            "training or quantization",
-            kind,
-            source=str(path),
-            hint="Add `kind: training` or `kind: quantization` to the spec.",
-        )
-    return str(kind), {str(name): value for name, value in spec.items()}
-
-
 def run(args: argparse.Namespace) -> int:
     from contract.errors import InputError
     from features.job_features import SCHEMAS
+    from gpuplan.app.jobspec import read_job_spec
     from gpuplan.app.models import load_job_estimator
 
     if args.schema:
@@ -72,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.spec is None:
         raise InputError("JOB", "a job spec path (or --schema)", None)
-    kind, features = _read_spec(args.spec)
+    kind, features = read_job_spec(args.spec)
     estimator = load_job_estimator(args.models, kind)
     forecast = estimator.forecast_spec(features, source=str(args.spec))
     if args.json:

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+#: Four weeks of hourly steps, the scheduler's longest horizon.
+MAX_HOURS = 168 * 4
+#: Headroom above P90 as a fraction: 10 is eleven times the forecast, beyond any use.
+MAX_HEADROOM = 10.0
 
 
 def _say(text: str) -> None:
@@ -14,35 +22,44 @@ def _say(text: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--traffic", type=Path, required=True, help="CSV: hour,requests")
+    parser.add_argument(
+        "--traffic", type=Path, required=True, help="CSV: hour,requests (or timestamp,... per request)"
+    )
+    parser.add_argument(
+        "--column", default=None, metavar="NAME", help="read column NAME as the hourly request count"
+    )
     parser.add_argument(
         "--at", required=True, help="first forecast hour; only history strictly before it is used"
     )
-    parser.add_argument("--hours", type=int, default=24, help="horizon in hours (default 24)")
+    parser.add_argument("--hours", type=int, default=24, help="horizon in hours (default 24, at most 672)")
     parser.add_argument(
         "--requests-per-gpu-hour",
         type=float,
         default=None,
-        help="capacity of one GPU at the latency target (default: peak of history / 8)",
+        help="capacity of one GPU at the latency target, > 0 (default: peak of history / 8)",
     )
-    parser.add_argument("--headroom", type=float, default=0.0, help="fraction above P90")
-    parser.add_argument("--swap-cap", type=int, default=2, help="max GPUs changed per hour")
+    parser.add_argument("--headroom", type=float, default=0.0, help="fraction above P90, in [0, 10]")
+    parser.add_argument("--swap-cap", type=int, default=2, help="max GPUs changed per hour (0-8192)")
     parser.add_argument("--json", action="store_true", help="print a JSON list")
 
 
 def run(args: argparse.Namespace) -> int:
     from contract.errors import InputError
-    from features.traffic import hour_of, load_traffic
+    from features.traffic import MAX_REQUESTS_PER_HOUR, forecast_caveats, load_traffic, parse_hour
     from forecasting.gpu_mapping import AppCapacity, gpu_curve
     from forecasting.realtime import RealtimeProfile
+    from gpuplan.options import integer_in, number_in
+    from scheduler.scenario_io import MAX_CLUSTER_GPUS
 
-    try:
-        at = hour_of(args.at)
-    except ValueError as error:
-        raise InputError("--at", "a timestamp such as 2024-12-01 00:00", args.at) from error
-    if args.hours < 1:
-        raise InputError("--hours", "an integer >= 1", args.hours)
-    history = load_traffic(args.traffic).before(at)
+    at = parse_hour(args.at, "--at")
+    integer_in("--hours", args.hours, 1, MAX_HOURS)
+    number_in("--headroom", args.headroom, 0.0, MAX_HEADROOM)
+    integer_in("--swap-cap", args.swap_cap, 0, 2 * MAX_CLUSTER_GPUS)
+    if args.requests_per_gpu_hour is not None:
+        number_in(
+            "--requests-per-gpu-hour", args.requests_per_gpu_hour, 0.0, MAX_REQUESTS_PER_HOUR, low_open=True
+        )
+    history = load_traffic(args.traffic, requests_column=args.column).before(at)
     if len(history) == 0:
         raise InputError(
             "--at",
@@ -50,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
             args.at,
             source=str(args.traffic),
         )
+    for caveat in forecast_caveats(history, at):
+        logger.warning("%s", caveat)
     # When no capacity is given, a unit that puts the observed peak at 8 GPUs.
     requests_per_gpu_hour = args.requests_per_gpu_hour or max(float(history.requests.max()), 1.0) / 8
     capacity = AppCapacity(requests_per_gpu_hour, args.headroom, args.swap_cap)

@@ -21,18 +21,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from contract.files import read_mapping
     from gpuplan.app.config import demo_config, load_config
     from gpuplan.app.jobs import submit
-    from scheduler.scenario_io import read_document
 
     config = load_config(args.config) if args.config else demo_config()
     if args.models is not None:
         config = replace(config, models_dir=args.models)
-    document = read_document(args.spec)  # before the database: a bad file touches nothing
+    document = read_mapping(
+        args.spec, "JOB", expected="a mapping of job fields (id, kind, priority, ...)"
+    )  # before the database: a bad file touches nothing
     now = at_of(args)
     store = open_db(args)
     try:
-        result = submit(store, document, now, config, source=str(args.spec))
+        default_id = f"{args.spec.stem}-{now:%Y%m%dT%H%M%S}"  # when the spec names none
+        result = submit(store, document, now, config, source=str(args.spec), default_id=default_id)
     finally:
         store.close()
     if args.json:

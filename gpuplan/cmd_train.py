@@ -47,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CSV",
         help="hourly traffic CSVs, one real-time profile each (default: the bundled series)",
     )
+    parser.add_argument(
+        "--column",
+        default=None,
+        metavar="NAME",
+        help="read column NAME of each CSV as the hourly request count",
+    )
 
 
 def _table(title: str, rows: list[dict[str, object]]) -> str:
@@ -72,13 +78,16 @@ def _stored_history(url: str) -> pd.DataFrame:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from gpuplan.app.retrain import RETRAIN_STEPS, retrain
+    from contract.files import check_writable_dir
+    from gpuplan.app.retrain import MODELS_OPTION, RETRAIN_STEPS, retrain
     from training_data.history import bundled_history_path, load_history
 
     if args.db is not None and args.history is not None:
         from contract.errors import InputError
 
         raise InputError("--db", "not given with --history (one history at a time)", args.db)
+    # Checked again by the retrain itself; here before the history is even read.
+    check_writable_dir(args.models, MODELS_OPTION)
     history_path = args.history if args.history is not None else bundled_history_path()
     steps = tqdm(total=RETRAIN_STEPS, desc="train", unit="step", file=sys.stderr, leave=False)
     with steps:
@@ -97,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
             source=source,
             models_dir=args.models,
             traffic_paths=list(args.traffic),
+            requests_column=args.column,
             progress=progress,
         )
 

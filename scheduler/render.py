@@ -6,6 +6,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from contract.files import atomic_write, check_writable
 from scheduler.model import Cell, Instance
 from scheduler.policies import Plan
 
@@ -68,7 +69,19 @@ def legend_handles(job_ids: Sequence[str], colours: dict[str, Any], hatched: Col
     ] + [Patch(facecolor=DOWN_COLOUR, label="down")]
 
 
-def draw_plans(instance: Instance, plans: Sequence[Plan], path: Path) -> Path:
+def image_suffixes() -> dict[str, str]:
+    """File suffixes matplotlib can write (``.png``, ``.svg``, ``.pdf``, ...) -> format name."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return {f".{ext}": name for ext, name in FigureCanvasAgg.get_supported_filetypes().items()}
+
+
+def check_image_path(path: Path, what: str) -> None:
+    """Refuse, before any work, an image path that is not writable or whose suffix names no format."""
+    check_writable(path, what, suffixes=image_suffixes())
+
+
+def draw_plans(instance: Instance, plans: Sequence[Plan], path: Path, what: str = "--png") -> Path:
     """One panel per plan, stacked; real-time jobs hatched, down cells grey, metrics in titles."""
     import matplotlib
 
@@ -93,7 +106,9 @@ def draw_plans(instance: Instance, plans: Sequence[Plan], path: Path) -> Path:
         )
         ax.set_xlabel(f"step ({instance.step_minutes} min)")
     fig.legend(handles=legend_handles(job_ids, colours, realtime_ids), loc="outside right upper", fontsize=7)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_write(path, what) as stream:
+            fig.savefig(stream, format=path.suffix.lower().removeprefix(".") or "png", dpi=110)
+    finally:
+        plt.close(fig)
     return path

@@ -7,13 +7,15 @@ such as ``jobs[3].gpus``), what was expected and what came.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from contract.files import read_document
+from contract.files import write_json_atomic as write_json_atomic  # noqa: PLC0414  # re-exported: callers keep one name
 from scheduler.model import (
     BATCH_KINDS,
     BatchJob,
@@ -41,34 +43,28 @@ REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap"}
 RUNNING_KEYS = {"id", "gpus", "remaining"}
 DOWN_KEYS = {"gpu", "start", "end"}
 
-
-def read_document(path: Path) -> Any:
-    """Parse a JSON or YAML file (by suffix; JSON is tried first for other suffixes)."""
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise InputError("path", "a readable file", str(path), hint=str(error)) from None
-    if path.suffix.lower() in {".yaml", ".yml"}:
-        import yaml
-
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise InputError("file", "valid YAML", path.name, source=str(path), hint=str(error)) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError(
-            "file",
-            "valid JSON",
-            path.name,
-            source=str(path),
-            hint=f"line {error.lineno}, column {error.colno}: {error.msg}.",
-        ) from None
+# Documented limits (README, "Limits and formats"), checked before any work is done.
+#: The largest cluster a scenario may describe; the fast mode takes about 0.4 s at 1,024.
+MAX_CLUSTER_GPUS = 4096
+#: Four weeks of hourly steps.
+MAX_HORIZON_STEPS = 168 * 4
+#: GPUs x steps: 4,096 GPUs for a week of hours, or 1,024 GPUs for four weeks. The fast
+#: mode's time grows with the grid: 22 s of CPU at 4,096 x 168 with 2,048 jobs, over
+#: 500 s at 4,096 x 672 (README, "Limits, formats and failures").
+MAX_GRID_CELLS = 4096 * 168
+#: A day per step.
+MAX_STEP_MINUTES = 24 * 60
+#: Jobs per scenario (batch and real-time together).
+MAX_JOBS = 10_000
+#: Priorities and the penalty ratio are bounded so that the full mode's integer objective
+#: (priority x (1 + rt_penalty) x 1000 per GPU-step, over up to 4,096 x 672 cells) stays
+#: far inside CP-SAT's 64-bit arithmetic.
+MAX_PRIORITY = 1e6
+MAX_RT_PENALTY = 1e3
 
 
 def load_scenario(path: Path) -> Instance:
-    return parse_scenario(read_document(path), source=str(path), default_name=path.stem)
+    return parse_scenario(read_document(path, "scenario"), source=str(path), default_name=path.stem)
 
 
 class _Reader:
@@ -134,20 +130,30 @@ def parse_scenario(
     r = _Reader(source)
     top = r.mapping(document, "", TOP_KEYS, {"gpus", "jobs"})
     name = r.string(top.get("name", default_name), "name")
-    cluster_gpus = r.integer(top["gpus"], "gpus", minimum=1)
-    horizon = r.integer(top.get("horizon", 24), "horizon", minimum=1)
-    step_minutes = r.integer(top.get("step_minutes", 60), "step_minutes", minimum=1)
+    cluster_gpus = r.integer(top["gpus"], "gpus", minimum=1, maximum=MAX_CLUSTER_GPUS)
+    horizon = r.integer(top.get("horizon", 24), "horizon", minimum=1, maximum=MAX_HORIZON_STEPS)
+    step_minutes = r.integer(top.get("step_minutes", 60), "step_minutes", minimum=1, maximum=MAX_STEP_MINUTES)
+    if cluster_gpus * horizon > MAX_GRID_CELLS:
+        raise r.fail(
+            "horizon",
+            f"at most {MAX_GRID_CELLS // cluster_gpus} steps for {cluster_gpus} GPUs "
+            f"(GPUs x steps <= {MAX_GRID_CELLS:,})",
+            horizon,
+        )
     decay = r.number(top.get("decay", 0.95), "decay", positive=True)
     if decay > 1:
         raise r.fail("decay", "a number in (0, 1]", decay)
     rt_penalty = r.number(top.get("rt_penalty", 8.0), "rt_penalty")
-    if rt_penalty < 0:
-        raise r.fail("rt_penalty", "a number >= 0", rt_penalty)
+    if not 0 <= rt_penalty <= MAX_RT_PENALTY:
+        raise r.fail("rt_penalty", f"a number in [0, {MAX_RT_PENALTY:g}]", rt_penalty)
 
     batch_jobs: list[BatchJob] = []
     realtime_jobs: list[RealtimeJob] = []
     seen: dict[str, str] = {}
-    for index, raw in enumerate(r.sequence(top["jobs"], "jobs")):
+    jobs_raw = r.sequence(top["jobs"], "jobs")
+    if len(jobs_raw) > MAX_JOBS:
+        raise r.fail("jobs", f"a list of at most {MAX_JOBS:,} jobs", f"{len(jobs_raw):,} jobs")
+    for index, raw in enumerate(jobs_raw):
         field = f"jobs[{index}]"
         if not isinstance(raw, Mapping):
             raise r.fail(field, "an object", type(raw).__name__)
@@ -170,6 +176,8 @@ def parse_scenario(
             )
         seen[job_id] = field
         priority = r.number(job_map["priority"], f"{field}.priority", positive=True)
+        if priority > MAX_PRIORITY:
+            raise r.fail(f"{field}.priority", f"a number in (0, {MAX_PRIORITY:g}]", priority)
         if kind in BATCH_KINDS:
             gpus = r.integer(job_map["gpus"], f"{field}.gpus", minimum=1)
             if gpus & (gpus - 1):
@@ -195,13 +203,19 @@ def parse_scenario(
                     f"a list of {horizon} integers (one per step)",
                     f"{len(demand_raw)} values",
                 )
-            demand = tuple(r.integer(v, f"{field}.demand[{t}]", minimum=0) for t, v in enumerate(demand_raw))
+            demand = tuple(
+                r.integer(v, f"{field}.demand[{t}]", minimum=0, maximum=MAX_CLUSTER_GPUS)
+                for t, v in enumerate(demand_raw)
+            )
             realtime_jobs.append(
                 RealtimeJob(
                     id=job_id,
                     priority=priority,
                     demand=demand,
-                    swap_cap=r.integer(job_map["swap_cap"], f"{field}.swap_cap", minimum=0),
+                    # Changing more than every GPU twice a step is the same as no cap.
+                    swap_cap=r.integer(
+                        job_map["swap_cap"], f"{field}.swap_cap", minimum=0, maximum=2 * MAX_CLUSTER_GPUS
+                    ),
                 )
             )
 
@@ -279,6 +293,13 @@ def _parse_running(
             if "remaining" not in item:
                 raise r.fail(f"{field}.remaining", "present for a running batch job", "missing")
             remaining = r.integer(item["remaining"], f"{field}.remaining", minimum=1)
+            if remaining > job.duration_steps:
+                raise r.fail(
+                    f"{field}.remaining",
+                    f"at most the job's duration ({job.duration_steps} steps)",
+                    remaining,
+                    "A running job cannot have more left to run than its whole run.",
+                )
             first = min(gpu_list) if gpu_list else 0
             if sorted(gpu_list) != list(range(first, first + job.gpus)) or first % job.gpus:
                 raise r.fail(
@@ -323,21 +344,42 @@ def _check_running_against_down(r: _Reader, instance: Instance) -> None:
                 )
 
 
-def read_plan_grid(path: Path) -> list[list[str | None]]:
-    """The ``grid`` of a plan file; its legality is :func:`scheduler.check.check_plan`'s job."""
+PLAN_METRIC_KEYS = ("utilization", "value", "penalty", "objective", "rt_coverage", "completed", "unscheduled")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPlan:
+    """What a plan file says: its grid, and the metrics it claims (``None`` when it has none)."""
+
+    grid: list[list[str | None]]
+    metrics: Mapping[str, float] | None
+
+
+def read_plan(path: Path) -> StoredPlan:
+    """A plan file's grid and stored metrics; legality is :func:`scheduler.check.check_plan`'s job."""
     r = _Reader(str(path))
-    document = read_document(path)
+    document = read_document(path, "plan")
     if not isinstance(document, Mapping):
         raise r.fail("(top level)", "a plan object with a `grid`", type(document).__name__)
     if "grid" not in document:
         raise r.fail("grid", "present", "missing")
-    rows = r.sequence(document["grid"], "grid")
-    return [r.sequence(row, f"grid[{g}]") for g, row in enumerate(rows)]
+    grid = []
+    for g, row in enumerate(r.sequence(document["grid"], "grid")):
+        cells = r.sequence(row, f"grid[{g}]")
+        for t, cell in enumerate(cells):
+            if cell is not None and not isinstance(cell, str):
+                raise r.fail(f"grid[{g}][{t}]", "a job id (a string) or null", cell)
+        grid.append(cells)
+    metrics = None
+    if document.get("metrics") is not None:
+        stored = document["metrics"]
+        if not isinstance(stored, Mapping):
+            raise r.fail("metrics", "an object", type(stored).__name__)
+        # Other tools may add metrics of their own; only the contract's are compared.
+        metrics = {key: r.number(stored[key], f"metrics.{key}") for key in PLAN_METRIC_KEYS if key in stored}
+    return StoredPlan(grid=grid, metrics=metrics)
 
 
-def write_json_atomic(path: Path, payload: object) -> None:
-    """Write to a temporary file beside ``path`` and rename: a failure leaves nothing half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    tmp.replace(path)
+def read_plan_grid(path: Path) -> list[list[str | None]]:
+    """The ``grid`` of a plan file."""
+    return read_plan(path).grid

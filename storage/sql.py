@@ -35,6 +35,7 @@ from sqlalchemy import (
     event,
     exc,
     insert,
+    inspect,
     select,
     text,
 )
@@ -60,6 +61,7 @@ from storage.records import (
 )
 from storage.store import DEFAULT_URL, Store, StoreError
 from storage.tables import (
+    SCHEMA_REVISION,
     AppRow,
     ClusterRow,
     CommitAssignmentRow,
@@ -88,8 +90,6 @@ DEFAULT_LOCK_TTL = timedelta(minutes=10)
 _UPGRADE_LOCK = "gpuplan schema upgrade"
 # Execution option: this transaction only reads, so SQLite may BEGIN DEFERRED.
 _READ_ONLY = "gpuplan_read_only"
-# The history columns that are columns of ``job_history``; every other one is a feature.
-_HISTORY_COMMON = ("job_id", "kind", "submit_time", "start_time", "end_time", "gpus", "outcome")
 _HOST = socket.gethostname()
 _IN_CLAUSE_CHUNK = 500
 
@@ -303,7 +303,20 @@ class SqlStore(Store):
             # A value the driver cannot take (NaN in JSON, a naive datetime): the caller's bug.
             raise ValueError(f"cannot store a value: {error.orig}") from error
 
+    def _schema_revision(self) -> str | None:
+        with self._engine.connect() as connection:
+            connection.execution_options(**{_READ_ONLY: True})
+            if not inspect(connection).has_table("alembic_version"):
+                return None
+            version: str | None = connection.scalar(text("SELECT version_num FROM alembic_version"))
+            return version
+
     def _upgrade(self) -> None:
+        try:
+            if self._schema_revision() == SCHEMA_REVISION:
+                return
+        except (exc.DBAPIError, exc.TimeoutError) as error:
+            raise self._fail(error) from error
         from alembic import command
         from alembic.util import CommandError
 
@@ -567,7 +580,8 @@ class SqlStore(Store):
                     outcome.value,
                     hint=f"Job {job_id} is still queued.",
                 )
-            started = row.started_at or at
+            # A job committed for the hour it was submitted in starts at its submission, not before.
+            started = max(row.started_at or at, row.submitted_at)
             if at < started:
                 raise InputError("at", f"at or after the job's start {started.isoformat()}", at.isoformat())
             if row.kind in KINDS:
@@ -593,9 +607,12 @@ class SqlStore(Store):
     # -- job history ---------------------------------------------------------------------
     @staticmethod
     def _history_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+        """The common columns as ``job_history`` columns; every other one into ``features``."""
         import pandas as pd
 
-        features = [c for c in frame.columns if c not in _HISTORY_COMMON]
+        from training_data.history import COMMON_NAMES
+
+        features = [c for c in frame.columns if c not in COMMON_NAMES]
         rows: list[dict[str, Any]] = []
         for record in frame.to_dict("records"):
             rows.append(

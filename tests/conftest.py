@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.leaks import open_files
 from tests.pg import PgServer
 
 # CI runs the contract's 500 examples per property; locally set HYPOTHESIS_PROFILE=dev for speed.
@@ -38,29 +39,14 @@ def pg_server() -> Iterator[PgServer]:
 
 @pytest.fixture
 def pg_url(pg_server: PgServer) -> Iterator[str]:
-    """`postgresql+psycopg://postgres@127.0.0.1:PORT/t_...`: a fresh, empty database, dropped afterwards."""
-    name = pg_server.create_database()
+    """`postgresql+psycopg://postgres@127.0.0.1:PORT/gpuplan_test?...`: a fresh, empty schema, dropped afterwards."""
+    url = pg_server.fresh_url()
     try:
-        yield pg_server.database_url(name)
-        left = pg_server.settled_connections(name)
-        assert not left, f"the test left connections open to {name}: {left}"
+        yield url
+        left = pg_server.settled_sessions(url)
+        assert not left, f"the test left connections open: {left}"
     finally:
-        pg_server.drop_database(name)
-
-
-def _open_files(path: Path) -> list[str]:
-    """Files of this process among ``path`` and its SQLite companions (-wal, -shm, -journal)."""
-    names = {str(path), *(f"{path}{suffix}" for suffix in ("-wal", "-shm", "-journal"))}
-    fds = Path("/proc/self/fd")
-    found = []
-    for fd in fds.iterdir():
-        try:
-            target = str(fd.readlink())
-        except OSError:
-            continue  # closed while we looked
-        if target in names:
-            found.append(target)
-    return found
+        pg_server.drop(url)
 
 
 @pytest.fixture
@@ -68,7 +54,7 @@ def sqlite_url(tmp_path: Path) -> Iterator[str]:
     """`sqlite:////tmp/.../gpuplan.db`: a file in the test's own folder."""
     path = tmp_path / "gpuplan.db"
     yield f"sqlite:///{path}"
-    left = _open_files(path)
+    left = open_files(path)
     assert not left, f"the test left the database open: {left}"
 
 

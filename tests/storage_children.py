@@ -52,10 +52,10 @@ def sample_commit(hour: datetime = HOUR) -> Commit:
 
 
 def race_to_commit(url: str, hour: datetime, barrier: Barrier, results: Queue[tuple[int, bool]]) -> None:
-    """Open a store, wait for the other racer, then record a run that commits ``hour``."""
+    """Wait for the other racer, open the store, record a run that commits ``hour``."""
+    barrier.wait(timeout=60)
     store = SqlStore.open(url)
     try:
-        barrier.wait(timeout=60)
         stored = store.record_run(sample_run(hour), sample_commit(hour))
         assert stored.id is not None
         results.put((stored.id, stored.committed))

@@ -59,7 +59,7 @@ def scenarios(
         jobs.append(job)
         if draw(st.integers(0, 3)) == 0:
             first = draw(st.integers(0, gpus // size - 1)) * size
-            remaining = draw(st.integers(1, steps + 3))
+            remaining = draw(st.integers(1, job["duration"]))  # a running job has at most its duration left
             block = set(range(first, first + size))
             if not block & taken and not any(
                 (g, t) in down_cells for g in block for t in range(min(remaining, steps))

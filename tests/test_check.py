@@ -124,13 +124,13 @@ def test_constraint_4_no_check_at_step_0_without_running_set(instance: Instance)
 
 
 def test_constraint_5_interruption_and_moved_running_job() -> None:
-    inst = instance_of(small_doc(running=[{"id": "train", "gpus": [0, 1, 2, 3], "remaining": 3}]))
-    moved = fill(empty(inst), "train", range(4, 8), range(3))
+    inst = instance_of(small_doc(running=[{"id": "train", "gpus": [0, 1, 2, 3], "remaining": 2}]))
+    moved = fill(empty(inst), "train", range(4, 8), range(2))
     found = constraints(inst, moved)
     assert {c for c, *_ in found} == {5} and (5, "train", 0, 0) in found and (5, "train", 4, 0) in found
-    stopped = fill(empty(inst), "train", range(4), range(2))
-    assert constraints(inst, stopped) == [(5, "train", g, 2) for g in range(4)]
-    assert constraints(inst, fill(empty(inst), "train", range(4), range(3))) == []
+    stopped = fill(empty(inst), "train", range(4), range(1))
+    assert constraints(inst, stopped) == [(5, "train", g, 1) for g in range(4)]
+    assert constraints(inst, fill(empty(inst), "train", range(4), range(2))) == []
     queued = instance_of(small_doc())
     gap = fill(empty(queued), "train", range(4), [0, 2])
     assert (5, "train", 0, 1) in constraints(queued, gap)

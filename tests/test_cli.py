@@ -68,7 +68,7 @@ def test_validate_lists_violations_and_exits_1(tmp_path: Path, capsys: pytest.Ca
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{not json", "`file` must be valid JSON; got 's.json'. line 1, column 2"),
+        ("{not json", "`scenario` must be valid JSON; got 's.json'. line 1, column 2"),
         (
             json.dumps(
                 small_doc(

@@ -54,7 +54,7 @@ def test_history_strictly_before_at_is_used(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_bad_at_is_an_input_error() -> None:
-    with pytest.raises(InputError, match=re.escape("`--at` must be a timestamp such as")):
+    with pytest.raises(InputError, match=re.escape("`--at` must be a time such as 2024-12-01")):
         _run("--traffic", str(LORA), "--at", "soon")
     message = "`--at` must be a time after the first hour of the traffic file"
     with pytest.raises(InputError, match=re.escape(message)):

@@ -213,7 +213,7 @@ def test_commits_json_is_one_row_per_hour_and_job(db: str) -> None:
     expected = column_commit(stored_grid(), START)
     assert all(set(r) == {"hour", "job", "gpus"} for r in rows)
     assert [(r["job"], r["gpus"]) for r in rows if r["hour"] == START.isoformat()] == [
-        (a.job, list(a.gpus)) for a in expected.assignments
+        (a.job, list(a.gpus)) for a in sorted(expected.assignments, key=lambda a: a.job)
     ]
     assert {r["hour"] for r in rows} == {(START - HOUR).isoformat(), START.isoformat()}
 

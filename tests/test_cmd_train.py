@@ -119,7 +119,10 @@ def test_unknown_category_in_history_exits_2(history_csv: Path, tmp_path: Path) 
 def test_missing_history_file_exits_2(tmp_path: Path) -> None:
     result = _run("train", "--history", tmp_path / "nope.csv", "--models", tmp_path)
     assert result.code == 2
-    assert "`--history` must be an existing CSV or Parquet file" in result.err
+    assert (
+        "`--history` must be a readable file; got" in result.err
+        and "No such file or directory." in result.err
+    )
 
 
 # --- forecast job -------------------------------------------------------------------

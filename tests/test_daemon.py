@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from gpuplan.app.seed import ensure_service
 from scheduler.check import check_plan
 from scheduler.scenario_io import parse_scenario
 from storage.store import open_store
+from tests.pg import PgServer
 from tests.service_fixtures import models_dir
 
 __all__ = ["models_dir"]
@@ -59,25 +60,29 @@ def _assert_store_consistent(db: str) -> None:
         store.close()
 
 
+def _seed_once(db: str, models: Path) -> None:
+    with _gpuplan("daemon", "--once", "--db", db, "--models", models, "--at", T0.isoformat()) as process:
+        _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+
+
+def _until_first_commit(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    while line and not line.startswith("commit "):
+        line = process.stdout.readline()
+    return line
+
+
 def test_sigterm_lets_the_cycle_finish_and_exits_cleanly(tmp_path: Path, models_dir: Path) -> None:
     db = f"sqlite:///{tmp_path / 'd.db'}"
-    process = _gpuplan("daemon", "--db", db, "--models", models_dir, "--print-commits", "-v")
-    try:
-        deadline = time.monotonic() + 120
-        assert process.stdout is not None
-        line = ""
-        while time.monotonic() < deadline and not line.startswith("commit "):
-            line = process.stdout.readline()
-            if not line and process.poll() is not None:
-                break
-        assert line.startswith("commit "), process.stderr.read() if process.stderr else ""
+    with _gpuplan("-v", "daemon", "--db", db, "--models", models_dir, "--print-commits") as process:
+        line = _until_first_commit(process)
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert "daemon stopped" in (process.stderr.read() if process.stderr else "")
+        _, err = process.communicate(timeout=60)
+    assert line.startswith("commit "), err
+    assert process.returncode == 0, err
+    assert "daemon stopped" in err
     _assert_store_consistent(db)
 
 
@@ -85,20 +90,18 @@ def test_kill_9_mid_cycle_leaves_no_half_run_and_the_next_cycle_carries_on(
     tmp_path: Path, models_dir: Path
 ) -> None:
     db = f"sqlite:///{tmp_path / 'k.db'}"
-    seed = _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", T0.isoformat())
-    assert seed.wait(timeout=300) == 0
+    _seed_once(db, models_dir)
     # Kill cycles of the next hours at different moments: before, inside and after the write.
     for n, delay in enumerate((0.3, 0.8, 1.2, 1.6, 2.5)):
-        at = T0 + timedelta(hours=1 + n)
-        process = _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", at.isoformat())
-        time.sleep(delay)
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        at = (T0 + timedelta(hours=1 + n)).isoformat()
+        with _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", at) as process:
+            time.sleep(delay)
+            process.send_signal(signal.SIGKILL)
+            process.communicate()
         _assert_store_consistent(db)
-    final = _gpuplan(
-        "daemon", "--once", "--db", db, "--models", models_dir, "--at", (T0 + timedelta(hours=8)).isoformat()
-    )
-    out, err = final.communicate(timeout=300)
+    at = (T0 + timedelta(hours=8)).isoformat()
+    with _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", at) as final:
+        out, err = final.communicate(timeout=300)
     assert final.returncode == 0, err
     assert "committed=true" in out
     _assert_store_consistent(db)
@@ -106,14 +109,16 @@ def test_kill_9_mid_cycle_leaves_no_half_run_and_the_next_cycle_carries_on(
 
 def test_two_daemons_on_one_database_commit_each_hour_once(tmp_path: Path, models_dir: Path) -> None:
     db = f"sqlite:///{tmp_path / 'two.db'}"
-    seed = _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", T0.isoformat())
-    assert seed.wait(timeout=300) == 0
+    _seed_once(db, models_dir)
     for hour in (1, 2, 3):
         at = (T0 + timedelta(hours=hour)).isoformat()
         pair = [
             _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", at) for _ in range(2)
         ]
-        outputs = [p.communicate(timeout=300) for p in pair]
+        outputs = []
+        for process in pair:
+            with process:
+                outputs.append(process.communicate(timeout=300))
         committed = [out.count("committed=true") for out, _ in outputs]
         assert sum(committed) == 1, outputs
     _assert_store_consistent(db)
@@ -124,30 +129,34 @@ def test_two_daemons_on_one_database_commit_each_hour_once(tmp_path: Path, model
         store.close()
 
 
+@pytest.mark.postgres
 def test_a_lost_database_fails_one_cycle_and_the_next_succeeds(
-    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+    pg_server: PgServer, pg_url: str, models_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    folder = tmp_path / "db"
-    folder.mkdir()
-    db = f"sqlite:///{folder / 'lost.db'}"
-    store = open_store(db)
+    database = pg_url.rsplit("/", 1)[1]
+    store = open_store(pg_url)
     clock = iter([T0, T0 + timedelta(hours=1), T0 + timedelta(hours=2)])
     try:
         config = demo_config(models_dir)
         ensure_service(store, config, T0)
-        service = daemon.make_service(store, demo_config(models_dir))
+        service = daemon.make_service(store, replace(config, commits_file=None))
         service.clock = lambda: next(clock)
         daemon._SERVICE = service
         daemon.plan_job()  # hour 10
-        shutil.move(folder, tmp_path / "away")  # the database is gone
-        daemon.plan_job()  # hour 11: fails, logged, no exception
-        shutil.move(tmp_path / "away", folder)
+        with pg_server.admin() as admin:  # the database goes away: no new sessions, old ones ended
+            admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,)
+            )
+        daemon.plan_job()  # hour 11: fails, logged, the daemon goes on
+        with pg_server.admin() as admin:
+            admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
         daemon.plan_job()  # hour 12
         assert [c.hour.hour for c in store.commits()] == [10, 12]
     finally:
         daemon._SERVICE = None
         store.close()
-    assert any("plan failed" in record.getMessage() for record in caplog.records)
+    assert any("plan failed; the next run will try again" in r.getMessage() for r in caplog.records)
 
 
 def test_metrics_are_served_while_the_daemon_runs(tmp_path: Path, models_dir: Path) -> None:
@@ -157,14 +166,9 @@ def test_metrics_are_served_while_the_daemon_runs(tmp_path: Path, models_dir: Pa
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     db = f"sqlite:///{tmp_path / 'm.db'}"
-    process = _gpuplan(
-        "daemon", "--db", db, "--models", models_dir, "--metrics-port", port, "--print-commits"
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        while line and not line.startswith("commit "):
-            line = process.stdout.readline()
+    argv = ("daemon", "--db", db, "--models", models_dir, "--metrics-port", port, "--print-commits")
+    with _gpuplan(*argv) as process:
+        _until_first_commit(process)
         text = ""
         for _ in range(50):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
@@ -172,11 +176,10 @@ def test_metrics_are_served_while_the_daemon_runs(tmp_path: Path, models_dir: Pa
             if "gpuplan_cycle_latency_seconds_count 1.0" in text:
                 break
             time.sleep(0.2)
-        assert "gpuplan_cycle_latency_seconds_count 1.0" in text
-        assert "gpuplan_planned_utilization" in text and "gpuplan_queue_length" in text
-    finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+        process.communicate(timeout=60)
+    assert "gpuplan_cycle_latency_seconds_count 1.0" in text
+    assert "gpuplan_planned_utilization" in text and "gpuplan_queue_length" in text
 
 
 def test_the_schedule_survives_a_restart(tmp_path: Path, models_dir: Path) -> None:

@@ -85,7 +85,7 @@ def test_fast_serves_more_realtime_than_peak_reservation_on_bundled_scenario() -
 
     from scheduler.scenario_io import load_scenario
 
-    with resources.as_file(resources.files("gpuplan") / "scenarios" / "mixed-control.json") as path:
+    with resources.as_file(resources.files("gpuplan") / "scenarios" / "demo-mixed.json") as path:
         inst = load_scenario(path)
     fast = score(inst, build_grid(inst, allocate(inst)))
     fifo = plan(inst, PolicyName.FIFO).metrics

@@ -191,7 +191,10 @@ def test_missing_columns_are_listed(history_csv: Path) -> None:
     frame = pd.read_csv(history_csv).drop(columns=["gpus"])
     broken = history_csv.with_name("no_gpus.csv")
     frame.to_csv(broken, index=False)
-    with pytest.raises(InputError, match=re.escape("Missing: gpus.")):
+    with pytest.raises(
+        InputError,
+        match=re.escape("no_gpus.csv: `gpus` must be in the header (job-history columns); got 'missing'."),
+    ):
         load_history(broken)
 
 
@@ -204,5 +207,5 @@ def test_negative_value_in_a_feature(history_csv: Path) -> None:
 
 
 def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=re.escape("`--history` must be an existing CSV")):
+    with pytest.raises(InputError, match=re.escape("`--history` must be a readable file; got")):
         load_history(tmp_path / "nope.csv")

@@ -99,7 +99,7 @@ CASES = [
     ),
     (
         small_doc(
-            running=[{"id": "train", "gpus": [0, 1, 2, 3], "remaining": 3}],
+            running=[{"id": "train", "gpus": [0, 1, 2, 3], "remaining": 2}],
             down=[{"gpu": 2, "start": 1}],
         ),
         "test: `running[train].gpus` must be GPUs that are up while the job runs (it cannot be moved); down at step 1; got [2].",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -265,7 +264,7 @@ def test_a_missing_or_garbage_traffic_hour_is_skipped_and_logged(
         store.add_traffic(
             [
                 TrafficHour(app, first, 10.0),
-                TrafficHour(app, first + 2 * HOUR, math.nan),
+                TrafficHour(app, first + 2 * HOUR, -40.0),
                 TrafficHour(app, first + 3 * HOUR, 12.0),
             ]
         )

@@ -43,7 +43,8 @@ from storage.records import (
 )
 from storage.sql import SqlStore, alembic_config, head_revision
 from storage.store import DEFAULT_URL, StoreError, open_store
-from storage.tables import Base
+from storage.tables import SCHEMA_REVISION, Base
+from tests.leaks import open_files
 from tests.storage_children import (
     HOUR,
     die_holding_lock,
@@ -118,7 +119,7 @@ def test_open_creates_the_schema_at_the_newest_revision(db_url: str) -> None:
         assert set(inspect(store.engine).get_table_names()) == TABLES
     finally:
         store.close()
-    assert revision_of(db_url) == head_revision()
+    assert revision_of(db_url) == head_revision() == SCHEMA_REVISION
 
 
 def test_the_migrations_build_exactly_the_tables_of_the_models(store: SqlStore) -> None:
@@ -218,6 +219,20 @@ def test_an_in_memory_store_keeps_its_data_for_its_lifetime() -> None:
         assert store.jobs()[0].state is JobState.RUNNING
     finally:
         store.close()
+
+
+def test_the_leak_checks_see_a_store_left_open(db_url: str, request: pytest.FixtureRequest) -> None:
+    store = SqlStore.open(db_url)
+    store.cluster()  # a connection now waits in the pool
+
+    def still_open() -> list[Any]:
+        if store.dialect == "postgresql":  # a closed session leaves pg_stat_activity a moment later
+            return request.getfixturevalue("pg_server").settled_sessions(db_url)  # type: ignore[no-any-return]
+        return open_files(Path(store.engine.url.database or ""))
+
+    assert still_open()
+    store.close()
+    assert not still_open()
 
 
 # --- cluster, apps, profiles, traffic ----------------------------------------------------
@@ -526,8 +541,8 @@ def test_an_expired_sqlite_lock_is_taken_over(sqlite_url: str) -> None:
         other.close()
 
 
-def test_two_processes_racing_for_one_hour_commit_it_once(db_url: str) -> None:
-    SqlStore.open(db_url).close()  # the schema first: the race is for the hour, not the migration
+def test_two_processes_racing_for_one_hour_on_a_new_database_commit_it_once(db_url: str) -> None:
+    # From an empty database: the two also race to create the schema, as two daemons started at once would.
     barrier, results = SPAWN.Barrier(2), SPAWN.Queue()
     children = [spawn(race_to_commit, db_url, HOUR, barrier, results) for _ in range(2)]
     outcomes = [results.get(timeout=120) for _ in children]
@@ -572,9 +587,8 @@ def test_the_hour_key_stops_a_commit_that_checked_before_the_other_committed(
         second.start()
         if loser.dialect == "postgresql":
             server = request.getfixturevalue("pg_server")
-            database = loser.engine.url.database
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not server.waiting_on_locks(database):
+            while time.monotonic() < deadline and not server.waiting_on_locks(db_url):
                 time.sleep(0.02)
         else:
             time.sleep(0.3)  # let the loser reach BEGIN IMMEDIATE; either order gives the same result

@@ -82,11 +82,14 @@ def test_servegen_day_hour_labels_become_timestamps() -> None:
         ),
         (
             "hour,requests\n2024-01-01 00:00,5\n2024-01-01 01:00,-1\n",
-            "line 3: `requests` must be a non-negative number; got '-1'.",
+            "line 3: `requests` must be a non-negative number (at most 1e+12); got '-1'.",
         ),
         (
             "hour,count,requests\n2024-01-01 00:00,5,5\n",
-            "`requests` must be the second column of an hourly file (hour,requests)",
+            (
+                "`header` must be `hour,requests` (hourly counts; more columns may follow) or "
+                "`timestamp,...` (one row per request; `gmt_create` also accepted); got 'hour,count,requests'."
+            ),
         ),
     ],
 )

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from contract.errors import InputError
+from contract.files import MAX_TABLE_BYTES, read_bytes, read_csv
 from features import job_costs
 from features.job_features import (
     GPU_MEMORY_GB,
@@ -75,22 +76,33 @@ HISTORY_COLUMNS = COMMON_NAMES + FEATURE_NAMES
 
 
 def read_history(path: Path) -> pd.DataFrame:
-    """Read a history file (CSV, optionally gzipped, or Parquet) without validating it."""
-    if not path.is_file():
-        raise InputError("--history", "an existing CSV or Parquet file", str(path))
-    try:
-        if path.suffix == ".parquet":
+    """Read a history file (UTF-8 CSV, optionally gzipped, or Parquet) without validating it."""
+    if path.suffix == ".parquet":
+        read_bytes(path, "--history", max_bytes=MAX_TABLE_BYTES)  # exists, regular, bounded
+        try:
             return pd.read_parquet(path)
-        return pd.read_csv(path, low_memory=False)
-    except ImportError as error:
+        except ImportError as error:
+            raise InputError(
+                "--history",
+                "a CSV file (Parquet needs pyarrow)",
+                str(path),
+                hint="Install pyarrow or convert the file to CSV.",
+            ) from error
+        except (ValueError, OSError) as error:
+            raise InputError("--history", "a readable Parquet file", str(path), hint=f"{error}.") from None
+    return read_csv(path, "--history", low_memory=False)
+
+
+def _require_columns(raw: pd.DataFrame, names: Sequence[str], what: str, *, source: str) -> None:
+    missing = [name for name in names if name not in raw.columns]
+    if missing:
         raise InputError(
-            "--history",
-            "a CSV file (Parquet needs pyarrow)",
-            str(path),
-            hint="Install pyarrow or convert the file to CSV.",
-        ) from error
-    except (ValueError, OSError, UnicodeDecodeError) as error:
-        raise InputError("--history", "a readable CSV or Parquet file", str(path)) from error
+            ", ".join(missing),
+            f"in the header ({what})",
+            "missing",
+            source=source,
+            hint="training_data/README.md documents the schema.",
+        )
 
 
 def validate_history(raw: pd.DataFrame, *, source: str) -> pd.DataFrame:
@@ -98,15 +110,7 @@ def validate_history(raw: pd.DataFrame, *, source: str) -> pd.DataFrame:
 
     Lines count as in the CSV file: the header is line 1, the first job line 2.
     """
-    missing = [name for name in COMMON_NAMES if name not in raw.columns]
-    if missing:
-        raise InputError(
-            "columns",
-            "to include the job-history columns " + ", ".join(COMMON_NAMES),
-            sorted(raw.columns.astype(str)),
-            source=source,
-            hint=f"Missing: {', '.join(missing)}. training_data/README.md documents the schema.",
-        )
+    _require_columns(raw, COMMON_NAMES, "job-history columns", source=source)
     frame = raw.reset_index(drop=True)
     lines = pd.Series([f"line {i + 2}" for i in range(len(frame))], index=frame.index)
     common = _validate_common(frame, source=source, lines=lines)
@@ -114,6 +118,9 @@ def validate_history(raw: pd.DataFrame, *, source: str) -> pd.DataFrame:
     for kind in KINDS:
         rows = common["kind"] == kind
         if rows.any():
+            _require_columns(
+                raw, SCHEMAS[kind].names, f"{kind} features, as the file has {kind} jobs", source=source
+            )
             by_kind.append(
                 SCHEMAS[kind].validate_frame(
                     frame.loc[rows], source=f"{source} ({kind} jobs)", row_labels=lines[rows]
@@ -122,7 +129,9 @@ def validate_history(raw: pd.DataFrame, *, source: str) -> pd.DataFrame:
     # Rows of the two kinds stack; their shared features (params_billion, gpu_type) merge.
     features = pd.concat(by_kind).reindex(frame.index) if by_kind else pd.DataFrame()
     typed = pd.concat([common, features], axis=1)
-    return typed.reindex(columns=[c for c in HISTORY_COLUMNS if c in typed.columns])
+    # Every column, even of a kind with no rows, so that a header-only history or one of
+    # a single kind reads as "no jobs of that kind" downstream, not as a missing column.
+    return typed.reindex(columns=list(HISTORY_COLUMNS))
 
 
 def _validate_common(frame: pd.DataFrame, *, source: str, lines: pd.Series) -> pd.DataFrame:
@@ -157,6 +166,11 @@ def _validate_common(frame: pd.DataFrame, *, source: str, lines: pd.Series) -> p
             "at or after start_time (a negative duration is impossible)",
             times["end_time"] < times["start_time"],
         )
+    zero_length = (outcome == "completed").fillna(False).astype(bool) & (
+        times["end_time"] == times["start_time"]
+    )
+    if zero_length.any():
+        raise fail("end_time", "after start_time for a completed job (a run of zero length)", zero_length)
     gpus = pd.to_numeric(frame["gpus"], errors="coerce")
     bad_gpus = ~((gpus >= 1) & (gpus == np.round(gpus))).fillna(False).astype(bool)
     if bad_gpus.any():

@@ -159,9 +159,9 @@ def parse_time(text: str, field_name: str = "--at") -> datetime:
 
 def load_config(path: Path) -> ServiceConfig:
     """Read and check a YAML config; missing keys take the demo's defaults."""
-    from scheduler.scenario_io import read_document
+    from contract.files import read_mapping
 
-    document = read_document(path)
+    document = read_mapping(path, "--config", expected="a mapping of settings (cluster, apps, ...)")
     r = _Fields(str(path))
     top = r.mapping(document, "", TOP_KEYS)
     base = demo_config()

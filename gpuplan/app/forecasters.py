@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,26 +26,42 @@ class Forecasters:
 
     def forecast(self, kind: str, features: dict[str, object], *, source: str) -> JobForecast:
         """P50/P90 GPUs and hours for one spec; InputError when the spec or the model is wrong."""
-        if kind not in self._loaded:
-            self._loaded[kind] = load_job_estimator(self.models_dir, kind)
-        forecast: JobForecast = self._loaded[kind].forecast_spec(features, source=source)
+        forecast: JobForecast = self._estimator(kind).forecast_spec(features, source=source)
         return forecast
 
-    def estimate(self, job: Job) -> JobEstimate | None:
-        """The estimate the plan uses for a stored job, or None (logged) when it cannot be had."""
-        explicit = explicit_estimate(job.spec)
-        if explicit is not None:
-            return explicit
-        if job.kind not in MODEL_FILES:
-            log.warning("job %s (%s) gives no hours and has no forecaster; left queued", job.id, job.kind)
-            return None
-        features = {k: v for k, v in job.spec.items() if k not in SPEC_KEYS}
-        try:
-            forecast = self.forecast(job.kind, features, source=f"job {job.id}")
-        except InputError as error:
-            log.warning("job %s cannot be forecast: %s", job.id, error)
-            return None
-        return estimate_of(forecast)
+    def _estimator(self, kind: str) -> Any:
+        if kind not in self._loaded:
+            self._loaded[kind] = load_job_estimator(self.models_dir, kind)
+        return self._loaded[kind]
+
+    def estimates(self, jobs: Sequence[Job]) -> dict[str, JobEstimate]:
+        """Estimates for stored jobs, one model call per kind; a job that cannot be forecast is
+        left out (logged) and stays queued."""
+        import pandas as pd
+
+        from features.job_features import SCHEMAS
+
+        found: dict[str, JobEstimate] = {}
+        by_kind: dict[str, list[tuple[str, pd.DataFrame]]] = {}
+        for job in jobs:
+            explicit = explicit_estimate(job.spec)
+            if explicit is not None:
+                found[job.id] = explicit
+            elif job.kind not in MODEL_FILES:
+                log.warning("job %s (%s) gives no hours and has no forecaster; left queued", job.id, job.kind)
+            else:
+                features = {k: v for k, v in job.spec.items() if k not in SPEC_KEYS}
+                try:
+                    frame = SCHEMAS[job.kind].validate_record(features, source=f"job {job.id}")  # type: ignore[index]
+                except InputError as error:
+                    log.warning("job %s cannot be forecast: %s", job.id, error)
+                    continue
+                by_kind.setdefault(job.kind, []).append((job.id, frame))
+        for kind, rows in by_kind.items():
+            estimator = self._estimator(kind)
+            forecasts = estimator.forecast(pd.concat([frame for _, frame in rows], ignore_index=True))
+            found.update((job_id, estimate_of(f)) for (job_id, _), f in zip(rows, forecasts, strict=True))
+        return found
 
 
 #: Keys of a job spec that are not forecaster features.

@@ -19,6 +19,8 @@ from contract.errors import InputError
 from gpuplan.app.bridge import STEP
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
+from gpuplan.app.jobspec import KINDS as FORECAST_KINDS
+from gpuplan.app.jobspec import parse_job_spec
 from storage.records import Job, JobEstimate, JobState, Outcome, PlanRun, RunMode
 from storage.store import Store
 
@@ -48,11 +50,16 @@ class SubmitResult:
         }
 
 
-def check_spec(spec: object, *, source: str) -> dict[str, Any]:
-    """The spec's common keys checked (``id``, ``kind``, ``priority``, optional ``gpus``/``hours``)."""
+def check_spec(spec: object, *, source: str, default_id: str | None = None) -> dict[str, Any]:
+    """The spec's common keys checked (``id``, ``kind``, ``priority``, optional ``gpus``/``hours``).
+
+    A spec without ``id`` takes ``default_id`` when one is given.
+    """
     if not isinstance(spec, Mapping):
         raise InputError("(top level)", "a mapping of job fields", type(spec).__name__, source=source)
     spec = {str(key): value for key, value in spec.items()}
+    if "id" not in spec and default_id is not None:
+        spec["id"] = default_id
     job_id = spec.get("id")
     if not isinstance(job_id, str) or not JOB_ID.match(job_id):
         raise InputError(
@@ -84,7 +91,10 @@ def check_spec(spec: object, *, source: str) -> dict[str, Any]:
             raise InputError("hours", f"a number of hours in (0, {MAX_HOURS}]", hours, source=source)
         if "gpus" not in spec:
             raise InputError("gpus", "given with `hours` (a power of two)", None, source=source)
-    elif spec["kind"] == "batch_inference":
+    elif spec["kind"] in FORECAST_KINDS:
+        # The features are checked against their schema before any model is loaded.
+        parse_job_spec({k: v for k, v in spec.items() if k not in SPEC_KEYS - {"kind"}}, source=source)
+    else:
         raise InputError(
             "hours",
             "a number of hours (batch inference has no forecaster)",
@@ -110,12 +120,13 @@ def submit(
     config: ServiceConfig,
     *,
     source: str = "job spec",
+    default_id: str | None = None,
     forecasters: Forecasters | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused."""
     from gpuplan.app.tick import plan_cycle
 
-    spec = check_spec(spec_document, source=source)
+    spec = check_spec(spec_document, source=source, default_id=default_id)
     forecasters = forecasters or Forecasters(config.models_dir)
     estimate = estimate_spec(spec, forecasters, source=source)
     cluster = store.cluster()

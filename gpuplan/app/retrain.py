@@ -1,14 +1,18 @@
 """The retrain use case: refit the job estimators and the real-time profiles, then save.
 
-Order matters for the promise "a bad history overwrites no model": the history is
-validated first, every estimator is fitted in memory, and only then is anything
-written. Each job estimator is evaluated on a held-out, time-ordered split (fitted on
-the earlier 80% of jobs, scored on the latest 20%) and then refitted on the whole
-history for the saved model.
+Order matters for the promise "a bad history overwrites no model": the models folder
+is checked first (before minutes of fitting), the history is validated, every
+estimator is fitted in memory, and only then is anything written, all files at once
+(:func:`contract.files.replace_files`: staged beside the old ones, then renamed in).
+
+Each job estimator is evaluated on a held-out, time-ordered split (fitted on the
+earlier 80% of jobs, scored on the latest 20%) and then refitted on the whole history
+for the saved model.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +28,8 @@ if TYPE_CHECKING:
 
 #: Steps reported to ``progress`` (one call per finished step, with its description).
 RETRAIN_STEPS = 7
+#: How errors name the models folder (the command line's option).
+MODELS_OPTION = "--models"
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ def retrain(
     source: str,
     models_dir: Path,
     traffic_paths: Sequence[Path] | None = (),
+    requests_column: str | None = None,
     progress: Callable[[str], None] = lambda step: None,
 ) -> RetrainReport:
     """Fit every forecaster on ``history`` (validated) and the traffic series; save them all.
@@ -61,19 +68,58 @@ def retrain(
     ``traffic_paths`` empty fits the bundled series' profiles; None fits no profile (the
     service keeps its apps' profiles in its database).
     """
+    from contract.files import check_writable_dir, replace_files
     from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
-    from forecasting.evaluation import quantization_metrics, time_split, training_metrics
-    from forecasting.persistence import save_model
+    from forecasting.evaluation import TEST_FRACTION, quantization_metrics, time_split, training_metrics
+    from forecasting.persistence import model_files
     from forecasting.quantization_estimator import QuantizationEstimator
     from forecasting.realtime_training import fit_profiles
-    from forecasting.training_estimator import AnalyticBaseline, SizeOnlyBaseline, TrainingEstimator
+    from forecasting.training_estimator import (
+        MIN_TRAINING_JOBS,
+        AnalyticBaseline,
+        SizeOnlyBaseline,
+        TrainingEstimator,
+    )
     from training_data.history import completed_jobs
 
+    check_writable_dir(models_dir, MODELS_OPTION)
     training_jobs = completed_jobs(history, "training")
     quantization_jobs = completed_jobs(history, "quantization")
-    if training_jobs.empty:
-        raise InputError("kind", "at least some completed training jobs", "none", source=source)
+    # The evaluation fits on the earlier share of jobs, which must reach the estimator's minimum.
+    needed = math.ceil(MIN_TRAINING_JOBS / (1 - TEST_FRACTION))
+    if len(training_jobs) < needed:
+        raise InputError(
+            "history",
+            f"at least {needed} completed training jobs ({MIN_TRAINING_JOBS} to fit, plus the "
+            f"{TEST_FRACTION:.0%} held out to evaluate)",
+            f"{len(training_jobs)} completed training jobs among {len(history)} jobs",
+            source=source,
+        )
+    if not quantization_jobs.empty:
+        per_algorithm = time_split(quantization_jobs)[0]["algorithm"].value_counts()
+        minimum = QuantizationEstimator().min_jobs_per_tier
+        if per_algorithm.max(skipna=True) < minimum:
+            raise InputError(
+                "history",
+                f"no completed quantization jobs, or at least {math.ceil(minimum / (1 - TEST_FRACTION))} "
+                f"of one algorithm ({minimum} to fit, plus the {TEST_FRACTION:.0%} held out)",
+                f"{len(quantization_jobs)} jobs: "
+                + ", ".join(
+                    f"{name} {count}" for name, count in quantization_jobs["algorithm"].value_counts().items()
+                ),
+                source=source,
+            )
     progress("history loaded")
+
+    # The traffic files are read (and the profiles fitted) before the long job fits, so a
+    # bad file stops the retrain at once.
+    staged: dict[str, Any] = {}
+    realtime_rows = []
+    fitted = [] if traffic_paths is None else fit_profiles(traffic_paths, requests_column=requests_column)
+    for series, profile, row in fitted:
+        staged[realtime_model_file(series)] = profile
+        realtime_rows.append({**row, "path": str(models_dir / realtime_model_file(series))})
+    progress("real-time profiles fitted")
 
     earlier, later = time_split(training_jobs)
     evaluation: list[TrainingMetrics] = []
@@ -86,13 +132,11 @@ def retrain(
         evaluation.append(training_metrics(name, candidate, later))
     progress("training estimator evaluated")
 
-    staged: dict[str, Any] = {
-        TRAINING_MODEL_FILE: TrainingEstimator().fit(
-            _inputs(training_jobs, TRAINING_SCHEMA.names),
-            _targets(training_jobs),
-            submit_times=training_jobs["submit_time"],
-        )
-    }
+    staged[TRAINING_MODEL_FILE] = TrainingEstimator().fit(
+        _inputs(training_jobs, TRAINING_SCHEMA.names),
+        _targets(training_jobs),
+        submit_times=training_jobs["submit_time"],
+    )
     progress("training estimator fitted")
 
     quantization_rows: list[QuantizationMetrics] = []
@@ -109,14 +153,12 @@ def retrain(
         )
     progress("quantization estimator fitted")
 
-    realtime_rows = []
-    for series, profile, row in fit_profiles(traffic_paths) if traffic_paths is not None else []:
-        staged[realtime_model_file(series)] = profile
-        realtime_rows.append({**row, "path": str(models_dir / realtime_model_file(series))})
-    progress("real-time profiles fitted")
-
-    # Everything fitted: only now is anything written.
-    written = [save_model(model, models_dir / name) for name, model in staged.items()]
+    # Everything fitted: only now is anything written, every file or none.
+    files: dict[str, bytes] = {}
+    for name, model in staged.items():
+        files.update(model_files(model, models_dir / name))
+    replace_files(models_dir, files, MODELS_OPTION)
+    written = [models_dir / name for name in staged]
     progress("saved")
     return RetrainReport(
         history_source=source,

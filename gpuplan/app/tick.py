@@ -128,16 +128,17 @@ def load_snapshot(store: Store, start: datetime, config: ServiceConfig, forecast
     cluster = store.cluster()
     if cluster is None:
         raise InputError("--db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
+    waiting = store.jobs([JobState.QUEUED])
+    new_estimates = forecasters.estimates([job for job in waiting if job.estimate is None])
     queued = []
-    for stored in store.jobs([JobState.QUEUED]):
+    for stored in waiting:
         job = stored
+        if job.estimate is None and job.id in new_estimates:
+            store.set_estimate(job.id, new_estimates[job.id])
+            job = replace(job, estimate=new_estimates[job.id])
         if job.estimate is None:
-            estimate = forecasters.estimate(job)
-            if estimate is None:
-                continue
-            store.set_estimate(job.id, estimate)
-            job = replace(job, estimate=estimate)
-        if job.estimate is not None and job.estimate.gpus <= cluster.gpus:
+            continue
+        if job.estimate.gpus <= cluster.gpus:
             queued.append(job)
         else:
             log.warning("job %s needs more GPUs than the cluster has; left queued", job.id)
@@ -335,14 +336,12 @@ def recalibrate(store: Store, now: datetime, config: ServiceConfig) -> list[str]
         if seen_until >= through:
             continue
         rows = {row.hour: row for row in store.traffic(app.id, seen_until, through)}
-        fed = 0
+        fed, missing = 0, []
         hour = seen_until
         while hour < through:
             row = rows.get(hour)
             if row is None:
-                log.warning(
-                    "app %s: no traffic for %s; profile not updated with it", app.id, hour.isoformat()
-                )
+                missing.append(hour)
             elif not np.isfinite(row.requests) or row.requests < 0:
                 log.warning(
                     "app %s: traffic %r at %s is not a count; profile not updated with it",
@@ -354,10 +353,24 @@ def recalibrate(store: Store, now: datetime, config: ServiceConfig) -> list[str]
                 profile.update(np.datetime64(hour.replace(tzinfo=None), "h"), row.requests)
                 fed += 1
             hour += STEP
+        for first, last in _runs(missing):
+            span = first.isoformat() if first == last else f"{first.isoformat()} .. {last.isoformat()}"
+            log.warning("app %s: no traffic for %s; profile not updated with it", app.id, span)
         if fed:
             store.save_profile(app.id, pickle.dumps(profile), through=next_unseen_hour(profile) - STEP)
             updated.append(app.id)
     return updated
+
+
+def _runs(hours: list[datetime]) -> list[tuple[datetime, datetime]]:
+    """Consecutive hours as (first, last) runs, so that a long gap is one log line."""
+    runs: list[tuple[datetime, datetime]] = []
+    for hour in hours:
+        if runs and hour - runs[-1][1] == STEP:
+            runs[-1] = (runs[-1][0], hour)
+        else:
+            runs.append((hour, hour))
+    return runs
 
 
 def next_unseen_hour(profile: RealtimeProfile) -> datetime:

@@ -1,0 +1,53 @@
+"""Job specs: the file a submitter writes to ask for a forecast or a place in the queue.
+
+A spec is one JSON or YAML object (by suffix, read by :mod:`contract.files`): ``kind``
+(``training`` or ``quantization``) and the job's feature values by name, each a plain
+value (text, number, boolean). Which features and ranges are allowed is the schema's
+business (``features.job_features``, ``gpuplan forecast job --schema``); a spec that
+comes back from here has passed it, so no model is loaded for a spec that is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import cast
+
+from contract.errors import InputError
+from contract.files import read_mapping
+from features.job_features import SCHEMAS, JobKind
+
+KINDS: tuple[JobKind, ...] = tuple(SCHEMAS)
+
+
+def parse_job_spec(document: object, *, source: str) -> tuple[JobKind, dict[str, object]]:
+    """``(kind, feature values)`` from a parsed spec document (a file, a request body), validated."""
+    if not isinstance(document, Mapping):
+        raise InputError(
+            "(top level)", "a mapping of feature names to values", type(document).__name__, source=source
+        )
+    features = {str(name): value for name, value in document.items()}
+    kind = features.pop("kind", None)
+    if kind not in KINDS:
+        raise InputError(
+            "kind",
+            " or ".join(KINDS),
+            kind,
+            source=source,
+            hint="Add `kind: training` or `kind: quantization` to the spec.",
+        )
+    for name, value in features.items():
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise InputError(
+                name, "a single value (text, number or boolean)", type(value).__name__, source=source
+            )
+    job_kind = cast(JobKind, kind)
+    SCHEMAS[job_kind].validate_record(features, source=source)
+    return job_kind, features
+
+
+def read_job_spec(path: Path) -> tuple[JobKind, dict[str, object]]:
+    """``(kind, feature values)`` from a YAML or JSON spec file."""
+    return parse_job_spec(
+        read_mapping(path, "JOB", expected="a mapping of feature names to values"), source=str(path)
+    )
