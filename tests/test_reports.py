@@ -361,8 +361,8 @@ def test_commit_rows_are_one_per_hour_and_job_with_sorted_gpus() -> None:
         Commit(at(0), 1, (Assignment("z", (0,)), Assignment("a", (1,)))),
     ]
     assert [(r.hour, r.job, r.gpus) for r in commit_rows(commits)] == [
-        (at(0), "z", (0,)),  # within an hour, the commit's own order (the store lists it by GPU)
         (at(0), "a", (1,)),
+        (at(0), "z", (0,)),
         (at(1), "b", (2, 3)),
     ]
 

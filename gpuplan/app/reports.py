@@ -672,11 +672,11 @@ class CommitRow:
 
 
 def commit_rows(commits: Sequence[Commit]) -> list[CommitRow]:
-    """One row per committed hour and job: by hour, then in the commit's own order (by GPU)."""
+    """One row per committed hour and job, by hour then job."""
     return [
         CommitRow(commit.hour, a.job, tuple(sorted(a.gpus)))
         for commit in sorted(commits, key=lambda c: c.hour)
-        for a in commit.assignments
+        for a in sorted(commit.assignments, key=lambda a: a.job)
     ]
 
 
