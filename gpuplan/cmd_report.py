@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -172,12 +172,11 @@ def _idle_windows(args: argparse.Namespace) -> int:
 
 
 def _coverage_risk(args: argparse.Namespace) -> int:
-    from gpuplan.app.config import parse_time
     from gpuplan.app.report_inputs import open_existing_store
     from gpuplan.app.reports import CoverageRow, app_needs, coverage_risk, planned_counts, run_instance
     from gpuplan.app.status import find_run
 
-    since = parse_time(args.since, "--since") if args.since else None
+    since = _since(args)
     store = open_existing_store(args.db)
     try:
         with _flags({"RUN_ID": "--run"}):
@@ -253,11 +252,10 @@ def _coverage_risk(args: argparse.Namespace) -> int:
 
 
 def _utilization(args: argparse.Namespace) -> int:
-    from gpuplan.app.config import parse_time
     from gpuplan.app.report_inputs import job_kinds, open_existing_store, stored_cluster, stored_commits
     from gpuplan.app.reports import UtilizationRow, utilization
 
-    since = parse_time(args.since, "--since") if args.since else None
+    since = _since(args)
     store = open_existing_store(args.db)
     try:
         cluster = stored_cluster(store)
@@ -289,11 +287,10 @@ def _utilization(args: argparse.Namespace) -> int:
 
 
 def _commits(args: argparse.Namespace) -> int:
-    from gpuplan.app.config import parse_time
     from gpuplan.app.report_inputs import open_existing_store, stored_cluster, stored_commits
     from gpuplan.app.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
 
-    since = parse_time(args.since, "--since") if args.since else None
+    since = _since(args)
     store = open_existing_store(args.db)
     try:
         commits = stored_commits(store, since)
@@ -341,6 +338,12 @@ def _load_run(args: argparse.Namespace) -> PlanRun:
             return find_run(store, args.run_ref)
     finally:
         store.close()
+
+
+def _since(args: argparse.Namespace) -> datetime | None:
+    from gpuplan.app.config import parse_time
+
+    return parse_time(args.since, "--since") if args.since else None
 
 
 def _run_heading(run_value: PlanRun, instance: Instance) -> str:
