@@ -262,6 +262,9 @@ class SolveOptions:
     workers: int = 2
     seed: int = 0
     budget_ms: float = HOT_PATH_BUDGET_MS
+    #: False: the fast mode's budget counts estimated work only, with no wall-clock backstop,
+    #: so a plan does not depend on how busy the machine is (simulations, experiments).
+    wall_clock: bool = True
 
     def __post_init__(self) -> None:
         checked_budget_ms(self.budget_ms)

@@ -98,7 +98,7 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
     The search runs only where CP-SAT is already loaded (:func:`scheduler.lns.warm_up`):
     loading it takes about a second, which would break the budget.
     """
-    budget = Budget(options.budget_ms)
+    budget = Budget(options.budget_ms) if options.wall_clock else Budget.of_work(options.budget_ms)
     if options.budget_ms < lns.MIN_BUDGET_MS:
         return Solution(fast.allocate(instance, budget))
     if not lns.ready():

@@ -58,6 +58,8 @@ class ServiceConfig:
     plan_budget_ms: float = 1000.0
     submit_budget_ms: float | None = None  # None: the fast mode's hot-path default
     plan_with: PlanWith = PlanWith.P90
+    #: False: plans count estimated work, not wall time (the simulation, reproducible per seed).
+    plan_wall_clock: bool = True
     models_dir: Path = Path("models")
     commits_file: Path | None = Path("var/commits.jsonl")
     demo_queue: bool = False  # seed a queue from the bundled job history on an empty database

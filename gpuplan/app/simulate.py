@@ -663,6 +663,7 @@ def run_policy(
             review_every_hours=options.review_every_hours,
             review_time_limit_s=options.review_time_limit_s,
             plan_budget_ms=options.plan_budget_ms,
+            plan_wall_clock=False,  # the same plans however busy the machine: results repeat per seed
             plan_with=options.plan_with,
             models_dir=setup.models_dir,
             commits_file=None,

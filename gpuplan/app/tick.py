@@ -172,7 +172,11 @@ def plan_snapshot(
     name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
     document = scenario_document(snapshot, config.plan_with, name=name)
     instance = parse_scenario(document, source=name)
-    options = SolveOptions(time_limit_s=time_limit_s, budget_ms=budget_ms or HOT_PATH_BUDGET_MS)
+    options = SolveOptions(
+        time_limit_s=time_limit_s,
+        budget_ms=budget_ms or HOT_PATH_BUDGET_MS,
+        wall_clock=config.plan_wall_clock,
+    )
     return document, plan(instance, policy, options)
 
 
