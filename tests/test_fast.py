@@ -175,3 +175,30 @@ def test_solve_options_reject_budgets_and_limits_out_of_range() -> None:
             SolveOptions(budget_ms=bad)
         with pytest.raises(InputError, match=re.escape("`time_limit_s` must be a number of seconds > 0")):
             SolveOptions(time_limit_s=bad)
+
+
+def test_a_work_only_budget_plans_the_same_on_a_machine_that_crawls(monkeypatch: Any) -> None:
+    """``wall_clock=False``: the plan depends on estimated work, not on how busy the machine is."""
+    import time as real_time
+    from pathlib import Path
+
+    from scheduler import budget as budget_module
+    from scheduler.model import SolveOptions
+    from scheduler.scenario_io import load_scenario
+
+    instance = load_scenario(Path(__file__).parents[1] / "benchmarks" / "4-large-mixed.json")
+    options = SolveOptions(budget_ms=150, wall_clock=False)
+    calm = plan(instance, PolicyName.FAST, options)
+    ticks = iter(range(10**9))
+
+    class Crawling:
+        """Every look at the clock finds a second gone."""
+
+        @staticmethod
+        def perf_counter() -> float:
+            return real_time.perf_counter() + next(ticks)
+
+    monkeypatch.setattr(budget_module, "time", Crawling)
+    assert plan(instance, PolicyName.FAST, options).grid == calm.grid
+    hurried = plan(instance, PolicyName.FAST, SolveOptions(budget_ms=150))
+    assert check_plan(instance, hurried.grid) == []  # the backstop cut it short, legally
