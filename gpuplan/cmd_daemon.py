@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.models is not None:
         config = replace(config, models_dir=args.models)
     now = at_of(args)
-    store = open_db(args)
+    store = open_db(args, create=True)
     try:
         # Under the seed lock: two daemons started together on an empty database seed it once.
         with daemon.holding(store, "seed"):

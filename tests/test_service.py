@@ -324,3 +324,12 @@ def test_ingested_traffic_recalibrates_the_profile_and_an_unknown_app_is_refused
     assert after is not None and next_unseen_hour(after) == datetime(2026, 11, 30, 11, tzinfo=UTC)
     unknown = run_cli("ingest", "no-such-app", "--traffic", csv, "--db", db)
     assert unknown.code == 2 and "`APP` must be one of the stored apps" in unknown.err
+
+
+@pytest.mark.parametrize("argv", [["status"], ["export", "latest", "--out", "out"], ["done", "job-x"]])
+def test_commands_on_a_missing_database_exit_2_and_create_none(tmp_path: Path, argv: list[str]) -> None:
+    db = tmp_path / "nowhere" / "gpuplan.db"
+    result = run_cli(*argv, "--db", f"sqlite:///{db}")
+    assert result.code == 2
+    assert "`--db` must be the URL of an existing database" in result.err
+    assert not db.exists() and not (tmp_path / "out").exists()
