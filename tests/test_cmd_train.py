@@ -2,37 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from gpuplan.cli import main
+from tests.service_fixtures import Result, run_cli
 from tests.test_job_features import SPEC_7B_LORA
 from training_data.history import generate_history, write_history
 
 # A two-week series keeps the real-time part of `train` quick.
 SHORT_TRAFFIC = Path(__file__).parents[1] / "training_data" / "traffic" / "servegen_m-mid_hourly.csv"
-
-
-@dataclass(frozen=True)
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-def _run(*argv: object) -> Result:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(arg) for arg in argv])
-    return Result(code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +27,7 @@ def history_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def trained(history_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Result]:
     models = tmp_path_factory.mktemp("models")
-    result = _run("train", "--history", history_csv, "--models", models, "--traffic", SHORT_TRAFFIC)
+    result = run_cli("train", "--history", history_csv, "--models", models, "--traffic", SHORT_TRAFFIC)
     return models, result
 
 
@@ -100,7 +83,7 @@ def test_bad_history_exits_2_names_line_and_keeps_the_old_model(history_csv: Pat
     old_model.write_bytes(b"the model from last week")
     frame = pd.read_csv(history_csv)
     broken = _broken_history(history_csv, tmp_path / "bad.csv", 6, "end_time", frame.loc[6, "submit_time"])
-    result = _run("train", "--history", broken, "--models", models)
+    result = run_cli("train", "--history", broken, "--models", models)
     assert result.code == 2
     message = (
         f"gpuplan train: error: {broken}: `end_time` must be at or after start_time "
@@ -116,7 +99,7 @@ def test_unknown_category_in_history_exits_2(history_csv: Path, tmp_path: Path) 
     frame = pd.read_csv(history_csv)
     row = int(frame.index[frame["kind"] == "training"][0])
     broken = _broken_history(history_csv, tmp_path / "bad.csv", row, "gpu_type", "v100-16gb")
-    result = _run("train", "--history", broken, "--models", tmp_path / "models")
+    result = run_cli("train", "--history", broken, "--models", tmp_path / "models")
     assert result.code == 2
     assert "`gpu_type` must be one of ['a100-40gb'" in result.err
     assert f"got ['v100-16gb']. Broken at line {row + 2}." in result.err
@@ -124,7 +107,7 @@ def test_unknown_category_in_history_exits_2(history_csv: Path, tmp_path: Path) 
 
 
 def test_missing_history_file_exits_2(tmp_path: Path) -> None:
-    result = _run("train", "--history", tmp_path / "nope.csv", "--models", tmp_path)
+    result = run_cli("train", "--history", tmp_path / "nope.csv", "--models", tmp_path)
     assert result.code == 2
     assert (
         "`--history` must be a readable file; got" in result.err
@@ -138,7 +121,7 @@ def test_missing_history_file_exits_2(tmp_path: Path) -> None:
 def test_forecast_job_json_has_p50_and_p90(trained: tuple[Path, Result], tmp_path: Path) -> None:
     models, _ = trained
     spec = _spec_file(tmp_path, {"kind": "training", **SPEC_7B_LORA})
-    result = _run("forecast", "job", spec, "--json", "--models", models)
+    result = run_cli("forecast", "job", spec, "--json", "--models", models)
     assert result.code == 0, result.err
     payload = json.loads(result.out)
     assert set(payload) == {"gpus", "hours"}
@@ -156,7 +139,7 @@ def test_forecast_quantization_job_adds_gpu_hours(trained: tuple[Path, Result], 
         "calibration_seq_len_tokens": 2048,
         "gpu_type": "h100-80gb",
     }
-    result = _run("forecast", "job", _spec_file(tmp_path, spec), "--json", "--models", models)
+    result = run_cli("forecast", "job", _spec_file(tmp_path, spec), "--json", "--models", models)
     assert result.code == 0, result.err
     payload = json.loads(result.out)
     assert set(payload) == {"gpus", "hours", "gpu_hours"}
@@ -166,7 +149,7 @@ def test_forecast_quantization_job_adds_gpu_hours(trained: tuple[Path, Result], 
 def test_forecast_job_text_output(trained: tuple[Path, Result], tmp_path: Path) -> None:
     models, _ = trained
     spec = _spec_file(tmp_path, {"kind": "training", **SPEC_7B_LORA})
-    result = _run("forecast", "job", spec, "--models", models)
+    result = run_cli("forecast", "job", spec, "--models", models)
     assert result.code == 0
     assert "GPUs:  P50" in result.out
     assert "hours: P50" in result.out
@@ -175,7 +158,7 @@ def test_forecast_job_text_output(trained: tuple[Path, Result], tmp_path: Path) 
 def test_forecast_job_spec_breaking_the_schema_exits_2(trained: tuple[Path, Result], tmp_path: Path) -> None:
     models, _ = trained
     spec = _spec_file(tmp_path, {"kind": "training", **SPEC_7B_LORA, "epochs": 0})
-    result = _run("forecast", "job", spec, "--models", models)
+    result = run_cli("forecast", "job", spec, "--models", models)
     assert result.code == 2
     expected = (
         f"gpuplan forecast: error: {spec}: `epochs` must be a number in [0.01, 100] (passes); "
@@ -197,7 +180,7 @@ def test_forecast_job_that_fits_in_no_gpu_memory_exits_2(
         "gradient_checkpointing": False,
     }
     path = _spec_file(tmp_path, spec)
-    result = _run("forecast", "job", path, "--json", "--models", models)
+    result = run_cli("forecast", "job", path, "--json", "--models", models)
     assert result.code == 2
     assert result.out == ""
     expected = (
@@ -211,21 +194,21 @@ def test_forecast_job_that_fits_in_no_gpu_memory_exits_2(
 def test_forecast_job_without_kind_exits_2(trained: tuple[Path, Result], tmp_path: Path) -> None:
     models, _ = trained
     spec = _spec_file(tmp_path, dict(SPEC_7B_LORA))
-    result = _run("forecast", "job", spec, "--models", models)
+    result = run_cli("forecast", "job", spec, "--models", models)
     assert result.code == 2
     assert "`kind` must be training or quantization; got None." in result.err
 
 
 def test_forecast_job_without_models_says_to_train(tmp_path: Path) -> None:
     spec = _spec_file(tmp_path, {"kind": "training", **SPEC_7B_LORA})
-    result = _run("forecast", "job", spec, "--models", tmp_path / "empty")
+    result = run_cli("forecast", "job", spec, "--models", tmp_path / "empty")
     assert result.code == 2
     assert re.search(r"Run `gpuplan train` first", result.err)
 
 
 @pytest.mark.parametrize(("kind", "count"), [("training", 22), ("quantization", 5)])
 def test_forecast_job_schema(kind: str, count: int) -> None:
-    result = _run("forecast", "job", "--schema", "--kind", kind)
+    result = run_cli("forecast", "job", "--schema", "--kind", kind)
     assert result.code == 0
     entries = json.loads(result.out)
     assert len(entries) == count
@@ -233,4 +216,4 @@ def test_forecast_job_schema(kind: str, count: int) -> None:
 
 
 def test_forecast_job_schema_defaults_to_training() -> None:
-    assert len(json.loads(_run("forecast", "job", "--schema").out)) == 22
+    assert len(json.loads(run_cli("forecast", "job", "--schema").out)) == 22

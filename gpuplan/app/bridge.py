@@ -22,7 +22,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,11 +37,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AppDemand:
-    """One app's forecast from the plan's first hour on: requests P50/P90 per hour."""
+    """One app's forecast from the plan's first hour on: requests P50/P90 per hour, and the
+    GPUs per hour its P90 needs under the swap cap (computed once, over the whole forecast)."""
 
     app: App
     p50: Sequence[float]
     p90: Sequence[float]
+    gpus: Sequence[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", gpu_demand(self.p90, self.app, len(self.p90)))
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,7 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
                 "kind": "realtime",
                 "priority": app.priority,
                 "swap_cap": app.swap_cap,
-                "demand": gpu_demand(demand.p90, app, horizon),
+                "demand": list(demand.gpus[:horizon]),
             }
         )
     down = _down_steps(cluster, start, pinned={r["id"]: r for r in running})
@@ -202,7 +207,7 @@ def app_forecasts(snapshot: Snapshot) -> tuple[AppForecast, ...]:
     horizon = snapshot.cluster.horizon_steps
     rows = []
     for demand in snapshot.demand:
-        gpus = gpu_demand(demand.p90, demand.app, horizon)
+        gpus = demand.gpus
         for t in range(horizon):
             rows.append(
                 AppForecast(

@@ -188,6 +188,39 @@ def _better_review(store: Store, start: datetime, digest: str, objective: float)
     return None
 
 
+def _first_open_hour(store: Store, now: datetime) -> datetime:
+    """Step 0 of a plan made at ``now``: this hour, or the next once this one is committed."""
+    hour = floor_hour(now)
+    return hour if store.commit(hour) is None else hour + STEP
+
+
+def _run_of(
+    snapshot: Snapshot,
+    document: dict[str, Any],
+    result: Plan,
+    *,
+    now: datetime,
+    mode: RunMode,
+    started: float,
+) -> PlanRun:
+    """A planning result as the run to store; its latency runs from ``started`` to now."""
+    return PlanRun(
+        start=snapshot.start,
+        created_at=now,
+        mode=mode,
+        policy=result.policy,
+        inputs_hash=inputs_hash(document),
+        objective=result.metrics.objective,
+        bound=result.bound,
+        latency_ms=(time.perf_counter() - started) * 1000,
+        status=result.status,
+        scenario=document,
+        grid=[list(row) for row in result.grid],
+        metrics=result.metrics.as_dict(),
+        forecasts=app_forecasts(snapshot),
+    )
+
+
 def plan_cycle(
     store: Store,
     now: datetime,
@@ -209,45 +242,27 @@ def plan_cycle(
     started = time.perf_counter()
     forecasters = forecasters or Forecasters(config.models_dir)
     hour = floor_hour(now)
-    already = store.commit(hour)
-    start = hour if already is None else hour + STEP
+    start = _first_open_hour(store, now)
     snapshot = load_snapshot(store, start, config, forecasters)
     budget = config.plan_budget_ms if mode is RunMode.PLAN else config.submit_budget_ms
     document, result = plan_snapshot(snapshot, config, policy or PolicyName.FAST, budget_ms=budget)
-    digest = inputs_hash(document)
-    grid = [list(row) for row in result.grid]
-    objective, metrics, status, bound = (
-        result.metrics.objective,
-        result.metrics.as_dict(),
-        result.status,
-        result.bound,
-    )
-    planned_by = result.policy
-    review = _better_review(store, start, digest, objective) if mode is RunMode.PLAN else None
+    run = _run_of(snapshot, document, result, now=now, mode=mode, started=started)
+    review = _better_review(store, start, run.inputs_hash, run.objective) if mode is RunMode.PLAN else None
     if review is not None:
         log.info(
-            "starting from review run %s (objective %.1f > %.1f)", review.id, review.objective, objective
+            "starting from review run %s (objective %.1f > %.1f)", review.id, review.objective, run.objective
         )
-        grid, objective, metrics = review.grid, review.objective, review.metrics
-        status, bound, planned_by = review.status, review.bound, review.policy
-    commit = column_commit(grid, hour) if start == hour and mode is RunMode.PLAN else None
-    latency_ms = (time.perf_counter() - started) * 1000
-    run = PlanRun(
-        start=start,
-        created_at=now,
-        mode=mode,
-        policy=planned_by,
-        inputs_hash=digest,
-        objective=objective,
-        bound=bound,
-        latency_ms=latency_ms,
-        status=status,
-        scenario=document,
-        grid=grid,
-        metrics=metrics,
-        forecasts=app_forecasts(snapshot),
-        extra={} if review is None else {"from_review": review.id},
-    )
+        run = replace(
+            run,
+            grid=review.grid,
+            objective=review.objective,
+            metrics=review.metrics,
+            status=review.status,
+            bound=review.bound,
+            policy=review.policy,
+            extra={"from_review": review.id},
+        )
+    commit = column_commit(run.grid, hour) if start == hour and mode is RunMode.PLAN else None
     stored = store.record_run(run, commit)
     if stored.committed and commit is not None and executor is not None:
         try:
@@ -260,17 +275,17 @@ def plan_cycle(
         start=start,
         run_id=stored.id,
         committed=stored.committed,
-        objective=objective,
-        latency_ms=latency_ms,
+        objective=run.objective,
+        latency_ms=run.latency_ms,
         jobs_committed=0
         if commit is None or not stored.committed
         else len([a for a in commit.assignments if a.job not in app_ids]),
         realtime_gpus=0
         if commit is None
         else sum(len(a.gpus) for a in commit.assignments if a.job in app_ids),
-        status=status,
-        utilization=float(metrics.get("utilization", 0.0)),
-        rt_coverage=float(metrics.get("rt_coverage", 1.0)),
+        status=run.status,
+        utilization=float(run.metrics.get("utilization", 0.0)),
+        rt_coverage=float(run.metrics.get("rt_coverage", 1.0)),
         queue_length=len(snapshot.queued),
     )
     log.info(report.log_line())
@@ -285,8 +300,7 @@ def review(
 
     started = time.perf_counter()
     forecasters = forecasters or Forecasters(config.models_dir)
-    hour = floor_hour(now)
-    start = hour if store.commit(hour) is None else hour + STEP
+    start = _first_open_hour(store, now)
     snapshot = load_snapshot(store, start, config, forecasters)
     document, result = plan_snapshot(
         snapshot,
@@ -295,21 +309,7 @@ def review(
         budget_ms=config.plan_budget_ms,
         time_limit_s=config.review_time_limit_s,
     )
-    run = PlanRun(
-        start=start,
-        created_at=now,
-        mode=RunMode.REVIEW,
-        policy=result.policy,
-        inputs_hash=inputs_hash(document),
-        objective=result.metrics.objective,
-        bound=result.bound,
-        latency_ms=(time.perf_counter() - started) * 1000,
-        status=result.status,
-        scenario=document,
-        grid=[list(row) for row in result.grid],
-        metrics=result.metrics.as_dict(),
-        forecasts=app_forecasts(snapshot),
-    )
+    run = _run_of(snapshot, document, result, now=now, mode=RunMode.REVIEW, started=started)
     stored = store.record_run(run)
     log.info(
         "review start=%s objective=%.1f bound=%s status=%s",
