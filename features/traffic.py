@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from contract.errors import InputError
 from contract.files import read_csv
+from contract.times import parse_time
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -153,27 +154,11 @@ def forecast_caveats(history: HourlyTraffic, at: np.datetime64) -> list[str]:
     return caveats
 
 
-#: Times a user may name: traffic timestamps (nanoseconds in pandas) end in 2262.
-FIRST_YEAR, LAST_YEAR = 1970, 2200
-
-
 def parse_hour(text: str, field: str) -> np.datetime64:
-    """A user's ISO 8601 time (``2024-12-01``, ``2024-12-01 16:30``) floored to the hour.
-
-    Read as traffic hours are: a UTC offset is converted to UTC, no offset means UTC.
-    """
-    from datetime import UTC, datetime
-
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InputError(field, "a time such as 2024-12-01 or 2024-12-01 16:00", text) from None
-    if moment.tzinfo is not None:
-        # As for traffic hours: an offset is converted to UTC, a time without one is UTC.
-        moment = moment.astimezone(UTC).replace(tzinfo=None)
-    if not FIRST_YEAR <= moment.year <= LAST_YEAR:
-        raise InputError(field, f"a time in the years {FIRST_YEAR}-{LAST_YEAR}", text)
-    return hour_of(moment)
+    """A user's ISO 8601 time (``2024-12-01``, ``2024-12-01 16:30``) floored to the hour
+    (read by :func:`contract.times.parse_time`: an offset converted to UTC, none means UTC)."""
+    moment = parse_time(text, field, expected="a time such as 2024-12-01 or 2024-12-01 16:00")
+    return hour_of(moment.replace(tzinfo=None))
 
 
 def hour_of(value: object) -> np.datetime64:

@@ -341,7 +341,7 @@ def _load_run(args: argparse.Namespace) -> PlanRun:
 
 
 def _since(args: argparse.Namespace) -> datetime | None:
-    from gpuplan.app.config import parse_time
+    from contract.times import parse_time
 
     return parse_time(args.since, "--since") if args.since else None
 

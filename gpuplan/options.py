@@ -38,7 +38,7 @@ def add_at(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def at_of(args: argparse.Namespace) -> datetime:
-    from gpuplan.app.config import parse_time
+    from contract.times import parse_time
 
     return datetime.now(UTC) if args.at is None else parse_time(args.at, "--at")
 

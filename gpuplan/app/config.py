@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time
+from datetime import datetime, time
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from contract.times import parse_time
 from scheduler.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_RT_PENALTY
 from storage.records import App, Cluster, DownWindowRecord
 
@@ -148,15 +149,6 @@ class _Fields:
             return parse_time(value if isinstance(value, str) else str(value), name)
         except InputError as error:
             raise self.fail(name, error.expected, value) from error
-
-
-def parse_time(text: str, field_name: str = "--at") -> datetime:
-    """An ISO 8601 time as an aware UTC datetime (naive times are taken as UTC)."""
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except (ValueError, AttributeError) as error:
-        raise InputError(field_name, "an ISO 8601 time such as 2026-11-30T14:00", text) from error
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def load_config(path: Path) -> ServiceConfig:
