@@ -24,6 +24,7 @@ class InputError(ValueError):
         self.expected = expected
         self.got = got
         self.source = source
+        self.hint = hint
         where = f"{source}: " if source else ""
         message = f"{where}`{field}` must be {expected}; got {got!r}."
         if hint:

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     import daemon
     from gpuplan.app.config import demo_config, load_config
-    from gpuplan.app.seed import ensure_models, ensure_service
+    from gpuplan.app.seed import check_traffic, ensure_models, ensure_service
 
     if args.at is not None and not args.once:
         raise InputError("--at", "used with --once (a live daemon runs on the wall clock)", args.at)
@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.models is not None:
         config = replace(config, models_dir=args.models)
     now = at_of(args)
+    check_traffic(config)  # the whole config is checked before the database is touched
     store = open_db(args, create=True)
     try:
         # Under the seed lock: two daemons started together on an empty database seed it once.

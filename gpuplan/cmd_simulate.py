@@ -195,6 +195,7 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     import numpy as np
 
     from gpuplan.app.simulate import busiest_day_grid, hourly
+    from gpuplan.table import count_of
     from scheduler.render import draw_grid, job_colours, legend_handles
 
     setup = report.setup
@@ -213,7 +214,8 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     ax.set_ylabel(f"GPUs busy / GPUs ({SMOOTH_HOURS} h mean)")
     ax.set_ylim(0, 1.02)
     ax.set_title(
-        f"utilization over the week ({setup.cluster.gpus} GPUs, plans with {suffix.upper()} durations)"
+        f"utilization over {count_of(setup.hours // 24, 'day')} ({setup.cluster.gpus} GPUs, "
+        f"plans with {suffix.upper()} durations)"
     )
     ax.legend(loc="lower right")
     figure.tight_layout()

@@ -66,10 +66,10 @@ def _table(title: str, rows: list[dict[str, object]]) -> str:
 
 
 def _stored_history(url: str) -> pd.DataFrame:
-    from storage.store import open_store
+    from gpuplan.app.report_inputs import open_existing_store
     from training_data.history import validate_history
 
-    store = open_store(url)
+    store = open_existing_store(url)  # only the daemon creates a database
     try:
         frame = store.history()
     finally:

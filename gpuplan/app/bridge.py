@@ -254,6 +254,47 @@ def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | Non
     return None, None
 
 
+def no_start_reason(run: PlanRun, job_id: str, gpus: int) -> str:
+    """Why ``run`` gives ``job_id`` (``gpus`` GPUs) no start in its horizon, in an operator's words.
+
+    The job's GPUs are set against what the run left to batch work: at each step, the GPUs
+    that are up and hold no real-time app. Too few of them, even at the best step, is the
+    job's own size (or, if they would do with every GPU up, the GPUs that are down);
+    enough of them means other batch work holds them.
+    """
+    if not any(job.get("id") == job_id for job in run.scenario.get("jobs", [])):
+        return "not in the last plan run (it has no estimate yet, or came after it)"
+    horizon = len(run.grid[0]) if run.grid else 0
+    hours = f"{horizon * int(run.scenario.get('step_minutes', 60)) / 60:g} h"
+    realtime = {job["id"] for job in run.scenario.get("jobs", []) if job.get("kind") == "realtime"}
+    down = {
+        (int(window["gpu"]), step)
+        for window in run.scenario.get("down", [])
+        for step in range(int(window.get("start", 0)), int(window.get("end", horizon)))
+    }
+
+    def most_free(count_down: bool) -> int:
+        """The most GPUs free of real-time work at one step (down ones left out with ``count_down``)."""
+        return max(
+            (
+                sum(
+                    1
+                    for gpu, row in enumerate(run.grid)
+                    if row[step] not in realtime and not (count_down and (gpu, step) in down)
+                )
+                for step in range(horizon)
+            ),
+            default=0,
+        )
+
+    free = most_free(count_down=True)
+    if gpus > free:
+        if gpus <= most_free(count_down=False):
+            return f"GPUs down: needs {gpus} GPUs; at most {free} are up and free at once in the next {hours}"
+        return f"needs {gpus} GPUs; at most {free} are free at once in the next {hours}"
+    return "waits behind higher-priority work"
+
+
 def realtime_sets(commit: Commit | None, app_ids: Sequence[str]) -> dict[str, tuple[int, ...]]:
     """The GPUs each app held in a committed hour."""
     if commit is None:

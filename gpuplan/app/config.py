@@ -195,8 +195,10 @@ def load_config(path: Path) -> ServiceConfig:
             app_id = r.text(a.get("id"), f"{name}.id")
             rate = a.get("requests_per_gpu_hour")
             peak = a.get("peak_gpus")
-            if rate is None and peak is None:
-                raise r.fail(f"{name}.requests_per_gpu_hour", "a number > 0 (or peak_gpus)", "missing")
+            if rate is None and (peak is None or "traffic" not in a):
+                raise r.fail(
+                    f"{name}.requests_per_gpu_hour", "a number > 0 (or peak_gpus with traffic)", "missing"
+                )
             app_list.append(
                 App(
                     id=app_id,

@@ -16,12 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from contract.errors import InputError
-from gpuplan.app.bridge import planned_place
+from gpuplan.app.bridge import no_start_reason, planned_place
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
+from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate, kind_and_features
 from gpuplan.app.models import MODEL_FILES
 from scheduler.scenario_io import MAX_PRIORITY
-from storage.records import Job, JobEstimate, JobState, Outcome, RunMode
+from storage.records import Cluster, Job, JobEstimate, JobState, Outcome, RunMode
 from storage.store import Store
 
 BATCH_KINDS = ("training", "batch_inference", "quantization")
@@ -37,6 +37,8 @@ class SubmitResult:
     hours_p90: float
     planned_start: datetime | None
     first_gpu: int | None
+    #: Why the job has no start within the horizon (None when it has one, or was not replanned).
+    reason: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -46,6 +48,7 @@ class SubmitResult:
             "hours_p90": round(self.hours_p90, 4),
             "planned_start": None if self.planned_start is None else self.planned_start.isoformat(),
             "first_gpu": self.first_gpu,
+            "reason": self.reason,
         }
 
 
@@ -89,12 +92,22 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
         ):
             raise InputError("hours", f"a number of hours in (0, {MAX_HOURS}]", hours, source=source)
         if "gpus" not in spec:
-            raise InputError("gpus", "given with `hours` (a power of two)", None, source=source)
+            raise InputError(
+                "gpus", "a power of two (1, 2, 4, 8, ...) when `hours` is given", "missing", source=source
+            )
+    elif "gpus" in spec:
+        raise InputError(
+            "hours",
+            f"a number of hours in (0, {MAX_HOURS}] when `gpus` is given",
+            "missing",
+            source=source,
+            hint="A spec states both `gpus` and `hours`, or neither (then they are forecast).",
+        )
     elif spec["kind"] in MODEL_FILES:
         from gpuplan.app.jobspec import parse_job_spec  # pandas: loaded only for a spec to check
 
         # The features are checked against their schema before any model is loaded.
-        parse_job_spec({k: v for k, v in spec.items() if k not in SPEC_KEYS - {"kind"}}, source=source)
+        parse_job_spec(kind_and_features(spec), source=source)
     else:
         raise InputError(
             "hours",
@@ -133,21 +146,14 @@ def submit(
     from gpuplan.app.tick import plan_cycle
 
     spec = check_spec(spec_document, source=source, default_id=default_id)
-    forecasters = forecasters or Forecasters(config.models_dir)
-    estimate = estimate_spec(spec, forecasters, source=source)
     cluster = store.cluster()
     if cluster is None:
         raise InputError("--db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
-    if estimate.gpus > cluster.gpus:
-        raise InputError(
-            "gpus",
-            f"at most the cluster's {cluster.gpus} GPUs",
-            estimate.gpus,
-            source=source,
-            hint="The forecast needs a larger cluster; give `gpus` (and `hours`) to override.",
-        )
-    if store.job(spec["id"]) is not None:
+    if store.job(spec["id"]) is not None:  # before the forecast: a refusal costs nothing
         raise InputError("id", "an id no other job has", spec["id"], source=source)
+    forecasters = forecasters or Forecasters(config.models_dir)
+    estimate = estimate_spec(spec, forecasters, source=source)
+    _check_fits(cluster, estimate.gpus, now, source=source)
     store.add_job(
         Job(
             id=spec["id"],
@@ -160,14 +166,47 @@ def submit(
     )
     planned_start: datetime | None = None
     first_gpu: int | None = None
+    reason: str | None = None
     if replan:
         report = plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT)
         run = store.run(report.run_id)
         if run is not None:
             planned_start, first_gpu = planned_place(run, spec["id"])
+            if planned_start is None:
+                reason = no_start_reason(run, spec["id"], estimate.gpus)
     return SubmitResult(
-        spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu
+        spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu, reason
     )
+
+
+def _check_fits(cluster: Cluster, gpus: int, now: datetime, *, source: str) -> None:
+    """Refuse a job no aligned block of the cluster can ever hold: larger than the cluster,
+    or larger than every block whose GPUs are not all down for good (a down window with no end)."""
+    if gpus > cluster.gpus:
+        raise InputError(
+            "gpus",
+            f"at most the cluster's {cluster.gpus} GPUs",
+            gpus,
+            source=source,
+            hint="The forecast needs a larger cluster; give `gpus` (and `hours`) to override.",
+        )
+    gone = {w.gpu for w in cluster.down if w.end is None and w.start <= now}
+    if all(gone & set(range(first, first + gpus)) for first in range(0, cluster.gpus, gpus)):
+        size = cluster.gpus
+        while size and all(gone & set(range(a, a + size)) for a in range(0, cluster.gpus, size)):
+            size //= 2
+        down = ", ".join(map(str, sorted(gone)))
+        raise InputError(
+            "gpus",
+            f"at most {size}: the largest aligned block of GPUs that are not down for good",
+            gpus,
+            source=source,
+            hint=f"GPUs {down} are down with no end in the cluster's configuration.",
+        )
+
+
+#: How a submitter names a job's outcome (``gpuplan done --outcome``), and the history's names.
+OUTCOMES: dict[str, Outcome] = {"ok": Outcome.OK, "failed": Outcome.FAILED, "cancelled": Outcome.CANCELLED}
 
 
 def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
@@ -177,6 +216,14 @@ def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
         raise InputError("JOB_ID", "the id of a submitted job", job_id)
     if job.state is JobState.DONE:
         raise InputError("JOB_ID", "a job that is queued or running", f"{job_id} (already done)")
+    if job.started_at is None and outcome is Outcome.OK:  # its zero duration would teach the estimators
+        names = {value: name for name, value in OUTCOMES.items()}
+        raise InputError(
+            "--outcome",
+            f"{names[Outcome.FAILED]!r} or {names[Outcome.CANCELLED]!r} for a job that never started",
+            names[outcome],
+            hint=f"Job {job_id} is still queued.",
+        )
     if job.started_at is not None and at < job.started_at:
         raise InputError(
             "--at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()

@@ -48,6 +48,22 @@ def ensure_models(config: ServiceConfig) -> bool:
     return True
 
 
+def check_traffic(config: ServiceConfig) -> None:
+    """Read every traffic file the config names, before a database is opened: a config that
+    would fail half-way through :func:`ensure_service` fails here, with nothing written."""
+    from features.traffic import load_traffic
+
+    for source in config.traffic:
+        try:
+            load_traffic(source.path)
+        except InputError as error:
+            if error.field != "traffic":  # a field of the file itself: its own message says where
+                raise
+            raise InputError(
+                f"apps[{source.app}].traffic", error.expected, error.got, hint=error.hint
+            ) from None
+
+
 def ensure_service(store: Store, config: ServiceConfig, now: datetime, *, from_file: bool = False) -> None:
     """Cluster, apps, traffic and profiles, and the demo queue, where the database lacks them.
 
@@ -57,7 +73,7 @@ def ensure_service(store: Store, config: ServiceConfig, now: datetime, *, from_f
     fresh = store.cluster() is None
     if fresh or from_file:
         store.save_cluster(config.cluster)
-    stored_apps = {app.id for app in store.apps()}
+    stored_apps = {app.id: app for app in store.apps()}
     traffic_of = {t.app: t for t in config.traffic}
     for configured in config.apps:
         if configured.id in stored_apps and not from_file:
@@ -65,7 +81,10 @@ def ensure_service(store: Store, config: ServiceConfig, now: datetime, *, from_f
         app, source = configured, traffic_of.get(configured.id)
         if store.profile(app.id) is None and source is not None:
             app = _seed_traffic(store, app, source, now)
-        elif app.requests_per_gpu_hour <= 0:
+        elif app.requests_per_gpu_hour <= 0 and configured.id in stored_apps:
+            # Derived from its traffic at the first start (`peak_gpus`): kept across restarts.
+            app = replace(app, requests_per_gpu_hour=stored_apps[configured.id].requests_per_gpu_hour)
+        if app.requests_per_gpu_hour <= 0:
             raise InputError(
                 f"apps[{app.id}].requests_per_gpu_hour", "a number > 0 (or traffic to derive it from)", 0
             )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
-from gpuplan.app.bridge import planned_place
+from gpuplan.app.bridge import STEP, floor_hour, no_start_reason, planned_place, realtime_sets
 from storage.records import JobState, PlanRun, RunMode
 from storage.store import Store
 
@@ -19,11 +19,11 @@ def run_summary(run: PlanRun) -> dict[str, Any]:
         "id": run.id,
         "start": run.start.isoformat(),
         "policy": run.policy,
-        "objective": run.objective,
+        "objective": round(run.objective, 3),
         "status": run.status,
         "mode": run.mode.value,
         "committed": run.committed,
-        "bound": run.bound,
+        "bound": None if run.bound is None else round(run.bound, 3),
         "latency_ms": round(run.latency_ms, 3),
         "created_at": run.created_at.isoformat(),
     }
@@ -46,23 +46,41 @@ class Status:
 
 
 def status(store: Store, now: datetime) -> Status:
-    """Running jobs with their GPUs, the queue with planned starts from the latest plan, the last run."""
+    """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
+    hour placed them), the queue by planned start from the latest plan with a reason for a job
+    that has none, and the last run."""
     last = store.run()
     plan = next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
     newest = last if last is not None and last.mode is not RunMode.REVIEW else plan
     running = [
         {
             "job": job.id,
+            "kind": job.kind,
             "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
             "since": job.started_at.isoformat(),
         }
         for job in store.jobs([JobState.RUNNING])
         if job.first_gpu is not None and job.gpus is not None and job.started_at is not None
     ]
+    commit = store.last_commit(before=floor_hour(now) + STEP)
+    if commit is not None:
+        held = realtime_sets(commit, [app.id for app in store.apps()])
+        running += [
+            {"job": app, "kind": "realtime", "gpus": list(gpus), "since": commit.hour.isoformat()}
+            for app, gpus in held.items()
+        ]
     queue = []
     for job in store.jobs([JobState.QUEUED]):
         start = planned_place(newest, job.id)[0] if newest is not None else None
-        queue.append({"job": job.id, "planned_start": None if start is None else start.isoformat()})
+        reason = None
+        if start is None:
+            gpus = job.estimate.gpus if job.estimate is not None else 0
+            reason = "no plan run yet" if newest is None else no_start_reason(newest, job.id, gpus)
+        queue.append(
+            {"job": job.id, "planned_start": None if start is None else start.isoformat(), "reason": reason}
+        )
+    # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
+    queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
     return Status(now, running, queue, None if last is None else run_summary(last))
 
 

@@ -286,7 +286,7 @@ def plan_cycle(
         status=run.status,
         utilization=float(run.metrics.get("utilization", 0.0)),
         rt_coverage=float(run.metrics.get("rt_coverage", 1.0)),
-        queue_length=len(snapshot.queued),
+        queue_length=len(store.jobs([JobState.QUEUED])),  # after the commit: what `status` shows
     )
     log.info(report.log_line())
     return report
