@@ -132,13 +132,15 @@ def run_scenario(
     latency_runs: int = 50,
     cycle_budget_ms: float | None = None,
     workers: int = 2,
+    wall_clock: bool = True,
 ) -> ScenarioResult:
     """FIFO, priority-backfill and the hot path; the plan cycle with ``cycle_budget_ms``;
-    the full mode with ``full_time_limit_s`` (each left out when None)."""
+    the full mode with ``full_time_limit_s`` (each left out when None). ``wall_clock=False``:
+    the plans count work, not time (:class:`SolveOptions`); the latency is measured all the same."""
     names = [PolicyName.FIFO, PolicyName.PRIORITY_BACKFILL, PolicyName.FAST]
     if full_time_limit_s is not None:
         names.append(PolicyName.FULL)
-    options = SolveOptions(time_limit_s=full_time_limit_s or 1.0, workers=workers)
+    options = SolveOptions(time_limit_s=full_time_limit_s or 1.0, workers=workers, wall_clock=wall_clock)
     plans = {name.value: plan(instance, name, options) for name in names}
     if cycle_budget_ms is not None:
         lns.warm_up()

@@ -122,7 +122,7 @@ def allocate_at_least_hot_path(instance: Instance, budget: Budget) -> Allocation
     the full mode's hint) must never answer worse than the hot path would have.
     """
     return max(
-        (allocate(instance, Budget(HOT_PATH_BUDGET_MS)), allocate(instance, budget)),
+        (allocate(instance, budget.sibling(HOT_PATH_BUDGET_MS)), allocate(instance, budget)),
         key=lambda allocation: objective(instance, allocation),
     )
 

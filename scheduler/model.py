@@ -262,8 +262,10 @@ class SolveOptions:
     workers: int = 2
     seed: int = 0
     budget_ms: float = HOT_PATH_BUDGET_MS
-    #: False: the fast mode's budget counts estimated work only, with no wall-clock backstop,
-    #: so a plan does not depend on how busy the machine is (simulations, experiments).
+    #: False: budgets count work only, with no wall-clock backstop, so a plan does not depend
+    #: on how busy the machine is (simulations, tests, experiments): the fast mode's budget is
+    #: estimated work and CP-SAT deterministic time, the full mode's ``time_limit_s`` is CP-SAT
+    #: deterministic time (repeatable with ``workers=1``).
     wall_clock: bool = True
 
     def __post_init__(self) -> None:

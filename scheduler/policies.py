@@ -104,14 +104,20 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
     if not lns.ready():
         log.warning("CP-SAT is not loaded (call scheduler.policies.warm_up() at start): heuristic only")
         return Solution(fast.allocate(instance, budget))
-    heuristic = Budget(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
+    heuristic = budget.sibling(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
     start = fast.allocate_at_least_hot_path(instance, heuristic)
     allocation, report = lns.improve(instance, start, budget, options.seed)
     return Solution(allocation, status="OPTIMAL" if report.proven_optimal else "FEASIBLE")
 
 
 def _full(instance: Instance, options: SolveOptions) -> Solution:
-    return full.solve(instance, time_limit_s=options.time_limit_s, workers=options.workers, seed=options.seed)
+    return full.solve(
+        instance,
+        time_limit_s=options.time_limit_s,
+        workers=options.workers,
+        seed=options.seed,
+        wall_clock=options.wall_clock,
+    )
 
 
 POLICIES: dict[PolicyName, PolicyFn] = {

@@ -177,6 +177,8 @@ def plan_snapshot(
         budget_ms=budget_ms or HOT_PATH_BUDGET_MS,
         wall_clock=config.plan_wall_clock,
     )
+    if not config.plan_wall_clock:  # work-only plans repeat, the full mode's too: one CP-SAT worker
+        options = replace(options, workers=1)
     return document, plan(instance, policy, options)
 
 
