@@ -64,7 +64,9 @@ def _training_spec(tmp_path: Path, name: str, **fields: object) -> Path:
 def _cluster_db(tmp_path: Path, models: Path, cluster: dict[str, object]) -> str:
     """A database for ``cluster`` with no real-time apps and no queue, after one cycle."""
     config = tmp_path / "cluster.yaml"
-    config.write_text(yaml.safe_dump({"cluster": cluster, "apps": [], "review_every_hours": None}))
+    # Work-only plans: the answers these tests pin must not depend on the machine's load.
+    settings = {"cluster": cluster, "apps": [], "review_every_hours": None, "plan_wall_clock": False}
+    config.write_text(yaml.safe_dump(settings))
     db = f"sqlite:///{tmp_path / 'cluster.db'}"
     result = run_cli("daemon", "--once", "--db", db, "--config", config, "--models", models, "--at", T0)
     assert result.code == 0, result.err
@@ -412,3 +414,11 @@ def test_plot_titles_count_days_and_hours_in_the_right_number(
     assert result.code == 0, result.err
     assert titles and not any(re.search(r"\b1 short hours\b", title) for title in titles), titles
     assert all(re.search(r"\d+ short hours?\b", title) for title in titles if "short" in title)
+
+
+def test_plan_wall_clock_in_a_config_is_a_boolean(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"plan_wall_clock": "no"}))
+    result = run_cli("daemon", "--once", "--db", f"sqlite:///{tmp_path / 'c.db'}", "--config", config)
+    assert result.code == 2
+    assert "`plan_wall_clock` must be true or false; got 'no'." in result.err

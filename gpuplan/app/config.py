@@ -100,6 +100,7 @@ TOP_KEYS = {
     "plan_budget_ms",
     "submit_budget_ms",
     "plan_with",
+    "plan_wall_clock",
     "models_dir",
     "commits_file",
     "demo_queue",
@@ -137,6 +138,11 @@ class _Fields:
     def integer(self, value: object, name: str, low: int, high: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise self.fail(name, f"an integer in [{low}, {high}]", value)
+        return value
+
+    def boolean(self, value: object, name: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(name, "true or false", value)
         return value
 
     def text(self, value: object, name: str) -> str:
@@ -246,6 +252,7 @@ def load_config(path: Path) -> ServiceConfig:
         if submit_budget is None
         else r.number(submit_budget, "submit_budget_ms", 0.0, 60_000),
         plan_with=PlanWith(plan_with),
+        plan_wall_clock=r.boolean(top.get("plan_wall_clock", True), "plan_wall_clock"),
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
