@@ -143,7 +143,7 @@ def test_a_job_no_block_of_working_gpus_can_ever_hold_is_refused(tmp_path: Path,
     assert code == 2
     assert (
         "`gpus` must be at most 4: the largest aligned block of GPUs that are not down for good; got 8."
-        " GPUs 5 are down with no end" in str(err)
+        " GPU 5 is down with no end" in str(err)
     )
     store = open_store(db)
     try:

@@ -196,12 +196,13 @@ def _check_fits(cluster: Cluster, gpus: int, now: datetime, *, source: str) -> N
         while size and all(gone & set(range(a, a + size)) for a in range(0, cluster.gpus, size)):
             size //= 2
         down = ", ".join(map(str, sorted(gone)))
+        which = f"GPU {down} is" if len(gone) == 1 else f"GPUs {down} are"
         raise InputError(
             "gpus",
             f"at most {size}: the largest aligned block of GPUs that are not down for good",
             gpus,
             source=source,
-            hint=f"GPUs {down} are down with no end in the cluster's configuration.",
+            hint=f"{which} down with no end in the cluster's configuration.",
         )
 
 
