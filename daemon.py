@@ -29,11 +29,11 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
+from contract.records import Commit
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, JsonLinesExecutor, commit_lines
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate, retrain_from_store, review
-from storage.records import Commit
 from storage.store import Store, StoreError
 
 log = logging.getLogger("gpuplan.daemon")

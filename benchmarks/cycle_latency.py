@@ -21,10 +21,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import daemon
+from contract.records import Cluster, Job, JobEstimate
 from gpuplan.app.config import AppTraffic, demo_config
 from gpuplan.app.seed import ensure_models, ensure_service
 from gpuplan.table import format_table
-from storage.records import Cluster, Job, JobEstimate
 from storage.store import open_store
 
 T0 = datetime(2026, 11, 30, 0, 5, tzinfo=UTC)

@@ -31,6 +31,20 @@ from pathlib import Path
 
 import numpy as np
 
+from contract.records import (
+    App,
+    Cluster,
+    Commit,
+    DownWindowRecord,
+    Job,
+    JobEstimate,
+    JobState,
+    PlanRun,
+    RunMode,
+    TrafficHour,
+)
+from contract.scenario import JobKind
+from contract.scenario_io import parse_scenario, write_json_atomic
 from features.traffic import load_traffic
 from forecasting.realtime import RealtimeProfile
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
@@ -53,21 +67,7 @@ from gpuplan.app.reports import (
 )
 from gpuplan.report_plots import draw_coverage, draw_idle_windows, draw_utilization
 from gpuplan.table import rows_table
-from scheduler.model import JobKind
 from scheduler.policies import PolicyName, plan
-from scheduler.scenario_io import parse_scenario, write_json_atomic
-from storage.records import (
-    App,
-    Cluster,
-    Commit,
-    DownWindowRecord,
-    Job,
-    JobEstimate,
-    JobState,
-    PlanRun,
-    RunMode,
-    TrafficHour,
-)
 
 ROOT = Path(__file__).resolve().parent
 DAY1 = datetime(2026, 3, 1, tzinfo=UTC)

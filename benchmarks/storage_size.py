@@ -21,11 +21,11 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from contract.records import AppForecast, Assignment, Commit, PlanRun, RunMode
+from contract.scenario_io import parse_scenario
 from scheduler.bench import scale_shape
 from scheduler.policies import PolicyName, plan
-from scheduler.scenario_io import parse_scenario
 from scheduler.synthetic import generate
-from storage.records import AppForecast, Assignment, Commit, PlanRun, RunMode
 from storage.sql import SqlStore
 from tests.pg import PgServer
 

@@ -29,3 +29,7 @@ class InputError(ValueError):
         if hint:
             message += f" {hint}"
         super().__init__(message)
+
+
+class NotFittedError(ValueError, AttributeError):
+    """A forecaster used before it was fitted (as scikit-learn's: a ValueError and an AttributeError)."""

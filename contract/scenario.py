@@ -1,9 +1,9 @@
-"""Value objects of the allocation contract (../shared/CONTRACT.md).
+"""The scenario model of the allocation contract (docs/contract.md) and the one job-kind enum.
 
 An :class:`Instance` is one scenario: the cluster, the jobs, what is running and
-what is down. A policy turns it into an :class:`Allocation` (where each batch job
-starts and which GPUs each real-time job holds per step); :func:`build_grid` turns
-that into the contract's grid, the form every check and metric reads.
+what is down. A policy turns it into an allocation (``scheduler/model.py``), and
+``scheduler.model.build_grid`` turns that into the contract's grid (:data:`Grid`), the
+form every check and metric reads.
 
 GPU sets are Python ints used as bitmasks (bit ``g`` set = GPU ``g``): set algebra
 on a whole step is then one integer operation, which is what keeps the fast mode fast.
@@ -11,26 +11,47 @@ on a whole step is then one integer operation, which is what keeps the fast mode
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-
-from contract.errors import InputError
 
 Cell = str | None
 Grid = tuple[tuple[Cell, ...], ...]
 
 
 class JobKind(StrEnum):
+    """The job kinds of the contract: three batch kinds and real-time inference.
+
+    The one vocabulary of kinds: scenarios, the stored jobs and the forecasters' feature
+    schemas all name a kind by this enum (a ``StrEnum``, so it compares and hashes as
+    its value, ``"training"``).
+    """
+
     TRAINING = "training"
     BATCH_INFERENCE = "batch_inference"
     QUANTIZATION = "quantization"
     REALTIME = "realtime"
 
+    @property
+    def is_batch(self) -> bool:
+        """A rigid block held until done (every kind but real-time inference)."""
+        return self is not JobKind.REALTIME
 
-BATCH_KINDS = frozenset({JobKind.TRAINING, JobKind.BATCH_INFERENCE, JobKind.QUANTIZATION})
+    @property
+    def is_forecast(self) -> bool:
+        """A kind whose hours and memory a learned forecaster estimates from job features."""
+        return self in (JobKind.TRAINING, JobKind.QUANTIZATION)
+
+    @classmethod
+    def batch(cls) -> tuple[JobKind, ...]:
+        """The batch kinds, in the contract's order."""
+        return tuple(kind for kind in cls if kind.is_batch)
+
+    @classmethod
+    def forecast(cls) -> tuple[JobKind, ...]:
+        """The kinds with a learned forecaster, in the contract's order."""
+        return tuple(kind for kind in cls if kind.is_forecast)
 
 
 def block_mask(first_gpu: int, gpus: int) -> int:
@@ -130,7 +151,7 @@ class DownWindow:
 
 @dataclass(frozen=True)
 class Instance:
-    """One scenario, validated (see :mod:`scheduler.scenario_io`)."""
+    """One scenario, validated (see :mod:`contract.scenario_io`)."""
 
     name: str
     gpus: int
@@ -185,96 +206,3 @@ class Instance:
     @cached_property
     def usable_cells(self) -> int:
         return self.gpus * self.horizon_steps - sum(m.bit_count() for m in self.down_masks)
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where a queued batch job runs: block ``[first_gpu, first_gpu + gpus)`` from ``start_step``."""
-
-    start_step: int
-    first_gpu: int
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """A policy's decisions; running batch jobs are implied by the instance."""
-
-    batch: Mapping[str, Placement]
-    realtime: Mapping[str, tuple[int, ...]]  # job id -> held-GPU bitmask per step
-
-
-def build_grid(instance: Instance, allocation: Allocation) -> Grid:
-    rows: list[list[Cell]] = [[None] * instance.horizon_steps for _ in range(instance.gpus)]
-    horizon = instance.horizon_steps
-    for running in instance.running_batch.values():
-        for gpu in range(running.first_gpu, running.first_gpu + running.gpus):
-            rows[gpu][: min(running.remaining_steps, horizon)] = [running.job_id] * min(
-                running.remaining_steps, horizon
-            )
-    jobs = instance.jobs_by_id
-    for job_id, placement in allocation.batch.items():
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        end = job.end_step(placement.start_step, horizon)
-        for gpu in range(placement.first_gpu, placement.first_gpu + job.gpus):
-            rows[gpu][placement.start_step : end] = [job_id] * (end - placement.start_step)
-    for job_id, held in allocation.realtime.items():
-        for t, mask in enumerate(held):
-            for gpu in gpus_of(mask):
-                rows[gpu][t] = job_id
-    return tuple(tuple(row) for row in rows)
-
-
-# The fast mode's two operating points (milliseconds of wall time per call): the hot path
-# answers every incoming request; the plan cycle (every 30 minutes) can spend a second.
-HOT_PATH_BUDGET_MS = 2.0
-PLAN_CYCLE_BUDGET_MS = 1000.0
-# Documented ranges of the limits (see README): finite, above zero, at most these.
-MAX_BUDGET_MS = 600_000.0
-MAX_TIME_LIMIT_S = 3600.0
-
-
-def checked_budget_ms(value: float, field: str = "budget_ms") -> float:
-    """``value`` if it is a usable fast-mode budget, else :class:`InputError` naming ``field``."""
-    if not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= MAX_BUDGET_MS):
-        raise InputError(field, f"a number of milliseconds > 0 and <= {MAX_BUDGET_MS:,.0f}", value)
-    return float(value)
-
-
-def checked_time_limit_s(value: float, field: str = "time_limit_s") -> float:
-    """``value`` if it is a usable full-mode time limit, else :class:`InputError` naming ``field``."""
-    if not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= MAX_TIME_LIMIT_S):
-        raise InputError(field, f"a number of seconds > 0 and <= {MAX_TIME_LIMIT_S:,.0f}", value)
-    return float(value)
-
-
-@dataclass(frozen=True, slots=True)
-class SolveOptions:
-    """How long and how wide a policy may search.
-
-    ``budget_ms`` bounds the fast mode's whole call (the hot path by default; the plan
-    cycle passes :data:`PLAN_CYCLE_BUDGET_MS`); ``time_limit_s`` bounds the full mode's
-    whole call (model building, hinting and solving together); ``workers`` and ``seed``
-    are CP-SAT's.
-    """
-
-    time_limit_s: float = 30.0
-    workers: int = 2
-    seed: int = 0
-    budget_ms: float = HOT_PATH_BUDGET_MS
-    #: False: the fast mode's budget counts estimated work only, with no wall-clock backstop,
-    #: so a plan does not depend on how busy the machine is (simulations, experiments).
-    wall_clock: bool = True
-
-    def __post_init__(self) -> None:
-        checked_budget_ms(self.budget_ms)
-        checked_time_limit_s(self.time_limit_s)
-
-
-@dataclass(frozen=True, slots=True)
-class Solution:
-    """A policy's allocation with the solver's status and proven bound (``None`` when none)."""
-
-    allocation: Allocation
-    status: str = "FEASIBLE"
-    bound: float | None = None

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from contract import curves
 from contract.errors import InputError
-from scheduler import curves
 
 IntArray = npt.NDArray[np.int64]
 

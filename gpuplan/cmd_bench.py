@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _seven(args: argparse.Namespace) -> int:
+    from contract.scenario_io import load_scenario
     from scheduler.bench import run_scenario, scenario_files
-    from scheduler.scenario_io import load_scenario
 
     paths = scenario_files(args.scenarios) if args.scenarios.is_dir() else []
     if not paths:

@@ -18,9 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from contract.scenario_io import load_scenario
     from scheduler.model import checked_time_limit_s
     from scheduler.policies import PolicyName, SolveOptions, plan
-    from scheduler.scenario_io import load_scenario
 
     checked_time_limit_s(args.time_limit, "--time-limit")
     if args.png:

@@ -18,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from contract.records import Outcome
     from gpuplan.app.jobs import finish
-    from storage.records import Outcome
 
     at = at_of(args)
     store = open_db(args)

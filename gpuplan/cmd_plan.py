@@ -54,11 +54,11 @@ def parse_policies(text: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from contract.files import check_writable
+    from contract.scenario_io import load_scenario, write_json_atomic
     from gpuplan.options import MAX_WORKERS, integer_in
     from scheduler import lns
     from scheduler.model import checked_budget_ms, checked_time_limit_s
     from scheduler.policies import PolicyName, SolveOptions, plan
-    from scheduler.scenario_io import load_scenario, write_json_atomic
 
     time_limit_s = checked_time_limit_s(args.time_limit, "--time-limit")
     budget_ms = (

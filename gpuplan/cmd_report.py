@@ -22,8 +22,8 @@ from gpuplan.options import add_db, print_json
 from gpuplan.table import cell_text, row_records, rows_table, write_rows_csv
 
 if TYPE_CHECKING:
-    from scheduler.model import Instance
-    from storage.records import PlanRun
+    from contract.records import PlanRun
+    from contract.scenario import Instance
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

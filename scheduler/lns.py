@@ -22,10 +22,11 @@ import sys
 import time
 from dataclasses import dataclass
 
+from contract.scenario import Instance
 from scheduler.budget import Budget
 from scheduler.cpmodel import BuildTimeoutError, Window, build_model, hint, read_allocation
 from scheduler.fast import EPSILON, objective
-from scheduler.model import Allocation, Instance
+from scheduler.model import Allocation
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from contract.scenario import Grid, Instance
 from scheduler import baselines, fast, full, lns
 from scheduler.budget import Budget
 from scheduler.check import check_plan
@@ -22,8 +23,6 @@ from scheduler.model import (
     HOT_PATH_BUDGET_MS,
     PLAN_CYCLE_BUDGET_MS,
     Allocation,
-    Grid,
-    Instance,
     Solution,
     SolveOptions,
     build_grid,

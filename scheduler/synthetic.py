@@ -22,10 +22,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from contract.scenario_io import parse_scenario
 from scheduler.baselines import fifo
 from scheduler.metrics import score
 from scheduler.model import build_grid
-from scheduler.scenario_io import parse_scenario
 
 # Series with a daily cycle worth scheduling around, and where each day starts (hour 0).
 TRAFFIC_SERIES = (

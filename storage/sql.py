@@ -1,7 +1,7 @@
 """The SQL store: one implementation of :class:`storage.store.Store` for SQLite and PostgreSQL.
 
 Each public method is one transaction on a connection of its own from the pool, so a
-store may be shared by threads. Rows become value objects (``storage/records.py``)
+store may be shared by threads. Rows become value objects (``contract/records.py``)
 before a method returns; database errors become :class:`StoreError`.
 
 SQLite is set up for two processes on one file: write-ahead logging (readers never
@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 from contract.errors import InputError
-from storage.records import (
+from contract.records import (
     App,
     AppForecast,
     Assignment,
@@ -60,6 +60,7 @@ from storage.records import (
     RunMode,
     TrafficHour,
 )
+from contract.scenario import JobKind
 from storage.store import DEFAULT_URL, Store, StoreError
 from storage.tables import (
     SCHEMA_REVISION,
@@ -501,7 +502,7 @@ class SqlStore(Store):
             )
         return Job(
             id=row.id,
-            kind=row.kind,
+            kind=JobKind(row.kind),
             priority=row.priority,
             spec=dict(row.spec),
             submitted_at=row.submitted_at,
@@ -608,7 +609,7 @@ class SqlStore(Store):
             if at < started:
                 raise InputError("at", f"at or after the job's start {started.isoformat()}", at.isoformat())
             given = set(row.spec) | set(history_row or {})
-            if row.kind in KINDS and set(SCHEMAS[row.kind].names) <= given:
+            if row.kind in KINDS and set(SCHEMAS[JobKind(row.kind)].names) <= given:
                 import pandas as pd
 
                 merged: dict[str, object] = {

@@ -13,17 +13,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from storage.records import (
-    App,
-    Cluster,
-    Commit,
-    Job,
-    JobEstimate,
-    JobState,
-    Outcome,
-    PlanRun,
-    TrafficHour,
-)
+from contract.records import App, Cluster, Commit, Job, JobEstimate, JobState, Outcome, PlanRun, TrafficHour
 
 if TYPE_CHECKING:
     import pandas as pd

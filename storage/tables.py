@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from storage.records import JobState, Outcome, RunMode
+from contract.records import JobState, Outcome, RunMode
 
 # Named constraints, so that later migrations (batch mode on SQLite) can address them.
 NAMING_CONVENTION = {

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import daemon
+from contract.scenario_io import parse_scenario
 from gpuplan.app.config import demo_config
 from gpuplan.app.seed import ensure_service
 from scheduler.check import check_plan
-from scheduler.scenario_io import parse_scenario
 from storage.store import open_store
 from tests.pg import PgServer
 from tests.service_fixtures import _in_tmp_path, models_dir

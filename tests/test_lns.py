@@ -7,15 +7,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
+from contract.scenario import Instance
+from contract.scenario_io import parse_scenario
 from scheduler import lns
 from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.cpmodel import Window
 from scheduler.fast import allocate
 from scheduler.metrics import score
-from scheduler.model import PLAN_CYCLE_BUDGET_MS, Instance, SolveOptions, build_grid
+from scheduler.model import PLAN_CYCLE_BUDGET_MS, SolveOptions, build_grid
 from scheduler.policies import PolicyName, plan
-from scheduler.scenario_io import parse_scenario
 from tests.strategies import scenarios, solved_by_hand
 
 

@@ -28,7 +28,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, inspect, text
 
 from contract.errors import InputError
-from storage.records import (
+from contract.records import (
     App,
     Assignment,
     Cluster,

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from contract.curves import swap_capped_curve
+from contract.records import App, AppForecast, Assignment, Cluster, Commit, Job, JobEstimate, PlanRun
 from gpuplan.app.config import PlanWith
-from scheduler.curves import swap_capped_curve
-from storage.records import App, AppForecast, Assignment, Cluster, Commit, Job, JobEstimate, PlanRun
 
 STEP = timedelta(hours=1)
 

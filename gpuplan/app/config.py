@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from contract.records import App, Cluster, DownWindowRecord
+from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_RT_PENALTY
 from contract.times import parse_time
-from scheduler.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_RT_PENALTY
-from storage.records import App, Cluster, DownWindowRecord
 
 #: The bundled real-time traffic the demo cluster's two apps follow.
 DEMO_APPS = (

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from storage.records import Commit
+from contract.records import Commit
 
 
 class Executor(Protocol):

@@ -16,15 +16,15 @@ from datetime import datetime
 from typing import Any
 
 from contract.errors import InputError
+from contract.records import Job, JobEstimate, JobState, Outcome, RunMode
+from contract.scenario import JobKind
+from contract.scenario_io import MAX_PRIORITY
 from gpuplan.app.bridge import planned_place
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
 from gpuplan.app.models import MODEL_FILES
-from scheduler.scenario_io import MAX_PRIORITY
-from storage.records import Job, JobEstimate, JobState, Outcome, RunMode
 from storage.store import Store
 
-BATCH_KINDS = ("training", "batch_inference", "quantization")
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_HOURS = 24 * 365
 
@@ -67,8 +67,9 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
             job_id,
             source=source,
         )
-    if spec.get("kind") not in BATCH_KINDS:
-        raise InputError("kind", f"one of {list(BATCH_KINDS)}", spec.get("kind"), source=source)
+    batch_kinds = [kind.value for kind in JobKind.batch()]
+    if spec.get("kind") not in batch_kinds:
+        raise InputError("kind", f"one of {batch_kinds}", spec.get("kind"), source=source)
     priority = spec.get("priority", 1)
     if (
         isinstance(priority, bool)
@@ -151,7 +152,7 @@ def submit(
     store.add_job(
         Job(
             id=spec["id"],
-            kind=spec["kind"],
+            kind=JobKind(spec["kind"]),
             priority=float(spec.get("priority", 1)),
             spec=spec,
             submitted_at=now,

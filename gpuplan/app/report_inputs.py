@@ -10,8 +10,8 @@ from datetime import datetime
 from pathlib import Path
 
 from contract.errors import InputError
-from scheduler.model import JobKind
-from storage.records import Cluster, Commit
+from contract.records import Cluster, Commit
+from contract.scenario import JobKind
 from storage.store import Store, open_store
 
 NO_DATA_HINT = "Run the service first (`gpuplan daemon --once`), or point --db at its database."

@@ -20,14 +20,14 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from statistics import NormalDist
 
+from contract.curves import swap_capped_curve
 from contract.errors import InputError
+from contract.records import App, Cluster, Commit, PlanRun, TrafficHour
+from contract.scenario import Cell, Instance, JobKind, gpus_of
+from contract.scenario_io import parse_scenario
 from forecasting.gpu_mapping import gpus_needed
 from gpuplan.app.bridge import gpu_demand
 from scheduler.board import free_block_starts
-from scheduler.curves import swap_capped_curve
-from scheduler.model import Cell, Instance, JobKind, gpus_of
-from scheduler.scenario_io import parse_scenario
-from storage.records import App, Cluster, Commit, PlanRun, TrafficHour
 
 #: The quantile whose GPUs a run's forecast stores (``AppForecast.gpus``) and plans for.
 PLANNED_QUANTILE = 0.9

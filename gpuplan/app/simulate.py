@@ -54,14 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from contract.errors import InputError
-from gpuplan.app.bridge import STEP, column_commit, floor_hour, inputs_hash, scenario_document
-from gpuplan.app.config import PlanWith, ServiceConfig
-from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.jobs import check_spec, estimate_spec, finish, submit
-from gpuplan.app.tick import load_snapshot, plan_cycle, recalibrate, review
-from gpuplan.app.workload import SimJob
-from storage.records import (
+from contract.records import (
     App,
     Assignment,
     Cluster,
@@ -72,10 +65,17 @@ from storage.records import (
     RunMode,
     TrafficHour,
 )
+from gpuplan.app.bridge import STEP, column_commit, floor_hour, inputs_hash, scenario_document
+from gpuplan.app.config import PlanWith, ServiceConfig
+from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.jobs import check_spec, estimate_spec, finish, submit
+from gpuplan.app.tick import load_snapshot, plan_cycle, recalibrate, review
+from gpuplan.app.workload import SimJob
 
 if TYPE_CHECKING:
+    from contract.scenario import Grid, Instance
     from forecasting.job_forecast import JobForecast
-    from scheduler.model import Grid, Instance
     from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -434,8 +434,8 @@ def _priority_backfill_cycle(service: _Service, now: datetime) -> bool:
 
 def _fifo_cycle(service: _Service, now: datetime) -> bool:
     """The contract's FIFO on the hour's state, with last week's peaks reserved; commits the hour."""
+    from contract.scenario_io import parse_scenario
     from scheduler.policies import PolicyName, plan
-    from scheduler.scenario_io import parse_scenario
 
     store, config = service.store, service.config
     hour = floor_hour(now)
@@ -888,7 +888,7 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
     after its submission; real-time demand is the actual need. A legal grid means no GPU
     was double-booked, every block was aligned and kept, and no swap cap was broken.
     """
-    from scheduler.model import BatchJob, Instance, JobKind, RealtimeJob
+    from contract.scenario import BatchJob, Instance, JobKind, RealtimeJob
 
     grid = committed_grid(setup, run)
     committed_hours = run.committed_hours(setup)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from contract.records import JobState, PlanRun, RunMode
 from gpuplan.app.bridge import planned_place
-from storage.records import JobState, PlanRun, RunMode
 from storage.store import Store
 
 
@@ -83,7 +83,7 @@ def find_run(store: Store, which: str) -> PlanRun:
 
 def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
     """Write ``scenario.json``, ``plan.json`` (CONTRACT.md formats) and ``run.json`` into ``out_dir``."""
-    from scheduler.scenario_io import write_json_atomic
+    from contract.scenario_io import write_json_atomic
 
     plan = {
         "scenario": run.scenario.get("name"),

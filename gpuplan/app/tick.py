@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
+from contract.records import App, Commit, JobState, PlanRun, RunMode, TrafficHour
 from gpuplan.app.bridge import (
     STEP,
     AppDemand,
@@ -37,7 +38,6 @@ from gpuplan.app.bridge import (
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
-from storage.records import App, Commit, JobState, PlanRun, RunMode, TrafficHour
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -165,9 +165,9 @@ def plan_snapshot(
     time_limit_s: float = 10.0,
 ) -> tuple[dict[str, Any], Plan]:
     """The snapshot's scenario and its checked plan."""
+    from contract.scenario_io import parse_scenario
     from scheduler.model import HOT_PATH_BUDGET_MS, SolveOptions
     from scheduler.policies import plan
-    from scheduler.scenario_io import parse_scenario
 
     name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
     document = scenario_document(snapshot, config.plan_with, name=name)

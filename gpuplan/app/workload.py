@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from contract.errors import InputError
-from scheduler.model import BATCH_KINDS, JobKind
-from storage.records import Outcome
+from contract.records import Outcome
+from contract.scenario import JobKind
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -273,7 +273,7 @@ def read_workload(path: Path, *, cluster_gpus: int) -> list[SimJob]:
             kind = JobKind(row["kind"].strip().lower())
         except ValueError:
             kind = JobKind.REALTIME
-        if kind not in BATCH_KINDS:
+        if not kind.is_batch:
             raise bad("kind", "one of training, batch_inference, quantization")
         priority = _number(row["priority"])
         if priority is None or priority <= 0:
