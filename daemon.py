@@ -29,12 +29,13 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
+from contract.errors import StoreError
 from contract.records import Commit
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, JsonLinesExecutor, commit_lines
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate, retrain_from_store, review
-from storage.store import Store, StoreError
+from storage.store import Store
 
 log = logging.getLogger("gpuplan.daemon")
 

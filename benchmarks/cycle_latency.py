@@ -25,7 +25,7 @@ from contract.records import Cluster, Job, JobEstimate
 from gpuplan.app.config import AppTraffic, demo_config
 from gpuplan.app.seed import ensure_models, ensure_service
 from gpuplan.table import format_table
-from storage.store import open_store
+from storage.factory import open_store
 
 T0 = datetime(2026, 11, 30, 0, 5, tzinfo=UTC)
 CYCLE = timedelta(minutes=30)

@@ -33,3 +33,7 @@ class InputError(ValueError):
 
 class NotFittedError(ValueError, AttributeError):
     """A forecaster used before it was fitted (as scikit-learn's: a ValueError and an AttributeError)."""
+
+
+class StoreError(RuntimeError):
+    """The database could not be reached or refused an operation (not the user's input)."""

@@ -13,9 +13,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from contract.errors import InputError
+from contract.errors import InputError, StoreError
 from contract.files import describe_os_error
-from storage.store import StoreError
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

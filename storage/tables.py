@@ -169,6 +169,10 @@ class HistoryRow(Base):
     features: Mapped[dict[str, Any]]
 
 
+#: The history's common columns (the job history schema's, training_data/README.md), in its order.
+HISTORY_COMMON = ("job_id", "kind", "submit_time", "start_time", "end_time", "gpus", "outcome")
+
+
 class TrafficRow(Base):
     """Requests one app served in one wall-clock hour."""
 

@@ -18,7 +18,7 @@ from gpuplan.app.bridge import column_commit
 from gpuplan.app.reports import idle_windows, run_instance
 from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan
-from storage.store import open_store
+from storage.factory import open_store
 from tests.service_fixtures import run_cli
 
 START = datetime(2026, 3, 1, 13, tzinfo=UTC)

@@ -19,7 +19,7 @@ from contract.scenario_io import parse_scenario
 from gpuplan.app.config import demo_config
 from gpuplan.app.seed import ensure_service
 from scheduler.check import check_plan
-from storage.store import open_store
+from storage.factory import open_store
 from tests.pg import PgServer
 from tests.service_fixtures import _in_tmp_path, models_dir
 

@@ -19,7 +19,7 @@ from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
 from scheduler.check import check_plan
-from storage.store import open_store
+from storage.factory import open_store
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]

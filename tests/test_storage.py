@@ -27,7 +27,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, inspect, text
 
-from contract.errors import InputError
+from contract.errors import InputError, StoreError
 from contract.records import (
     App,
     Assignment,
@@ -41,8 +41,9 @@ from contract.records import (
     RunMode,
     TrafficHour,
 )
+from gpuplan.app.jobs import finish_job
+from storage.factory import DEFAULT_URL, open_store
 from storage.sql import SqlStore, alembic_config, head_revision
-from storage.store import DEFAULT_URL, StoreError, open_store
 from storage.tables import SCHEMA_REVISION, Base
 from tests.leaks import open_files
 from tests.storage_children import (
@@ -344,7 +345,7 @@ def test_finishing_a_job_appends_a_history_row_the_forecasters_accept(store: Sql
     store.add_job(queued_job("job-a", spec=spec))
     store.record_run(sample_run(), sample_commit())
     end = HOUR + timedelta(hours=5, minutes=20)
-    done = store.finish_job("job-a", end, Outcome.OK, {})
+    done = finish_job(store, "job-a", end, Outcome.OK, {})
     assert (done.state, done.ended_at, done.outcome) == (JobState.DONE, end, Outcome.OK)
     assert store.job("job-a") == done
 
@@ -360,11 +361,11 @@ def test_finishing_a_job_appends_a_history_row_the_forecasters_accept(store: Sql
         "sequence_packing": True,
     }
     with pytest.raises(InputError, match=re.escape("`job_id` must be a queued or running job; got 'job-a'.")):
-        store.finish_job("job-a", end, Outcome.OK, {})
+        finish_job(store, "job-a", end, Outcome.OK, {})
     with pytest.raises(
         InputError, match=re.escape("`job_id` must be the id of a submitted job; got 'nobody'.")
     ):
-        store.finish_job("nobody", end, Outcome.OK, {})
+        finish_job(store, "nobody", end, Outcome.OK, {})
 
 
 def test_a_job_that_never_ran_ends_without_teaching_a_duration(store: SqlStore) -> None:
@@ -373,18 +374,18 @@ def test_a_job_that_never_ran_ends_without_teaching_a_duration(store: SqlStore) 
     with pytest.raises(
         InputError, match=re.escape("`outcome` must be 'failed' or 'cancelled' for a job that never started")
     ):
-        store.finish_job("job-q", HOUR, Outcome.OK, {})
+        finish_job(store, "job-q", HOUR, Outcome.OK, {})
     assert store.job("job-q") == queued_job("job-q", spec=spec)
-    store.finish_job("job-q", HOUR, Outcome.CANCELLED, {})
+    finish_job(store, "job-q", HOUR, Outcome.CANCELLED, {})
     (row,) = validate_history(store.history(), source="store").to_dict("records")
     assert (row["start_time"], row["end_time"], row["outcome"]) == (HOUR, HOUR, "cancelled")
 
     store.add_job(queued_job("job-i", kind="batch_inference"))  # not a kind the forecasters learn
-    store.finish_job("job-i", HOUR, Outcome.FAILED, {})
+    finish_job(store, "job-i", HOUR, Outcome.FAILED, {})
     assert store.job("job-i").state is JobState.DONE  # type: ignore[union-attr]
     stated = {"id": "job-s", "kind": "training", "priority": 5.0, "gpus": 2, "hours": 3.0}
     store.add_job(queued_job("job-s", spec=stated))  # stated hours, no features to learn from
-    store.finish_job("job-s", HOUR, Outcome.FAILED, {})
+    finish_job(store, "job-s", HOUR, Outcome.FAILED, {})
     assert store.job("job-s").state is JobState.DONE  # type: ignore[union-attr]
     assert list(store.history()["job_id"]) == ["job-q"]
 
@@ -393,7 +394,7 @@ def test_a_history_row_the_schema_refuses_leaves_the_job_running(store: SqlStore
     store.add_job(queued_job("job-a", spec=yaml.safe_load(TRAINING_SPEC.read_text())))
     store.record_run(sample_run(), sample_commit())
     with pytest.raises(InputError, match=re.escape("`lora_rank` must be")):
-        store.finish_job("job-a", HOUR + timedelta(hours=1), Outcome.OK, {"lora_rank": -3})
+        finish_job(store, "job-a", HOUR + timedelta(hours=1), Outcome.OK, {"lora_rank": -3})
     assert store.job("job-a").state is JobState.RUNNING  # type: ignore[union-attr]
     assert store.history().empty
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from contract.records import Job, JobEstimate, JobState, Outcome, RunMode
@@ -24,6 +24,9 @@ from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
 from gpuplan.app.models import MODEL_FILES
 from storage.store import Store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_HOURS = 24 * 365
@@ -182,4 +185,61 @@ def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
         raise InputError(
             "--at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
         )
-    return store.finish_job(job_id, at, outcome)
+    return finish_job(store, job_id, at, outcome)
+
+
+def finish_job(
+    store: Store, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object] | None = None
+) -> Job:
+    """Mark the job done and append its history row, validated against the history schema, in one transaction.
+
+    Columns missing from ``history_row`` come from the stored job: ``job_id``, ``kind``,
+    ``submit_time``, ``start_time`` (``at`` for a job that never started), ``end_time``
+    (``at``), ``gpus`` (held, else estimated), ``outcome`` and the spec's features. Kinds
+    the forecasters do not learn (``batch_inference``), and jobs submitted with stated
+    hours instead of features, get no history row: there is nothing to learn from. A job
+    that never started cannot end ``completed``: its zero duration would teach the estimators.
+    """
+    outcome = Outcome(outcome)
+
+    def history(job: Job) -> pd.DataFrame | None:
+        from features.job_features import SCHEMAS
+        from training_data.history import validate_history
+
+        if job.state is JobState.DONE:
+            raise InputError(
+                "job_id",
+                "a queued or running job",
+                job_id,
+                hint=f"It already ended at {job.ended_at} ({job.outcome}).",
+            )
+        if job.started_at is None and outcome is Outcome.OK:
+            raise InputError(
+                "outcome",
+                f"{Outcome.FAILED.value!r} or {Outcome.CANCELLED.value!r} for a job that never started",
+                outcome.value,
+                hint=f"Job {job_id} is still queued.",
+            )
+        # A job committed for the hour it was submitted in starts at its submission, not before.
+        started = max(job.started_at or at, job.submitted_at)
+        if at < started:
+            raise InputError("at", f"at or after the job's start {started.isoformat()}", at.isoformat())
+        given = set(job.spec) | set(history_row or {})
+        if not (job.kind.is_forecast and set(SCHEMAS[job.kind].names) <= given):
+            return None
+        import pandas as pd
+
+        merged: dict[str, object] = {
+            **job.spec,
+            "job_id": job.id,
+            "kind": job.kind.value,
+            "submit_time": job.submitted_at,
+            "start_time": started,
+            "end_time": at,
+            "gpus": job.gpus or (job.estimate.gpus if job.estimate else None) or 1,
+            "outcome": outcome.value,
+            **(history_row or {}),
+        }
+        return validate_history(pd.DataFrame([merged]), source=f"the history row of job {job_id}")
+
+    return store.finish_job(job_id, at, outcome, history)

@@ -12,7 +12,8 @@ from pathlib import Path
 from contract.errors import InputError
 from contract.records import Cluster, Commit
 from contract.scenario import JobKind
-from storage.store import Store, open_store
+from storage.factory import open_store
+from storage.store import Store
 
 NO_DATA_HINT = "Run the service first (`gpuplan daemon --once`), or point --db at its database."
 

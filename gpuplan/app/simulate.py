@@ -651,7 +651,7 @@ def run_policy(
     progress: Callable[[int], object] = lambda hours: None,
 ) -> PolicyRun:
     """Simulate ``setup`` under ``policy``; ``progress(1)`` after each simulated hour."""
-    from storage.store import open_store
+    from storage.factory import open_store
 
     store = open_store(STORE_URL)
     try:
