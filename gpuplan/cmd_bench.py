@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _seven(args: argparse.Namespace) -> int:
     from contract.scenario_io import load_scenario
-    from scheduler.bench import run_scenario, scenario_files
+    from gpuplan.app.bench import run_scenario, scenario_files
 
     paths = scenario_files(args.scenarios) if args.scenarios.is_dir() else []
     if not paths:
@@ -121,7 +121,7 @@ def _seven(args: argparse.Namespace) -> int:
             )
             results.append(result)
             if args.png:
-                from scheduler.render import draw_plans
+                from gpuplan.render import draw_plans
 
                 draw_plans(
                     instance,
@@ -141,7 +141,7 @@ def _seven(args: argparse.Namespace) -> int:
 
 
 def _seven_table(results: list[Any]) -> str:
-    from scheduler.bench import PLAN_CYCLE
+    from gpuplan.app.bench import PLAN_CYCLE
 
     rows = []
     for r in results:
@@ -187,7 +187,7 @@ def _seven_table(results: list[Any]) -> str:
 def _published_table(results: list[Any]) -> str | None:
     """Our FIFO -> fast (hot path and plan cycle) beside the published figures, where the
     scenario names are the published ones."""
-    from scheduler.bench import PLAN_CYCLE, PUBLISHED
+    from gpuplan.app.bench import PLAN_CYCLE, PUBLISHED
 
     rows = []
     for r in results:
@@ -221,8 +221,8 @@ def _published_table(results: list[Any]) -> str | None:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from scheduler.bench import HOT_PATH, PLAN_CYCLE, run_scenario, sample_instances
-    from scheduler.synthetic import ROLLING_SHAPES, SHAPES
+    from gpuplan.app.bench import HOT_PATH, PLAN_CYCLE, run_scenario, sample_instances
+    from gpuplan.app.synthetic import ROLLING_SHAPES, SHAPES
 
     shapes = {**SHAPES, **ROLLING_SHAPES}
     names = tuple(shapes) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
@@ -320,7 +320,7 @@ def _sample_row(name: str, rows: list[dict[str, Any]]) -> list[object]:
 
 
 def _scale(args: argparse.Namespace) -> int:
-    from scheduler.bench import scale_sweep
+    from gpuplan.app.bench import scale_sweep
 
     try:
         sizes = [int(s) for s in args.sizes.split(",")]

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     checked_time_limit_s(args.time_limit, "--time-limit")
     if args.png:
-        from scheduler.render import check_image_path
+        from gpuplan.render import check_image_path
 
         check_image_path(args.png, "--png")
     if args.scenario:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(comparison_table(plans))
     if args.png:
-        from scheduler.render import draw_plans
+        from gpuplan.render import draw_plans
 
         draw_plans(instance, plans, args.png)
         print(f"grids drawn to {args.png}")

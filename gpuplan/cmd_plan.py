@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_writable(args.out, "--out")
     if args.png:
-        from scheduler.render import check_image_path
+        from gpuplan.render import check_image_path
 
         check_image_path(args.png, "--png")
     instance = load_scenario(args.scenario)
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     options = SolveOptions(time_limit_s=time_limit_s, workers=args.workers, budget_ms=budget_ms)
     plans = [plan(instance, PolicyName(name), options) for name in names]
     if args.png:
-        from scheduler.render import draw_plans
+        from gpuplan.render import draw_plans
 
         draw_plans(instance, plans, args.png)
     if args.compare:

@@ -28,7 +28,7 @@ from gpuplan.app.reports import (
     NeedBasis,
     UtilizationReport,
 )
-from scheduler.render import draw_grid, job_colours, legend_handles
+from gpuplan.render import draw_grid, job_colours, legend_handles
 
 KIND_COLOURS = {
     "training": "tab:blue",

@@ -153,8 +153,8 @@ def test_a_work_budget_gives_the_same_plan_every_time(doc: dict[str, Any]) -> No
 def test_more_budget_buys_the_searches_a_better_plan_on_a_rolling_replan() -> None:
     # A sampled rolling re-plan where the first pass starts valuable jobs late; the searches
     # (promotions, re-orders) given the plan cycle's heuristic share move them forward.
-    from scheduler.bench import sample_instances
-    from scheduler.synthetic import ROLLING_SHAPES
+    from gpuplan.app.bench import sample_instances
+    from gpuplan.app.synthetic import ROLLING_SHAPES
 
     (inst,) = sample_instances([ROLLING_SHAPES["rolling-mixed"]], [3])
     first = score(inst, build_grid(inst, allocate(inst, Budget.of_work(1e-3)))).objective
