@@ -435,7 +435,7 @@ def coverage_risk(
        ``gpus_down`` when the down GPUs alone explain it, ``batch_pinned`` when the running
        batch jobs alone do (both needed: the larger of the two).
     2. ``swap_cap``: the least swap-capped curve that reaches ``n`` at t
-       (:func:`scheduler.curves.swap_capped_curve` of ``n`` at t, zero before) exceeds
+       (:func:`contract.curves.swap_capped_curve` of ``n`` at t, zero before) exceeds
        what was reachable earlier: ``avail(u)`` at some step u < t, or at step 0 the
        running set plus the cap. The GPUs are there at t, the ramp could not get there.
     3. ``above_planned``: the plan holds at least the demand the run was given (the
