@@ -63,8 +63,17 @@ class ServiceConfig:
     plan_wall_clock: bool = True
     models_dir: Path = Path("models")
     commits_file: Path | None = Path("var/commits.jsonl")
+    #: The executor's name in gpuplan/app/executors' registry; None: jsonl with a commits file, else memory.
+    executor: str | None = None
     demo_queue: bool = False  # seed a queue from the bundled job history on an empty database
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def executor_name(self) -> str:
+        """The executor that runs the commits: the one named, else by the commits file."""
+        if self.executor is not None:
+            return self.executor
+        return "jsonl" if self.commits_file is not None else "memory"
 
 
 def demo_config(models_dir: Path = Path("models")) -> ServiceConfig:
@@ -102,6 +111,7 @@ TOP_KEYS = {
     "plan_with",
     "models_dir",
     "commits_file",
+    "executor",
     "demo_queue",
 }
 CLUSTER_KEYS = {"gpus", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
@@ -246,5 +256,6 @@ def load_config(path: Path) -> ServiceConfig:
         plan_with=PlanWith(plan_with),
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
+        executor=None if top.get("executor") is None else r.text(top["executor"], "executor"),
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
     )
