@@ -92,6 +92,10 @@ class SolveOptions:
     #: False: the fast mode's budget counts estimated work only, with no wall-clock backstop,
     #: so a plan does not depend on how busy the machine is (simulations, experiments).
     wall_clock: bool = True
+    #: The fast mode's CP-SAT window search (budgets from ``scheduler.lns.MIN_BUDGET_MS`` on). False:
+    #: the heuristic alone. Loading CP-SAT takes about a second: a caller with a tight budget calls
+    #: ``scheduler.lns.warm_up()`` first, or passes False.
+    cp_sat: bool = True
 
     def __post_init__(self) -> None:
         checked_budget_ms(self.budget_ms)

@@ -19,6 +19,7 @@ from contract.errors import InputError
 from contract.records import App, Cluster, DownWindowRecord
 from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_RT_PENALTY
 from contract.times import parse_time
+from scheduler.model import checked_budget_ms
 
 #: The bundled real-time traffic the demo cluster's two apps follow.
 DEMO_APPS = (
@@ -149,6 +150,13 @@ class _Fields:
             raise self.fail(name, f"an integer in [{low}, {high}]", value)
         return value
 
+    def budget_ms(self, value: object, name: str) -> float:
+        """A fast-mode budget in the one range every face shares (``scheduler.model.checked_budget_ms``)."""
+        try:
+            return checked_budget_ms(value, name)  # type: ignore[arg-type]  # checked there
+        except InputError as error:
+            raise self.fail(name, error.expected, value) from None
+
     def text(self, value: object, name: str) -> str:
         if not isinstance(value, str) or not value.strip():
             raise self.fail(name, "a non-empty string", value)
@@ -249,10 +257,8 @@ def load_config(path: Path) -> ServiceConfig:
         review_every_hours=None if review is None else r.number(review, "review_every_hours", 0.5, 168),
         review_time_limit_s=r.number(top.get("review_time_limit_s", 10.0), "review_time_limit_s", 0.1, 600),
         retrain_at=retrain_at,
-        plan_budget_ms=r.number(top.get("plan_budget_ms", 1000.0), "plan_budget_ms", 0.0, 60_000),
-        submit_budget_ms=None
-        if submit_budget is None
-        else r.number(submit_budget, "submit_budget_ms", 0.0, 60_000),
+        plan_budget_ms=r.budget_ms(top.get("plan_budget_ms", 1000.0), "plan_budget_ms"),
+        submit_budget_ms=None if submit_budget is None else r.budget_ms(submit_budget, "submit_budget_ms"),
         plan_with=PlanWith(plan_with),
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),

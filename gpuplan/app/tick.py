@@ -174,7 +174,7 @@ def plan_snapshot(
     instance = parse_scenario(document, source=name)
     options = SolveOptions(
         time_limit_s=time_limit_s,
-        budget_ms=budget_ms or HOT_PATH_BUDGET_MS,
+        budget_ms=HOT_PATH_BUDGET_MS if budget_ms is None else budget_ms,
         wall_clock=config.plan_wall_clock,
     )
     return document, plan(instance, policy, options)
