@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from gpuplan.options import add_budget_ms, add_time_limit, add_workers
 from gpuplan.table import format_table
 from scheduler.model import (
     HOT_PATH_BUDGET_MS,
-    MAX_BUDGET_MS,
-    MAX_TIME_LIMIT_S,
     PLAN_CYCLE_BUDGET_MS,
     checked_budget_ms,
     checked_time_limit_s,
@@ -30,22 +29,15 @@ MAX_RUNS = 10_000
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenarios", type=Path, default=Path("benchmarks"), help="folder of scenario files")
-    parser.add_argument(
-        "--time-limit",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help=f"full mode's limit per scenario (the whole call); 0 < S <= {MAX_TIME_LIMIT_S:g}",
-    )
-    parser.add_argument(
+    add_time_limit(parser, default=60.0, what="full mode's limit per scenario (the whole call)")
+    add_budget_ms(
+        parser,
         "--cycle-budget-ms",
-        type=float,
         default=PLAN_CYCLE_BUDGET_MS,
-        metavar="MS",
-        help=f"the plan cycle's budget for the fast mode (the hot path uses its default, "
-        f"{HOT_PATH_BUDGET_MS:g} ms); 0 < MS <= {MAX_BUDGET_MS:g}",
+        what="the plan cycle's budget for the fast mode (the hot path uses its default, "
+        f"{HOT_PATH_BUDGET_MS:g} ms)",
     )
-    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers in the full mode")
+    add_workers(parser)
     parser.add_argument("--no-full", action="store_true", help="skip the full mode (CP-SAT)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--png", type=Path, metavar="DIR", help="draw FIFO above fast for each scenario")

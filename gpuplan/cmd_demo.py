@@ -6,14 +6,13 @@ import argparse
 from importlib import resources
 from pathlib import Path
 
+from gpuplan.options import add_time_limit
 from gpuplan.table import comparison_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", type=Path, help="scenario file (default: the bundled demo-mixed)")
-    parser.add_argument(
-        "--time-limit", type=float, default=10.0, metavar="SECONDS", help="full mode's limit (0 < S <= 3600)"
-    )
+    add_time_limit(parser, default=10.0, what="full mode's limit")
     parser.add_argument("--png", type=Path, metavar="GRIDS.png", help="draw the plans stacked")
 
 

@@ -134,14 +134,12 @@ def submit(
     ``replan=False`` skips the hot-path plan (the answer then has no planned start): the
     simulation submits hundreds of jobs and only the cycle's plans change what runs.
     """
-    from gpuplan.app.tick import plan_cycle
+    from gpuplan.app.tick import plan_cycle, require_cluster
 
     spec = check_spec(spec_document, source=source, default_id=default_id)
     forecasters = forecasters or Forecasters(config.models_dir)
     estimate = estimate_spec(spec, forecasters, source=source)
-    cluster = store.cluster()
-    if cluster is None:
-        raise InputError("--db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
+    cluster = require_cluster(store)
     if estimate.gpus > cluster.gpus:
         raise InputError(
             "gpus",

@@ -65,7 +65,7 @@ from contract.records import (
     RunMode,
     TrafficHour,
 )
-from gpuplan.app.bridge import STEP, column_commit, floor_hour, inputs_hash, scenario_document
+from gpuplan.app.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
 from gpuplan.app.config import PlanWith, ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.forecasters import Forecasters
@@ -572,19 +572,15 @@ def _record(
     started: float,
 ) -> None:
     """Store a baseline's run with its commit and hand the commit to the executor, as the cycle does."""
-    run = PlanRun(
+    run = run_record(
+        scenario,
         start=commit.hour,
         created_at=now,
         mode=RunMode.PLAN,
         policy=policy,
-        inputs_hash=inputs_hash(scenario),
-        objective=float(metrics.get("objective", 0.0)),
-        bound=None,
+        grid=grid,
+        metrics=metrics,
         latency_ms=(time.perf_counter() - started) * 1000,
-        status="FEASIBLE",
-        scenario=scenario,
-        grid=[list(row) for row in grid],
-        metrics=dict(metrics),
     )
     stored = service.store.record_run(run, commit)
     if stored.committed:
