@@ -13,6 +13,8 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +27,22 @@ if TYPE_CHECKING:
 
 #: CP-SAT worker threads.
 MAX_WORKERS = 64
+
+
+#: The use cases' field names that every command shows as the same flag.
+FIELD_FLAGS = {"db": "--db", "at": "--at", "since": "--since"}
+
+
+@contextmanager
+def as_flags(names: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise a use case's ``InputError`` under the command-line name of its field."""
+    try:
+        yield
+    except InputError as error:
+        renamed = error.renamed(names)
+        if renamed is error:
+            raise
+        raise renamed from None
 
 
 def add_db(parser: argparse.ArgumentParser) -> None:

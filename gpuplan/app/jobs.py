@@ -176,12 +176,12 @@ def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
     """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle."""
     job = store.job(job_id)
     if job is None:
-        raise InputError("JOB_ID", "the id of a submitted job", job_id)
+        raise InputError("job_id", "the id of a submitted job", job_id)
     if job.state is JobState.DONE:
-        raise InputError("JOB_ID", "a job that is queued or running", f"{job_id} (already done)")
+        raise InputError("job_id", "a job that is queued or running", f"{job_id} (already done)")
     if job.started_at is not None and at < job.started_at:
         raise InputError(
-            "--at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
+            "at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
         )
     return finish_job(store, job_id, at, outcome)
 

@@ -71,13 +71,13 @@ def find_run(store: Store, which: str) -> PlanRun:
     if which == "latest":
         run = store.run()
         if run is None:
-            raise InputError("RUN_ID", "a stored run (the database has none yet)", which)
+            raise InputError("run_id", "a stored run (the database has none yet)", which)
         return run
     if not which.isdigit():
-        raise InputError("RUN_ID", "a run id (a whole number) or `latest`", which)
+        raise InputError("run_id", "a run id (a whole number) or `latest`", which)
     run = store.run(int(which))
     if run is None:
-        raise InputError("RUN_ID", "the id of a stored run", which)
+        raise InputError("run_id", "the id of a stored run", which)
     return run
 
 

@@ -127,7 +127,7 @@ def require_cluster(store: Store) -> Cluster:
     """The stored cluster; a database the daemon has not set up yet is an error that says so."""
     cluster = store.cluster()
     if cluster is None:
-        raise InputError("--db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
+        raise InputError("db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
     return cluster
 
 
