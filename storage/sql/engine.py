@@ -1,14 +1,7 @@
-"""The SQL store: one implementation of :class:`storage.store.Store` for SQLite and PostgreSQL.
+"""The SQL store's plumbing, shared by every aggregate: URLs, engines, transactions, the schema upgrade.
 
-Each public method is one transaction on a connection of its own from the pool, so a
-store may be shared by threads. Rows become value objects (``contract/records.py``)
-before a method returns; database errors become :class:`StoreError`.
-
-SQLite is set up for two processes on one file: write-ahead logging (readers never
-wait for the writer), a 30 s busy timeout (a second writer waits instead of failing)
-and ``BEGIN IMMEDIATE`` for every transaction that may write, so a transaction takes
-the write lock before it reads what it decides on (a deferred one could read, lose
-the race to upgrade its lock and fail). Read-only methods use a deferred ``BEGIN``.
+SQLite's set-up for two processes on one file (write-ahead logging, the busy timeout,
+``BEGIN IMMEDIATE`` for writers) is here; :mod:`storage.sql` describes it.
 """
 
 from __future__ import annotations
