@@ -8,6 +8,9 @@ import sys
 from gpuplan.app.jobs import OUTCOMES
 from gpuplan.options import add_at, add_db, at_of, open_db
 
+#: The finish use case's fields under this command's names.
+FLAGS = {"job_id": "JOB_ID", "outcome": "--outcome"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", metavar="JOB_ID")

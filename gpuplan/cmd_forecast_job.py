@@ -2,9 +2,10 @@
 
 The spec (YAML or JSON) is the one ``gpuplan submit`` takes: ``kind`` (training or
 quantization), the feature values by name, and optionally the queue's ``id`` and
-``priority`` (checked, not used here). The estimators are read from ``--models`` (default ./models); when none
-is there the command stops and says to run ``gpuplan train`` rather than training
-silently: a forecast should come from a model whose provenance the user chose.
+``priority`` (checked, not used here). The estimators are read from ``--models``
+(default ./models); when none is there the command stops and says to run ``gpuplan
+train`` rather than training silently: a forecast should come from a model whose
+provenance the user chose.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
+from contract.scenario_io import load_scenario, parse_scenario
 from scheduler.check import check_plan
 from scheduler.policies import PolicyName, SolveOptions, plan
-from scheduler.scenario_io import load_scenario, parse_scenario
 from tests.strategies import instance_of, scenarios, solved_by_hand
 
 #: Plans that are compared or pinned count work, not wall time: the same plans on a busy machine.

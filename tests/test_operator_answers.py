@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.records import JobState
 from gpuplan.app.config import demo_config
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.tick import plan_cycle
-from storage.records import JobState
-from storage.store import open_store
+from storage.factory import open_store
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]
