@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from contract.records import JobState
+from contract.records import Job, JobEstimate, JobState
+from contract.scenario import JobKind
 from gpuplan.app.config import demo_config
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.tick import plan_cycle
@@ -100,6 +101,25 @@ def test_a_job_larger_than_what_real_time_leaves_says_so_in_submit_and_status(
     assert all(row["reason"] is None for row in queue if row["planned_start"] is not None)
     text = run_cli("status", "--db", demo_db, "--at", SUBMIT_AT).out
     assert answer["reason"] in text
+
+
+def test_status_says_why_the_last_run_left_a_queued_job_out(demo_db: str) -> None:
+    after = datetime(2026, 12, 2, 10, 40, tzinfo=UTC)
+    store = open_store(demo_db)
+    try:
+        # As if the cluster had shrunk since the job came, and one submitted after the last run.
+        store.add_job(
+            Job("wide", JobKind.TRAINING, 50.0, {"kind": "training"}, after, estimate=JobEstimate(32, 2, 2))
+        )
+        store.add_job(
+            Job("late", JobKind.TRAINING, 50.0, {"kind": "training"}, after, estimate=JobEstimate(1, 2, 2))
+        )
+    finally:
+        store.close()
+    queue = json.loads(run_cli("status", "--db", demo_db, "--at", after.isoformat(), "--json").out)["queue"]
+    reasons = {row["job"]: row["reason"] for row in queue}
+    assert reasons["wide"] == "needs 32 GPUs; the cluster has 16"
+    assert reasons["late"] == "submitted after the last plan run"
 
 
 def test_a_job_kept_off_its_gpus_only_by_a_down_window_says_gpus_down(

@@ -291,16 +291,24 @@ def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | Non
     return None, None
 
 
-def no_start_reason(run: PlanRun, job_id: str, gpus: int) -> str:
-    """Why ``run`` gives ``job_id`` (``gpus`` GPUs) no start in its horizon, in an operator's words.
+def no_start_reason(run: PlanRun, job_id: str, gpus: int | None) -> str:
+    """Why ``run`` gives ``job_id`` no start in its horizon, in an operator's words.
 
-    The job's GPUs are set against what the run left to batch work: at each step, the GPUs
+    A job the run left out is explained by its estimated ``gpus`` (None: not estimated yet).
+    A job the run planned is set against what the run left to batch work: at each step, the GPUs
     that are up and hold no real-time app. Too few of them, even at the best step, is the
     job's own size (or, if they would do with every GPU up, the GPUs that are down);
     enough of them means other batch work holds them.
     """
-    if not any(job.get("id") == job_id for job in run.scenario.get("jobs", [])):
-        return "not in the last plan run (it has no estimate yet, or came after it)"
+    planned = next((job for job in run.scenario.get("jobs", []) if job.get("id") == job_id), None)
+    if planned is None:  # the run left it out
+        cluster_gpus = int(run.scenario.get("gpus", 0))
+        if gpus is None:
+            return "no estimate yet: its forecast failed (the daemon's log says why)"
+        if gpus > cluster_gpus:
+            return f"needs {gpus} GPUs; the cluster has {cluster_gpus}"
+        return "submitted after the last plan run"
+    gpus = int(planned["gpus"])
     horizon = len(run.grid[0]) if run.grid else 0
     hours = f"{horizon * int(run.scenario.get('step_minutes', 60)) / 60:g} h"
     realtime = {job["id"] for job in run.scenario.get("jobs", []) if job.get("kind") == "realtime"}

@@ -74,7 +74,7 @@ def status(store: Store, now: datetime) -> Status:
         start = planned_place(newest, job.id)[0] if newest is not None else None
         reason = None
         if start is None:
-            gpus = job.estimate.gpus if job.estimate is not None else 0
+            gpus = job.estimate.gpus if job.estimate is not None else None
             reason = "no plan run yet" if newest is None else no_start_reason(newest, job.id, gpus)
         queue.append(
             {"job": job.id, "planned_start": None if start is None else start.isoformat(), "reason": reason}
