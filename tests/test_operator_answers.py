@@ -442,3 +442,9 @@ def test_plan_wall_clock_in_a_config_is_a_boolean(tmp_path: Path) -> None:
     result = run_cli("daemon", "--once", "--db", f"sqlite:///{tmp_path / 'c.db'}", "--config", config)
     assert result.code == 2
     assert "`plan_wall_clock` must be true or false; got 'no'." in result.err
+
+
+def test_report_commits_counts_one_committed_hour_in_the_singular(demo_db: str) -> None:
+    result = run_cli("report", "commits", "--db", demo_db)
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[0].startswith("1 committed hour from 2026-12-02 10:00 ")
