@@ -5,7 +5,8 @@ this module only wires them and loops:
 
 - **plan** every ``cycle_minutes`` (first run at once): recalibrate, plan 24 hours, commit
   the current hour once, hand the commit to the executor;
-- **recalibrate** hourly: each app's profile takes the last hour's traffic;
+- **recalibrate** hourly: each app's profile takes the last hour's traffic (an app fed by
+  Prometheus has its finished hours read first: gpuplan/app/traffic_sources.py);
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
 - **retrain** nightly at ``retrain_at`` (off by default).
 
@@ -33,6 +34,7 @@ from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, JsonLinesExecutor, commit_lines
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate, retrain_from_store, review
+from gpuplan.app.traffic_sources import pull_traffic
 from storage.records import Commit
 from storage.store import Store, StoreError
 
@@ -85,8 +87,9 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     what it committed (the hour is committed once).
     """
     now = now or service.clock()
+    failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
     with holding(service.store, "plan"):
-        recalibrate(service.store, now, service.config)
+        recalibrate(service.store, now, service.config, skip=failed)
         report = plan_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
         )
@@ -118,8 +121,15 @@ def plan_job() -> None:
     _job("plan", run_once)
 
 
+def recalibrate_now(service: Service) -> list[str]:
+    """The hourly recalibration: Prometheus-fed apps' finished hours first, then every profile."""
+    now = service.clock()
+    failed = pull_traffic(service.store, now, service.config)
+    return recalibrate(service.store, now, service.config, skip=failed)
+
+
 def recalibrate_job() -> None:
-    _job("recalibrate", lambda s: recalibrate(s.store, s.clock(), s.config))
+    _job("recalibrate", recalibrate_now)
 
 
 def review_job() -> None:

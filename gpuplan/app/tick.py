@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import pickle
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,8 @@ from gpuplan.app.bridge import (
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
-from storage.records import App, Commit, JobState, PlanRun, RunMode, TrafficHour
+from gpuplan.app.traffic_sources import store_traffic
+from storage.records import App, Commit, JobState, PlanRun, RunMode
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -324,19 +326,22 @@ def review(
 # -- recalibrating -------------------------------------------------------------------------------
 
 
-def recalibrate(store: Store, now: datetime, config: ServiceConfig) -> list[str]:
+def recalibrate(
+    store: Store, now: datetime, config: ServiceConfig, *, skip: Collection[str] = ()
+) -> list[str]:
     """Feed each app's profile the stored traffic hours it has not seen, up to the last full hour.
 
     An hour that is missing or not a finite count >= 0 is skipped, and the log says so; the
-    profile is then not updated with it (its next update skips the gap). Returns the apps
-    whose profile moved.
+    profile is then not updated with it (its next update skips the gap). The apps in ``skip``
+    (whose traffic source failed this time) are left for the next recalibration. Returns the
+    apps whose profile moved.
     """
     import numpy as np
 
     updated = []
     through = floor_hour(now)  # hours before this one are complete
     for app in store.apps():
-        profile = load_profile(store, app.id)
+        profile = None if app.id in skip else load_profile(store, app.id)
         if profile is None:
             continue
         seen_until = next_unseen_hour(profile)
@@ -391,13 +396,14 @@ def ingest_traffic(store: Store, app: str, traffic: HourlyTraffic, *, shift_hour
     import numpy as np
 
     hours = traffic.hours + np.timedelta64(shift_hours, "h")
-    store.add_traffic(
-        [
-            TrafficHour(app, hour.astype("datetime64[s]").item().replace(tzinfo=UTC), float(requests))
+    return store_traffic(
+        store,
+        app,
+        (
+            (hour.astype("datetime64[s]").item().replace(tzinfo=UTC), requests)
             for hour, requests in zip(hours, traffic.requests, strict=True)
-        ]
+        ),
     )
-    return len(traffic)
 
 
 def retrain_from_store(store: Store, config: ServiceConfig) -> Any:
