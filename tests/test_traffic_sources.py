@@ -71,13 +71,17 @@ def _write_csv(path: Path, hours: list[datetime], requests: list[float]) -> Path
     return path
 
 
-def _config(tmp_path: Path, name: str, apps: dict[str, str | None], models: Path) -> Path:
-    """A config of 16 GPUs whose apps (id -> Prometheus URL, or None) start from the seed hours."""
+def _config(
+    tmp_path: Path, name: str, apps: dict[str, str | None], models: Path, *, seeded: bool = True
+) -> Path:
+    """A config of 16 GPUs whose apps (id -> Prometheus URL, or None) start from the seed hours
+    (``seeded``) or from no traffic at all."""
     seed = _write_csv(tmp_path / "seed.csv", HOURS[:SEED], REQUESTS[:SEED])
     entries: list[dict[str, Any]] = []
     for app, url in apps.items():
         entry: dict[str, Any] = {"id": app, "priority": 80, "swap_cap": 2, "requests_per_gpu_hour": 20.0}
-        entry["traffic"] = str(seed)
+        if seeded:
+            entry["traffic"] = str(seed)
         if url is not None:
             entry["prometheus"] = {"url": url, "query": QUERY.format(app)}
         entries.append(entry)
@@ -157,6 +161,23 @@ def test_a_prometheus_fed_app_recalibrates_to_the_profile_that_ingest_gives(
     assert next_unseen_hour(_profile(pulled_db, "chat")) == NOW.replace(minute=0)
     assert after != seeded
     assert after == _fitted(_profile(ingested_db, "chat"))
+
+
+@pytest.mark.prometheus
+def test_an_app_with_only_prometheus_gets_its_first_profile_as_one_ingested_would(
+    tmp_path: Path, models_dir: Path, prometheus: PromServer
+) -> None:
+    pulled_db, ingested_db = f"sqlite:///{tmp_path / 'pulled.db'}", f"sqlite:///{tmp_path / 'ingested.db'}"
+    pulled = _config(tmp_path, "pulled", {"chat": prometheus.url}, models_dir, seeded=False)
+    ingested = _config(tmp_path, "ingested", {"chat": None}, models_dir, seeded=False)
+    _daemon_once(pulled, pulled_db, NOW)  # the first start: two weeks from Prometheus, then a fit
+    _daemon_once(ingested, ingested_db, SEED_AT)
+    csv = _write_csv(tmp_path / "pulled.csv", HOURS[SEED:], REQUESTS[SEED:])
+    assert run_cli("ingest", "chat", "--traffic", csv, "--db", ingested_db).code == 0
+    _daemon_once(ingested, ingested_db, NOW)
+    first = _fitted(_profile(pulled_db, "chat"))
+    assert first["next_hour"] == np.datetime64(NOW.replace(minute=0, tzinfo=None), "h")
+    assert first == _fitted(_profile(ingested_db, "chat"))
 
 
 @pytest.mark.prometheus

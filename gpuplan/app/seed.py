@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import pickle
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -17,7 +16,7 @@ from contract.errors import InputError
 from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.config import AppTraffic, ServiceConfig
 from gpuplan.app.models import TRAINING_MODEL_FILE
-from gpuplan.app.tick import ingest_traffic
+from gpuplan.app.tick import fit_profile, ingest_traffic
 from storage.records import App, Job, JobEstimate
 from storage.store import Store
 
@@ -80,15 +79,14 @@ def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime) -> 
     import numpy as np
 
     from features.traffic import load_traffic
-    from forecasting.realtime import RealtimeProfile
 
     traffic = load_traffic(source.path)
     last = traffic.hours[-1].astype("datetime64[s]").item().replace(tzinfo=UTC)
     weeks = math.floor((floor_hour(now) - STEP - last) / WEEK)
     ingest_traffic(store, app.id, traffic, shift_hours=weeks * 7 * 24)
-    hours = traffic.hours + np.timedelta64(weeks * 7 * 24, "h")
-    profile = RealtimeProfile().fit(hours, traffic.requests)
-    store.save_profile(app.id, pickle.dumps(profile), through=last + weeks * WEEK)
+    profile = fit_profile(
+        store, app.id, traffic.hours + np.timedelta64(weeks * 7 * 24, "h"), traffic.requests
+    )
     if app.requests_per_gpu_hour <= 0:
         peak_gpus = source.peak_gpus or 8
         app = replace(app, requests_per_gpu_hour=max(float(traffic.requests.max()), 1.0) / peak_gpus)
