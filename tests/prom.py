@@ -23,7 +23,6 @@ The TSDB's time retention counts back from its newest block, not from the wall c
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -33,6 +32,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+
+from tests.pg import free_port
 
 METRIC = "vllm:request_success_total"
 MISSING = (
@@ -77,13 +78,6 @@ def openmetrics(series: Mapping[str, Series]) -> str:
     for name, one in series.items():
         lines += [f'{METRIC}{{model_name="{name}"}} {value!r} {t:.0f}' for t, value in one.samples()]
     return "\n".join([*lines, "# EOF", ""])
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class PromServer:

@@ -31,7 +31,8 @@ from gpuplan.app.tick import load_profile, next_unseen_hour
 from gpuplan.app.traffic_sources import MAX_PULL_HOURS, PrometheusError, hourly_requests, pull_traffic
 from storage.records import App, Cluster
 from storage.store import open_store
-from tests.prom import PromServer, Series, free_port
+from tests.pg import free_port
+from tests.prom import PromServer, Series
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]
