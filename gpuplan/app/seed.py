@@ -56,14 +56,17 @@ def ensure_service(store: Store, config: ServiceConfig, now: datetime, *, from_f
     fresh = store.cluster() is None
     if fresh or from_file:
         store.save_cluster(config.cluster)
-    stored_apps = {app.id for app in store.apps()}
+    stored_apps = {app.id: app for app in store.apps()}
     traffic_of = {t.app: t for t in config.traffic}
     for configured in config.apps:
         if configured.id in stored_apps and not from_file:
             continue
-        app, source = configured, traffic_of.get(configured.id)
+        app, source, stored = configured, traffic_of.get(configured.id), stored_apps.get(configured.id)
         if store.profile(app.id) is None and source is not None:
             app = _seed_traffic(store, app, source, now)
+        elif app.requests_per_gpu_hour <= 0 and stored is not None and stored.requests_per_gpu_hour > 0:
+            # A restart on the same config: the capacity was derived from the traffic on the first start.
+            app = replace(app, requests_per_gpu_hour=stored.requests_per_gpu_hour)
         elif app.requests_per_gpu_hour <= 0:
             raise InputError(
                 f"apps[{app.id}].requests_per_gpu_hour", "a number > 0 (or traffic to derive it from)", 0
