@@ -268,6 +268,11 @@ BAD_SOURCES = [
     ({"url": "ftp://prometheus:9090", "query": "up"}, "apps[0].prometheus.url", "an http:// or https:// URL"),
     ({"url": 9090, "query": "up"}, "apps[0].prometheus.url", "an http:// or https:// URL"),
     ({"url": "http://:9090/", "query": "up"}, "apps[0].prometheus.url", "an http:// or https:// URL"),
+    (
+        {"url": "http://me:secret@prom:9090", "query": "up"},
+        "apps[0].prometheus.url",
+        "a URL without user:password@",
+    ),
     ({"query": "up"}, "apps[0].prometheus.url", "the URL of the Prometheus server"),
     ({"url": "http://127.0.0.1:9090"}, "apps[0].prometheus.query", "a PromQL query"),
     ({"url": "http://127.0.0.1:9090", "query": "  "}, "apps[0].prometheus.query", "a non-empty string"),
@@ -289,7 +294,8 @@ def test_a_bad_prometheus_source_names_the_field_the_expected_and_the_received_v
     path.write_text(yaml.safe_dump({"cluster": {"gpus": 4}, "apps": [app]}))
     with pytest.raises(InputError, match=re.escape(f"`{field}` must be {expected}")) as caught:
         load_config(path)
-    assert str(path) in str(caught.value) and "got" in str(caught.value)
+    assert str(path) in str(caught.value) and "; got " in str(caught.value)
+    assert "secret" not in str(caught.value)
 
 
 def test_a_prometheus_source_is_read_with_its_url_and_query(tmp_path: Path) -> None:

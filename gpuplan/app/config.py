@@ -174,6 +174,8 @@ class _Fields:
         parts = urlsplit(value.strip())
         if parts.scheme not in {"http", "https"} or not parts.hostname or parts.query or parts.fragment:
             raise self.fail(name, expected, value)
+        if parts.username is not None or parts.password is not None:  # it would be logged
+            raise self.fail(name, "a URL without user:password@", "a URL with credentials")
         return value.strip().rstrip("/")
 
     def instant(self, value: object, name: str) -> datetime:
