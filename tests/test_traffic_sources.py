@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -225,13 +226,13 @@ def test_hours_prometheus_has_no_point_for_are_skipped_and_logged_by_the_hourly_
 
 @pytest.mark.prometheus
 def test_a_pull_reaches_back_two_weeks_at_most_and_stores_what_prometheus_has(
-    sqlite_url: str, prometheus: PromServer
+    db_url: str, prometheus: PromServer
 ) -> None:
     later = NOW + 7 * 24 * HOUR  # a week after the series ends
     app = App(id="chat", priority=80.0, swap_cap=2, requests_per_gpu_hour=20.0, headroom=0.0)
     source = PrometheusSource("chat", prometheus.url, QUERY.format("chat"))
     config = ServiceConfig(cluster=Cluster(gpus=4), apps=(app,), prometheus=(source,))
-    store = open_store(sqlite_url)
+    store = open_store(db_url)
     try:
         store.save_app(config.apps[0])
         assert pull_traffic(store, later, config) == frozenset()
@@ -262,6 +263,18 @@ def test_a_bad_answer_fails_the_pull_with_prometheus_own_reason(
     source = PrometheusSource("chat", prometheus.url, query)
     with pytest.raises(PrometheusError, match=re.escape(error)):
         hourly_requests(source, FIRST_PULLED, FIRST_PULLED + 3 * HOUR)
+
+
+def test_a_server_that_does_not_answer_in_time_fails_the_pull() -> None:
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        source = PrometheusSource("chat", url, QUERY.format("chat"))
+        with pytest.raises(
+            PrometheusError, match=re.escape(f"Prometheus at {url} is unreachable (timed out)")
+        ):
+            hourly_requests(source, FIRST_PULLED, FIRST_PULLED + HOUR, timeout_s=0.5)
 
 
 BAD_SOURCES = [
