@@ -68,7 +68,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]
 def _write_csv(path: Path, hours: list[datetime], requests: list[float]) -> Path:
     path.write_text(
         "hour,requests\n"
-        + "".join(f"{h:%Y-%m-%d %H:%M:%S},{r:g}\n" for h, r in zip(hours, requests, strict=True))
+        + "".join(f"{h:%Y-%m-%d %H:%M:%S},{r!r}\n" for h, r in zip(hours, requests, strict=True))
     )
     return path
 
