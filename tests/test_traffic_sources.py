@@ -22,17 +22,17 @@ import numpy as np
 import pytest
 import yaml
 
-import daemon
 from contract.errors import InputError
+from contract.records import App, Cluster
 from features.traffic import load_traffic
 from forecasting.realtime import RealtimeProfile
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
 from gpuplan.app.config import PrometheusSource, ServiceConfig, load_config
 from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.service import Service, recalibrate_now
 from gpuplan.app.tick import load_profile, next_unseen_hour
 from gpuplan.app.traffic_sources import MAX_PULL_HOURS, PrometheusError, hourly_requests, pull_traffic
-from storage.records import App, Cluster
-from storage.store import open_store
+from storage.factory import open_store
 from tests.pg import free_port
 from tests.prom import PromServer, Series
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
@@ -210,9 +210,9 @@ def test_hours_prometheus_has_no_point_for_are_skipped_and_logged_by_the_hourly_
     config = replace(load_config(path), models_dir=models_dir)
     store = open_store(db)
     try:
-        service = daemon.Service(store=store, config=config, executor=InMemoryExecutor(), clock=lambda: NOW)
+        service = Service(store=store, config=config, executor=InMemoryExecutor(), clock=lambda: NOW)
         with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
-            assert daemon.recalibrate_now(service) == ["gappy"]
+            assert recalibrate_now(service) == ["gappy"]
         stored = {row.hour: row.requests for row in store.traffic("gappy", since=FIRST_PULLED)}
         profile = load_profile(store, "gappy")
     finally:

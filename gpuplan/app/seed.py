@@ -10,24 +10,22 @@ import logging
 import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from contract.errors import InputError
+from contract.records import App, Job, JobEstimate
+from contract.scenario import JobKind
 from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.config import AppTraffic, ServiceConfig
 from gpuplan.app.models import TRAINING_MODEL_FILE
 from gpuplan.app.tick import fit_profile, ingest_traffic
-from storage.records import App, Job, JobEstimate
 from storage.store import Store
-
-if TYPE_CHECKING:
-    from features.job_features import JobKind
 
 log = logging.getLogger(__name__)
 
 WEEK = timedelta(days=7)
 #: The demo's queue: this many jobs of each kind, drawn from the bundled history.
-DEMO_QUEUE: dict[JobKind, int] = {"training": 9, "quantization": 3}
+DEMO_QUEUE: dict[JobKind, int] = {JobKind.TRAINING: 9, JobKind.QUANTIZATION: 3}
 DEMO_PRIORITIES = (10.0, 30.0, 50.0, 70.0)
 #: Rows of the bundled history copied into a demo database (what `train --db` starts from).
 DEMO_HISTORY_ROWS = 3000
@@ -85,11 +83,9 @@ def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime) -> 
 
     traffic = load_traffic(source.path)
     last = traffic.hours[-1].astype("datetime64[s]").item().replace(tzinfo=UTC)
-    weeks = math.floor((floor_hour(now) - STEP - last) / WEEK)
-    ingest_traffic(store, app.id, traffic, shift_hours=weeks * 7 * 24)
-    profile = fit_profile(
-        store, app.id, traffic.hours + np.timedelta64(weeks * 7 * 24, "h"), traffic.requests
-    )
+    shift_hours = math.floor((floor_hour(now) - STEP - last) / WEEK) * 7 * 24
+    ingest_traffic(store, app.id, traffic, shift_hours=shift_hours)
+    profile = fit_profile(store, app.id, traffic.hours + np.timedelta64(shift_hours, "h"), traffic.requests)
     if app.requests_per_gpu_hour <= 0:
         peak_gpus = source.peak_gpus or 8
         app = replace(app, requests_per_gpu_hour=max(float(traffic.requests.max()), 1.0) / peak_gpus)
@@ -139,7 +135,7 @@ def _seed_demo_jobs(store: Store, now: datetime) -> None:
         store.add_job(
             Job(
                 id=spec["id"],
-                kind="batch_inference",
+                kind=JobKind.BATCH_INFERENCE,
                 priority=40.0,
                 spec=spec,
                 submitted_at=now,

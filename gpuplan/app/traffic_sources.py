@@ -26,9 +26,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from contract.records import TrafficHour
 from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.config import PrometheusSource, ServiceConfig
-from storage.records import TrafficHour
 from storage.store import Store
 
 log = logging.getLogger(__name__)
