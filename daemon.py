@@ -142,6 +142,11 @@ class PrintingExecutor:
             sys.stdout.write(f"commit {line['hour']} {line['job']} gpus={line['gpus']}\n")
         sys.stdout.flush()
 
+    def stop(self, job: str, at: datetime) -> None:
+        self.inner.stop(job, at)
+        sys.stdout.write(f"stop {at.isoformat()} {job}\n")
+        sys.stdout.flush()
+
 
 class Metrics:
     """Prometheus metrics of the plan cycle, served on ``port``."""

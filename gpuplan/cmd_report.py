@@ -72,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     commits = add("commits", "every committed hour: which job holds which GPUs", _commits)
     commits.add_argument("--since", metavar="TIME", help="committed hours from TIME on (default all)")
+    commits.add_argument("--team", metavar="TEAM", help="only the jobs this team submitted")
 
 
 def _add_run(parser: argparse.ArgumentParser) -> None:
@@ -94,17 +95,39 @@ def run(args: argparse.Namespace) -> int:
 # The reports
 
 
-def _idle_windows(args: argparse.Namespace) -> int:
-    from gpuplan.app.reports import BookableStart, IdleWindow, bookable_starts, idle_windows, run_instance
+_IDLE_FLAGS = {
+    "run": "--run",
+    "min_gpus": "--min-gpus",
+    "min_hours": "--min-hours",
+    "gpus": "--gpus",
+    "hours": "--hours",
+    "limit": "--limit",
+}
 
-    run_value = _load_run(args)
-    instance = run_instance(run_value)
+
+def _idle_windows(args: argparse.Namespace) -> int:
+    from gpuplan.app.report_inputs import open_existing_store
+    from gpuplan.app.report_queries import idle_query
+    from gpuplan.app.reports import BookableStart, IdleWindow
+
+    store = open_existing_store(args.db)
+    try:
+        with _flags(_IDLE_FLAGS):
+            query = idle_query(
+                store,
+                args.run_ref,
+                min_gpus=args.min_gpus,
+                min_hours=args.min_hours,
+                gpus=args.gpus,
+                hours=args.hours,
+                limit=args.limit,
+            )
+    finally:
+        store.close()
+    run_value, instance = query.run, query.instance
     heading = _run_heading(run_value, instance)
-    if args.gpus is None and args.hours is None:
-        if args.limit is not None:
-            raise InputError("--limit", "given only with --gpus and --hours", args.limit)
-        with _flags({"min_gpus": "--min-gpus", "min_hours": "--min-hours"}):
-            report = idle_windows(instance, run_value.grid, run_value.start, args.min_gpus, args.min_hours)
+    if query.windows is not None:
+        report = query.windows
         asked = f">= {args.min_gpus} GPUs for >= {args.min_hours:g} h"
         _emit(
             IdleWindow,
@@ -133,13 +156,7 @@ def _idle_windows(args: argparse.Namespace) -> int:
                 path=args.png,
             )
         return 0
-    if args.gpus is None or args.hours is None:
-        missing = "--hours" if args.hours is None else "--gpus"
-        raise InputError(missing, "given with " + ("--gpus" if missing == "--hours" else "--hours"), None)
-    with _flags({"gpus": "--gpus", "hours": "--hours", "limit": "--limit"}):
-        rows = bookable_starts(
-            instance, run_value.grid, run_value.start, args.gpus, args.hours, limit=args.limit
-        )
+    rows = query.bookable or []
     job = f"a {args.gpus}-GPU job of {args.hours:g} h"
     footer = []
     if rows:
@@ -173,41 +190,18 @@ def _idle_windows(args: argparse.Namespace) -> int:
 
 def _coverage_risk(args: argparse.Namespace) -> int:
     from gpuplan.app.report_inputs import open_existing_store
-    from gpuplan.app.reports import CoverageRow, app_needs, coverage_risk, planned_counts, run_instance
-    from gpuplan.app.status import find_run
+    from gpuplan.app.report_queries import coverage_query
+    from gpuplan.app.reports import CoverageRow, app_needs, planned_counts
 
     since = _since(args)
     store = open_existing_store(args.db)
     try:
-        with _flags({"RUN_ID": "--run"}):
-            run_value = find_run(store, args.run_ref)
-        instance = run_instance(run_value)
-        step = timedelta(minutes=instance.step_minutes)
-        window_since = since if since is not None else run_value.start - instance.horizon_steps * step
-        if since is not None and since >= run_value.start:
-            raise InputError(
-                "--since", f"a time before the run's start ({run_value.start.isoformat()})", args.since
-            )
-        apps = store.apps()
-        commits = store.commits(window_since, run_value.start)
-        if since is not None and not commits:
-            raise InputError(
-                "--since",
-                "a time with committed hours between it and the run's start",
-                args.since,
-                hint=f"No hour was committed from {since.isoformat()} to {run_value.start.isoformat()}.",
-            )
-        traffic = [
-            hour
-            for job in instance.realtime_jobs
-            for hour in store.traffic(job.id, window_since, run_value.start)
-        ]
+        with _flags({"run": "--run", "since": "--since", "quantile": "--quantile"}):
+            query = coverage_query(store, args.run_ref, quantile=args.quantile, since=since)
     finally:
         store.close()
-    with _flags({"quantile": "--quantile"}):
-        report = coverage_risk(
-            run_value, apps, args.quantile, traffic=traffic, commits=commits, since=window_since
-        )
+    run_value, instance, report, apps = query.run, query.instance, query.report, query.apps
+    window_since = query.since
     heading = _run_heading(run_value, instance)
     percentile = f"P{args.quantile * 100:g}"
     footer = [
@@ -252,25 +246,23 @@ def _coverage_risk(args: argparse.Namespace) -> int:
 
 
 def _utilization(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import job_kinds, open_existing_store, stored_cluster, stored_commits
-    from gpuplan.app.reports import UtilizationRow, utilization
+    from gpuplan.app.report_inputs import open_existing_store
+    from gpuplan.app.report_queries import utilization_query
+    from gpuplan.app.reports import UtilizationRow
 
     since = _since(args)
     store = open_existing_store(args.db)
     try:
-        cluster = stored_cluster(store)
-        commits = stored_commits(store, since)
-        kinds = job_kinds(store)
+        report, cluster_gpus = utilization_query(store, since=since)
     finally:
         store.close()
-    report = utilization(commits, cluster, kinds)
     totals = ", ".join(f"{name} {hours:g}" for name, hours in report.gpu_hours.items() if hours)
     period = f"{cell_text(report.rows[0].hour)} to {cell_text(report.rows[-1].hour + timedelta(hours=1))}"
     _emit(
         UtilizationRow,
         report.rows,
         args,
-        title=f"{cluster.gpus} GPUs, {len(report.rows)} committed hours {period}: GPUs by what held them",
+        title=f"{cluster_gpus} GPUs, {len(report.rows)} committed hours {period}: GPUs by what held them",
         empty="no committed hour",
         footer=[f"total GPU-hours: {totals}; busy {report.busy_share:.1%} of up GPU-hours"],
     )
@@ -279,7 +271,7 @@ def _utilization(args: argparse.Namespace) -> int:
 
         draw_utilization(
             report,
-            cluster.gpus,
+            cluster_gpus,
             f"Committed GPUs by kind, {period} (busy {report.busy_share:.1%} of up GPU-hours)",
             args.png,
         )
@@ -288,12 +280,13 @@ def _utilization(args: argparse.Namespace) -> int:
 
 def _commits(args: argparse.Namespace) -> int:
     from gpuplan.app.report_inputs import open_existing_store, stored_cluster, stored_commits
+    from gpuplan.app.report_queries import team_commits
     from gpuplan.app.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
 
     since = _since(args)
     store = open_existing_store(args.db)
     try:
-        commits = stored_commits(store, since)
+        commits = team_commits(store, stored_commits(store, since), args.team)
         cluster = stored_cluster(store) if args.png else None
         apps = {app.id for app in store.apps()} if args.png else set()
     finally:
@@ -328,18 +321,6 @@ def _commits(args: argparse.Namespace) -> int:
 # Loading and output
 
 
-def _load_run(args: argparse.Namespace) -> PlanRun:
-    from gpuplan.app.report_inputs import open_existing_store
-    from gpuplan.app.status import find_run
-
-    store = open_existing_store(args.db)
-    try:
-        with _flags({"RUN_ID": "--run"}):
-            return find_run(store, args.run_ref)
-    finally:
-        store.close()
-
-
 def _since(args: argparse.Namespace) -> datetime | None:
     from contract.times import parse_time
 
@@ -361,7 +342,10 @@ def _flags(names: Mapping[str, str]) -> Iterator[None]:
     except InputError as error:
         if error.field not in names:
             raise
-        raise InputError(names[error.field], error.expected, error.got, source=error.source) from None
+        expected = error.expected
+        for field, flag in names.items():  # a use case names its other options in backticks
+            expected = expected.replace(f"`{field}`", flag)
+        raise InputError(names[error.field], expected, error.got, source=error.source) from None
 
 
 def _emit(

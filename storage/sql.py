@@ -76,6 +76,7 @@ from storage.tables import (
     RunForecastRow,
     TrafficRow,
 )
+from storage.tokens import TokenTables
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -263,7 +264,7 @@ def _owner_alive(owner: str) -> bool:
     return True
 
 
-class SqlStore(Store):
+class SqlStore(TokenTables, Store):
     """The store on SQLite or PostgreSQL through SQLAlchemy; open it with :meth:`open`."""
 
     def __init__(self, engine: Engine, *, lock_ttl: timedelta = DEFAULT_LOCK_TTL) -> None:
@@ -512,6 +513,7 @@ class SqlStore(Store):
             started_at=row.started_at,
             ended_at=row.ended_at,
             outcome=row.outcome,
+            team=row.team,
         )
 
     @staticmethod
@@ -545,6 +547,7 @@ class SqlStore(Store):
                     started_at=job.started_at,
                     ended_at=job.ended_at,
                     outcome=job.outcome,
+                    team=job.team,
                 )
             )
             try:

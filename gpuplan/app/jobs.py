@@ -3,7 +3,9 @@
 ``submit`` validates a spec, forecasts it (GPUs, P50 and P90 hours), queues it and
 answers with the job's planned start and GPUs from an immediate fast-mode replan (the
 hot path; stored, never committed). ``finish`` marks a job done, appends it to the job
-history the forecasters retrain on, and frees its GPUs at the next cycle.
+history the forecasters retrain on, and frees its GPUs at the next cycle. ``cancel``
+takes a queued job out of the queue, or stops a running one through the executor; either
+way it ends ``cancelled``.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from typing import Any
 from contract.errors import InputError
 from gpuplan.app.bridge import planned_place
 from gpuplan.app.config import ServiceConfig
+from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
 from gpuplan.app.models import MODEL_FILES
+from gpuplan.app.status import placement_reason
+from gpuplan.app.tokens import NotFoundError, require_job, require_priority
 from scheduler.scenario_io import MAX_PRIORITY
-from storage.records import Job, JobEstimate, JobState, Outcome, RunMode
+from storage.records import ApiToken, Job, JobEstimate, JobState, Outcome, RunMode, Scope
 from storage.store import Store
 
 BATCH_KINDS = ("training", "batch_inference", "quantization")
@@ -37,6 +42,7 @@ class SubmitResult:
     hours_p90: float
     planned_start: datetime | None
     first_gpu: int | None
+    reason: str
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -46,6 +52,7 @@ class SubmitResult:
             "hours_p90": round(self.hours_p90, 4),
             "planned_start": None if self.planned_start is None else self.planned_start.isoformat(),
             "first_gpu": self.first_gpu,
+            "reason": self.reason,
         }
 
 
@@ -124,15 +131,23 @@ def submit(
     default_id: str | None = None,
     forecasters: Forecasters | None = None,
     replan: bool = True,
+    token: ApiToken | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
     ``replan=False`` skips the hot-path plan (the answer then has no planned start): the
     simulation submits hundreds of jobs and only the cycle's plans change what runs.
+    A ``token`` (the API's caller) must hold ``submit`` and a cap at or above the job's
+    priority; the job records the token's team.
     """
     from gpuplan.app.tick import plan_cycle
+    from gpuplan.app.tokens import require
 
+    if token is not None:
+        require(token, Scope.SUBMIT)
     spec = check_spec(spec_document, source=source, default_id=default_id)
+    if token is not None:
+        require_priority(token, float(spec.get("priority", 1)))
     forecasters = forecasters or Forecasters(config.models_dir)
     estimate = estimate_spec(spec, forecasters, source=source)
     cluster = store.cluster()
@@ -156,17 +171,20 @@ def submit(
             spec=spec,
             submitted_at=now,
             estimate=estimate,
+            team=None if token is None else token.team,
         )
     )
     planned_start: datetime | None = None
     first_gpu: int | None = None
+    reason = "queued; the next plan cycle places it"
     if replan:
         report = plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT)
         run = store.run(report.run_id)
         if run is not None:
             planned_start, first_gpu = planned_place(run, spec["id"])
+            reason = placement_reason(run, estimate, planned_start)
     return SubmitResult(
-        spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu
+        spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu, reason
     )
 
 
@@ -182,3 +200,30 @@ def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
             "--at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
         )
     return store.finish_job(job_id, at, outcome)
+
+
+def known_job(store: Store, job_id: str, token: ApiToken | None = None) -> Job:
+    """The stored job (NotFoundError otherwise); a token must be allowed to read it."""
+    from gpuplan.app.tokens import require
+
+    job = store.job(job_id)
+    if job is None:
+        raise NotFoundError("JOB_ID", "the id of a submitted job", job_id)
+    if token is not None:
+        require(token, Scope.READ)
+    return job
+
+
+def cancel(
+    store: Store, job_id: str, at: datetime, executor: Executor | None, *, token: ApiToken | None = None
+) -> Job:
+    """Cancel a job: a queued one leaves the queue, a running one is stopped through the
+    executor first; both end ``cancelled`` (the history keeps a job that ran)."""
+    job = known_job(store, job_id)
+    if token is not None:
+        require_job(token, job)
+    if job.state is JobState.DONE:
+        raise InputError("JOB_ID", "a job that is queued or running", f"{job_id} (already {job.outcome})")
+    if job.state is JobState.RUNNING and executor is not None:
+        executor.stop(job_id, at)
+    return store.finish_job(job_id, max(at, job.started_at or at), Outcome.CANCELLED)

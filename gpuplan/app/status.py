@@ -9,7 +9,7 @@ from typing import Any
 
 from contract.errors import InputError
 from gpuplan.app.bridge import planned_place
-from storage.records import JobState, PlanRun, RunMode
+from storage.records import Job, JobEstimate, JobState, PlanRun, RunMode
 from storage.store import Store
 
 
@@ -45,24 +45,93 @@ class Status:
         }
 
 
-def status(store: Store, now: datetime) -> Status:
-    """Running jobs with their GPUs, the queue with planned starts from the latest plan, the last run."""
+def placement_reason(run: PlanRun, estimate: JobEstimate | None, planned_start: datetime | None) -> str:
+    """Why a queued job starts when ``run`` plans it, in one line."""
+    if estimate is None:
+        return "no forecast yet (the model could not read the spec); left queued"
+    block = f"an aligned block of {estimate.gpus} GPU{'s' if estimate.gpus > 1 else ''}"
+    if planned_start is None:
+        return (
+            f"no {block[3:]} is free for its {estimate.hours_p90:g} h (P90) "
+            "within the 24-hour horizon ahead of higher-value work"
+        )
+    if planned_start <= run.start:
+        return f"starts in the first open hour on {block}"
+    wait = (planned_start - run.start).total_seconds() / 3600
+    return f"waits {wait:g} h for {block}: running, real-time or higher-value work holds them until then"
+
+
+def _queue_row(job: Job, newest: PlanRun | None) -> dict[str, Any]:
+    start = planned_place(newest, job.id)[0] if newest is not None else None
+    return {
+        "job": job.id,
+        "team": job.team,
+        "priority": job.priority,
+        "gpus": None if job.estimate is None else job.estimate.gpus,
+        "planned_start": None if start is None else start.isoformat(),
+        "reason": "no plan yet" if newest is None else placement_reason(newest, job.estimate, start),
+    }
+
+
+def job_view(store: Store, job: Job) -> dict[str, Any]:
+    """One job as ``GET /v1/jobs/{id}`` shows it: state, forecast, planned or actual start, GPUs, outcome."""
+    planned: datetime | None = None
+    reason = None
+    if job.state is JobState.QUEUED:
+        newest = _newest_plan(store)
+        if newest is not None:
+            planned = planned_place(newest, job.id)[0]
+            reason = placement_reason(newest, job.estimate, planned)
+    estimate = job.estimate
+    return {
+        "job": job.id,
+        "kind": job.kind,
+        "team": job.team,
+        "priority": job.priority,
+        "state": job.state.value,
+        "submitted_at": job.submitted_at.isoformat(),
+        "forecast": None
+        if estimate is None
+        else {"gpus": estimate.gpus, "hours_p50": estimate.hours_p50, "hours_p90": estimate.hours_p90},
+        "planned_start": None if planned is None else planned.isoformat(),
+        "reason": reason,
+        "started_at": None if job.started_at is None else job.started_at.isoformat(),
+        "gpus": None
+        if job.first_gpu is None or job.gpus is None
+        else list(range(job.first_gpu, job.first_gpu + job.gpus)),
+        "ended_at": None if job.ended_at is None else job.ended_at.isoformat(),
+        "outcome": None if job.outcome is None else job.outcome.value,
+    }
+
+
+def _newest_plan(store: Store) -> PlanRun | None:
+    """The run whose grid is the queue's current plan: the latest plan or submit run (not a review)."""
     last = store.run()
-    plan = next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
-    newest = last if last is not None and last.mode is not RunMode.REVIEW else plan
+    if last is not None and last.mode is not RunMode.REVIEW:
+        return last
+    return next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
+
+
+def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
+    """Running jobs with their GPUs, the queue with planned starts from the latest plan, the last run.
+
+    ``team`` keeps that team's jobs only."""
+    last = store.run()
+    newest = _newest_plan(store)
     running = [
         {
             "job": job.id,
+            "team": job.team,
             "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
             "since": job.started_at.isoformat(),
         }
         for job in store.jobs([JobState.RUNNING])
-        if job.first_gpu is not None and job.gpus is not None and job.started_at is not None
+        if job.first_gpu is not None
+        and job.gpus is not None
+        and job.started_at is not None
+        and team in (None, job.team)
     ]
-    queue = []
-    for job in store.jobs([JobState.QUEUED]):
-        start = planned_place(newest, job.id)[0] if newest is not None else None
-        queue.append({"job": job.id, "planned_start": None if start is None else start.isoformat()})
+    queue = [_queue_row(job, newest) for job in store.jobs([JobState.QUEUED]) if team in (None, job.team)]
     return Status(now, running, queue, None if last is None else run_summary(last))
 
 
