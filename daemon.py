@@ -9,6 +9,10 @@ this module only wires them and loops:
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
 - **retrain** nightly at ``retrain_at`` (off by default).
 
+With ``--http``, the HTTP face (:mod:`gpuplan.http`) is served from a thread of this process:
+its submits take the same plan lock as the cycle, so a submit never plans against a
+half-written run.
+
 The schedule lives in APScheduler's SQLAlchemy job store on the service's own database, so
 it survives restarts; missed runs are coalesced, and one worker thread runs one job at a
 time. A failing job is logged and the daemon goes on. SIGTERM and Ctrl-C let the job in
@@ -32,6 +36,7 @@ from typing import Any
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, JsonLinesExecutor, commit_lines
 from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.health import Health
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate, retrain_from_store, review
 from storage.records import Commit
 from storage.store import Store, StoreError
@@ -59,9 +64,12 @@ class Service:
     clock: Clock = utc_now
     forecasters: Forecasters = field(init=False)
     metrics: Any = None  # a Metrics when --metrics-port is given
+    health: Health = field(init=False)
+    plan_mutex: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.forecasters = Forecasters(self.config.models_dir)
+        self.health = Health(started_at=self.clock())
 
 
 @contextmanager
@@ -78,6 +86,13 @@ def holding(store: Store, name: str, timeout_s: float = LOCK_WAIT_S) -> Iterator
         time.sleep(LOCK_POLL_S)
 
 
+@contextmanager
+def plan_lock(service: Service) -> Iterator[None]:
+    """The plan lock: this process's threads (the cycle, the API's submits), then other daemons."""
+    with service.plan_mutex, holding(service.store, "plan"):
+        yield
+
+
 def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit.
 
@@ -85,7 +100,7 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     what it committed (the hour is committed once).
     """
     now = now or service.clock()
-    with holding(service.store, "plan"):
+    with plan_lock(service):
         recalibrate(service.store, now, service.config)
         report = plan_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
@@ -107,11 +122,16 @@ def _job(name: str, body: Callable[[Service], object]) -> None:
         return
     try:
         body(service)
-    except Exception:
+    except Exception as error:
         # The daemon must outlive a failing cycle (database down, a bad traffic hour, ...).
         log.exception("%s failed; the next run will try again", name)
-        if service.metrics is not None and name == "plan":
-            service.metrics.failures.inc()
+        if name == "plan":
+            service.health.record(service.clock(), f"{type(error).__name__}: {error}")
+            if service.metrics is not None:
+                service.metrics.failures.inc()
+    else:
+        if name == "plan":
+            service.health.record(service.clock(), None)
 
 
 def plan_job() -> None:
@@ -188,8 +208,32 @@ class Metrics:
         self.server.server_close()
 
 
-def serve(service: Service, db_url: str, *, max_seconds: float | None = None) -> int:
-    """Schedule the jobs on ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``)."""
+def http_server(service: Service, host: str, port: int) -> Any:
+    """The HTTP face on ``host:port`` over this service's warm parts (not started)."""
+    from gpuplan.http.context import ApiContext
+    from gpuplan.http.server import HttpServer
+
+    context = ApiContext(
+        store=service.store,
+        config=service.config,
+        executor=service.executor,
+        forecasters=service.forecasters,
+        clock=service.clock,
+        plan_lock=lambda: plan_lock(service),
+        health=service.health,
+    )
+    return HttpServer(context, host, port)
+
+
+def serve(
+    service: Service,
+    db_url: str,
+    *,
+    max_seconds: float | None = None,
+    http: tuple[str, int] | None = None,
+) -> int:
+    """Schedule the jobs on ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``);
+    with ``http=(host, port)``, serve the HTTP face meanwhile."""
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -239,7 +283,10 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    server = None
     try:
+        if http is not None:
+            server = http_server(service, *http).start()
         scheduler.resume()
         log.info(
             "daemon started: plan every %d min, review every %s h",
@@ -248,6 +295,8 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         )
         stop.wait(timeout=max_seconds)
     finally:
+        if server is not None:
+            server.stop()
         scheduler.shutdown(wait=True)  # the job in flight finishes
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -10,6 +10,15 @@ from contract.errors import InputError
 from gpuplan.options import add_at, add_db, at_of, open_db
 
 
+def listen_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``PORT`` (then 127.0.0.1), the port in [1, 65535]."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InputError("--http", "HOST:PORT or PORT, the port in [1, 65535]", text)
+    return host, int(port)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_db(parser)
     parser.add_argument(
@@ -19,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_at(parser, "with --once: the cycle's clock")
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port"
+    )
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve the HTTP API and dashboard on HOST:PORT (PORT alone: 127.0.0.1; default off)",
     )
     parser.add_argument("--models", type=Path, help="models folder (default: the config's, ./models)")
     parser.add_argument("--print-commits", action="store_true", help="print each commit as it happens")
@@ -35,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--at", "used with --once (a live daemon runs on the wall clock)", args.at)
     if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
         raise InputError("--metrics-port", "a TCP port in [1, 65535]", args.metrics_port)
+    http = None if args.http is None else listen_address(args.http)
+    if http is not None and args.once:
+        raise InputError("--http", "used without --once (it serves while the daemon runs)", args.http)
     config = load_config(args.config) if args.config else demo_config()
     if args.models is not None:
         config = replace(config, models_dir=args.models)
@@ -53,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         if args.metrics_port is not None:
             service.metrics = daemon.Metrics(args.metrics_port)
         try:
-            return daemon.serve(service, args.db)
+            return daemon.serve(service, args.db, http=http)
         finally:
             if service.metrics is not None:
                 service.metrics.close()

@@ -24,7 +24,7 @@ from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
 from gpuplan.app.models import MODEL_FILES
 from gpuplan.app.status import placement_reason
-from gpuplan.app.tokens import NotFoundError, require_job, require_priority
+from gpuplan.app.tokens import NotFoundError, require, require_job, require_priority
 from scheduler.scenario_io import MAX_PRIORITY
 from storage.records import ApiToken, Job, JobEstimate, JobState, Outcome, RunMode, Scope
 from storage.store import Store
@@ -83,6 +83,16 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
         or not (math.isfinite(priority) and 0 < priority <= MAX_PRIORITY)
     ):
         raise InputError("priority", f"a finite number in (0, {MAX_PRIORITY:g}]", priority, source=source)
+    allowed = SPEC_KEYS | feature_names(spec["kind"])
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise InputError(
+            unknown[0],
+            f"one of the fields of a {spec['kind']} spec: {sorted(allowed)}",
+            spec[unknown[0]],
+            source=source,
+            hint=f"Unknown keys: {', '.join(unknown)}.",
+        )
     if "gpus" in spec:
         gpus = spec["gpus"]
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1 or gpus & (gpus - 1):
@@ -113,6 +123,14 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
     return spec
 
 
+def feature_names(kind: str) -> frozenset[str]:
+    """The feature names a spec of ``kind`` may carry (none for kinds without a forecaster)."""
+    from features.job_features import SCHEMAS
+
+    schema = SCHEMAS.get(kind)  # type: ignore[call-overload]
+    return frozenset(() if schema is None else schema.names)
+
+
 def estimate_spec(spec: dict[str, Any], forecasters: Forecasters, *, source: str) -> JobEstimate:
     explicit = explicit_estimate(spec)
     if explicit is not None:
@@ -141,7 +159,6 @@ def submit(
     priority; the job records the token's team.
     """
     from gpuplan.app.tick import plan_cycle
-    from gpuplan.app.tokens import require
 
     if token is not None:
         require(token, Scope.SUBMIT)
@@ -204,8 +221,6 @@ def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
 
 def known_job(store: Store, job_id: str, token: ApiToken | None = None) -> Job:
     """The stored job (NotFoundError otherwise); a token must be allowed to read it."""
-    from gpuplan.app.tokens import require
-
     job = store.job(job_id)
     if job is None:
         raise NotFoundError("JOB_ID", "the id of a submitted job", job_id)

@@ -9,6 +9,7 @@ from typing import Any
 
 from contract.errors import InputError
 from gpuplan.app.bridge import planned_place
+from gpuplan.app.tokens import NotFoundError
 from storage.records import Job, JobEstimate, JobState, PlanRun, RunMode
 from storage.store import Store
 
@@ -140,20 +141,18 @@ def find_run(store: Store, which: str) -> PlanRun:
     if which == "latest":
         run = store.run()
         if run is None:
-            raise InputError("RUN_ID", "a stored run (the database has none yet)", which)
+            raise NotFoundError("RUN_ID", "a stored run (the database has none yet)", which)
         return run
     if not which.isdigit():
         raise InputError("RUN_ID", "a run id (a whole number) or `latest`", which)
     run = store.run(int(which))
     if run is None:
-        raise InputError("RUN_ID", "the id of a stored run", which)
+        raise NotFoundError("RUN_ID", "the id of a stored run", which)
     return run
 
 
-def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
-    """Write ``scenario.json``, ``plan.json`` (CONTRACT.md formats) and ``run.json`` into ``out_dir``."""
-    from scheduler.scenario_io import write_json_atomic
-
+def run_export(run: PlanRun) -> dict[str, dict[str, Any]]:
+    """A stored run as ``scenario``, ``plan`` (CONTRACT.md formats) and ``run`` documents."""
     plan = {
         "scenario": run.scenario.get("name"),
         "policy": run.policy,
@@ -163,10 +162,17 @@ def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
         "status": run.status,
         "bound": run.bound,
     }
-    files = {"scenario.json": run.scenario, "plan.json": plan, "run.json": run_summary(run)}
+    return {"scenario": run.scenario, "plan": plan, "run": run_summary(run)}
+
+
+def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
+    """Write ``scenario.json``, ``plan.json`` (CONTRACT.md formats) and ``run.json`` into ``out_dir``."""
+    from scheduler.scenario_io import write_json_atomic
+
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, payload in files.items():
-        write_json_atomic(out_dir / name, payload)
-        written.append(out_dir / name)
+    for name, payload in run_export(run).items():
+        path = out_dir / f"{name}.json"
+        write_json_atomic(path, payload)
+        written.append(path)
     return written

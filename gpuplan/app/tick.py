@@ -16,8 +16,10 @@ decided yet and the swap cap holds across runs.
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -37,6 +39,7 @@ from gpuplan.app.bridge import (
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.tokens import NotFoundError
 from storage.records import App, Commit, JobState, PlanRun, RunMode, TrafficHour
 from storage.store import Store
 
@@ -384,6 +387,38 @@ def next_unseen_hour(profile: RealtimeProfile) -> datetime:
     """The first hour ``profile`` has not seen, as an aware UTC datetime."""
     moment: datetime = profile.next_hour_.astype("datetime64[s]").item()
     return moment.replace(tzinfo=UTC)
+
+
+def known_app(store: Store, app: str, field: str = "APP") -> App:
+    """The stored real-time app ``app``; NotFoundError naming ``field`` otherwise."""
+    apps = store.apps()
+    for stored in apps:
+        if stored.id == app:
+            return stored
+    raise NotFoundError(field, f"one of the stored apps {sorted(a.id for a in apps)}", app)
+
+
+def push_traffic(store: Store, app: str, rows: Sequence[tuple[datetime, float]]) -> int:
+    """Store hourly request counts pushed for ``app`` (the API's push); a repeated hour replaces
+    the stored one. Every row is checked before anything is stored."""
+    known_app(store, app, "app")
+    seen: set[datetime] = set()
+    hours = []
+    for index, (hour, requests) in enumerate(rows):
+        where = f"[{index}].hour"
+        if hour.tzinfo is None:
+            raise InputError(where, "an ISO 8601 time with a UTC offset", hour.isoformat())
+        at = hour.astimezone(UTC)
+        if at != floor_hour(at):
+            raise InputError(where, "a whole hour (minutes and seconds zero)", hour.isoformat())
+        if at in seen:
+            raise InputError(where, "each hour once per request", hour.isoformat())
+        if not (math.isfinite(requests) and requests >= 0):
+            raise InputError(f"[{index}].requests", "a finite count >= 0", requests)
+        seen.add(at)
+        hours.append(TrafficHour(app, at, float(requests)))
+    store.add_traffic(hours)
+    return len(hours)
 
 
 def ingest_traffic(store: Store, app: str, traffic: HourlyTraffic, *, shift_hours: int = 0) -> int:
