@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PG_INITDB := /usr/lib/postgresql/*/bin/initdb
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install run test lint typecheck unit postgres bench clean
+.PHONY: install run test lint typecheck unit postgres chromium bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -28,7 +28,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) postgres
+unit: $(STAMP) postgres chromium
 	$(VENV)/bin/pytest -q
 
 # Installs Debian's postgresql package when its binaries are missing. The system service
@@ -48,6 +48,15 @@ postgres:
 	if [ -n "$$own_policy" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; \
 	if [ $$status -ne 0 ]; then exit $$status; fi; \
 	ls $(PG_INITDB) >/dev/null
+
+# Installs Debian's chromium when it is missing: the dashboard's browser tests drive it through
+# Playwright (executable_path), which downloads no browser of its own.
+chromium:
+	@if [ -x /usr/bin/chromium ]; then exit 0; fi; \
+	echo "make chromium: installing Debian's chromium (the dashboard's browser tests drive it)"; \
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium && \
+	test -x /usr/bin/chromium
 
 test: lint typecheck unit
 

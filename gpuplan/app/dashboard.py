@@ -22,6 +22,7 @@ from storage.records import JobState
 from storage.store import Store
 
 MAX_GPU_ROWS = 64
+MAX_QUEUE_ROWS = 40
 NODE_GPUS = 8
 LAST_COMMITS = 12
 LAST_HOURS = 24
@@ -37,6 +38,7 @@ class Cell:
     css: str
     title: str
     share: float = 1.0
+    down: int = 0  # node rows: how many of its GPUs are down
 
 
 @dataclass(frozen=True)
@@ -52,18 +54,17 @@ def _gpu_cell(job: str | None, down: bool, running: set[str], realtime: set[str]
     if job is None:
         return Cell("", "idle", f"{when}: idle")
     css = "rt" if job in realtime else ("run" if job in running else "plan")
-    return Cell(
-        job, css, f"{when}: {job} ({ {'rt': 'real-time', 'run': 'running', 'plan': 'planned'}[css] })"
-    )
+    return Cell(job, css, f"{when}: {job} ({CLASS_NAMES[css]})")
 
 
 def _node_cell(column: list[Cell], when: str) -> Cell:
     down = sum(c.css == "down" for c in column)
     busy = [c for c in column if c.css not in ("idle", "down")]
+    marks = f" ↓{down}" if down else ""
     if not busy:
-        return Cell(
-            "×" if down == len(column) else "", "down" if down == len(column) else "idle", f"{when}: idle"
-        )
+        all_down = down == len(column)
+        css = "down" if all_down else "idle"
+        return Cell("×" if all_down else marks.strip(), css, f"{when}: idle, {down} down", 0.0, down)
     kinds = Counter(c.css for c in busy)
     css = kinds.most_common(1)[0][0]
     jobs = Counter(c.text for c in busy)
@@ -72,7 +73,7 @@ def _node_cell(column: list[Cell], when: str) -> Cell:
         + ", ".join(f"{job} ×{n}" for job, n in jobs.most_common())
         + (f"; {down} down" if down else "")
     )
-    return Cell(f"{len(busy)}/{len(column)}", css, title, share=len(busy) / len(column))
+    return Cell(f"{len(busy)}/{len(column)}{marks}", css, title, share=len(busy) / len(column), down=down)
 
 
 def grid_rows(
@@ -118,6 +119,7 @@ def dashboard(store: Store, now: datetime, health: Health) -> dict[str, Any]:
         "now": now,
         "health": health.as_dict(),
         "status": status(store, now).as_dict(),
+        "max_queue_rows": MAX_QUEUE_ROWS,
         "no_run": problem,
     }
     if found is not None:

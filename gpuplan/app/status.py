@@ -47,19 +47,16 @@ class Status:
 
 
 def placement_reason(run: PlanRun, estimate: JobEstimate | None, planned_start: datetime | None) -> str:
-    """Why a queued job starts when ``run`` plans it, in one line."""
+    """Why a queued job starts when ``run`` plans it, in one short line."""
     if estimate is None:
-        return "no forecast yet (the model could not read the spec); left queued"
-    block = f"an aligned block of {estimate.gpus} GPU{'s' if estimate.gpus > 1 else ''}"
+        return "no forecast (the model cannot read its spec)"
+    block = f"{estimate.gpus}-GPU block"
     if planned_start is None:
-        return (
-            f"no {block[3:]} is free for its {estimate.hours_p90:g} h (P90) "
-            "within the 24-hour horizon ahead of higher-value work"
-        )
+        return f"no free {block} for its {estimate.hours_p90:g} h (P90) in the horizon"
     if planned_start <= run.start:
-        return f"starts in the first open hour on {block}"
+        return f"starts in the first open hour on a free {block}"
     wait = (planned_start - run.start).total_seconds() / 3600
-    return f"waits {wait:g} h for {block}: running, real-time or higher-value work holds them until then"
+    return f"waits {wait:g} h: busier or higher-value work holds every {block} until then"
 
 
 def _queue_row(job: Job, newest: PlanRun | None) -> dict[str, Any]:

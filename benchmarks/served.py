@@ -1,0 +1,64 @@
+"""What the dashboard screenshots and the API load benchmark share: a large cluster's config,
+a queue of batch jobs, and the system's headless Chromium signed in to the dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from gpuplan.app.config import AppTraffic, ServiceConfig
+from storage.records import Cluster, DownWindowRecord, Job, JobEstimate
+from storage.store import Store
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def large_config(
+    demo: ServiceConfig, gpus: int = 256, down: tuple[DownWindowRecord, ...] = ()
+) -> ServiceConfig:
+    """``gpus`` GPUs and four apps (the demo's two, twice, each eight times larger), no demo queue."""
+    apps = tuple(replace(app, id=f"{app.id}-{copy}") for copy in (0, 1) for app in demo.apps)
+    traffic = tuple(
+        AppTraffic(f"{t.app}-{copy}", t.path, (t.peak_gpus or 4) * 8) for copy in (0, 1) for t in demo.traffic
+    )
+    return replace(demo, cluster=Cluster(gpus=gpus, down=down), apps=apps, traffic=traffic, demo_queue=False)
+
+
+def queue_jobs(store: Store, count: int, at: datetime, *, prefix: str = "bench") -> None:
+    """``count`` batch-inference jobs of 1-16 GPUs and 1-23 hours, priorities 10-99, queued at ``at``."""
+    for n in range(count):
+        gpus = (1, 2, 4, 8, 16)[n % 5]
+        hours = 1.0 + (n * 7) % 23
+        store.add_job(
+            Job(
+                id=f"{prefix}-{n}",
+                kind="batch_inference",
+                priority=float(10 + (n * 13) % 90),
+                spec={"id": f"{prefix}-{n}", "kind": "batch_inference", "gpus": gpus, "hours": hours},
+                submitted_at=at,
+                estimate=JobEstimate(gpus, hours, hours),
+            )
+        )
+
+
+def launch_chromium(playwright: Any) -> Any:
+    """The system's Chromium (Debian's package), headless; Playwright downloads no browser."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+def sign_in(page: Any, base_url: str, token: str) -> None:
+    """Open the dashboard, be sent to the sign-in page, sign in with ``token``, land on the grid."""
+    page.goto(f"{base_url}/")
+    page.fill("#token", token)
+    page.click("#signin")
+    page.wait_for_selector("#health")
