@@ -3,8 +3,13 @@ a queue of batch jobs, and the system's headless Chromium signed in to the dashb
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from gpuplan.app.config import AppTraffic, ServiceConfig
@@ -62,3 +67,39 @@ def sign_in(page: Any, base_url: str, token: str) -> None:
     page.fill("#token", token)
     page.click("#signin")
     page.wait_for_selector("#health")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def start_daemon(
+    db: str, models: Path, port: int, log_path: Path, *, verbose: bool = False
+) -> subprocess.Popen[bytes]:
+    """``gpuplan daemon --http PORT`` in a process of its own, its output into ``log_path``."""
+    command = [sys.executable, "-m", "gpuplan", *(["-v"] if verbose else []), "daemon"]
+    command += ["--db", db, "--models", str(models), "--http", str(port)]
+    with log_path.open("wb") as log_file:
+        return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+
+
+def wait_for_cycle(
+    base_url: str, daemon: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 120
+) -> dict[str, Any]:
+    """``/healthz`` once the daemon's first cycle has succeeded; RuntimeError if it dies or times out."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            health: dict[str, Any] = httpx.get(f"{base_url}/healthz").json()
+            if health.get("last_success_at"):
+                return health
+        except httpx.TransportError:
+            pass
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the daemon did not come up:\n{log_path.read_text()}")
+        time.sleep(0.2)

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.served import free_port, start_daemon, wait_for_cycle
 from gpuplan.app.report_queries import idle_query
 from gpuplan.app.tokens import sha256_hex
 from gpuplan.http.server import HttpServer
@@ -394,52 +392,17 @@ def test_the_access_log_never_shows_a_token(
     assert service.tokens["reader"] not in text and "leaked-secret" not in text
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def test_gpuplan_daemon_http_serves_the_api_from_the_daemon_process(tmp_path: Path, models_dir: Path) -> None:
     db = f"sqlite:///{tmp_path / 'gpuplan.db'}"
-    port = _free_port()
+    port = free_port()
     # The database, a token, then the daemon with --http on a fresh process.
     assert run_cli("daemon", "--once", "--db", db, "--models", models_dir).code == 0
     secret = run_cli("token", "create", "--team", "ml", "--scopes", "read,submit", "--db", db).out.strip()
     log_path = tmp_path / "daemon.log"
-    with log_path.open("wb") as log_file:
-        daemon = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gpuplan",
-                "-v",
-                "daemon",
-                "--db",
-                db,
-                "--models",
-                str(models_dir),
-                "--http",
-                str(port),
-            ],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
+    daemon = start_daemon(db, models_dir, port, log_path, verbose=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        health: dict = {}
-        while time.monotonic() < deadline:
-            try:
-                health = httpx.get(f"{base}/healthz").json()
-                if health.get("last_success_at"):
-                    break
-            except httpx.TransportError:
-                pass
-            assert daemon.poll() is None, log_path.read_text()
-            time.sleep(0.3)
-        assert health.get("last_success_at"), health
+        wait_for_cycle(base, daemon, log_path)
         auth = {"Authorization": f"Bearer {secret}"}
         answer = httpx.post(f"{base}/v1/jobs", json=JOB, headers=auth)
         assert answer.status_code == 201, answer.text

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
-from gpuplan.app.bridge import planned_place
+from gpuplan.app.bridge import planned_place, planned_places
 from gpuplan.app.tokens import NotFoundError
 from storage.records import Job, JobEstimate, JobState, PlanRun, RunMode
 from storage.store import Store
@@ -59,8 +59,8 @@ def placement_reason(run: PlanRun, estimate: JobEstimate | None, planned_start: 
     return f"waits {wait:g} h: busier or higher-value work holds every {block} until then"
 
 
-def _queue_row(job: Job, newest: PlanRun | None) -> dict[str, Any]:
-    start = planned_place(newest, job.id)[0] if newest is not None else None
+def _queue_row(job: Job, newest: PlanRun | None, places: dict[str, tuple[datetime, int]]) -> dict[str, Any]:
+    start = places[job.id][0] if job.id in places else None
     return {
         "job": job.id,
         "team": job.team,
@@ -129,7 +129,10 @@ def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
         and job.started_at is not None
         and team in (None, job.team)
     ]
-    queue = [_queue_row(job, newest) for job in store.jobs([JobState.QUEUED]) if team in (None, job.team)]
+    places = {} if newest is None else planned_places(newest)
+    queue = [
+        _queue_row(job, newest, places) for job in store.jobs([JobState.QUEUED]) if team in (None, job.team)
+    ]
     return Status(now, running, queue, None if last is None else run_summary(last))
 
 

@@ -16,7 +16,6 @@ from fastapi.templating import Jinja2Templates
 
 from contract.errors import InputError
 from gpuplan.app.dashboard import CLASS_NAMES, dashboard
-from gpuplan.app.jobs import cancel, submit
 from gpuplan.app.tokens import (
     SESSION_HOURS,
     AccessDeniedError,
@@ -118,19 +117,8 @@ def submit_form(
         document = yaml.safe_load(spec)  # YAML or JSON, as `gpuplan submit` reads a file
     except yaml.YAMLError as error:
         return _page(request, ctx, session, message=f"the spec is not YAML or JSON: {error}", status=422)
-    now = ctx.clock()
     try:
-        with ctx.plan_lock():
-            result = submit(
-                ctx.store,
-                document,
-                now,
-                ctx.config,
-                source="the form",
-                default_id=f"{token.team}-{now:%Y%m%dT%H%M%S%f}",
-                forecasters=ctx.forecasters,
-                token=token,
-            )
+        result = ctx.submit(token, document, source="the form")
     except InputError as error:
         return _page(request, ctx, session, message=str(error), status=422)
     except AccessDeniedError as error:
@@ -149,7 +137,7 @@ def cancel_form(
 ) -> Response:
     session = _require_session(signed, csrf)
     try:
-        job = cancel(ctx.store, job_id, ctx.clock(), ctx.executor, token=session[1])
+        job = ctx.cancel(session[1], job_id)
     except InputError as error:
         return _page(request, ctx, session, message=str(error), status=422)
     except AccessDeniedError as error:

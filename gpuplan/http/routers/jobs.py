@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from gpuplan.app.jobs import cancel, known_job, submit
+from gpuplan.app.jobs import known_job
 from gpuplan.app.status import job_view
 from gpuplan.app.tokens import require
 from gpuplan.http.deps import Context, Reader, Submitter
@@ -20,19 +20,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in
 @router.post("", status_code=201, response_model=SubmitOut, responses=ERRORS)
 def post_job(body: JobSpecIn, token: Submitter, ctx: Context) -> dict[str, object]:
     """Queue a job (the spec of ``gpuplan submit``); answers with its forecast and planned start."""
-    now = ctx.clock()
-    with ctx.plan_lock():
-        result = submit(
-            ctx.store,
-            body.spec(),
-            now,
-            ctx.config,
-            source="request body",
-            default_id=f"{token.team}-{now:%Y%m%dT%H%M%S%f}",
-            forecasters=ctx.forecasters,
-            token=token,
-        )
-    return result.as_dict()
+    return ctx.submit(token, body.spec(), source="request body").as_dict()
 
 
 @router.get("/{job_id}", responses=ERRORS)
@@ -44,5 +32,4 @@ def get_job(job_id: str, token: Reader, ctx: Context) -> dict[str, Any]:
 @router.delete("/{job_id}", responses=ERRORS)
 def delete_job(job_id: str, token: Submitter, ctx: Context) -> dict[str, Any]:
     """Cancel: a queued job leaves the queue; a running one is stopped through the executor."""
-    job = cancel(ctx.store, job_id, ctx.clock(), ctx.executor, token=token)
-    return job_view(ctx.store, job)
+    return job_view(ctx.store, ctx.cancel(token, job_id))
