@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,7 +26,7 @@ from gpuplan.app.models import MODEL_FILES
 from gpuplan.app.status import placement_reason
 from gpuplan.app.tokens import NotFoundError, require, require_job, require_priority
 from scheduler.scenario_io import MAX_PRIORITY
-from storage.records import ApiToken, Job, JobEstimate, JobState, Outcome, RunMode, Scope
+from storage.records import ApiToken, Job, JobEstimate, JobState, Outcome, PlanRun, RunMode, Scope
 from storage.store import Store
 
 BATCH_KINDS = ("training", "batch_inference", "quantization")
@@ -150,16 +150,17 @@ def submit(
     forecasters: Forecasters | None = None,
     replan: bool = True,
     token: ApiToken | None = None,
+    replanner: Callable[[], PlanRun | None] | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
     ``replan=False`` skips the hot-path plan (the answer then has no planned start): the
     simulation submits hundreds of jobs and only the cycle's plans change what runs.
-    A ``token`` (the API's caller) must hold ``submit`` and a cap at or above the job's
-    priority; the job records the token's team.
+    ``replanner`` makes the hot-path plan instead (the served API's
+    :class:`~gpuplan.app.replan.SharedReplan`: one plan for the submits that arrive
+    together). A ``token`` (the API's caller) must hold ``submit`` and a cap at or above
+    the job's priority; the job records the token's team.
     """
-    from gpuplan.app.tick import plan_cycle
-
     if token is not None:
         require(token, Scope.SUBMIT)
     spec = check_spec(spec_document, source=source, default_id=default_id)
@@ -195,14 +196,23 @@ def submit(
     first_gpu: int | None = None
     reason = "queued; the next plan cycle places it"
     if replan:
-        report = plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT)
-        run = store.run(report.run_id)
+        run = (replanner or (lambda: hot_path_plan(store, now, config, forecasters)))()
         if run is not None:
             planned_start, first_gpu = planned_place(run, spec["id"])
             reason = placement_reason(run, estimate, planned_start)
     return SubmitResult(
         spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu, reason
     )
+
+
+def hot_path_plan(
+    store: Store, now: datetime, config: ServiceConfig, forecasters: Forecasters
+) -> PlanRun | None:
+    """The fast-mode replan after a submission: stored (mode ``submit``), never committed."""
+    from gpuplan.app.tick import plan_cycle
+
+    report = plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT)
+    return store.run(report.run_id)
 
 
 def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
