@@ -198,7 +198,15 @@ def test_malformed_json_is_422_and_an_oversized_body_is_413(api: tuple[httpx.Cli
     big = json.dumps({**JOB, "note": "x" * 70_000})
     answer = client.post("/v1/jobs", content=big.encode(), headers=headers)
     assert answer.status_code == 413 and "65536" in answer.json()["message"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the cap counts what arrives
+        yield big[:40_000].encode()
+        yield big[40_000:].encode()
+
+    chunked = client.post("/v1/jobs", content=chunks(), headers=headers)
+    assert chunked.status_code == 413 and "65536" in chunked.json()["message"]
     assert service.store.job("inf-1") is None
+    assert client.get("/v1/nothing-here").json() == {"message": "Not Found", "errors": []}
 
 
 def test_an_unexpected_failure_is_500_without_a_traceback(

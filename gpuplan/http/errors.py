@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract.errors import InputError
@@ -69,6 +70,10 @@ def install(app: FastAPI) -> None:
         first = rows[0] if rows else {"field": "(body)", "expected": "valid JSON", "received": None}
         message = f"`{first['field']}` must be {first['expected']}; got {first['received']!r}."
         return JSONResponse(_body(message, rows), status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        return JSONResponse(_body(str(error.detail)), status_code=error.status_code, headers=error.headers)
 
     @app.exception_handler(InputError)
     async def bad_input(request: Request, error: InputError) -> JSONResponse:
@@ -127,22 +132,19 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
+                if seen > self.max_bytes:  # a chunked body: the route's body reading answers 413
+                    raise HTTPException(413, too_large(self.max_bytes))
             return message
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self._too_large(send)
+        await self.app(scope, limited, send)
 
     async def _too_large(self, send: Send) -> None:
-        response = JSONResponse(_body(f"the request body is over {self.max_bytes} bytes"), status_code=413)
+        response = JSONResponse(_body(too_large(self.max_bytes)), status_code=413)
         await response({"type": "http"}, _empty_receive, send)
 
 
-class _TooLarge(Exception):  # noqa: N818 - a control-flow signal inside BodyLimit, never seen outside
-    pass
+def too_large(max_bytes: int) -> str:
+    return f"the request body is over {max_bytes} bytes"
 
 
 async def _empty_receive() -> Message:
