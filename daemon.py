@@ -69,7 +69,7 @@ class Service:
 
     def __post_init__(self) -> None:
         self.forecasters = Forecasters(self.config.models_dir)
-        self.health = Health(started_at=self.clock())
+        self.health = Health(started_at=utc_now())  # wall time, whatever clock the cycles run on
 
 
 @contextmanager
@@ -126,12 +126,12 @@ def _job(name: str, body: Callable[[Service], object]) -> None:
         # The daemon must outlive a failing cycle (database down, a bad traffic hour, ...).
         log.exception("%s failed; the next run will try again", name)
         if name == "plan":
-            service.health.record(service.clock(), f"{type(error).__name__}: {error}")
+            service.health.record(utc_now(), f"{type(error).__name__}: {error}")
             if service.metrics is not None:
                 service.metrics.failures.inc()
     else:
         if name == "plan":
-            service.health.record(service.clock(), None)
+            service.health.record(utc_now(), None)
 
 
 def plan_job() -> None:
