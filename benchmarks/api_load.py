@@ -30,7 +30,7 @@ import httpx
 
 from benchmarks.served import free_port, start_daemon, wait_for_cycle
 from gpuplan.table import format_table
-from storage.store import open_store
+from storage.factory import open_store
 from tests.pg import PgServer
 
 

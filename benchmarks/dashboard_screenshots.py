@@ -20,11 +20,11 @@ from pathlib import Path
 
 import daemon
 from benchmarks.served import large_config, launch_chromium, queue_jobs, sign_in
+from contract.records import Cluster, DownWindowRecord
 from gpuplan.app.config import ServiceConfig, demo_config
 from gpuplan.app.seed import ensure_models, ensure_service
 from gpuplan.app.tokens import create_token, parse_scopes
-from storage.records import Cluster, DownWindowRecord
-from storage.store import open_store
+from storage.factory import open_store
 
 T0 = datetime(2026, 11, 30, 8, 5, tzinfo=UTC)
 CYCLE = timedelta(minutes=30)

@@ -12,8 +12,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from contract.records import Cluster, DownWindowRecord, Job, JobEstimate
+from contract.scenario import JobKind
 from gpuplan.app.config import AppTraffic, ServiceConfig
-from storage.records import Cluster, DownWindowRecord, Job, JobEstimate
 from storage.store import Store
 
 CHROMIUM = "/usr/bin/chromium"
@@ -47,7 +48,7 @@ def queue_jobs(store: Store, count: int, at: datetime, *, prefix: str = "bench")
         store.add_job(
             Job(
                 id=f"{prefix}-{n}",
-                kind="batch_inference",
+                kind=JobKind.BATCH_INFERENCE,
                 priority=float(10 + (n * 13) % 90),
                 spec={"id": f"{prefix}-{n}", "kind": "batch_inference", "gpus": gpus, "hours": hours},
                 submitted_at=at,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpuplan.options import add_db, open_db
+from gpuplan.options import add_db, as_flags, open_db
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     traffic = load_traffic(args.traffic, requests_column=args.column)  # before the database is touched
     store = open_db(args)
     try:
-        known_app(store, args.app)
+        with as_flags({"app": "APP"}):
+            known_app(store, args.app)
         hours = ingest_traffic(store, args.app, traffic)
     finally:
         store.close()

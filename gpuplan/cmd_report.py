@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from datetime import datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
-from gpuplan.options import add_db, print_json
+from gpuplan.options import add_db, as_flags, print_json
 from gpuplan.table import cell_text, row_records, rows_table, write_rows_csv
 
 if TYPE_CHECKING:
-    from scheduler.model import Instance
-    from storage.records import PlanRun
+    from contract.records import PlanRun
+    from contract.scenario import Instance
+
+
+#: The report use cases' fields under this command's names (beside gpuplan.options.FIELD_FLAGS).
+FLAGS = {"run_id": "--run"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,39 +98,18 @@ def run(args: argparse.Namespace) -> int:
 # The reports
 
 
-_IDLE_FLAGS = {
-    "run": "--run",
-    "min_gpus": "--min-gpus",
-    "min_hours": "--min-hours",
-    "gpus": "--gpus",
-    "hours": "--hours",
-    "limit": "--limit",
-}
-
-
 def _idle_windows(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import open_existing_store
-    from gpuplan.app.report_queries import idle_query
-    from gpuplan.app.reports import BookableStart, IdleWindow
+    from gpuplan.app.report_inputs import load_run
+    from gpuplan.app.reports import BookableStart, IdleWindow, bookable_starts, idle_windows, run_instance
 
-    store = open_existing_store(args.db)
-    try:
-        with _flags(_IDLE_FLAGS):
-            query = idle_query(
-                store,
-                args.run_ref,
-                min_gpus=args.min_gpus,
-                min_hours=args.min_hours,
-                gpus=args.gpus,
-                hours=args.hours,
-                limit=args.limit,
-            )
-    finally:
-        store.close()
-    run_value, instance = query.run, query.instance
+    run_value = load_run(args.db, args.run_ref)
+    instance = run_instance(run_value)
     heading = _run_heading(run_value, instance)
-    if query.windows is not None:
-        report = query.windows
+    if args.gpus is None and args.hours is None:
+        if args.limit is not None:
+            raise InputError("--limit", "given only with --gpus and --hours", args.limit)
+        with as_flags({"min_gpus": "--min-gpus", "min_hours": "--min-hours"}):
+            report = idle_windows(instance, run_value.grid, run_value.start, args.min_gpus, args.min_hours)
         asked = f">= {args.min_gpus} GPUs for >= {args.min_hours:g} h"
         _emit(
             IdleWindow,
@@ -156,7 +138,13 @@ def _idle_windows(args: argparse.Namespace) -> int:
                 path=args.png,
             )
         return 0
-    rows = query.bookable or []
+    if args.gpus is None or args.hours is None:
+        missing = "--hours" if args.hours is None else "--gpus"
+        raise InputError(missing, "given with " + ("--gpus" if missing == "--hours" else "--hours"), None)
+    with as_flags({"gpus": "--gpus", "hours": "--hours", "limit": "--limit"}):
+        rows = bookable_starts(
+            instance, run_value.grid, run_value.start, args.gpus, args.hours, limit=args.limit
+        )
     job = f"a {args.gpus}-GPU job of {args.hours:g} h"
     footer = []
     if rows:
@@ -189,19 +177,16 @@ def _idle_windows(args: argparse.Namespace) -> int:
 
 
 def _coverage_risk(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import open_existing_store
-    from gpuplan.app.report_queries import coverage_query
-    from gpuplan.app.reports import CoverageRow, app_needs, planned_counts
+    from gpuplan.app.report_inputs import coverage_inputs
+    from gpuplan.app.reports import CoverageRow, app_needs, coverage_risk, planned_counts
 
-    since = _since(args)
-    store = open_existing_store(args.db)
-    try:
-        with _flags({"run": "--run", "since": "--since", "quantile": "--quantile"}):
-            query = coverage_query(store, args.run_ref, quantile=args.quantile, since=since)
-    finally:
-        store.close()
-    run_value, instance, report, apps = query.run, query.instance, query.report, query.apps
-    window_since = query.since
+    inputs = coverage_inputs(args.db, args.run_ref, args.since)
+    run_value, instance, apps, window_since = inputs.run, inputs.instance, inputs.apps, inputs.since
+    commits, traffic = inputs.commits, inputs.traffic
+    with as_flags({"quantile": "--quantile"}):
+        report = coverage_risk(
+            run_value, apps, args.quantile, traffic=traffic, commits=commits, since=window_since
+        )
     heading = _run_heading(run_value, instance)
     percentile = f"P{args.quantile * 100:g}"
     footer = [
@@ -246,23 +231,18 @@ def _coverage_risk(args: argparse.Namespace) -> int:
 
 
 def _utilization(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import open_existing_store
-    from gpuplan.app.report_queries import utilization_query
-    from gpuplan.app.reports import UtilizationRow
+    from gpuplan.app.report_inputs import utilization_inputs
+    from gpuplan.app.reports import UtilizationRow, utilization
 
-    since = _since(args)
-    store = open_existing_store(args.db)
-    try:
-        report, cluster_gpus = utilization_query(store, since=since)
-    finally:
-        store.close()
+    cluster, commits, kinds = utilization_inputs(args.db, args.since)
+    report = utilization(commits, cluster, kinds)
     totals = ", ".join(f"{name} {hours:g}" for name, hours in report.gpu_hours.items() if hours)
     period = f"{cell_text(report.rows[0].hour)} to {cell_text(report.rows[-1].hour + timedelta(hours=1))}"
     _emit(
         UtilizationRow,
         report.rows,
         args,
-        title=f"{cluster_gpus} GPUs, {len(report.rows)} committed hours {period}: GPUs by what held them",
+        title=f"{cluster.gpus} GPUs, {len(report.rows)} committed hours {period}: GPUs by what held them",
         empty="no committed hour",
         footer=[f"total GPU-hours: {totals}; busy {report.busy_share:.1%} of up GPU-hours"],
     )
@@ -271,7 +251,7 @@ def _utilization(args: argparse.Namespace) -> int:
 
         draw_utilization(
             report,
-            cluster_gpus,
+            cluster.gpus,
             f"Committed GPUs by kind, {period} (busy {report.busy_share:.1%} of up GPU-hours)",
             args.png,
         )
@@ -279,18 +259,10 @@ def _utilization(args: argparse.Namespace) -> int:
 
 
 def _commits(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import open_existing_store, stored_cluster, stored_commits
-    from gpuplan.app.report_queries import team_commits
+    from gpuplan.app.report_inputs import commits_inputs
     from gpuplan.app.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
 
-    since = _since(args)
-    store = open_existing_store(args.db)
-    try:
-        commits = team_commits(store, stored_commits(store, since), args.team)
-        cluster = stored_cluster(store) if args.png else None
-        apps = {app.id for app in store.apps()} if args.png else set()
-    finally:
-        store.close()
+    commits, cluster, apps = commits_inputs(args.db, args.since, cluster=bool(args.png), team=args.team)
     rows = commit_rows(commits)
     first, last = commits[0].hour, commits[-1].hour
     _emit(
@@ -321,31 +293,11 @@ def _commits(args: argparse.Namespace) -> int:
 # Loading and output
 
 
-def _since(args: argparse.Namespace) -> datetime | None:
-    from contract.times import parse_time
-
-    return parse_time(args.since, "--since") if args.since else None
-
-
 def _run_heading(run_value: PlanRun, instance: Instance) -> str:
     return (
         f"run {run_value.id} ({run_value.mode.value}, {run_value.policy}): {instance.gpus} GPUs x "
         f"{instance.horizon_steps} steps of {instance.step_minutes} min from {cell_text(run_value.start)} UTC"
     )
-
-
-@contextmanager
-def _flags(names: Mapping[str, str]) -> Iterator[None]:
-    """Re-raise a use case's ``InputError`` under the command-line flag that carried the value."""
-    try:
-        yield
-    except InputError as error:
-        if error.field not in names:
-            raise
-        expected = error.expected
-        for field, flag in names.items():  # a use case names its other options in backticks
-            expected = expected.replace(f"`{field}`", flag)
-        raise InputError(names[error.field], expected, error.got, source=error.source) from None
 
 
 def _emit(

@@ -17,7 +17,8 @@ from gpuplan.app.seed import ensure_service
 from gpuplan.app.tick import plan_cycle
 from gpuplan.app.tokens import create_token, parse_scopes
 from gpuplan.http.context import ApiContext
-from storage.store import Store, open_store
+from storage.factory import open_store
+from storage.store import Store
 
 T0 = datetime(2026, 11, 30, 10, 5, tzinfo=UTC)
 

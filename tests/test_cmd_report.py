@@ -12,22 +12,13 @@ from typing import Any
 
 import pytest
 
+from contract.records import App, AppForecast, Cluster, DownWindowRecord, Job, PlanRun, RunMode, TrafficHour
+from contract.scenario_io import parse_scenario
 from gpuplan.app.bridge import column_commit
 from gpuplan.app.reports import idle_windows, run_instance
 from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan
-from scheduler.scenario_io import parse_scenario
-from storage.records import (
-    App,
-    AppForecast,
-    Cluster,
-    DownWindowRecord,
-    Job,
-    PlanRun,
-    RunMode,
-    TrafficHour,
-)
-from storage.store import open_store
+from storage.factory import open_store
 from tests.service_fixtures import run_cli
 
 START = datetime(2026, 3, 1, 13, tzinfo=UTC)

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from benchmarks.served import free_port, start_daemon, wait_for_cycle
+from contract.records import JobState, Outcome
 from gpuplan.app.report_queries import idle_query
 from gpuplan.app.tokens import sha256_hex
 from gpuplan.http.server import HttpServer
-from storage.records import JobState, Outcome
 from tests.http_fixtures import T0, Served, served
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
@@ -286,7 +286,7 @@ def test_runs_latest_by_id_and_export(api: tuple[httpx.Client, Served]) -> None:
     assert set(export) == {"scenario", "plan", "run"} and len(export["plan"]["grid"]) == 16
     assert client.get("/v1/runs/999/export", headers=service.auth("reader")).status_code == 404
     bad = client.get("/v1/runs/abc", headers=service.auth("reader"))
-    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "run"
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "run_id"
 
 
 def test_reports_json_and_csv_match_the_use_cases(api: tuple[httpx.Client, Served]) -> None:

@@ -14,11 +14,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from contract.errors import InputError
+from contract.records import JobState
 from gpuplan.app.health import Health
 from gpuplan.app.report_queries import coverage_query, idle_query, stored_run, utilization_query
 from gpuplan.app.reports import app_needs, commit_rows, planned_counts
 from gpuplan.app.status import run_summary, status
-from storage.records import JobState
 from storage.store import Store
 
 MAX_GPU_ROWS = 64
@@ -142,7 +142,7 @@ def dashboard(store: Store, now: datetime, health: Health) -> dict[str, Any]:
         idle, page["idle_problem"] = _safe(lambda: idle_query(store, "latest"))
         page["idle"] = None if idle is None or idle.windows is None else idle.windows
         coverage, page["coverage_problem"] = _safe(lambda: coverage_query(store, "latest"))
-        page["coverage_rows"] = [] if coverage is None else list(coverage.report.rows)
+        page["coverage_rows"] = [] if coverage is None else list(coverage[1].rows)
         needs, page["needs_problem"] = _safe(lambda: app_needs(run, instance, store.apps(), 0.9))
         planned = planned_counts(instance, run.grid)
         page["coverage"] = [
@@ -150,8 +150,8 @@ def dashboard(store: Store, now: datetime, health: Health) -> dict[str, Any]:
             for app, need in (needs or {}).items()
         ]
     util, page["util_problem"] = _safe(lambda: utilization_query(store))
-    page["utilization"] = [] if util is None else list(util[0].rows)[-LAST_HOURS:]
-    page["busy_share"] = None if util is None else util[0].busy_share
+    page["utilization"] = [] if util is None else list(util.rows)[-LAST_HOURS:]
+    page["busy_share"] = None if util is None else util.busy_share
     commits = store.commits(now - timedelta(hours=LAST_COMMITS), None)
     page["commits"] = commit_rows(commits)[-4 * LAST_COMMITS :]
     return page

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from storage.records import PlanRun
+from contract.records import PlanRun
 
 
 class SharedReplan:

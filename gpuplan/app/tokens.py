@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from contract.errors import InputError
-from scheduler.scenario_io import MAX_PRIORITY
-from storage.records import ApiToken, Job, Scope, WebSession
+from contract.records import ApiToken, Job, Scope, WebSession
+from contract.scenario_io import MAX_PRIORITY
 from storage.store import Store
 
 TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

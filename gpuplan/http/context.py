@@ -7,13 +7,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from contract.records import ApiToken, Job, PlanRun
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.jobs import SubmitResult, cancel, hot_path_plan, submit
 from gpuplan.app.replan import SharedReplan
-from storage.records import ApiToken, Job, PlanRun
 from storage.store import Store
 
 

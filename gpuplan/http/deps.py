@@ -7,9 +7,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from contract.records import ApiToken, Scope
 from gpuplan.app.tokens import authenticate, require
 from gpuplan.http.context import ApiContext
-from storage.records import ApiToken, Scope
 from storage.store import Store
 
 

@@ -18,9 +18,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from contract.errors import InputError
+from contract.errors import InputError, StoreError
 from gpuplan.app.tokens import AccessDeniedError, NotFoundError, NotSignedInError
-from storage.store import StoreError
 
 log = logging.getLogger("gpuplan.http")
 

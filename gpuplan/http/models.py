@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduler.scenario_io import MAX_PRIORITY
+from contract.scenario_io import MAX_PRIORITY
 
 
 class JobSpecIn(BaseModel):

@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from contract.errors import InputError
+from contract.records import ApiToken, Scope, WebSession
 from gpuplan.app.dashboard import CLASS_NAMES, dashboard
 from gpuplan.app.tokens import (
     SESSION_HOURS,
@@ -27,7 +28,6 @@ from gpuplan.app.tokens import (
     session_of,
 )
 from gpuplan.http.deps import Context
-from storage.records import ApiToken, Scope, WebSession
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent.parent / "templates")

@@ -6,12 +6,12 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from contract.records import Scope
 from gpuplan.app.jobs import known_job
 from gpuplan.app.status import job_view
 from gpuplan.app.tokens import require
 from gpuplan.http.deps import Context, Reader, Submitter
 from gpuplan.http.models import ErrorOut, JobSpecIn, SubmitOut
-from storage.records import Scope
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 403, 404, 413, 422)}

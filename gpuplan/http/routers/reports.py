@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import io
-from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, Response
 
-from contract.times import parse_time
 from gpuplan.app.report_queries import ROW_TYPES, commits_query, coverage_query, idle_query, utilization_query
 from gpuplan.http.deps import Context, Reader
 from gpuplan.table import row_records, write_rows_csv
@@ -32,16 +30,12 @@ def _rows(name: str, rows: Any, output: Format) -> Response:
     return JSONResponse(row_records(row_type, rows))
 
 
-def _since(since: str | None) -> datetime | None:
-    return None if since is None else parse_time(since, "since")
-
-
 @router.get("/idle-windows")
 def get_idle_windows(
     *,
     token: Reader,
     ctx: Context,
-    run: str = "latest",
+    run_id: str = "latest",
     min_gpus: int = Query(1, ge=1),
     min_hours: float = Query(1, gt=0),
     gpus: int | None = None,
@@ -51,7 +45,7 @@ def get_idle_windows(
 ) -> Response:
     """Free aligned GPU blocks of a stored plan; with ``gpus`` and ``hours``, bookable starts."""
     query = idle_query(
-        ctx.store, run, min_gpus=min_gpus, min_hours=min_hours, gpus=gpus, hours=hours, limit=limit
+        ctx.store, run_id, min_gpus=min_gpus, min_hours=min_hours, gpus=gpus, hours=hours, limit=limit
     )
     if query.windows is not None:
         return _rows("idle-windows", query.windows.rows, format)
@@ -63,14 +57,14 @@ def get_coverage_risk(
     *,
     token: Reader,
     ctx: Context,
-    run: str = "latest",
+    run_id: str = "latest",
     quantile: float = Query(0.9, gt=0, lt=1),
     since: str | None = None,
     format: Format = Format.JSON,
 ) -> Response:
     """Hours where a real-time app holds fewer GPUs than it needs."""
-    query = coverage_query(ctx.store, run, quantile=quantile, since=_since(since))
-    return _rows("coverage-risk", query.report.rows, format)
+    _, report = coverage_query(ctx.store, run_id, quantile=quantile, since=since)
+    return _rows("coverage-risk", report.rows, format)
 
 
 @router.get("/utilization")
@@ -78,7 +72,7 @@ def get_utilization(
     token: Reader, ctx: Context, since: str | None = None, format: Format = Format.JSON
 ) -> Response:
     """GPUs of each committed hour by job kind, idle and down."""
-    report, _ = utilization_query(ctx.store, since=_since(since))
+    report = utilization_query(ctx.store, since=since)
     return _rows("utilization", report.rows, format)
 
 
@@ -92,4 +86,4 @@ def get_commits(
     format: Format = Format.JSON,
 ) -> Response:
     """Every committed hour: which job holds which GPUs (``team``: that team's jobs only)."""
-    return _rows("commits", commits_query(ctx.store, since=_since(since), team=team), format)
+    return _rows("commits", commits_query(ctx.store, since=since, team=team), format)

@@ -13,13 +13,13 @@ from gpuplan.http.deps import Context, Reader
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
 
-@router.get("/{run_ref}")
-def get_run(run_ref: str, token: Reader, ctx: Context) -> dict[str, Any]:
+@router.get("/{run_id}")
+def get_run(run_id: str, token: Reader, ctx: Context) -> dict[str, Any]:
     """``latest`` or a run id: the run record (``gpuplan export``'s run.json)."""
-    return run_summary(stored_run(ctx.store, run_ref)[0])
+    return run_summary(stored_run(ctx.store, run_id)[0])
 
 
-@router.get("/{run_ref}/export")
-def get_export(run_ref: str, token: Reader, ctx: Context) -> dict[str, Any]:
+@router.get("/{run_id}/export")
+def get_export(run_id: str, token: Reader, ctx: Context) -> dict[str, Any]:
     """``{"scenario", "plan", "run"}``: what ``gpuplan export`` writes, in CONTRACT.md's formats."""
-    return run_export(stored_run(ctx.store, run_ref)[0])
+    return run_export(stored_run(ctx.store, run_id)[0])

@@ -1,18 +1,17 @@
-"""API tokens and dashboard sessions in SQL: the part of :class:`storage.sql.SqlStore` they need.
+"""API tokens and dashboard sessions: the SQL store's token aggregate.
 
 Only hashes are stored: a token's secret and a session's cookie never reach the database.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from datetime import datetime
 
 from sqlalchemy import delete, select
-from sqlalchemy.orm import Session
 
 from contract.errors import InputError
-from storage.records import ApiToken, Scope, WebSession
+from contract.records import ApiToken, Scope, WebSession
+from storage.sql.engine import SqlBase
 from storage.tables import TokenRow, WebSessionRow
 
 
@@ -28,11 +27,8 @@ def _token(row: TokenRow) -> ApiToken:
     )
 
 
-class TokenTables:
-    """Token and session methods over ``_session`` (mixed into the SQL store)."""
-
-    def _session(self, *, read_only: bool = False) -> AbstractContextManager[Session]:
-        raise NotImplementedError
+class TokenStore(SqlBase):
+    """API tokens (hashed) and the dashboard sessions opened with them."""
 
     def add_token(self, token: ApiToken) -> None:
         with self._session() as session:
