@@ -102,9 +102,10 @@ def job_view(store: Store, job: Job) -> dict[str, Any]:
     }
 
 
-def _newest_plan(store: Store) -> PlanRun | None:
-    """The run whose grid is the queue's current plan: the latest plan or submit run (not a review)."""
-    last = store.run()
+def _newest_plan(store: Store, last: PlanRun | None = None) -> PlanRun | None:
+    """The run whose grid is the queue's current plan: the latest plan or submit run (not a
+    review). ``last``: the latest run, when the caller has it already."""
+    last = last or store.run()
     if last is not None and last.mode is not RunMode.REVIEW:
         return last
     return next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
@@ -115,7 +116,7 @@ def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
 
     ``team`` keeps that team's jobs only."""
     last = store.run()
-    newest = _newest_plan(store)
+    newest = _newest_plan(store, last)
     running = [
         {
             "job": job.id,
