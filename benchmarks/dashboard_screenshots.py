@@ -23,6 +23,7 @@ from benchmarks.served import large_config, launch_chromium, queue_jobs, sign_in
 from contract.records import Cluster, DownWindowRecord
 from gpuplan.app.config import ServiceConfig, demo_config
 from gpuplan.app.seed import ensure_models, ensure_service
+from gpuplan.app.service import make_service, run_once
 from gpuplan.app.tokens import create_token, parse_scopes
 from storage.factory import open_store
 
@@ -39,10 +40,10 @@ def shoot(config: ServiceConfig, db: str, out: Path, *, jobs: int) -> dict[str, 
     try:
         ensure_service(store, config, T0)
         queue_jobs(store, jobs, T0)
-        service = daemon.make_service(store, config)
+        service = make_service(store, config)
         service.clock = lambda: now
         for n in range(CYCLES):
-            daemon.run_once(service, T0 + n * CYCLE)
+            run_once(service, T0 + n * CYCLE)
             service.health.record(T0 + n * CYCLE, None)
         secret = create_token(store, "ml", parse_scopes("read,submit"), None, now).secret
         server = daemon.http_server(service, "127.0.0.1", 0).start()
