@@ -215,8 +215,7 @@ def hot_path_plan(
     """The fast-mode replan after a submission: stored (mode ``submit``), never committed."""
     from gpuplan.app.tick import plan_cycle
 
-    report = plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT)
-    return store.run(report.run_id)
+    return plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT).run
 
 
 def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:

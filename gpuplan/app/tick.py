@@ -20,7 +20,7 @@ import math
 import pickle
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,8 @@ class CycleReport:
     utilization: float
     rt_coverage: float
     queue_length: int
+    #: The stored run itself (the hot path answers from it without reading it back).
+    run: PlanRun | None = field(default=None, repr=False, compare=False)
 
     def log_line(self) -> str:
         return (
@@ -294,6 +296,7 @@ def plan_cycle(
         utilization=float(run.metrics.get("utilization", 0.0)),
         rt_coverage=float(run.metrics.get("rt_coverage", 1.0)),
         queue_length=len(snapshot.queued),
+        run=stored,
     )
     log.info(report.log_line())
     return report
