@@ -22,6 +22,7 @@ from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
+from gpuplan.app.traffic_sources import pull_traffic
 from storage.store import Store
 
 log = logging.getLogger("gpuplan.daemon")
@@ -83,14 +84,22 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     what it committed (the hour is committed once).
     """
     now = now or service.clock()
+    failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
     with plan_lock(service):
-        recalibrate(service.store, now, service.config)
+        recalibrate(service.store, now, service.config, skip=failed)
         report = plan_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
         )
     if service.metrics is not None:
         service.metrics.observe(report, now)
     return report
+
+
+def recalibrate_now(service: Service) -> list[str]:
+    """The hourly recalibration: Prometheus-fed apps' finished hours first, then every profile."""
+    now = service.clock()
+    failed = pull_traffic(service.store, now, service.config)
+    return recalibrate(service.store, now, service.config, skip=failed)
 
 
 def make_service(store: Store, config: ServiceConfig, *, print_commits: bool = False) -> Service:
