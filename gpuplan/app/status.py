@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
-from contract.records import JobState, PlanRun, RunMode
-from gpuplan.app.bridge import STEP, floor_hour, no_start_reason, planned_place, realtime_sets
+from contract.records import Job, JobEstimate, JobState, PlanRun, RunMode
+from gpuplan.app.bridge import STEP, floor_hour, no_start_reason, planned_place, planned_places, realtime_sets
+from gpuplan.app.tokens import NotFoundError
 from storage.store import Store
 
 
@@ -45,40 +46,111 @@ class Status:
         }
 
 
-def status(store: Store, now: datetime) -> Status:
+def placement_reason(
+    run: PlanRun, job_id: str, estimate: JobEstimate | None, planned_start: datetime | None
+) -> str:
+    """Why a queued job starts when ``run`` plans it, in one short line (with no start in the
+    horizon: :func:`gpuplan.app.bridge.no_start_reason`)."""
+    if estimate is None:
+        return "no forecast (the model cannot read its spec)"
+    block = f"{estimate.gpus}-GPU block"
+    if planned_start is None:
+        return no_start_reason(run, job_id, estimate.gpus)
+    if planned_start <= run.start:
+        return f"starts in the first open hour on a free {block}"
+    wait = (planned_start - run.start).total_seconds() / 3600
+    return f"waits {wait:g} h: busier or higher-value work holds every {block} until then"
+
+
+def _queue_row(job: Job, newest: PlanRun | None, places: dict[str, tuple[datetime, int]]) -> dict[str, Any]:
+    start = places[job.id][0] if job.id in places else None
+    return {
+        "job": job.id,
+        "team": job.team,
+        "priority": job.priority,
+        "gpus": None if job.estimate is None else job.estimate.gpus,
+        "planned_start": None if start is None else start.isoformat(),
+        "reason": "no plan yet" if newest is None else placement_reason(newest, job.id, job.estimate, start),
+    }
+
+
+def job_view(store: Store, job: Job) -> dict[str, Any]:
+    """One job as ``GET /v1/jobs/{id}`` shows it: state, forecast, planned or actual start, GPUs, outcome."""
+    planned: datetime | None = None
+    reason = None
+    if job.state is JobState.QUEUED:
+        newest = _newest_plan(store)
+        if newest is not None:
+            planned = planned_place(newest, job.id)[0]
+            reason = placement_reason(newest, job.id, job.estimate, planned)
+    estimate = job.estimate
+    return {
+        "job": job.id,
+        "kind": job.kind,
+        "team": job.team,
+        "priority": job.priority,
+        "state": job.state.value,
+        "submitted_at": job.submitted_at.isoformat(),
+        "forecast": None
+        if estimate is None
+        else {"gpus": estimate.gpus, "hours_p50": estimate.hours_p50, "hours_p90": estimate.hours_p90},
+        "planned_start": None if planned is None else planned.isoformat(),
+        "reason": reason,
+        "started_at": None if job.started_at is None else job.started_at.isoformat(),
+        "gpus": None
+        if job.first_gpu is None or job.gpus is None
+        else list(range(job.first_gpu, job.first_gpu + job.gpus)),
+        "ended_at": None if job.ended_at is None else job.ended_at.isoformat(),
+        "outcome": None if job.outcome is None else job.outcome.value,
+    }
+
+
+def _newest_plan(store: Store, last: PlanRun | None = None) -> PlanRun | None:
+    """The run whose grid is the queue's current plan: the latest plan or submit run (not a
+    review). ``last``: the latest run, when the caller has it already."""
+    last = last or store.run()
+    if last is not None and last.mode is not RunMode.REVIEW:
+        return last
+    return next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
+
+
+def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
     """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
-    hour placed them), the queue by planned start from the latest plan with a reason for a job
-    that has none, and the last run."""
+    hour placed them), the queue by planned start from the latest plan with each job's reason,
+    and the last run. ``team`` keeps that team's jobs only (and leaves the apps out)."""
     last = store.run()
-    plan = next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
-    newest = last if last is not None and last.mode is not RunMode.REVIEW else plan
+    newest = _newest_plan(store, last)
     running = [
         {
             "job": job.id,
             "kind": job.kind.value,
+            "team": job.team,
             "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
             "since": job.started_at.isoformat(),
         }
         for job in store.jobs([JobState.RUNNING])
-        if job.first_gpu is not None and job.gpus is not None and job.started_at is not None
+        if job.first_gpu is not None
+        and job.gpus is not None
+        and job.started_at is not None
+        and team in (None, job.team)
     ]
     commit = store.last_commit(before=floor_hour(now) + STEP)
-    if commit is not None:
+    if commit is not None and team is None:  # the real-time apps, as the latest committed hour placed them
         held = realtime_sets(commit, [app.id for app in store.apps()])
         running += [
-            {"job": app, "kind": "realtime", "gpus": list(gpus), "since": commit.hour.isoformat()}
+            {
+                "job": app,
+                "kind": "realtime",
+                "team": None,
+                "gpus": list(gpus),
+                "since": commit.hour.isoformat(),
+            }
             for app, gpus in held.items()
         ]
-    queue = []
-    for job in store.jobs([JobState.QUEUED]):
-        start = planned_place(newest, job.id)[0] if newest is not None else None
-        reason = None
-        if start is None:
-            gpus = job.estimate.gpus if job.estimate is not None else None
-            reason = "no plan run yet" if newest is None else no_start_reason(newest, job.id, gpus)
-        queue.append(
-            {"job": job.id, "planned_start": None if start is None else start.isoformat(), "reason": reason}
-        )
+    places = {} if newest is None else planned_places(newest)
+    queue = [
+        _queue_row(job, newest, places) for job in store.jobs([JobState.QUEUED]) if team in (None, job.team)
+    ]
     # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
     queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
     return Status(now, running, queue, None if last is None else run_summary(last))
@@ -89,20 +161,18 @@ def find_run(store: Store, which: str) -> PlanRun:
     if which == "latest":
         run = store.run()
         if run is None:
-            raise InputError("run_id", "a stored run (the database has none yet)", which)
+            raise NotFoundError("run_id", "a stored run (the database has none yet)", which)
         return run
     if not which.isdigit():
         raise InputError("run_id", "a run id (a whole number) or `latest`", which)
     run = store.run(int(which))
     if run is None:
-        raise InputError("run_id", "the id of a stored run", which)
+        raise NotFoundError("run_id", "the id of a stored run", which)
     return run
 
 
-def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
-    """Write ``scenario.json``, ``plan.json`` (CONTRACT.md formats) and ``run.json`` into ``out_dir``."""
-    from contract.scenario_io import write_json_atomic
-
+def run_export(run: PlanRun) -> dict[str, dict[str, Any]]:
+    """A stored run as ``scenario``, ``plan`` (CONTRACT.md formats) and ``run`` documents."""
     plan = {
         "scenario": run.scenario.get("name"),
         "policy": run.policy,
@@ -112,10 +182,17 @@ def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
         "status": run.status,
         "bound": run.bound,
     }
-    files = {"scenario.json": run.scenario, "plan.json": plan, "run.json": run_summary(run)}
+    return {"scenario": run.scenario, "plan": plan, "run": run_summary(run)}
+
+
+def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
+    """Write ``scenario.json``, ``plan.json`` (CONTRACT.md formats) and ``run.json`` into ``out_dir``."""
+    from contract.scenario_io import write_json_atomic
+
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, payload in files.items():
-        write_json_atomic(out_dir / name, payload)
-        written.append(out_dir / name)
+    for name, payload in run_export(run).items():
+        path = out_dir / f"{name}.json"
+        write_json_atomic(path, payload)
+        written.append(path)
     return written

@@ -1,12 +1,14 @@
 """The seam to the cluster: gpuplan decides, an executor starts and stops the work.
 
-An executor gets each hour's commit once, after it is stored. The executors sit side by
+An executor gets each hour's commit once, after it is stored, and a stop when a running
+job is cancelled. The executors sit side by
 side in this package (``memory``, ``jsonl``) and the config picks one by name through
 the registry in ``gpuplan/app/executors/__init__.py``.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 
 from contract.records import Commit
@@ -15,6 +17,9 @@ from contract.records import Commit
 class Executor(Protocol):
     def execute(self, commit: Commit) -> None:
         """Make the cluster run ``commit``'s assignments for its hour."""
+
+    def stop(self, job: str, at: datetime) -> None:
+        """Stop a running job now (it was cancelled); its GPUs free at the next commit."""
 
 
 def commit_lines(commit: Commit) -> list[dict[str, object]]:
