@@ -41,6 +41,7 @@ from itertools import islice
 from scheduler import baselines
 from scheduler.board import BlockedSchedule, Board
 from scheduler.budget import Budget, WorkCosts
+from scheduler.churn import moves, settle
 from scheduler.curves import swap_capped_curve
 from scheduler.model import (
     HOT_PATH_BUDGET_MS,
@@ -85,15 +86,16 @@ class _Candidate:
 def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     """The best plan found within ``budget`` (default: the hot path's).
 
-    The first pass (real-time curves, the first job orders, and the priority-backfill
-    floor) always completes. Then, while the budget affords each next step: the same on
-    the mirror image, the other job orders on the better orientation, and the searches,
-    which stop early when a whole pass brings nothing.
+    The first pass (real-time curves, the first job orders, and the three baselines as
+    floors) always completes, and so does the last step, :func:`scheduler.churn.settle`.
+    Between them, while the budget affords each next step: the same on the mirror image,
+    the other job orders on the better orientation, and the searches.
     """
     budget = budget or Budget(HOT_PATH_BUDGET_MS)
     costs = WorkCosts.of(instance)
-    floor = _priority_backfill(instance)
-    budget.charge(costs.pack)
+    floors = _baseline_floors(instance)
+    # The floors (three packs on one set of reservations) and settling at the end, as measured.
+    budget.charge(2 * costs.pack + costs.realtime)
     oriented = instance
     orders = _job_orders(instance)
     best = _first_pass(instance, orders[:FIRST_ORDERS], budget, costs)
@@ -109,9 +111,29 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
         budget.charge(costs.pack)
         best = _with_batch(oriented, best, *_pack(oriented, best.busy_before_batch, {}, order), order)
     searched = _search(oriented, best, budget, costs)
-    if floor.objective > searched.objective + EPSILON:
-        return floor.allocation
-    return searched.allocation if oriented is instance else _unmirror(instance, searched.allocation)
+    found = searched.allocation if oriented is instance else _unmirror(instance, searched.allocation)
+    return best_of(instance, [settle(instance, found), *floors])
+
+
+def best_of(instance: Instance, allocations: Sequence[Allocation]) -> Allocation:
+    """The allocation of the highest objective; at equal objective, the one with the fewest
+    real-time moves (the objective's tie-break), then the first."""
+    best = allocations[0]
+    best_objective, best_moves = objective(instance, best), moves(instance, best.realtime)
+    for allocation in allocations[1:]:
+        value, moved = objective(instance, allocation), moves(instance, allocation.realtime)
+        if value > best_objective + EPSILON or (value >= best_objective - EPSILON and moved < best_moves):
+            best, best_objective, best_moves = allocation, value, moved
+    return best
+
+
+def _baseline_floors(instance: Instance) -> list[Allocation]:
+    """The contract's three baselines: the fast mode never answers below any of them."""
+    return [
+        baselines.fifo(instance),
+        baselines.fifo_backfill(instance),
+        baselines.priority_backfill(instance),
+    ]
 
 
 def allocate_at_least_hot_path(instance: Instance, budget: Budget) -> Allocation:
@@ -121,10 +143,7 @@ def allocate_at_least_hot_path(instance: Instance, budget: Budget) -> Allocation
     and end below what the hot path finds; callers with a larger budget (the plan cycle,
     the full mode's hint) must never answer worse than the hot path would have.
     """
-    return max(
-        (allocate(instance, Budget(HOT_PATH_BUDGET_MS)), allocate(instance, budget)),
-        key=lambda allocation: objective(instance, allocation),
-    )
+    return best_of(instance, [allocate(instance, Budget(HOT_PATH_BUDGET_MS)), allocate(instance, budget)])
 
 
 def objective(instance: Instance, allocation: Allocation) -> float:
@@ -143,19 +162,6 @@ def _first_pass(
         budget.charge(costs.pack)
         best = _with_batch(instance, best, *_pack(instance, best.busy_before_batch, {}, order), order)
     return best
-
-
-def _priority_backfill(instance: Instance) -> _Candidate:
-    """The priority-backfill baseline as a candidate: the floor the fast mode never falls below."""
-    allocation = baselines.priority_backfill(instance)
-    return _Candidate(
-        objective=objective(instance, allocation),
-        allocation=allocation,
-        order=(),
-        rt_shortfall=0,
-        committed={},
-        busy_before_batch=(),
-    )
 
 
 def _with_batch(

@@ -81,7 +81,9 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
         completed=completed,
         unscheduled=unscheduled,
         rt_moves=sum(
-            realtime_moves(masks, running.mask if (running := instance.running_realtime.get(job_id)) else None)
+            realtime_moves(
+                masks, running.mask if (running := instance.running_realtime.get(job_id)) else None
+            )
             for job_id, masks in held_sets.items()
         ),
     )
