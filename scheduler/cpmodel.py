@@ -16,7 +16,9 @@ Variables (binary unless said):
 - ``change(rt=k, gpu=g, step=t)``: ``g`` entered or left ``k``'s set at ``t``;
 - ``served(rt=k, step=t)``: integer, ``min(|A_k(t)|, demand_k(t))``.
 
-Objective: the contract's ``value - penalty``. Serving one demanded GPU-step of ``k``
+Objective: the contract's ``value - penalty``, then, as a tie-break strictly below any
+difference of value, the fewest real-time moves (``change`` variables set): the scaled
+value is weighted by one more than the number of ``change`` variables. Serving one demanded GPU-step of ``k``
 gains ``priority_k * w(t)`` and avoids ``rt_penalty * priority_k * w(t)``, so
 ``objective = sum(place * batch value) + sum((1 + rt_penalty) * p * w * served) + constant``
 (the constant: what is fixed, and the penalty if nothing in the window were served).
@@ -87,6 +89,14 @@ class Variables:
     hold: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (rt job, gpu, step)
     change: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (rt job, gpu, step)
     served: dict[tuple[str, int], Any] = field(default_factory=dict)  # (rt job, step)
+    #: The scaled value's weight in the solver's objective: above the number of ``change``
+    #: variables, so one scaled unit of value outweighs every real-time move (the tie-break).
+    value_weight: int = 1
+
+    def value_bound(self, solver_bound: float) -> float:
+        """An upper bound on the scaled value from the solver's bound on its objective,
+        ``value_weight * value - moves``, with ``0 <= moves <= len(change)``."""
+        return (solver_bound + len(self.change)) / self.value_weight
 
     @property
     def count(self) -> int:
@@ -246,6 +256,11 @@ def build_model(
             else:
                 served = min(current.realtime[rt.id][t].bit_count(), rt.demand[t])
                 constant += weight * (served - instance.rt_penalty * (rt.demand[t] - served))
+    # Tie-break: fewer real-time moves at equal value.
+    v.value_weight = len(v.change) + 1
+    coefficients = [c * v.value_weight for c in coefficients]
+    terms += v.change.values()
+    coefficients += [-1] * len(v.change)
     on_time()
     _maximize(model, terms, coefficients)
     return v, constant

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from scheduler.budget import Budget
 from scheduler.cpmodel import BuildTimeoutError, Window, build_model, hint, read_allocation
-from scheduler.fast import EPSILON, objective
+from scheduler.fast import EPSILON, best_of, objective
 from scheduler.model import Allocation, Instance
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,8 @@ def improve(
                 best, best_objective = candidate, candidate_objective
                 improvements += 1
                 improved = True
+            elif candidate_objective >= best_objective - EPSILON:
+                best = best_of(instance, [best, candidate])  # fewer real-time moves at equal value
             if status == cp_model.OPTIMAL and window == whole:
                 return best, LnsReport(windows, improvements, proven_optimal=True)
         if not improved:
