@@ -67,6 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated shapes for --sample (default: the seven and the five rolling re-plans)",
     )
     parser.add_argument("--first-seed", type=int, default=1, help="--sample draws seeds from this one on")
+    parser.add_argument(
+        "--heldout",
+        action="store_true",
+        help="--sample reads the frozen held-out split (benchmarks/heldout/, the wide shapes) instead",
+    )
 
 
 def _progress(total: int, desc: str):  # type: ignore[no-untyped-def]
@@ -221,18 +226,24 @@ def _published_table(results: list[Any]) -> str | None:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from scheduler.bench import HOT_PATH, PLAN_CYCLE, run_scenario, sample_instances
-    from scheduler.synthetic import ROLLING_SHAPES, SHAPES
+    from scheduler.bench import HOT_PATH, PLAN_CYCLE, heldout_instances, run_scenario, sample_instances
+    from scheduler.synthetic import ROLLING_SHAPES, SHAPES, WIDE_SHAPES
 
-    shapes = {**SHAPES, **ROLLING_SHAPES}
-    names = tuple(shapes) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
+    shapes = WIDE_SHAPES if args.heldout else {**SHAPES, **ROLLING_SHAPES, **WIDE_SHAPES}
+    default = WIDE_SHAPES if args.heldout else {**SHAPES, **ROLLING_SHAPES}
+    names = tuple(default) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
     for name in names:
         if name not in shapes:
             raise InputError("--shapes", f"names from {list(shapes)}", name)
     seeds = range(args.first_seed, args.first_seed + args.sample)
+    instances = (
+        list(heldout_instances(names, args.sample))
+        if args.heldout
+        else list(sample_instances((shapes[n] for n in names), seeds))
+    )
     rows: list[dict[str, Any]] = []
-    with _progress(len(names) * args.sample, "samples") as bar:
-        for instance in sample_instances((shapes[n] for n in names), seeds):
+    with _progress(len(instances), "samples") as bar:
+        for instance in instances:
             result = run_scenario(
                 instance,
                 full_time_limit_s=args.time_limit,
@@ -261,6 +272,12 @@ def _sample(args: argparse.Namespace) -> int:
                     "cycle_status": p[PLAN_CYCLE].status,
                     "fast_cov": p[HOT_PATH].metrics.rt_coverage,
                     "cycle_cov": p[PLAN_CYCLE].metrics.rt_coverage,
+                    "fast_ge_fifos": result.at_least_fifos(HOT_PATH),
+                    "fifo_moves": p["fifo"].metrics.rt_moves,
+                    "fast_moves": p[HOT_PATH].metrics.rt_moves,
+                    "cycle_moves": p[PLAN_CYCLE].metrics.rt_moves,
+                    "full_moves": p["full"].metrics.rt_moves,
+                    "demand_changes": result.demand_changes,
                 }
             )
             bar.update(1)
@@ -285,6 +302,8 @@ def _sample(args: argparse.Namespace) -> int:
                 "min rt cov hot/cycle",
                 "hot ms (median)",
                 "cycle ms max",
+                ">=FIFOs hot",
+                "rt moves fifo/hot/cycle/full (demand)",
             ],
             table,
         )
@@ -316,6 +335,11 @@ def _sample_row(name: str, rows: list[dict[str, Any]]) -> list[object]:
         f"{min(r['fast_cov'] for r in rows):.1%} / {min(r['cycle_cov'] for r in rows):.1%}",
         f"{statistics.median(r['fast_ms'] for r in rows):.2f} (max {max(r['fast_ms'] for r in rows):.2f})",
         f"{max(r['cycle_ms'] for r in rows):.0f}",
+        f"{sum(r['fast_ge_fifos'] for r in rows)}/{len(rows)}",
+        "/".join(
+            str(sum(r[k] for r in rows)) for k in ("fifo_moves", "fast_moves", "cycle_moves", "full_moves")
+        )
+        + f" ({sum(r['demand_changes'] for r in rows)})",
     ]
 
 

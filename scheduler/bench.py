@@ -71,6 +71,7 @@ class ScenarioResult:
     jobs: int
     plans: dict[str, Plan]  # policy name, or HOT_PATH / PLAN_CYCLE for the fast mode
     fast_latency_ms: float
+    demand_changes: int = 0  # the demand curves' own changes, the floor under real-time moves
 
     @property
     def value_gain(self) -> float:
@@ -95,6 +96,13 @@ class ScenarioResult:
 
     def at_least_priority_backfill(self, key: str) -> bool:
         return self.plans[key].metrics.objective >= self.plans["priority-backfill"].metrics.objective - 1e-6
+
+    def at_least_fifos(self, key: str) -> bool:
+        """Whether ``key`` scores at least each of the three baselines."""
+        baselines = ("fifo", "fifo-backfill", "priority-backfill")
+        return all(
+            self.plans[key].metrics.objective >= self.plans[b].metrics.objective - 1e-6 for b in baselines
+        )
 
     @property
     def full_gap(self) -> float | None:
@@ -135,7 +143,7 @@ def run_scenario(
 ) -> ScenarioResult:
     """FIFO, priority-backfill and the hot path; the plan cycle with ``cycle_budget_ms``;
     the full mode with ``full_time_limit_s`` (each left out when None)."""
-    names = [PolicyName.FIFO, PolicyName.PRIORITY_BACKFILL, PolicyName.FAST]
+    names = [PolicyName.FIFO, PolicyName.FIFO_BACKFILL, PolicyName.PRIORITY_BACKFILL, PolicyName.FAST]
     if full_time_limit_s is not None:
         names.append(PolicyName.FULL)
     options = SolveOptions(time_limit_s=full_time_limit_s or 1.0, workers=workers)
@@ -149,7 +157,22 @@ def run_scenario(
         jobs=len(instance.batch_jobs) + len(instance.realtime_jobs),
         plans=plans,
         fast_latency_ms=latency_ms(instance, PolicyName.FAST, latency_runs),
+        demand_changes=demand_changes(instance),
     )
+
+
+def demand_changes(instance: Instance) -> int:
+    """How much the demand curves themselves change, summed over services and steps (from
+    the running set's size at step 0): no plan that serves them moves fewer GPUs."""
+    total = 0
+    for job in instance.realtime_jobs:
+        running = instance.running_realtime.get(job.id)
+        previous = None if running is None else len(running.gpus)
+        for need in job.demand:
+            if previous is not None:
+                total += abs(need - previous)
+            previous = need
+    return total
 
 
 def scenario_files(directory: Path) -> list[Path]:
@@ -161,6 +184,22 @@ def sample_instances(shapes: Iterable[Shape], seeds: Iterable[int]) -> Iterator[
     for shape in shapes:
         for seed in seeds:
             yield parse_scenario(generate(shape, seed), source=f"{shape.name} seed {seed}")
+
+
+HELDOUT_DIR = Path(__file__).parents[1] / "benchmarks" / "heldout"
+
+
+def heldout_instances(
+    names: Iterable[str], per_shape: int, directory: Path = HELDOUT_DIR
+) -> Iterator[Instance]:
+    """Up to ``per_shape`` scenarios of each shape in ``names`` from the frozen held-out files
+    (named ``SHAPE-SEED.json``), in seed order."""
+    from scheduler.scenario_io import load_scenario
+
+    for name in names:
+        paths = sorted(p for p in directory.glob(f"{name}-*.json") if p.stem[len(name) + 1 :].isdigit())
+        for path in paths[:per_shape]:
+            yield load_scenario(path)
 
 
 def scale_shape(gpus: int) -> Shape:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from scheduler.board import BlockedSchedule
 from scheduler.curves import swap_capped_curve
-from scheduler.metrics import realtime_moves
+from scheduler.metrics import moves
 from scheduler.model import Allocation, BatchJob, Instance, block_mask, iter_gpus_down
 
 EPSILON = 1e-9
@@ -47,15 +47,6 @@ def settle(instance: Instance, allocation: Allocation) -> Allocation:
         if score > best_score + EPSILON or (score >= best_score - EPSILON and moved < best_moves):
             best, best_score, best_moves = realtime, score, moved
     return allocation if best is allocation.realtime else Allocation(batch=allocation.batch, realtime=best)
-
-
-def moves(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> int:
-    """The plan's real-time GPU moves (the ``rt_moves`` metric), from its holdings."""
-    running = instance.running_realtime
-    return sum(
-        realtime_moves(masks, running[job_id].mask if job_id in running else None)
-        for job_id, masks in realtime.items()
-    )
 
 
 def _realtime_score(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> float:

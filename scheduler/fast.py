@@ -41,8 +41,9 @@ from itertools import islice
 from scheduler import baselines
 from scheduler.board import BlockedSchedule, Board
 from scheduler.budget import Budget, WorkCosts
-from scheduler.churn import moves, settle
+from scheduler.churn import settle
 from scheduler.curves import swap_capped_curve
+from scheduler.metrics import moves
 from scheduler.model import (
     HOT_PATH_BUDGET_MS,
     Allocation,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from scheduler.model import Cell, Instance
@@ -80,12 +80,16 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
         rt_coverage=served_cells / demand_cells if demand_cells else 1.0,
         completed=completed,
         unscheduled=unscheduled,
-        rt_moves=sum(
-            realtime_moves(
-                masks, running.mask if (running := instance.running_realtime.get(job_id)) else None
-            )
-            for job_id, masks in held_sets.items()
-        ),
+        rt_moves=moves(instance, held_sets),
+    )
+
+
+def moves(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> int:
+    """The ``rt_moves`` metric of the services' holdings (held-GPU bitmasks per step)."""
+    running = instance.running_realtime
+    return sum(
+        realtime_moves(masks, running[job_id].mask if job_id in running else None)
+        for job_id, masks in realtime.items()
     )
 
 

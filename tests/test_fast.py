@@ -8,10 +8,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.board import BlockedSchedule, Board
 from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.curves import swap_capped_curve
-from scheduler.board import BlockedSchedule, Board
 from scheduler.fast import allocate, place_realtime
 from scheduler.metrics import score
 from scheduler.model import build_grid, gpus_of
