@@ -121,50 +121,37 @@ ROLLING_SHAPES: dict[str, Shape] = {
     )
 }
 
+
 # The wider, harder generator of issue 20: real-time contention with swap caps 1-4 and steep
 # ramps, running jobs and services at step 0, down windows, decay 0.85-0.99, real-time
 # penalty 5-10, and re-plans that inherit an earlier plan's committed hours. Its tuning split
 # is :data:`TUNING_SEEDS`; the held-out split is frozen in benchmarks/heldout/.
-WIDE = {
-    "swap_caps": (1, 4),
-    "ramp_powers": (1.0, 2.5),
-    "decays": (0.85, 0.99),
-    "rt_penalties": (5.0, 10.0),
-    "down_windows": 2,
-}
+
+
+def _wide(shape: Shape) -> Shape:
+    return replace(
+        shape,
+        swap_caps=(1, 4),
+        ramp_powers=(1.0, 2.5),
+        decays=(0.85, 0.99),
+        rt_penalties=(5.0, 10.0),
+        down_windows=2,
+    )
+
+
 WIDE_SHAPES: dict[str, Shape] = {
     s.name: s
     for s in (
-        Shape("wide-contention", 8, 4, 4, 0.95, 0.3, 10, load=1.0, running_share=0.4, **WIDE),  # type: ignore[arg-type]
-        Shape("wide-training", 8, 14, 1, 0.4, 0.85, 20, load=1.7, running_share=0.3, **WIDE),  # type: ignore[arg-type]
-        Shape("wide-oversubscribed", 8, 9, 2, 0.45, 0.6, 22, load=2.2, running_share=0.3, **WIDE),  # type: ignore[arg-type]
-        Shape("wide-large", 14, 13, 3, 0.55, 0.45, 18, load=1.2, running_share=0.3, **WIDE),  # type: ignore[arg-type]
-        Shape("wide-64", 64, 30, 5, 0.5, 0.5, 16, load=1.3, running_share=0.3, **WIDE),  # type: ignore[arg-type]
-        Shape(
-            "inherited-contention",
-            8,
-            5,
-            4,
-            0.9,
-            0.3,
-            10,
-            load=1.1,
-            running_share=0.3,
-            inherit_hours=2,
-            **WIDE,  # type: ignore[arg-type]
+        _wide(Shape("wide-contention", 8, 4, 4, 0.95, 0.3, 10, load=1.0, running_share=0.4)),
+        _wide(Shape("wide-training", 8, 14, 1, 0.4, 0.85, 20, load=1.7, running_share=0.3)),
+        _wide(Shape("wide-oversubscribed", 8, 9, 2, 0.45, 0.6, 22, load=2.2, running_share=0.3)),
+        _wide(Shape("wide-large", 14, 13, 3, 0.55, 0.45, 18, load=1.2, running_share=0.3)),
+        _wide(Shape("wide-64", 64, 30, 5, 0.5, 0.5, 16, load=1.3, running_share=0.3)),
+        _wide(
+            Shape("inherited-contention", 8, 5, 4, 0.9, 0.3, 10, load=1.1, running_share=0.3, inherit_hours=2)
         ),
-        Shape(
-            "inherited-mixed",
-            14,
-            12,
-            3,
-            0.6,
-            0.45,
-            16,
-            load=1.3,
-            running_share=0.3,
-            inherit_hours=3,
-            **WIDE,  # type: ignore[arg-type]
+        _wide(
+            Shape("inherited-mixed", 14, 12, 3, 0.6, 0.45, 16, load=1.3, running_share=0.3, inherit_hours=3)
         ),
     )
 }
