@@ -1,9 +1,14 @@
 """The fast mode: a heuristic that is legal by construction and answers in milliseconds.
 
-It is anytime (:func:`allocate` takes a :class:`~scheduler.budget.Budget`): the first
-pass always completes; the rest runs while the budget affords each next step, in this
-order: the mirror image's first pass, the other job orders, promotions (4), the order
-search (end of 2). Every plan is at least priority-backfill's (it is computed as a floor).
+It is anytime (:func:`allocate` takes a :class:`~scheduler.budget.Budget`). Always, to
+completion: the contract's three baselines (the floors: no plan scores below fifo,
+fifo-backfill or priority-backfill), the first pass, and at the end the real-time
+settling of :mod:`scheduler.churn` (the fewest GPU moves at equal value). Between them,
+while the budget affords each next step: the mirror image's first pass, the other job
+orders, then rounds of promotions (4, the costliest delays first, at most half of what is
+left per round) and the order search (end of 2) until a round brings nothing; with budget
+left, the same from the other orientation, then with promotions in priority order, then
+the order search's wider moves. Every candidate is compared by the exact objective.
 
 Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 
@@ -21,12 +26,14 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    each job at its earliest feasible start on the aligned block that best fits the
    holes already there (buddy best-fit: prefer blocks whose parent block is already
    partly taken, and runs that fill a trough in time). The best order wins, then a
-   bounded local search moves jobs forward in it.
+   local search moves jobs forward in it (to the front or one place earlier; later, to
+   any earlier place).
 3. **Both orientations.** Passes 1-2 also run on the cluster upside down (where job
    sizes divide the cluster, so blocks stay aligned); the better first pass is kept.
-4. **Promote delayed jobs** (a bounded large-neighbourhood search): a batch job that
-   the first pass started later than the cluster's fixed load allows is promised its
-   earliest slot (or one a few steps later), the real-time services are re-planned
+4. **Promote delayed jobs** (a bounded large-neighbourhood search): the batch jobs that
+   the plan starts later than the cluster's fixed load allows, the one whose delay costs
+   the most value first, are each promised their earliest slot (in later rounds also one a
+   few steps later), the real-time services are re-planned
    around the promise (they move GPUs ahead of time within their swap caps), the rest
    is re-packed, and the change is kept only if the exact objective improves without
    leaving real-time demand unserved that was served before.
@@ -34,7 +41,8 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
 
@@ -62,12 +70,14 @@ UNLIMITED = 1 << 30
 MAX_BLOCK_CANDIDATES = 12
 # Starts tried per delayed job and pass, as offsets from its earliest free start; the first
 # that improves is kept. Later starts let real-time services move out of the way in time.
-PROMISE_OFFSETS = (0, 2, 5, 9)
+PROMISE_OFFSETS: tuple[int, ...] = (0, 2, 5, 9)
 EPSILON = 1e-9
 # Job orders every first pass packs (the rest are tried while the budget lasts): over the 58
 # first passes of 33 sampled scenarios (both orientations), the first order packed best in
 # 33 and the second in 35 (ties counted for each), the last two in 8.
 FIRST_ORDERS = 2
+# The share of the budget left that one round of promotions may spend before the order search.
+PROMOTION_SHARE = 0.5
 
 
 class InfeasiblePromiseError(Exception):
@@ -97,23 +107,41 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     floors = _baseline_floors(instance)
     # The floors (three packs on one set of reservations) and settling at the end, as measured.
     budget.charge(2 * costs.pack + costs.realtime)
-    oriented = instance
     orders = _job_orders(instance)
-    best = _first_pass(instance, orders[:FIRST_ORDERS], budget, costs)
+    starts = [(instance, orders, _first_pass(instance, orders[:FIRST_ORDERS], budget, costs))]
     flipped = mirrored(instance)
     if flipped is not None and budget.affords(costs.build + costs.pack):
         flipped_orders = _job_orders(flipped)
-        flipped_first = _first_pass(flipped, flipped_orders[:FIRST_ORDERS], budget, costs)
-        if flipped_first.objective > best.objective + EPSILON:
-            oriented, orders, best = flipped, flipped_orders, flipped_first
+        starts.append(
+            (flipped, flipped_orders, _first_pass(flipped, flipped_orders[:FIRST_ORDERS], budget, costs))
+        )
+        starts.sort(key=lambda start: -start[2].objective)  # the better orientation first
+    oriented, orders, best = starts[0]
     for order in orders[FIRST_ORDERS:]:
         if not budget.affords(costs.pack):
             break
         budget.charge(costs.pack)
         best = _with_batch(oriented, best, *_pack(oriented, best.busy_before_batch, {}, order), order)
-    searched = _search(oriented, best, budget, costs)
-    found = searched.allocation if oriented is instance else _unmirror(instance, searched.allocation)
-    return best_of(instance, [settle(instance, found), *floors])
+    starts[0] = (oriented, orders, best)
+    # The searches from the better first pass; with budget left when they end, again from
+    # the other orientation's, then with promotions in priority order instead; last, the
+    # order search's wider moves on the best of them.
+    found: list[tuple[Instance, _Candidate]] = []
+    for (oriented, _, start), targets in [*((s, _most_delayed) for s in starts), (starts[0], _by_priority)]:
+        if found and not budget.affords(costs.build):
+            break
+        found.append((oriented, _search(oriented, start, budget, costs, targets)))
+    oriented, searched = max(found, key=lambda f: f[1].objective)
+    while budget.affords(costs.pack):
+        wider = _reorder(oriented, searched, budget, costs, _far_moves)
+        if wider is searched:
+            break
+        searched = _search(oriented, wider, budget, costs, _most_delayed)
+    allocations = [
+        c.allocation if o is instance else _unmirror(instance, c.allocation)
+        for o, c in [*found, (oriented, searched)]
+    ]
+    return best_of(instance, [settle(instance, best_of(instance, allocations)), *floors])
 
 
 def best_of(instance: Instance, allocations: Sequence[Allocation]) -> Allocation:
@@ -227,38 +255,101 @@ def _unmirror(instance: Instance, allocation: Allocation) -> Allocation:
     )
 
 
-def _search(instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
-    """From a first pass: promotions, then a local search over the batch order, each step
-    while the budget affords it; both stop when a whole pass brings nothing."""
-    # Promotions first: on 33 sampled scenarios at the hot path's budget they lift the mean
-    # ratio to the full mode from 0.972 to 0.984 (worst 0.79 -> 0.88); with a budget for
-    # both, the order makes no difference (0.992 either way).
-    return _reorder(instance, _promote(instance, first, budget, costs), budget, costs)
+Targets = Callable[[Instance, Allocation], list[BatchJob]]
 
 
-def _promote(instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
-    """Promise delayed jobs earlier slots, re-plan around them, keep what improves."""
+def _search(
+    instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts, targets: Targets
+) -> _Candidate:
+    """From a first pass, while the budget affords each step: promotions of ``targets``,
+    then the order search (each job to the front or one place earlier), again while
+    either improves."""
     best = first
-    order = best.order
+    offsets: tuple[int, ...] = PROMISE_OFFSETS[:1]  # the first round: each job's earliest slot only
+    while True:
+        before = best.objective
+        # Promotions cost a real-time re-plan each: a round gets a share of what is left, so
+        # that the order search (a pack a move) always has its turn.
+        share = budget.spent + PROMOTION_SHARE * (budget.units - budget.spent)
+        best = _promote(instance, best, budget, costs, targets, offsets=offsets, until=share)
+        best = _reorder(instance, best, budget, costs, _near_moves)
+        if best.objective <= before + EPSILON and offsets == PROMISE_OFFSETS:
+            return best
+        offsets = PROMISE_OFFSETS
+
+
+def _value_lost(instance: Instance, job: BatchJob, earliest: int, start: int) -> float:
+    """What starting ``job`` at ``start`` instead of ``earliest`` costs (its whole run's value
+    at the earlier start minus at the later one, cut at the horizon)."""
+    weights = instance.weights
+    horizon = instance.horizon_steps
+    at = sum(weights[earliest : job.end_step(earliest, horizon)])
+    later = sum(weights[start : job.end_step(start, horizon)]) if start < horizon else 0.0
+    return job.priority * job.gpus * (at - later)
+
+
+def _most_delayed(instance: Instance, allocation: Allocation) -> list[BatchJob]:
+    """Queued jobs that start later than the fixed load (down GPUs, running jobs) allows, the
+    one whose delay costs the most value first."""
+    fixed = Board(instance)
+    delayed = []
+    for job in instance.queued_jobs:
+        run = fixed.earliest_run(job, job.release_step)
+        if run is None:
+            continue
+        current = allocation.batch.get(job.id)
+        start = instance.horizon_steps if current is None else current.start_step
+        if start > run[0]:
+            delayed.append((-_value_lost(instance, job, run[0], start), job.order, job))
+    return [job for *_, job in sorted(delayed, key=lambda d: (d[0], d[1]))]
+
+
+def _by_priority(instance: Instance, allocation: Allocation) -> list[BatchJob]:
+    """Queued jobs that start after their release (or not at all), highest priority first."""
+    horizon = instance.horizon_steps
+    return [
+        job
+        for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order))
+        if ((p := allocation.batch.get(job.id)) is None and job.release_step < horizon)
+        or (p is not None and p.start_step > job.release_step)
+    ]
+
+
+def _promote(
+    instance: Instance,
+    first: _Candidate,
+    budget: Budget,
+    costs: WorkCosts,
+    targets: Targets,
+    *,
+    offsets: Sequence[int] = PROMISE_OFFSETS,
+    until: float = math.inf,
+) -> _Candidate:
+    """Promise delayed jobs earlier slots (the costliest delay first), re-plan around them,
+    keep what improves."""
+    best = first
     promises: dict[str, Placement] = dict(first.committed)
     improved = True
     while improved:
         improved = False
-        for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order)):
+        if not budget.affords(costs.delays):
+            return best
+        budget.charge(costs.delays)  # the fixed load's earliest starts, one run search a job
+        for job in targets(instance, best.allocation):
             current = best.allocation.batch.get(job.id)
             latest = instance.horizon_steps if current is None else current.start_step
-            if latest <= job.release_step:
-                continue
-            if not budget.affords(costs.realtime):
+            if not budget.affords(costs.slots) or budget.spent > until:
                 return best
-            budget.charge(costs.realtime)  # finding the slots reads the real-time holdings
-            for promise in _earlier_slots(instance, best.allocation, job, promises, before=latest):
-                if not budget.affords(costs.build):
+            budget.charge(costs.slots)  # finding the slots reads the real-time holdings
+            for promise in _earlier_slots(
+                instance, best.allocation, job, promises, before=latest, offsets=offsets
+            ):
+                if not budget.affords(costs.build) or budget.spent > until:
                     return best
                 budget.charge(costs.build)
                 committed = {**promises, job.id: promise}
                 try:
-                    trial = _build(instance, committed, [order])
+                    trial = _build(instance, committed, [best.order])
                 except InfeasiblePromiseError:
                     continue
                 # A promotion may not buy batch value with real-time demand the first pass
@@ -296,30 +387,41 @@ def _build(
     )
 
 
-def _reorder(instance: Instance, candidate: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
-    """Local search over the batch order: move a job to the front, or one place earlier;
-    real-time stays as it is. Stops at an order that no such move improves."""
+OrderMoves = Callable[[Sequence[BatchJob]], Iterator[list[BatchJob]]]
+
+
+def _near_moves(order: Sequence[BatchJob]) -> Iterator[list[BatchJob]]:
+    """Each job to the front, or one place earlier."""
+    for i in range(1, len(order)):
+        yield [order[i], *order[:i], *order[i + 1 :]]
+        if i > 1:
+            yield [*order[: i - 1], order[i], order[i - 1], *order[i + 1 :]]
+
+
+def _far_moves(order: Sequence[BatchJob]) -> Iterator[list[BatchJob]]:
+    """Each job to every earlier place that :func:`_near_moves` does not try."""
+    for i in range(2, len(order)):
+        for j in range(1, i - 1):
+            yield [*order[:j], order[i], *order[j:i], *order[i + 1 :]]
+
+
+def _reorder(
+    instance: Instance, candidate: _Candidate, budget: Budget, costs: WorkCosts, moves_of: OrderMoves
+) -> _Candidate:
+    """Local search over the batch order (real-time stays as it is): the first of
+    ``moves_of(order)`` that improves is taken, until none does."""
     busy, committed = candidate.busy_before_batch, candidate.committed
     best = candidate
     improved = True
     while improved:
         improved = False
-        order = best.order
-        for i in range(1, len(order)):
-            for trial_order in (
-                [order[i], *order[:i], *order[i + 1 :]],
-                [*order[: i - 1], order[i], order[i - 1], *order[i + 1 :]],
-            ):
-                if not budget.affords(costs.pack):
-                    return best
-                budget.charge(costs.pack)
-                trial = _with_batch(
-                    instance, best, *_pack(instance, busy, committed, trial_order), trial_order
-                )
-                if trial is not best:
-                    best, improved = trial, True
-                    break
-            if improved:
+        for trial_order in moves_of(best.order):
+            if not budget.affords(costs.pack):
+                return best
+            budget.charge(costs.pack)
+            trial = _with_batch(instance, best, *_pack(instance, busy, committed, trial_order), trial_order)
+            if trial is not best:
+                best, improved = trial, True
                 break
     return best
 
@@ -360,10 +462,12 @@ def _earlier_slots(
     allocation: Allocation,
     job: BatchJob,
     promises: Mapping[str, Placement],
+    *,
     before: int,
+    offsets: Sequence[int] = PROMISE_OFFSETS,
 ) -> list[Placement]:
     """Starts before ``before`` that running jobs, down GPUs and the other promises leave
-    ``job`` (the earliest, then ``PROMISE_OFFSETS`` later), each on the block real-time
+    ``job`` (the earliest, then ``offsets`` later), each on the block real-time
     uses least there (the fewest GPUs it must move)."""
     fixed = Board(instance)
     others = {job_id: p for job_id, p in promises.items() if job_id != job.id}
@@ -373,7 +477,7 @@ def _earlier_slots(
     slots: list[Placement] = []
     earliest: int | None = None
     for start in range(job.release_step, min(before, instance.horizon_steps)):
-        if earliest is not None and start - earliest not in PROMISE_OFFSETS:
+        if earliest is not None and start - earliest not in offsets:
             continue
         end = job.end_step(start, instance.horizon_steps)
         starts = fixed.free_starts(job.gpus, start, end)
