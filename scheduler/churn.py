@@ -19,7 +19,8 @@ objective never falls; the result is kept only if it moves fewer GPUs (or scores
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
 
 from scheduler.board import BlockedSchedule
 from scheduler.curves import swap_capped_curve
@@ -57,6 +58,11 @@ def _realtime_score(instance: Instance, realtime: Mapping[str, Sequence[int]]) -
             served = min(mask.bit_count(), job.demand[t])
             total += job.priority * weights[t] * (served - instance.rt_penalty * (job.demand[t] - served))
     return total
+
+
+def _by_blocking(schedule: BlockedSchedule, gpus: int, step: int) -> Iterator[int]:
+    """``gpus``, the one blocked latest from ``step`` on first (sorted only when asked for)."""
+    yield from sorted(iter_gpus_down(gpus), key=lambda g: -(schedule.next_down(g, step) or NEVER))
 
 
 def _blocked_by_batch(instance: Instance, allocation: Allocation) -> list[int]:
@@ -131,18 +137,18 @@ def _sticky_realtime(
                     current &= ~(1 << gpu)
                     budget -= 1
             elif current.bit_count() < low:
-                # Rule 3: the free GPUs that stay free longest, highest ids first.
-                candidates = sorted(
-                    iter_gpus_down(everyone & ~taken),
-                    key=lambda g: -(schedule.next_down(g, t + 1) or NEVER),
+                # Rule 3: the free GPUs that stay free longest, highest ids first: first
+                # those never blocked later (no sort needed), then the others by when.
+                free = everyone & ~taken
+                blocked_later = free & schedule.ever_down
+                candidates = chain(
+                    iter_gpus_down(free & ~blocked_later), _by_blocking(schedule, blocked_later, t + 1)
                 )
                 for gpu in candidates:
                     if current.bit_count() >= low or budget == 0:
                         break
                     bit = 1 << gpu
-                    if schedule.ever_down & bit and not schedule.still_reachable(
-                        current | bit, t, job.swap_cap
-                    ):
+                    if blocked_later & bit and not schedule.still_reachable(current | bit, t, job.swap_cap):
                         continue
                     current |= bit
                     budget -= 1
