@@ -643,8 +643,12 @@ def _level_end(curve: list[int], t: int, level: int) -> int:
 
 def _job_orders(instance: Instance) -> list[list[BatchJob]]:
     """Job orders to try; the best packing of them wins (each order suits other mixes)."""
+    worth = _worth_at_earliest(instance)
     keys: list[Callable[[BatchJob], tuple[float, ...]]] = [
         lambda j: (-j.priority, -j.gpus * j.duration_steps, j.order),
+        # what a job's whole run is worth from the earliest start the fixed load allows:
+        # where the decay is steep, a job that can start now beats a larger later one
+        lambda j: (-worth[j.id], j.order),
         lambda j: (-j.priority, -j.gpus, -j.duration_steps, j.order),
         lambda j: (-j.priority, j.release_step, j.order),
         # value per step first: wide jobs of a good priority before narrow urgent ones
@@ -658,6 +662,18 @@ def _job_orders(instance: Instance) -> list[list[BatchJob]]:
         if order not in orders:
             orders.append(order)
     return orders
+
+
+def _worth_at_earliest(instance: Instance) -> dict[str, float]:
+    """Per queued job, its run's value from the earliest start that down GPUs, running jobs
+    and its release allow (0 when it fits nowhere)."""
+    fixed = Board(instance)
+    weights = instance.weights
+    worth = {}
+    for job in instance.queued_jobs:
+        run = fixed.earliest_run(job, job.release_step)
+        worth[job.id] = 0.0 if run is None else job.priority * job.gpus * sum(weights[run[0] : run[1]])
+    return worth
 
 
 def batch_value(instance: Instance, placements: Mapping[str, Placement]) -> float:
