@@ -78,6 +78,13 @@ class Budget:
     def charge(self, units: float) -> None:
         self.spent += units
 
+    def reserve(self, units: float) -> None:
+        """Keep back a step of ``units`` that must run after the searches: charged now, and
+        the wall-clock deadline moved earlier by its estimated time (the searches end in time
+        for it)."""
+        self.charge(units)
+        self.deadline -= units / 1e6
+
     def affords(self, units: float) -> bool:
         """Whether a step estimated at ``units`` fits in what is left, and would end before
         the deadline if it ran as fast as estimated."""
