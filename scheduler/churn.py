@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 
+from contract.curves import swap_capped_curve
+from contract.scenario import BatchJob, Instance, block_mask, iter_gpus_down
 from scheduler.board import BlockedSchedule
-from scheduler.curves import swap_capped_curve
 from scheduler.metrics import moves
-from scheduler.model import Allocation, BatchJob, Instance, block_mask, iter_gpus_down
+from scheduler.model import Allocation
 
 EPSILON = 1e-9
 NEVER = 1 << 30

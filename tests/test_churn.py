@@ -6,11 +6,12 @@ from typing import Any
 
 from hypothesis import given
 
+from contract.scenario import Instance
 from scheduler.check import check_plan
 from scheduler.churn import settle
 from scheduler.fast import allocate, objective
 from scheduler.metrics import moves
-from scheduler.model import Allocation, Instance, build_grid
+from scheduler.model import Allocation, build_grid
 from scheduler.policies import PolicyName, SolveOptions, plan
 from tests.strategies import instance_of, scenarios
 

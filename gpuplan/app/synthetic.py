@@ -6,26 +6,24 @@ Philly's active nodes; see training_data/traffic/SOURCES.md), scaled so that its
 hour needs ``peak`` GPUs. Batch jobs follow the ranges of the brief: training from a few
 hours to most of a day on 1 to 8 GPUs, batch inference and quantization from 1 to 6 hours.
 
-``python -m scheduler.synthetic DIR`` writes the seven benchmark files.
+``python -m benchmarks.make_scenarios DIR`` writes the seven benchmark files.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import random
-import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
+from contract.scenario_io import parse_scenario
 from scheduler.baselines import fifo
 from scheduler.metrics import score
 from scheduler.model import build_grid
-from scheduler.scenario_io import parse_scenario
 
 # Series with a daily cycle worth scheduling around, and where each day starts (hour 0).
 TRAFFIC_SERIES = (
@@ -445,44 +443,11 @@ def calibrated(name: str, first_seed: int = 2026, tries: int = 1000) -> tuple[di
 HELDOUT_PER_SHAPE = 4
 
 
-def write_heldout(directory: Path, per_shape: int = HELDOUT_PER_SHAPE) -> list[Path]:
+def heldout_documents(per_shape: int = HELDOUT_PER_SHAPE) -> Iterator[tuple[str, dict[str, Any]]]:
     """The held-out split: ``per_shape`` documents of each wide shape, from seeds outside
-    :data:`TUNING_SEEDS`, one file each (``SHAPE-SEED.json``). Written once and committed:
-    the files stay as they are when the generator changes, and tuning never reads them."""
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
+    :data:`TUNING_SEEDS`, each with its file stem (``SHAPE-SEED``). Written once and
+    committed (``python -m benchmarks.make_scenarios benchmarks/heldout --heldout``): the
+    files stay as they are when the generator changes, and tuning never reads them."""
     for shape in WIDE_SHAPES.values():
         for seed in range(HELDOUT_FIRST_SEED, HELDOUT_FIRST_SEED + per_shape):
-            path = directory / f"{shape.name}-{seed}.json"
-            path.write_text(json.dumps(generate(shape, seed), indent=1) + "\n")
-            paths.append(path)
-    return paths
-
-
-def main(argv: list[str]) -> int:
-    """``python -m scheduler.synthetic DIR [--uncalibrated | --heldout]``: the seven benchmark
-    files, calibrated to the published FIFO utilization (or as first built, from seed 2026),
-    or the held-out split of the wide shapes."""
-    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[1] not in ("--uncalibrated", "--heldout")):
-        sys.stderr.write("usage: python -m scheduler.synthetic DIR [--uncalibrated | --heldout]\n")
-        return 2
-    out = Path(argv[0])
-    if argv[1:] == ["--heldout"]:
-        for path in write_heldout(out):
-            sys.stdout.write(f"{path}\n")
-        return 0
-    out.mkdir(parents=True, exist_ok=True)
-    for index, shape in enumerate(SHAPES.values(), start=1):
-        if len(argv) == 2:
-            doc = generate(SHAPES["large-mixed"] if shape.uniform_priority else shape, seed=2026)
-            if shape.uniform_priority:
-                doc = {**doc, "name": shape.name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
-        else:
-            doc, seed = calibrated(shape.name)
-            sys.stdout.write(f"{shape.name}: seed {seed}, FIFO utilization {fifo_utilization(doc):.1%}\n")
-        (out / f"{index}-{shape.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+            yield f"{shape.name}-{seed}", generate(shape, seed)

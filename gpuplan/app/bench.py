@@ -15,11 +15,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from contract.scenario import Instance
+from contract.scenario_io import parse_scenario
+from gpuplan.app.synthetic import Shape, generate
 from scheduler import lns
-from scheduler.model import PLAN_CYCLE_BUDGET_MS, Instance, build_grid
+from scheduler.model import PLAN_CYCLE_BUDGET_MS, build_grid
 from scheduler.policies import POLICIES, Plan, PolicyName, SolveOptions, plan
-from scheduler.scenario_io import parse_scenario
-from scheduler.synthetic import Shape, generate
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +187,7 @@ def sample_instances(shapes: Iterable[Shape], seeds: Iterable[int]) -> Iterator[
             yield parse_scenario(generate(shape, seed), source=f"{shape.name} seed {seed}")
 
 
-HELDOUT_DIR = Path(__file__).parents[1] / "benchmarks" / "heldout"
+HELDOUT_DIR = Path(__file__).parents[2] / "benchmarks" / "heldout"
 
 
 def heldout_instances(
@@ -194,7 +195,7 @@ def heldout_instances(
 ) -> Iterator[Instance]:
     """Up to ``per_shape`` scenarios of each shape in ``names`` from the frozen held-out files
     (named ``SHAPE-SEED.json``), in seed order."""
-    from scheduler.scenario_io import load_scenario
+    from contract.scenario_io import load_scenario
 
     for name in names:
         paths = sorted(p for p in directory.glob(f"{name}-*.json") if p.stem[len(name) + 1 :].isdigit())
