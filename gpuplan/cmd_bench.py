@@ -45,6 +45,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scale", action="store_true", help="both operating points of the fast mode from 8 to 1,024 GPUs"
     )
     parser.add_argument("--sizes", default="8,16,32,64,128,256,512,1024", help="cluster sizes for --scale")
+    parser.add_argument(
+        "--long-cycle-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="--scale: a second, longer plan cycle per size (e.g. 60000)",
+    )
+    parser.add_argument(
+        "--bound-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="--scale: the full mode's proven bound within this limit, where its model builds",
+    )
     parser.add_argument("--runs", type=int, default=50, help="timed runs per latency median (1-10,000)")
     parser.add_argument(
         "--sample",
@@ -88,6 +102,10 @@ def run(args: argparse.Namespace) -> int:
     integer_in("--workers", args.workers, 1, MAX_WORKERS)
     checked_time_limit_s(args.time_limit, "--time-limit")
     checked_budget_ms(args.cycle_budget_ms, "--cycle-budget-ms")
+    if args.long_cycle_ms is not None:
+        checked_budget_ms(args.long_cycle_ms, "--long-cycle-ms")
+    if args.bound_limit is not None:
+        checked_time_limit_s(args.bound_limit, "--bound-limit")
     if args.png is not None:
         check_writable_dir(args.png, "--png")
     if args.scale:
@@ -346,7 +364,14 @@ def _scale(args: argparse.Namespace) -> int:
         if not 1 <= size <= MAX_SCALE_GPUS:
             raise InputError("--sizes", f"cluster sizes from 1 to {MAX_SCALE_GPUS}", size)
     with _progress(len(sizes), "sizes") as bar:
-        rows = scale_sweep(sizes, args.runs, bar.update, cycle_budget_ms=args.cycle_budget_ms)
+        rows = scale_sweep(
+            sizes,
+            args.runs,
+            bar.update,
+            cycle_budget_ms=args.cycle_budget_ms,
+            long_cycle_ms=args.long_cycle_ms,
+            bound_limit_s=args.bound_limit,
+        )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args.json:
         print(json.dumps({"rows": rows, "peak_rss_mb": peak_mb}, indent=1))
@@ -363,6 +388,8 @@ def _scale(args: argparse.Namespace) -> int:
                 "cycle obj",
                 "cycle ms",
                 "cycle >= first pass",
+                "long cycle obj (ms)",
+                "bound (full mode)",
             ],
             [
                 [
@@ -375,6 +402,10 @@ def _scale(args: argparse.Namespace) -> int:
                     f"{r['cycle_objective']:,.0f}",
                     f"{r['cycle_ms']:.0f}",
                     "yes" if r["cycle_objective"] >= r["first_pass_objective"] - 1e-6 else "NO",
+                    f"{r['long_cycle_objective']:,.0f} ({r['long_cycle_ms']:.0f})"
+                    if "long_cycle_ms" in r
+                    else "-",
+                    "-" if r.get("bound") is None else f"{r['bound']:,.0f}",
                 ]
                 for r in rows
             ],

@@ -34,12 +34,14 @@ def test_seven_scenarios_fast_beats_fifo_and_priority_backfill(capsys: pytest.Ca
 
 def test_scale_sweep_prints_both_operating_points_per_size(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "--scale", "--sizes", "8,32", "--runs", "1", "--cycle-budget-ms", "250", "--json"]
-    assert main(args) == 0
+    assert main([*args, "--long-cycle-ms", "400", "--bound-limit", "2"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert [row["gpus"] for row in payload["rows"]] == [8, 32]
     for row in payload["rows"]:
         assert row["fast_objective"] >= row["first_pass_objective"] - 1e-6
         assert row["cycle_objective"] >= row["first_pass_objective"] - 1e-6
+        assert row["long_cycle_objective"] >= row["first_pass_objective"] - 1e-6
+        assert row["bound"] is None or row["bound"] >= row["long_cycle_objective"] - 1e-6
     assert payload["peak_rss_mb"] > 0
 
 

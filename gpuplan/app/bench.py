@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from contract.scenario import Instance
 from contract.scenario_io import parse_scenario
@@ -221,16 +222,21 @@ def scale_sweep(
     sizes: Iterable[int],
     runs: int,
     progress: Callable[[int], None] | None = None,
+    *,
     cycle_budget_ms: float | None = PLAN_CYCLE_BUDGET_MS,
-) -> list[dict[str, float]]:
+    long_cycle_ms: float | None = None,
+    bound_limit_s: float | None = None,
+) -> list[dict[str, Any]]:
     """Per cluster size: the hot path's median latency and objective, FIFO's latency, the
-    first pass's objective, and the plan cycle's objective and wall time (one run)."""
+    first pass's objective, and the plan cycle's objective and wall time (one run); with
+    ``long_cycle_ms``, a longer plan cycle too; with ``bound_limit_s``, the full mode's
+    proven bound within that limit (None where its model does not build)."""
     if cycle_budget_ms is not None:
         lns.warm_up()
     rows = []
     for gpus in sizes:
         instance = parse_scenario(generate(scale_shape(gpus), seed=7), source=f"scale {gpus}")
-        row: dict[str, float] = {
+        row: dict[str, Any] = {
             "gpus": gpus,
             "jobs": len(instance.batch_jobs) + len(instance.realtime_jobs),
             "fast_ms": latency_ms(instance, PolicyName.FAST, runs),
@@ -242,6 +248,13 @@ def scale_sweep(
             cycle = plan(instance, PolicyName.FAST, SolveOptions(budget_ms=cycle_budget_ms))
             row["cycle_ms"] = cycle.solve_ms
             row["cycle_objective"] = cycle.metrics.objective
+        if long_cycle_ms is not None:
+            long_cycle = plan(instance, PolicyName.FAST, SolveOptions(budget_ms=long_cycle_ms))
+            row["long_cycle_ms"] = long_cycle.solve_ms
+            row["long_cycle_objective"] = long_cycle.metrics.objective
+        if bound_limit_s is not None:
+            full = plan(instance, PolicyName.FULL, SolveOptions(time_limit_s=bound_limit_s))
+            row["full_status"], row["bound"] = full.status, full.bound
         rows.append(row)
         if progress:
             progress(1)
