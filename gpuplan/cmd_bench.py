@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         what="the plan cycle's budget for the fast mode (the hot path uses its default, "
         f"{HOT_PATH_BUDGET_MS:g} ms)",
     )
+    add_budget_ms(
+        parser,
+        "--hot-budget-ms",
+        default=HOT_PATH_BUDGET_MS,
+        what="the hot path's budget (less stands for a slower or busier machine)",
+    )
     add_workers(parser)
     parser.add_argument("--no-full", action="store_true", help="skip the full mode (CP-SAT)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -45,12 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scale", action="store_true", help="both operating points of the fast mode from 8 to 1,024 GPUs"
     )
     parser.add_argument("--sizes", default="8,16,32,64,128,256,512,1024", help="cluster sizes for --scale")
-    parser.add_argument(
+    add_budget_ms(
+        parser,
         "--long-cycle-ms",
-        type=float,
         default=None,
-        metavar="MS",
-        help="--scale: a second, longer plan cycle per size (e.g. 60000)",
+        what="--scale: a second, longer plan cycle per size (e.g. 60000)",
     )
     parser.add_argument(
         "--bound-limit",
@@ -102,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     integer_in("--workers", args.workers, 1, MAX_WORKERS)
     checked_time_limit_s(args.time_limit, "--time-limit")
     checked_budget_ms(args.cycle_budget_ms, "--cycle-budget-ms")
+    checked_budget_ms(args.hot_budget_ms, "--hot-budget-ms")
     if args.long_cycle_ms is not None:
         checked_budget_ms(args.long_cycle_ms, "--long-cycle-ms")
     if args.bound_limit is not None:
@@ -133,6 +139,7 @@ def _seven(args: argparse.Namespace) -> int:
                 latency_runs=args.runs,
                 cycle_budget_ms=args.cycle_budget_ms,
                 workers=args.workers,
+                hot_budget_ms=args.hot_budget_ms,
             )
             results.append(result)
             if args.png:
@@ -260,6 +267,7 @@ def _sample(args: argparse.Namespace) -> int:
                 latency_runs=args.runs,
                 cycle_budget_ms=args.cycle_budget_ms,
                 workers=args.workers,
+                hot_budget_ms=args.hot_budget_ms,
             )
             p = result.plans
             rows.append(

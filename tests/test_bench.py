@@ -12,9 +12,12 @@ from gpuplan.cli import main
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 
 
-def test_seven_scenarios_fast_beats_fifo_and_priority_backfill(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("hot_budget_ms", ["2", "1"])
+def test_seven_scenarios_fast_beats_fifo_and_never_scores_below_a_baseline(
+    hot_budget_ms: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = ["bench", "--scenarios", str(BENCHMARKS), "--no-full", "--runs", "1", "--cycle-budget-ms", "200"]
-    assert main([*args, "--json"]) == 0
+    assert main([*args, "--hot-budget-ms", hot_budget_ms, "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
     assert [r["scenario"] for r in results] == [
         "mixed-control",
@@ -28,7 +31,8 @@ def test_seven_scenarios_fast_beats_fifo_and_priority_backfill(capsys: pytest.Ca
     for r in results:
         p = r["policies"]
         assert p["fast"]["value"] > p["fifo"]["value"], r["scenario"]
-        assert p["fast"]["objective"] >= p["priority-backfill"]["objective"] - 1e-6, r["scenario"]
+        for baseline in ("fifo", "fifo-backfill", "priority-backfill"):
+            assert p["fast"]["objective"] >= p[baseline]["objective"] - 1e-6, (r["scenario"], baseline)
         assert p["fast"]["rt_coverage"] >= p["fifo"]["rt_coverage"], r["scenario"]
 
 
