@@ -23,10 +23,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 
 from contract.curves import swap_capped_curve
-from contract.scenario import BatchJob, Instance, block_mask, iter_gpus_down
+from contract.scenario import Instance, iter_gpus_down
 from scheduler.board import BlockedSchedule
 from scheduler.metrics import moves
-from scheduler.model import Allocation
+from scheduler.model import Allocation, batch_masks
 
 EPSILON = 1e-9
 NEVER = 1 << 30
@@ -39,7 +39,7 @@ def settle(instance: Instance, allocation: Allocation) -> Allocation:
         return allocation
     best, best_score = allocation.realtime, _realtime_score(instance, allocation.realtime)
     best_moves = moves(instance, best)
-    blocked = _blocked_by_batch(instance, allocation)
+    blocked = batch_masks(instance, allocation.batch)
     schedule = BlockedSchedule(blocked)
     for give_back_idle in (False, True):
         realtime = _sticky_realtime(instance, allocation, blocked, schedule, give_back_idle=give_back_idle)
@@ -64,19 +64,6 @@ def _realtime_score(instance: Instance, realtime: Mapping[str, Sequence[int]]) -
 def _by_blocking(schedule: BlockedSchedule, gpus: int, step: int) -> Iterator[int]:
     """``gpus``, the one blocked latest from ``step`` on first (sorted only when asked for)."""
     yield from sorted(iter_gpus_down(gpus), key=lambda g: -(schedule.next_down(g, step) or NEVER))
-
-
-def _blocked_by_batch(instance: Instance, allocation: Allocation) -> list[int]:
-    """Per step, the GPUs no service may hold: down, running batch work, placed batch blocks."""
-    blocked = [d | r for d, r in zip(instance.down_masks, instance.running_masks, strict=True)]
-    jobs = instance.jobs_by_id
-    for job_id, placement in allocation.batch.items():
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        mask = block_mask(placement.first_gpu, job.gpus)
-        for t in range(placement.start_step, job.end_step(placement.start_step, instance.horizon_steps)):
-            blocked[t] |= mask
-    return blocked
 
 
 def _sticky_realtime(

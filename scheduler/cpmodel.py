@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.scenario import BatchJob, Instance, block_mask
-from scheduler.model import Allocation, Placement
+from scheduler.model import Allocation, Placement, batch_masks
 
 # Objective weights are multiplied by this before rounding up to integers.
 OBJECTIVE_SCALE = 1000
@@ -131,13 +131,7 @@ def build_model(
     fixed_batch = {job_id: p for job_id, p in current.batch.items() if job_id not in free_ids}
     # Cells nothing in the window may take: down, running, fixed batch jobs, and real-time
     # holdings outside the window (inside it, every real-time cell is a variable).
-    blocked = [d | r for d, r in zip(instance.down_masks, instance.running_masks, strict=True)]
-    for job_id, placement in fixed_batch.items():
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        mask = block_mask(placement.first_gpu, job.gpus)
-        for t in range(placement.start_step, job.end_step(placement.start_step, horizon)):
-            blocked[t] |= mask
+    blocked = batch_masks(instance, fixed_batch)
     # Services that may move: those holding some GPU of the window's block, and those short
     # of demand somewhere (they may want to come in); the others stay as they are.
     moving = [
@@ -239,14 +233,13 @@ def build_model(
         coefficients.append(scaled(job.priority * job.gpus * sum(weights[option.start : option.end])))
     constant = 0.0  # what stays fixed, and the penalty if nothing in the window were served
     for running_job in instance.running_batch.values():
-        job = jobs[running_job.job_id]
         steps = min(running_job.remaining_steps, horizon)
-        constant += job.priority * running_job.gpus * sum(weights[:steps])
+        constant += jobs[running_job.job_id].priority * running_job.gpus * sum(weights[:steps])
     for job_id, placement in fixed_batch.items():
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        end = job.end_step(placement.start_step, horizon)
-        constant += job.priority * job.gpus * sum(weights[placement.start_step : end])
+        fixed = jobs[job_id]
+        assert isinstance(fixed, BatchJob)
+        end = fixed.end_step(placement.start_step, horizon)
+        constant += fixed.priority * fixed.gpus * sum(weights[placement.start_step : end])
     for rt in instance.realtime_jobs:
         for t in range(horizon):
             weight = rt.priority * weights[t]

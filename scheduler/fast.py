@@ -53,7 +53,7 @@ from scheduler.board import BlockedSchedule, Board
 from scheduler.budget import Budget, WorkCosts
 from scheduler.churn import settle
 from scheduler.metrics import moves
-from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement
+from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement, placement_masks
 
 UNLIMITED = 1 << 30
 # Candidate blocks scored per job: enough to find a snug hole, bounded for large clusters.
@@ -356,7 +356,7 @@ def _build(
     """Real-time around the committed blocks, then every other batch job greedily, in the
     best of ``orders``."""
     board = Board(instance)
-    promised = _placement_masks(instance, committed)
+    promised = placement_masks(instance, committed)
     blocked = [down | mask for down, mask in zip(instance.down_masks, promised, strict=True)]
     board.busy = [busy | mask for busy, mask in zip(board.busy, promised, strict=True)]
     realtime = place_realtime(instance, board, BlockedSchedule(blocked))
@@ -426,19 +426,6 @@ def _pack(
     return batch_value(instance, placements), placements
 
 
-def _placement_masks(instance: Instance, placements: Mapping[str, Placement]) -> list[int]:
-    """Per step, the GPUs that ``placements`` occupy."""
-    masks = [0] * instance.horizon_steps
-    jobs = instance.jobs_by_id
-    for job_id, placement in placements.items():
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        mask = block_mask(placement.first_gpu, job.gpus)
-        for t in range(placement.start_step, job.end_step(placement.start_step, instance.horizon_steps)):
-            masks[t] |= mask
-    return masks
-
-
 def _realtime_cells(allocation: Allocation, first_gpu: int, gpus: int, start: int, end: int) -> int:
     """Real-time GPU-steps inside block ``[first_gpu, first_gpu + gpus)`` over ``[start, end)``."""
     mask = block_mask(first_gpu, gpus)
@@ -462,7 +449,7 @@ def _earlier_slots(
     fixed = Board(instance)
     others = {job_id: p for job_id, p in promises.items() if job_id != job.id}
     fixed.busy = [
-        busy | mask for busy, mask in zip(fixed.busy, _placement_masks(instance, others), strict=True)
+        busy | mask for busy, mask in zip(fixed.busy, placement_masks(instance, others), strict=True)
     ]
     slots: list[Placement] = []
     earliest: int | None = None

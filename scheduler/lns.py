@@ -25,11 +25,11 @@ import logging
 import time
 from dataclasses import dataclass
 
-from contract.scenario import BatchJob, Instance, block_mask
+from contract.scenario import Instance
 from scheduler.budget import Budget
 from scheduler.cpmodel import BuildTimeoutError, Window, build_model, hint, read_allocation
 from scheduler.fast import EPSILON, best_of, objective
-from scheduler.model import Allocation
+from scheduler.model import Allocation, batch_masks
 
 log = logging.getLogger(__name__)
 
@@ -159,20 +159,12 @@ def _worst_first(instance: Instance, plan: Allocation, windows: list[Window]) ->
     """``windows``, the one with the most idle GPU-steps first, each weighted by the
     objective's decay (an idle early hour is worth more), while some queued job waits or
     is left out; in sweep order when none does (nothing could fill the idle cells)."""
-    horizon = instance.horizon_steps
     placed = plan.batch
     if all(
         job.id in placed and placed[job.id].start_step <= job.release_step for job in instance.queued_jobs
     ):
         return windows
-    busy = [d | r for d, r in zip(instance.down_masks, instance.running_masks, strict=True)]
-    jobs = instance.jobs_by_id
-    for job_id, placement in placed.items():
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        mask = block_mask(placement.first_gpu, job.gpus)
-        for t in range(placement.start_step, job.end_step(placement.start_step, horizon)):
-            busy[t] |= mask
+    busy = batch_masks(instance, placed)
     for held in plan.realtime.values():
         for t, mask in enumerate(held):
             busy[t] |= mask
