@@ -496,12 +496,15 @@ def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -
         )
     held: dict[str, list[int]] = {job.id: [] for job in instance.realtime_jobs}
     for t in range(instance.horizon_steps):
-        held_before = 0
+        # A GPU a service held a step before stays its own until the service has decided on
+        # this step; one it gives up is free for the services after it.
+        undecided = 0
         for mask in previous.values():
-            held_before |= mask or 0
+            undecided |= mask or 0
         taken_now = 0
         for job in jobs:
-            free = board.all_mask & ~(board.busy[t] | taken_now | held_before)
+            undecided &= ~(previous[job.id] or 0)
+            free = board.all_mask & ~(board.busy[t] | taken_now | undecided | (previous[job.id] or 0))
             current = _step_realtime(
                 job, t, previous=previous[job.id], curve=curves[job.id], free=free, downs=blocked
             )
