@@ -502,12 +502,33 @@ def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -
         for mask in previous.values():
             undecided |= mask or 0
         taken_now = 0
-        for job in jobs:
-            undecided &= ~(previous[job.id] or 0)
-            free = board.all_mask & ~(board.busy[t] | taken_now | undecided | (previous[job.id] or 0))
+        stolen: dict[str, int] = {}  # GPUs a service loses this step to a higher-priority one
+        for i, job in enumerate(jobs):
+            before = previous[job.id]
+            lost = stolen.get(job.id, 0)
+            undecided &= ~(before or 0)
+            free = board.all_mask & ~(board.busy[t] | taken_now | undecided | (before or 0))
             current = _step_realtime(
-                job, t, previous=previous[job.id], curve=curves[job.id], free=free, downs=blocked
+                job,
+                t,
+                previous=None if before is None else before & ~lost,
+                lost=lost.bit_count(),
+                curve=curves[job.id],
+                free=free,
+                downs=blocked,
             )
+            if before is not None and current.bit_count() < job.demand[t]:
+                current = _take_from_lower(
+                    job,
+                    t,
+                    current,
+                    before=before,
+                    others=jobs[i + 1 :],
+                    previous=previous,
+                    stolen=stolen,
+                    busy=board.busy[t],
+                    downs=blocked,
+                )
             taken_now |= current
             held[job.id].append(current)
         for job in jobs:
@@ -516,11 +537,55 @@ def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -
     return {job_id: tuple(masks) for job_id, masks in held.items()}
 
 
+def _take_from_lower(
+    job: RealtimeJob,
+    t: int,
+    current: int,
+    *,
+    before: int,
+    others: Sequence[RealtimeJob],
+    previous: Mapping[str, int | None],
+    stolen: dict[str, int],
+    busy: int,
+    downs: BlockedSchedule,
+) -> int:
+    """``current`` grown toward ``job``'s demand with GPUs that services of lower priority
+    held a step before (idle ones first, then the lowest priority's), within both swap caps:
+    a shortfall costs in proportion to priority, so the lower service should bear it.
+    The GPUs taken are recorded in ``stolen`` for the services placed after ``job``."""
+    spare = job.swap_cap - (current ^ before).bit_count()
+    need = job.demand[t] - current.bit_count()
+
+    def idle_first(victim: RealtimeJob) -> tuple[bool, float]:
+        held = (previous[victim.id] or 0) & ~stolen.get(victim.id, 0)
+        return held.bit_count() <= victim.demand[t], victim.priority
+
+    for victim in sorted((v for v in others if v.priority < job.priority), key=idle_first):
+        held_before = previous[victim.id]
+        if need <= 0 or spare <= 0:
+            break
+        if held_before is None:
+            continue
+        taken = stolen.get(victim.id, 0)
+        room = (
+            victim.swap_cap - downs.must_drop(held_before, t, victim.swap_cap).bit_count() - taken.bit_count()
+        )
+        for gpu in iter_gpus_down(held_before & ~taken & ~busy & ~downs.ever_down):
+            if need <= 0 or spare <= 0 or room <= 0:
+                break
+            current |= 1 << gpu
+            taken |= 1 << gpu
+            need, spare, room = need - 1, spare - 1, room - 1
+        stolen[victim.id] = taken
+    return current
+
+
 def _step_realtime(
     job: RealtimeJob,
     t: int,
     *,
     previous: int | None,
+    lost: int = 0,
     curve: list[int],
     free: int,
     downs: BlockedSchedule,
@@ -528,7 +593,8 @@ def _step_realtime(
     """The GPUs ``job`` holds at step ``t``, at most ``swap_cap`` changes away from ``previous``.
 
     ``free`` are the GPUs nobody holds at ``t`` or held at ``t - 1`` (so adding one never
-    forces another service to give it up).
+    forces another service to give it up). ``previous`` is without the ``lost`` GPUs a
+    service of higher priority took at ``t`` (each one change of the cap).
     """
     if previous is None:
         current, budget = 0, UNLIMITED
@@ -537,7 +603,7 @@ def _step_realtime(
         if forced.bit_count() > job.swap_cap:
             raise InfeasiblePromiseError(job.id)
         current = previous & ~forced
-        budget = job.swap_cap - forced.bit_count()
+        budget = job.swap_cap - forced.bit_count() - lost
     want = curve[t]
     have = current.bit_count()
     if have > want and budget > 0:

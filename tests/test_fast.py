@@ -211,3 +211,24 @@ def test_a_work_only_budget_plans_the_same_on_a_machine_that_crawls(monkeypatch:
     assert plan(instance, PolicyName.FAST, options).grid == calm.grid
     hurried = plan(instance, PolicyName.FAST, SolveOptions(budget_ms=150))
     assert check_plan(instance, hurried.grid) == []  # the backstop cut it short, legally
+
+
+def test_a_short_service_takes_a_gpu_from_one_of_lower_priority() -> None:
+    # GPU 1 goes down at step 1: the chat service must leave it, and no GPU is free. Its
+    # shortfall costs 90 a step, the batch-scoring service's 10: the latter gives up GPU 0.
+    inst = instance_of(
+        {
+            "gpus": 2,
+            "horizon": 3,
+            "jobs": [
+                {"id": "chat", "kind": "realtime", "priority": 90, "swap_cap": 2, "demand": [1, 1, 1]},
+                {"id": "score", "kind": "realtime", "priority": 10, "swap_cap": 1, "demand": [1, 1, 1]},
+            ],
+            "running": [{"id": "chat", "gpus": [1]}, {"id": "score", "gpus": [0]}],
+            "down": [{"gpu": 1, "start": 1}],
+        }
+    )
+    allocation = allocate(inst)
+    assert allocation.realtime["chat"] == (0b10, 0b01, 0b01)
+    assert allocation.realtime["score"] == (0b01, 0, 0)
+    assert check_plan(inst, build_grid(inst, allocation)) == []
