@@ -162,7 +162,14 @@ def allocate_at_least_hot_path(instance: Instance, budget: Budget) -> Allocation
     and end below what the hot path finds; callers with a larger budget (the plan cycle,
     the full mode's hint) must never answer worse than the hot path would have.
     """
-    return best_of(instance, [allocate(instance, Budget(HOT_PATH_BUDGET_MS)), allocate(instance, budget)])
+    work_only = math.isinf(budget.deadline)
+    hot_budget = Budget.of_work(HOT_PATH_BUDGET_MS) if work_only else Budget(HOT_PATH_BUDGET_MS)
+    hot = allocate(instance, hot_budget)
+    if hot_budget.spent >= budget.units or (not work_only and hot_budget.elapsed_ms() >= budget.budget_ms):
+        # The first pass alone outlasted ``budget`` (a large cluster): with it, allocate
+        # would do the same first pass and nothing more, past the budget a second time.
+        return hot
+    return best_of(instance, [hot, allocate(instance, budget)])
 
 
 def objective(instance: Instance, allocation: Allocation) -> float:
