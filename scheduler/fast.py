@@ -504,24 +504,27 @@ def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -
     held: dict[str, list[int]] = {job.id: [] for job in instance.realtime_jobs}
     for t in range(instance.horizon_steps):
         # A GPU a service held a step before stays its own until the service has decided on
-        # this step; one it gives up is free for the services after it.
-        undecided = 0
+        # this step; one it gives up is free for the services after it to grow into (not to
+        # move into: that would be churn that buys nothing).
+        undecided = held_before = 0
         for mask in previous.values():
             undecided |= mask or 0
+        held_before = undecided
         taken_now = 0
         stolen: dict[str, int] = {}  # GPUs a service loses this step to a higher-priority one
         for i, job in enumerate(jobs):
             before = previous[job.id]
             lost = stolen.get(job.id, 0)
             undecided &= ~(before or 0)
-            free = board.all_mask & ~(board.busy[t] | taken_now | undecided | (before or 0))
+            grow_into = board.all_mask & ~(board.busy[t] | taken_now | undecided | (before or 0))
             current = _step_realtime(
                 job,
                 t,
                 previous=None if before is None else before & ~lost,
                 lost=lost.bit_count(),
                 curve=curves[job.id],
-                free=free,
+                free=grow_into & ~held_before,
+                grow_into=grow_into,
                 downs=blocked,
             )
             if before is not None and current.bit_count() < job.demand[t]:
@@ -595,12 +598,14 @@ def _step_realtime(
     lost: int = 0,
     curve: list[int],
     free: int,
+    grow_into: int | None = None,
     downs: BlockedSchedule,
 ) -> int:
     """The GPUs ``job`` holds at step ``t``, at most ``swap_cap`` changes away from ``previous``.
 
     ``free`` are the GPUs nobody holds at ``t`` or held at ``t - 1`` (so adding one never
-    forces another service to give it up). ``previous`` is without the ``lost`` GPUs a
+    forces another service to give it up); ``grow_into`` (default ``free``) are those it may
+    add to reach its curve, GPUs others gave up at ``t`` included. ``previous`` is without the ``lost`` GPUs a
     service of higher priority took at ``t`` (each one change of the cap).
     """
     if previous is None:
@@ -622,7 +627,7 @@ def _step_realtime(
     elif have < want and budget > 0:
         level_end = _level_end(curve, t, have + 1)
         room = min(want - have, budget)
-        for gpu in iter_gpus_down(free & ~current):
+        for gpu in iter_gpus_down((free if grow_into is None else grow_into) & ~current):
             if room == 0:
                 break
             bit = 1 << gpu
