@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from gpuplan.options import add_db, as_flags, print_json
-from gpuplan.table import cell_text, row_records, rows_table, write_rows_csv
+from gpuplan.table import cell_text, count_of, row_records, rows_table, write_rows_csv
 
 if TYPE_CHECKING:
     from contract.records import PlanRun
@@ -269,7 +269,7 @@ def _commits(args: argparse.Namespace) -> int:
         CommitRow,
         rows,
         args,
-        title=f"{len(commits)} committed hours from {cell_text(first)} to {cell_text(last)}",
+        title=f"{count_of(len(commits), 'committed hour')} from {cell_text(first)} to {cell_text(last)}",
         empty="no job was committed in these hours",
         footer=[],
     )

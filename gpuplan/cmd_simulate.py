@@ -198,6 +198,7 @@ def _plot(report: SimulationReport, directory: Path) -> None:
 
     from gpuplan.app.simulate import busiest_day_grid, hourly
     from gpuplan.render import draw_grid, job_colours, legend_handles
+    from gpuplan.table import count_of
 
     setup = report.setup
     suffix = report.options.plan_with.value
@@ -215,7 +216,8 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     ax.set_ylabel(f"GPUs busy / GPUs ({SMOOTH_HOURS} h mean)")
     ax.set_ylim(0, 1.02)
     ax.set_title(
-        f"utilization over the week ({setup.cluster.gpus} GPUs, plans with {suffix.upper()} durations)"
+        f"utilization over {count_of(setup.hours // 24, 'day')} ({setup.cluster.gpus} GPUs, "
+        f"plans with {suffix.upper()} durations)"
     )
     ax.legend(loc="lower right")
     figure.tight_layout()

@@ -31,13 +31,17 @@ def run(args: argparse.Namespace) -> int:
     say(f"status at {now.at.isoformat()}\n\nrunning:\n")
     say(
         format_table(
-            ["job", "gpus", "since"], [[r["job"], gpu_ranges(r["gpus"]), r["since"]] for r in now.running]
+            ["job", "kind", "gpus", "since"],
+            [[r["job"], r["kind"], gpu_ranges(r["gpus"]), r["since"]] for r in now.running],
         )
         + "\n"
     )
     say("\nqueue:\n")
     say(
-        format_table(["job", "planned_start"], [[q["job"], q["planned_start"] or "-"] for q in now.queue])
+        format_table(
+            ["job", "planned_start", "reason"],
+            [[q["job"], q["planned_start"] or "-", q["reason"] or ""] for q in now.queue],
+        )
         + "\n"
     )
     last = now.last_run

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -63,3 +63,33 @@ def db_url(request: pytest.FixtureRequest) -> str:
     """The URL of an empty database on each back end in turn."""
     url: str = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
     return url
+
+
+# --- a machine that crawls: every look at the clock finds a second gone -----------------
+
+
+class CrawlingClock:
+    """A stand-in for the ``time`` module whose ``perf_counter`` jumps a second per call:
+    what a budget sees on a machine busy enough to starve it."""
+
+    def __init__(self) -> None:
+        import time
+
+        self._real = time
+        self._ticks = 0
+
+    def perf_counter(self) -> float:
+        self._ticks += 1
+        return self._real.perf_counter() + self._ticks
+
+
+@pytest.fixture
+def crawl(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``crawl(module, ...)``: those modules' ``time`` becomes a :class:`CrawlingClock`."""
+
+    def slow_down(*modules: object) -> None:
+        clock = CrawlingClock()
+        for module in modules:
+            monkeypatch.setattr(module, "time", clock)
+
+    return slow_down

@@ -41,6 +41,7 @@ CHAT = App("chat", priority=80, swap_cap=1, requests_per_gpu_hour=100.0)
 
 def planned_run(start: datetime) -> PlanRun:
     """The fast mode's plan of DOC, stored as the daemon stores a run starting at ``start``."""
+    # A work-only budget: the same plan however busy the machine (tests compare against it).
     result = plan(parse_scenario(DOC), PolicyName.FAST, SolveOptions(wall_clock=False))
     forecasts = tuple(
         AppForecast("chat", start + t * HOUR, p50=70.0 * gpus, p90=100.0 * gpus - 10, gpus=gpus)

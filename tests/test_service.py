@@ -225,7 +225,7 @@ def test_status_json_has_the_documented_shape(tmp_path: Path, models_dir: Path) 
     _once(db, models_dir, T0)
     status = json.loads(run_cli("status", "--db", db, "--json", "--at", T0.isoformat()).out)
     assert set(status) == {"at", "running", "queue", "last_run"}
-    assert all(set(r) == {"job", "team", "gpus", "since"} for r in status["running"])
+    assert all(set(r) == {"job", "kind", "team", "gpus", "since"} for r in status["running"])
     assert all(
         set(q) == {"job", "team", "priority", "gpus", "planned_start", "reason"} for q in status["queue"]
     )

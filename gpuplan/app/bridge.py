@@ -291,6 +291,55 @@ def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | Non
     return None, None
 
 
+def no_start_reason(run: PlanRun, job_id: str, gpus: int | None) -> str:
+    """Why ``run`` gives ``job_id`` no start in its horizon, in an operator's words.
+
+    A job the run left out is explained by its estimated ``gpus`` (None: not estimated yet).
+    A job the run planned is set against what the run left to batch work: at each step, the GPUs
+    that are up and hold no real-time app. Too few of them, even at the best step, is the
+    job's own size (or, if they would do with every GPU up, the GPUs that are down);
+    enough of them means other batch work holds them.
+    """
+    planned = next((job for job in run.scenario.get("jobs", []) if job.get("id") == job_id), None)
+    if planned is None:  # the run left it out
+        cluster_gpus = int(run.scenario.get("gpus", 0))
+        if gpus is None:
+            return "no estimate yet: its forecast failed (the daemon's log says why)"
+        if gpus > cluster_gpus:
+            return f"needs {gpus} GPUs; the cluster has {cluster_gpus}"
+        return "submitted after the last plan run"
+    gpus = int(planned["gpus"])
+    horizon = len(run.grid[0]) if run.grid else 0
+    hours = f"{horizon * int(run.scenario.get('step_minutes', 60)) / 60:g} h"
+    realtime = {job["id"] for job in run.scenario.get("jobs", []) if job.get("kind") == "realtime"}
+    down = {
+        (int(window["gpu"]), step)
+        for window in run.scenario.get("down", [])
+        for step in range(int(window.get("start", 0)), int(window.get("end", horizon)))
+    }
+
+    def most_free(count_down: bool) -> int:
+        """The most GPUs free of real-time work at one step (down ones left out with ``count_down``)."""
+        return max(
+            (
+                sum(
+                    1
+                    for gpu, row in enumerate(run.grid)
+                    if row[step] not in realtime and not (count_down and (gpu, step) in down)
+                )
+                for step in range(horizon)
+            ),
+            default=0,
+        )
+
+    free = most_free(count_down=True)
+    if gpus > free:
+        if gpus <= most_free(count_down=False):
+            return f"GPUs down: needs {gpus} GPUs; at most {free} are up and free at once in the next {hours}"
+        return f"needs {gpus} GPUs; at most {free} are free at once in the next {hours}"
+    return "waits behind higher-priority work"
+
+
 def planned_places(run: PlanRun) -> dict[str, tuple[datetime, int]]:
     """Where a run plans each job first, (wall-clock start, first GPU), in one pass over the grid."""
     places: dict[str, tuple[datetime, int]] = {}

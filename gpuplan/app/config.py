@@ -121,6 +121,7 @@ TOP_KEYS = {
     "plan_budget_ms",
     "submit_budget_ms",
     "plan_with",
+    "plan_wall_clock",
     "models_dir",
     "commits_file",
     "executor",
@@ -169,6 +170,11 @@ class _Fields:
     def integer(self, value: object, name: str, low: int, high: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise self.fail(name, f"an integer in [{low}, {high}]", value)
+        return value
+
+    def boolean(self, value: object, name: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(name, "true or false", value)
         return value
 
     def budget_ms(self, value: object, name: str) -> float:
@@ -247,8 +253,10 @@ def load_config(path: Path) -> ServiceConfig:
             app_id = r.text(a.get("id"), f"{name}.id")
             rate = a.get("requests_per_gpu_hour")
             peak = a.get("peak_gpus")
-            if rate is None and peak is None:
-                raise r.fail(f"{name}.requests_per_gpu_hour", "a number > 0 (or peak_gpus)", "missing")
+            if rate is None and (peak is None or "traffic" not in a):
+                raise r.fail(
+                    f"{name}.requests_per_gpu_hour", "a number > 0 (or peak_gpus with traffic)", "missing"
+                )
             app_list.append(
                 App(
                     id=app_id,
@@ -297,6 +305,7 @@ def load_config(path: Path) -> ServiceConfig:
         plan_budget_ms=r.budget_ms(top.get("plan_budget_ms", 1000.0), "plan_budget_ms"),
         submit_budget_ms=None if submit_budget is None else r.budget_ms(submit_budget, "submit_budget_ms"),
         plan_with=PlanWith(plan_with),
+        plan_wall_clock=r.boolean(top.get("plan_wall_clock", True), "plan_wall_clock"),
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
         executor=None if top.get("executor") is None else r.text(top["executor"], "executor"),

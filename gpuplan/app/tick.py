@@ -191,6 +191,8 @@ def plan_snapshot(
         budget_ms=HOT_PATH_BUDGET_MS if budget_ms is None else budget_ms,
         wall_clock=config.plan_wall_clock,
     )
+    if not config.plan_wall_clock:  # work-only plans repeat, the full mode's too: one CP-SAT worker
+        options = replace(options, workers=1)
     return document, plan(instance, policy, options)
 
 
@@ -298,7 +300,7 @@ def plan_cycle(
         status=run.status,
         utilization=float(run.metrics.get("utilization", 0.0)),
         rt_coverage=float(run.metrics.get("rt_coverage", 1.0)),
-        queue_length=len(snapshot.queued),
+        queue_length=len(store.jobs([JobState.QUEUED])),  # after the commit: what `status` shows
         run=stored,
     )
     log.info(report.log_line())
