@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import tempfile
 from functools import partial
 from pathlib import Path
-
 
 from features.traffic import HourlyTraffic, load_traffic
 from forecasting.backtest import accuracy, config_for, run_backtest
@@ -77,7 +77,8 @@ def score(name: str, traffic: HourlyTraffic, variants: bool) -> list[str]:
         row = accuracy(run_backtest(traffic, series=name, config=config, make_forecaster=make))
         rows.append(
             f"{name:38} {label:11} {row.origins:3d} {row.mase:6.3f} {median.mase:6.3f} "
-            f"{row.mase / median.mase:6.3f} {row.p90_coverage:6.3f} {row.busy_p90_coverage:6.3f}  {row.method}"
+            f"{row.mase / median.mase:6.3f} {row.p90_coverage:6.3f} {row.busy_p90_coverage:6.3f}"
+            f"  {row.method}"
         )
     return rows
 
@@ -91,7 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.write_pods:
-        logging.warning("wrote %s", write_pod_series(args.data / PODS, args.write_pods))
+        sys.stdout.write(f"wrote {write_pod_series(args.data / PODS, args.write_pods)}\n")
         return
     series: list[tuple[str, str, HourlyTraffic]] = []
     if not args.held_out_only:
@@ -106,7 +107,7 @@ def main() -> None:
     lines = [header]
     for group, name, traffic in series:
         lines += [f"{group:9} {row}" for row in score(name, traffic, args.variants)]
-    logging.getLogger(__name__).warning("\n%s", "\n".join(lines))
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -592,10 +592,17 @@ class RealtimeProfile:
         if partial is not None:
             actual, expected, hour, age = partial, float(forecast[0]), ahead[:1], 0
         else:
-            before = self._forecast_requests(self.z_[:-SURGE_LOOKBACK_HOURS], self.method_, SURGE_LOOKBACK_HOURS)
+            before = self._forecast_requests(
+                self.z_[:-SURGE_LOOKBACK_HOURS], self.method_, SURGE_LOOKBACK_HOURS
+            )
             if before is None:
                 return forecast
-            actual, expected, hour, age = float(np.expm1(self.z_[-1])), float(before[-1]), ahead[:1] - _HOUR, -1
+            actual, expected, hour, age = (
+                float(np.expm1(self.z_[-1])),
+                float(before[-1]),
+                ahead[:1] - _HOUR,
+                -1,
+            )
         band = self.band_
         if actual <= float(band.upper(np.array([expected]), hour)[0]):
             return forecast
