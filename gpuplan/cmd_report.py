@@ -261,14 +261,15 @@ def _commits(args: argparse.Namespace) -> int:
     from gpuplan.app.report_inputs import commits_inputs
     from gpuplan.app.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
 
-    commits, cluster, apps = commits_inputs(args.db, args.since, cluster=bool(args.png))
-    rows = commit_rows(commits)
+    commits, amendments, cluster, apps = commits_inputs(args.db, args.since, cluster=bool(args.png))
+    rows = commit_rows(commits, amendments)
     first, last = commits[0].hour, commits[-1].hour
+    amended = f", {len(amendments)} amendments" if amendments else ""
     _emit(
         CommitRow,
         rows,
         args,
-        title=f"{len(commits)} committed hours from {cell_text(first)} to {cell_text(last)}",
+        title=f"{len(commits)} committed hours from {cell_text(first)} to {cell_text(last)}{amended}",
         empty="no job was committed in these hours",
         footer=[],
     )

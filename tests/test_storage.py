@@ -61,6 +61,7 @@ TABLES = {
     "apps",
     "cluster",
     "cluster_down",
+    "commit_amendments",
     "commit_assignments",
     "commits",
     "job_history",

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
-from contract.records import Job, JobEstimate, JobState, Outcome, RunMode
+from contract.records import Job, JobEstimate, JobState, Outcome, PlanRun, RunMode
 from contract.scenario import JobKind
 from contract.scenario_io import MAX_PRIORITY
 from gpuplan.app.bridge import planned_place
@@ -167,9 +167,23 @@ def submit(
         run = store.run(report.run_id)
         if run is not None:
             planned_start, first_gpu = planned_place(run, spec["id"])
+            promise(store, run, [spec["id"]])
     return SubmitResult(
         spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu
     )
+
+
+def promise(store: Store, run: PlanRun, job_ids: Sequence[str]) -> dict[str, datetime]:
+    """The starts ``run`` plans for ``job_ids``, kept as their promises (the planned start
+    given at submit). A job the run does not place gets no promise; one already promised
+    keeps its first."""
+    promised = {}
+    for job_id in job_ids:
+        start, _ = planned_place(run, job_id)
+        if start is not None:
+            store.set_promise(job_id, start)
+            promised[job_id] = start
+    return promised
 
 
 def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:

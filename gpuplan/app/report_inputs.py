@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from contract.errors import InputError
-from contract.records import App, Cluster, Commit, PlanRun, TrafficHour
+from contract.records import Amendment, App, Cluster, Commit, PlanRun, TrafficHour
 from contract.scenario import Instance, JobKind
 from storage.factory import open_store
 from storage.store import Store
@@ -137,14 +137,16 @@ def utilization_inputs(url: str, since: str | None) -> tuple[Cluster, list[Commi
 
 def commits_inputs(
     url: str, since: str | None, *, cluster: bool
-) -> tuple[list[Commit], Cluster | None, set[str]]:
-    """The committed hours from ``since`` on; with ``cluster``, also the cluster and the app ids."""
+) -> tuple[list[Commit], list[Amendment], Cluster | None, set[str]]:
+    """The committed hours from ``since`` on and their amendments; with ``cluster``, also the
+    cluster and the app ids."""
     since_at = parse_since(since)
     store = open_existing_store(url)
     try:
         commits = stored_commits(store, since_at)
+        amendments = store.amendments(since_at)
         if not cluster:
-            return commits, None, set()
-        return commits, stored_cluster(store), {app.id for app in store.apps()}
+            return commits, amendments, None, set()
+        return commits, amendments, stored_cluster(store), {app.id for app in store.apps()}
     finally:
         store.close()

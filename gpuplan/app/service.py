@@ -15,11 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contract.errors import StoreError
+from gpuplan.app.amend import amend_cycle
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
+from gpuplan.app.tick import CycleReport, recalibrate
 from storage.store import Store
 
 log = logging.getLogger("gpuplan.daemon")
@@ -65,7 +66,9 @@ def holding(store: Store, name: str, timeout_s: float = LOCK_WAIT_S) -> Iterator
 
 
 def run_once(service: Service, now: datetime | None = None) -> CycleReport:
-    """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit.
+    """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit, or
+    within an hour already committed, plan from the next and amend this one
+    (:func:`gpuplan.app.amend.amend_cycle`: the plan's next-hour starts on GPUs idle now).
 
     A second daemon on the same database waits for the first one's cycle, then plans on
     what it committed (the hour is committed once).
@@ -73,7 +76,7 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     now = now or service.clock()
     with holding(service.store, "plan"):
         recalibrate(service.store, now, service.config)
-        report = plan_cycle(
+        report, _ = amend_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
         )
     if service.metrics is not None:

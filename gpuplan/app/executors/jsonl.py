@@ -1,5 +1,6 @@
 """The JSON-lines executor: one line per job and hour (``{"hour", "job", "gpus"}``) appended to a
-file that other tools can follow (``tail -F``)."""
+file that other tools can follow (``tail -F``); an amendment's lines add ``amendment`` (its
+number within the hour) and ``at`` (when it was made)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from contract.records import Commit
-from gpuplan.app.executors.base import commit_lines
+from contract.records import Amendment, Commit
+from gpuplan.app.executors.base import amendment_lines, commit_lines
 
 
 class JsonLinesExecutor:
@@ -18,8 +19,14 @@ class JsonLinesExecutor:
         self.path = path
 
     def execute(self, commit: Commit) -> None:
+        self._append(commit_lines(commit))
+
+    def amend(self, amendment: Amendment) -> None:
+        self._append(amendment_lines(amendment))
+
+    def _append(self, lines: list[dict[str, object]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        text = "".join(json.dumps(line) + "\n" for line in commit_lines(commit))
+        text = "".join(json.dumps(line) + "\n" for line in lines)
         # One write of whole lines in append mode: a follower never sees half a commit.
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(text)
