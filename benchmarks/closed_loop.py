@@ -51,6 +51,7 @@ def main() -> None:
         "delay p50/p90 h",
         "wait p99 h",
         "cycle ms p50/p99",
+        "amend ms p50/p99",
     ]
     for label, paths in sets:
         with tempfile.TemporaryDirectory(prefix="gpuplan-closed-loop-") as work:
@@ -84,6 +85,7 @@ def main() -> None:
                             f"{m.promise_delay_h_p50:.1f} / {m.promise_delay_h_p90:.1f}",
                             f"{m.wait_p99_h:.1f}",
                             f"{m.cycle_ms_p50:.0f} / {m.cycle_ms_p99:.0f}",
+                            f"{m.amend_ms_p50:.1f} / {m.amend_ms_p99:.1f}" if m.amend_ms_p50 else "-",
                         ]
                     )
                 apps = ", ".join(f"{s.app.id} (swap cap {s.app.swap_cap})" for s in setup.series)

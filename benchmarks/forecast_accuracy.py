@@ -17,7 +17,10 @@ Two sets of series:
   a bursty series. (The shared data's other hourly series are the bundled ones.)
 
 ``--variants`` also scores the profile without the nowcast (``surge_decay=0``), the
-effect of the nowcast on day-ahead accuracy.
+effect of the nowcast on day-ahead accuracy. ``--nowcast`` scores what the nowcast is for,
+the next hours (bundled series only): refit at each daily origin, then fed hour by hour,
+each hour forecasting the next ``NOWCAST_HOURS``; the P90's shortfall (requests above it)
+and excess (above need), as shares of the series' mean per hour, with and without it.
 """
 
 from __future__ import annotations
@@ -58,6 +61,38 @@ def write_pod_series(pods: Path, out: Path, weeks: int = POD_WEEKS) -> Path:
     return out
 
 
+#: How far ahead the nowcast is scored.
+NOWCAST_HOURS = 6
+
+
+def nowcast_rows(decays: tuple[float, ...] = (0.0, 0.8)) -> list[str]:
+    import numpy as np
+
+    rows = []
+    for path in bundled_traffic_paths():
+        traffic = load_traffic(path)
+        hours, requests = traffic.hours, traffic.requests
+        initial = config_for(len(traffic)).initial_hours
+        cells = []
+        for decay in decays:
+            short = excess = 0.0
+            count = 0
+            for origin in range(initial, requests.size - 24 - NOWCAST_HOURS, 24):
+                model = RealtimeProfile(surge_decay=decay).fit(hours[:origin], requests[:origin])
+                for k in range(24):
+                    if k:
+                        model.update(hours[origin + k - 1], float(requests[origin + k - 1]))
+                    forecast = model.predict(hours[origin + k], NOWCAST_HOURS)
+                    actual = requests[origin + k : origin + k + NOWCAST_HOURS]
+                    short += float(np.maximum(actual - forecast.p90, 0).sum())
+                    excess += float(np.maximum(forecast.p90 - actual, 0).sum())
+                    count += NOWCAST_HOURS
+            scale = float(requests.mean()) * count
+            cells.append(f"decay {decay:g}: short {short / scale:.4f} excess {excess / scale:.3f}")
+        rows.append(f"{path.name:38} " + " | ".join(cells))
+    return rows
+
+
 def score(name: str, traffic: HourlyTraffic, variants: bool) -> list[str]:
     config = config_for(len(traffic))
     median = accuracy(
@@ -88,11 +123,15 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=SHARED, help="the shared data folder")
     parser.add_argument("--held-out-only", action="store_true")
     parser.add_argument("--variants", action="store_true")
+    parser.add_argument("--nowcast", action="store_true", help="score the next hours with and without it")
     parser.add_argument("--write-pods", type=Path, help="write the held-out pod series as a CSV and stop")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.write_pods:
         sys.stdout.write(f"wrote {write_pod_series(args.data / PODS, args.write_pods)}\n")
+        return
+    if args.nowcast:
+        sys.stdout.write("\n".join(nowcast_rows()) + "\n")
         return
     series: list[tuple[str, str, HourlyTraffic]] = []
     if not args.held_out_only:

@@ -213,26 +213,48 @@ def amend_cycle(
     forecasters: Forecasters | None = None,
     observed: Sequence[ObservedTraffic] = (),
 ) -> tuple[CycleReport, Amendment | None]:
-    """The plan cycle, and within a committed hour the amendment its plan and the traffic allow.
+    """The plan cycle (the hour's traffic so far feeds the nowcast), then :func:`amend_hour`."""
+    from gpuplan.app.tick import plan_cycle
 
-    Step 0 of the plan is the next hour (this one is committed); the amendment adds to this
-    hour what :func:`propose` finds: GPUs for apps whose ``observed`` traffic outruns their
-    committed GPUs, and the plan's next-hour starts whose blocks are idle now.
+    report = plan_cycle(
+        store, now, config, executor, forecasters=forecasters, partial_rates=hourly_rates(observed, now)
+    )
+    return report, amend_hour(store, now, report, executor, observed=observed)
+
+
+def hourly_rates(observed: Sequence[ObservedTraffic], now: datetime) -> dict[str, float]:
+    """Each app's requests at the rate seen so far in the hour of ``now``."""
+    hour = floor_hour(now)
+    return {o.app: o.hourly_rate() for o in observed if o.hour == hour and o.minutes > 0}
+
+
+def amend_hour(
+    store: Store,
+    now: datetime,
+    report: CycleReport,
+    executor: Executor | None = None,
+    *,
+    observed: Sequence[ObservedTraffic] = (),
+) -> Amendment | None:
+    """Within a committed hour, the amendment that the cycle's plan and the traffic allow.
+
+    Step 0 of the cycle's plan is the next hour (this one is committed); the amendment adds
+    to this hour what :func:`propose` finds: GPUs for apps whose ``observed`` traffic
+    outruns their committed GPUs, and the plan's next-hour starts whose blocks are idle now.
     """
     from forecasting.gpu_mapping import gpus_needed
-    from gpuplan.app.tick import down_gpus, hour_allocation, merged_assignments, plan_cycle, require_cluster
+    from gpuplan.app.tick import down_gpus, hour_allocation, merged_assignments, require_cluster
 
     hour = floor_hour(now)
-    rates = {o.app: o.hourly_rate() for o in observed if o.hour == hour and o.minutes > 0}
-    report = plan_cycle(store, now, config, executor, forecasters=forecasters, partial_rates=rates)
     current = hour_allocation(store, hour)
     if report.start != hour + STEP or current is None or report.run_id is None:
-        return report, None
+        return None
     run = store.run(report.run_id)
     assert run is not None  # just stored
     cluster = require_cluster(store)
     apps = store.apps()
     previous = hour_allocation(store, hour - STEP)
+    rates = hourly_rates(observed, now)
     need = {
         app.id: int(gpus_needed([rates[app.id]], app.requests_per_gpu_hour, app.headroom)[0])
         for app in apps
@@ -254,4 +276,4 @@ def amend_cycle(
         next_hour={job: tuple(gpus) for job, gpus in next_hour.items()},
         starting=starting,
     )
-    return report, amend(store, now, additions, run_id=run.id, executor=executor)
+    return amend(store, now, additions, run_id=run.id, executor=executor)

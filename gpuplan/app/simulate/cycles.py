@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,7 +16,7 @@ from contract.records import (
     PlanRun,
     RunMode,
 )
-from gpuplan.app.amend import ObservedTraffic, amend_cycle
+from gpuplan.app.amend import ObservedTraffic, amend_hour, hourly_rates
 from gpuplan.app.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
@@ -45,6 +45,8 @@ class SimService:
     setup: Setup
     #: Whether a cycle in a committed hour amends it (the fast policy only).
     amend: bool = True
+    #: Milliseconds each amendment step took in a committed hour (the plan before it not included).
+    amend_ms: list[float] = field(default_factory=list)
 
 
 class Cycle(Protocol):
@@ -53,18 +55,15 @@ class Cycle(Protocol):
         True when it planned (its latency counts)."""
 
 
-def _rates(observed: Sequence[ObservedTraffic]) -> dict[str, float]:
-    return {o.app: o.hourly_rate() for o in observed if o.minutes > 0}
-
-
 def _fast_cycle(service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
+    """The daemon's cycle (``amend_cycle``), its amendment step timed on its own."""
     store, config, executor = service.store, service.config, service.executor
-    if service.amend:
-        amend_cycle(store, now, config, executor, forecasters=service.forecasters, observed=observed)
-    else:
-        plan_cycle(
-            store, now, config, executor, forecasters=service.forecasters, partial_rates=_rates(observed)
-        )
+    rates = hourly_rates(observed, now)
+    report = plan_cycle(store, now, config, executor, forecasters=service.forecasters, partial_rates=rates)
+    if service.amend and report.start != floor_hour(now):  # within a committed hour
+        started = time.perf_counter()
+        amend_hour(store, now, report, executor, observed=observed)
+        service.amend_ms.append((time.perf_counter() - started) * 1000)
     return True
 
 
@@ -78,7 +77,7 @@ def _priority_backfill_cycle(service: SimService, now: datetime, observed: Seque
         service.executor,
         forecasters=service.forecasters,
         policy=PolicyName.PRIORITY_BACKFILL,
-        partial_rates=_rates(observed),
+        partial_rates=hourly_rates(observed, now),
     )
     return True
 

@@ -74,6 +74,7 @@ class PolicyRun:
     started: dict[str, datetime] = field(default_factory=dict)
     gpus: dict[str, int] = field(default_factory=dict)
     cycle_ms: list[float] = field(default_factory=list)
+    amend_ms: list[float] = field(default_factory=list)  # the amendment steps within cycle_ms
 
     def committed_hours(self, setup: Setup) -> dict[str, int]:
         """Per job, how many simulated hours it was committed (an amended hour counts)."""
@@ -115,7 +116,9 @@ def run_policy(
         forecasters = PrecomputedForecasters(setup.models_dir, setup.forecasts)
         amend = options.amend and policy is SimPolicy.FAST
         service = SimService(store, config, InMemoryExecutor(), forecasters, setup, amend=amend)
-        return _loop(service, policy, CYCLES[policy](), options, progress)
+        result = _loop(service, policy, CYCLES[policy](), options, progress)
+        result.amend_ms = service.amend_ms
+        return result
     finally:
         store.close()
 

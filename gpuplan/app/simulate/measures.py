@@ -57,6 +57,8 @@ class PolicyMetrics:
     submitted: int
     cycle_ms_p50: float
     cycle_ms_p99: float
+    amend_ms_p50: float
+    amend_ms_p99: float
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +71,8 @@ class PolicyMetrics:
             "completed": self.completed,
             "cycle_ms_p50": round(self.cycle_ms_p50, 3),
             "cycle_ms_p99": round(self.cycle_ms_p99, 3),
+            "amend_ms_p50": round(self.amend_ms_p50, 3),
+            "amend_ms_p99": round(self.amend_ms_p99, 3),
             "rt_idle_gpu_hours": round(self.rt_idle_gpu_hours, 3),
             "rt_unmet_gpu_hours_worst_hour": round(self.rt_unmet_gpu_hours_worst_hour, 3),
             "amendments_per_day": round(self.amendments_per_day, 3),
@@ -208,6 +212,8 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         submitted=len(setup.jobs),
         cycle_ms_p50=_percentile(run.cycle_ms, 50),
         cycle_ms_p99=_percentile(run.cycle_ms, 99),
+        amend_ms_p50=_percentile(run.amend_ms, 50),
+        amend_ms_p99=_percentile(run.amend_ms, 99),
     )
 
 
