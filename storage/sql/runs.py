@@ -57,12 +57,7 @@ class RunStore(SqlBase):
         if commit is None:
             return
         _require_hour(commit.hour, "commit.hour")
-        jobs = [a.job for a in commit.assignments]
-        if len(set(jobs)) != len(jobs):
-            raise InputError("commit.assignments", "one entry per job", sorted(jobs))
-        for assignment in commit.assignments:
-            if not assignment.gpus:
-                raise InputError(f"commit.assignments[{assignment.job}].gpus", "at least one GPU", [])
+        _check_assignments(commit.assignments, "commit.assignments")
 
     def record_run(self, run: PlanRun, commit: Commit | None = None) -> PlanRun:
         self._check_run(run, commit)
@@ -133,18 +128,7 @@ class RunStore(SqlBase):
                 )
                 return False
             raise
-        by_job = {a.job: a.gpus for a in commit.assignments}
-        queued = session.scalars(
-            select(JobRow).where(JobRow.id.in_(list(by_job)), JobRow.state == JobState.QUEUED)
-        )
-        for job in queued:
-            gpus = by_job[job.id]
-            job.state, job.first_gpu, job.gpus, job.started_at = (
-                JobState.RUNNING,
-                min(gpus),
-                len(gpus),
-                commit.hour,
-            )
+        _start_queued(session, commit.assignments, commit.hour)
         return True
 
     def _runs(self, session: Session, rows: Sequence[PlanRunRow]) -> list[PlanRun]:
@@ -249,12 +233,7 @@ class RunStore(SqlBase):
     # -- amendments ----------------------------------------------------------------------
     def record_amendment(self, amendment: Amendment) -> Amendment:
         _require_hour(amendment.hour, "amendment.hour")
-        jobs = [a.job for a in amendment.assignments]
-        if len(set(jobs)) != len(jobs):
-            raise InputError("amendment.assignments", "one entry per job", sorted(jobs))
-        for assignment in amendment.assignments:
-            if not assignment.gpus:
-                raise InputError(f"amendment.assignments[{assignment.job}].gpus", "at least one GPU", [])
+        _check_assignments(amendment.assignments, "amendment.assignments")
         with self._session() as session:
             if session.get(CommitRow, amendment.hour) is None:
                 raise InputError("amendment.hour", "an hour that is committed", amendment.hour.isoformat())
@@ -271,18 +250,7 @@ class RunStore(SqlBase):
                     assignments=[{"job": a.job, "gpus": list(a.gpus)} for a in amendment.assignments],
                 )
             )
-            by_job = {a.job: a.gpus for a in amendment.assignments}
-            queued = session.scalars(
-                select(JobRow).where(JobRow.id.in_(list(by_job)), JobRow.state == JobState.QUEUED)
-            )
-            for job in queued:
-                gpus = by_job[job.id]
-                job.state, job.first_gpu, job.gpus, job.started_at = (
-                    JobState.RUNNING,
-                    min(gpus),
-                    len(gpus),
-                    amendment.made_at,
-                )
+            _start_queued(session, amendment.assignments, amendment.made_at)
             session.flush()
             return replace(amendment, seq=seq)
 
@@ -306,3 +274,23 @@ class RunStore(SqlBase):
                 )
                 for row in session.scalars(query)
             ]
+
+
+def _check_assignments(assignments: Sequence[Assignment], field: str) -> None:
+    jobs = [a.job for a in assignments]
+    if len(set(jobs)) != len(jobs):
+        raise InputError(field, "one entry per job", sorted(jobs))
+    for assignment in assignments:
+        if not assignment.gpus:
+            raise InputError(f"{field}[{assignment.job}].gpus", "at least one GPU", [])
+
+
+def _start_queued(session: Session, assignments: Sequence[Assignment], at: datetime) -> None:
+    """The queued jobs ``assignments`` place move to running on their GPUs, started ``at``."""
+    by_job = {a.job: a.gpus for a in assignments}
+    queued = session.scalars(
+        select(JobRow).where(JobRow.id.in_(list(by_job)), JobRow.state == JobState.QUEUED)
+    )
+    for job in queued:
+        gpus = by_job[job.id]
+        job.state, job.first_gpu, job.gpus, job.started_at = (JobState.RUNNING, min(gpus), len(gpus), at)
