@@ -612,6 +612,14 @@ class RealtimeProfile:
         result: FloatArray = np.maximum(forecast, moved)
         return result
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A profile stored before the nowcast and the hourly band gets their defaults: no
+        nowcast setting means the default decay; a band without hours keeps its one shift."""
+        self.__dict__.update({"surge_decay": SURGE_DECAY, **state})
+        band = self.__dict__.get("band_")
+        if isinstance(band, Band) and not hasattr(band, "hourly"):
+            self.band_ = Band(band.power, band.floor, band.shift)
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "band_"):
             raise NotFittedError("This RealtimeProfile is not fitted yet; call fit(hours, requests) first.")
