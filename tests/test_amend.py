@@ -247,3 +247,45 @@ def test_promises_off_score_and_plan_as_the_contract() -> None:
     assert cost is not None and cost >= 0
     m = result.metrics
     assert m.objective == pytest.approx(m.value - m.penalty - cost)
+
+
+def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_path: Path) -> None:
+    from gpuplan.app.amend import amend_cycle
+    from gpuplan.app.config import ServiceConfig
+    from gpuplan.app.executors import JsonLinesExecutor
+    from gpuplan.app.jobs import submit
+
+    store = open_store(f"sqlite:///{tmp_path}/cycle.db")
+    feed = tmp_path / "commits.jsonl"
+    executor = JsonLinesExecutor(feed)
+    config = ServiceConfig(
+        cluster=Cluster(gpus=8), apps=(), models_dir=tmp_path / "models", commits_file=feed
+    )
+    try:
+        store.save_cluster(config.cluster)
+        first, none = amend_cycle(store, H0, config, executor)
+        assert first.committed and none is None  # the hour's first cycle commits; nothing to amend
+        spec = {"id": "bi-1", "kind": "batch_inference", "priority": 90, "gpus": 4, "hours": 2}
+        submit(store, spec, H0 + timedelta(minutes=20), config, replan=False)
+        at = H0 + timedelta(minutes=30)
+        report, amendment = amend_cycle(store, at, config, executor)
+        assert not report.committed and report.start == H0 + STEP
+        assert amendment is not None and amendment.seq == 1
+        assert [a.job for a in amendment.assignments] == ["bi-1"]
+        job = store.job("bi-1")
+        assert job is not None and job.state is JobState.RUNNING and job.started_at == at
+        # The next hour's cycle plans from the amended hour: the job stays on its block.
+        nxt, _ = amend_cycle(store, H0 + STEP + timedelta(minutes=5), config, executor)
+        commit = store.commit(H0 + STEP)
+        assert nxt.committed and commit is not None
+        assert [a for a in commit.assignments if a.job == "bi-1"] == list(amendment.assignments)
+    finally:
+        store.close()
+    lines = [json.loads(line) for line in feed.read_text().splitlines()]
+    assert {
+        "hour": H0.isoformat(),
+        "job": "bi-1",
+        "gpus": list(amendment.assignments[0].gpus),
+        "amendment": 1,
+        "at": at.isoformat(),
+    } in lines
