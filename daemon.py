@@ -11,6 +11,10 @@ this module puts them on APScheduler's clock and loops:
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
 - **retrain** nightly at ``retrain_at`` (off by default).
 
+With ``--http``, the HTTP face (:mod:`gpuplan.http`) is served from a thread of this process:
+its submits take the same plan lock as the cycle, so a submit never plans against a
+half-written run.
+
 The schedule lives in APScheduler's SQLAlchemy job store on the service's own database, so
 it survives restarts; missed runs are coalesced, and one worker thread runs one job at a
 time. A failing job is logged and the daemon goes on. SIGTERM and Ctrl-C let the job in
@@ -25,8 +29,9 @@ import threading
 from collections.abc import Callable
 from datetime import UTC
 from types import FrameType
+from typing import Any
 
-from gpuplan.app.service import Service, recalibrate_now, run_once
+from gpuplan.app.service import Service, plan_lock, recalibrate_now, run_once, utc_now
 from gpuplan.app.tick import retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
@@ -44,11 +49,16 @@ def _job(name: str, body: Callable[[Service], object]) -> None:
         return
     try:
         body(service)
-    except Exception:
+    except Exception as error:
         # The daemon must outlive a failing cycle (database down, a bad traffic hour, ...).
         log.exception("%s failed; the next run will try again", name)
-        if service.metrics is not None and name == "plan":
-            service.metrics.failures.inc()
+        if name == "plan":
+            service.health.record(utc_now(), f"{type(error).__name__}: {error}")
+            if service.metrics is not None:
+                service.metrics.failures.inc()
+    else:
+        if name == "plan":
+            service.health.record(utc_now(), None)
 
 
 def plan_job() -> None:
@@ -67,8 +77,32 @@ def retrain_job() -> None:
     _job("retrain", lambda s: retrain_from_store(s.store, s.config))
 
 
-def serve(service: Service, db_url: str, *, max_seconds: float | None = None) -> int:
-    """Schedule the jobs on ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``)."""
+def http_server(service: Service, host: str, port: int) -> Any:
+    """The HTTP face on ``host:port`` over this service's warm parts (not started)."""
+    from gpuplan.http.context import ApiContext
+    from gpuplan.http.server import HttpServer
+
+    context = ApiContext(
+        store=service.store,
+        config=service.config,
+        executor=service.executor,
+        forecasters=service.forecasters,
+        clock=service.clock,
+        plan_lock=lambda: plan_lock(service),
+        health=service.health,
+    )
+    return HttpServer(context, host, port)
+
+
+def serve(
+    service: Service,
+    db_url: str,
+    *,
+    max_seconds: float | None = None,
+    http: tuple[str, int] | None = None,
+) -> int:
+    """Schedule the jobs on ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``);
+    with ``http=(host, port)``, serve the HTTP face meanwhile."""
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -118,7 +152,10 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    server = None
     try:
+        if http is not None:
+            server = http_server(service, *http).start()
         scheduler.resume()
         log.info(
             "daemon started: plan every %d min, review every %s h",
@@ -127,6 +164,8 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         )
         stop.wait(timeout=max_seconds)
     finally:
+        if server is not None:
+            server.stop()
         scheduler.shutdown(wait=True)  # the job in flight finishes
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -143,6 +143,7 @@ def _store_with_committed_hour(tmp_path: Path) -> str:
                     {"id": job_id},
                     H0 - timedelta(minutes=20),
                     estimate=estimate,
+                    team="ml" if job_id == "late" else None,
                 )
             )
         for hour in (H0 - STEP, H0):
@@ -192,6 +193,9 @@ def test_amend_stores_numbered_additions_that_start_jobs_and_report_shows_them(t
         ("chat", 2, "2026-12-02T10:40:00+00:00"),
     ]
     assert [(r["job"], r["amendment"]) for r in rows if r["amendment"] is None] == [("chat", None)] * 2
+    # A team's view keeps only its jobs' additions (and the amendments that add any).
+    ours = json.loads(run_cli("report", "commits", "--db", url, "--team", "ml", "--json").out)
+    assert [(r["job"], r["amendment"]) for r in ours] == [("late", 1)]
 
 
 @pytest.mark.parametrize(

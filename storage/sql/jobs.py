@@ -61,6 +61,7 @@ class JobStore(SqlBase):
             ended_at=row.ended_at,
             outcome=row.outcome,
             promised_start=row.promised_start,
+            team=row.team,
         )
 
     @staticmethod
@@ -95,6 +96,7 @@ class JobStore(SqlBase):
                     ended_at=job.ended_at,
                     outcome=job.outcome,
                     promised_start=job.promised_start,
+                    team=job.team,
                 )
             )
             try:

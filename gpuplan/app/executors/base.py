@@ -1,14 +1,15 @@
 """The seam to the cluster: gpuplan decides, an executor starts and stops the work.
 
-An executor gets each hour's commit once, after it is stored, and each amendment of that
+An executor gets each hour's commit once, after it is stored, each amendment of that
 hour (additions only: more GPUs for a real-time app, a batch job started within the hour)
-once, after it is stored. The executors sit side by
+once, after it is stored, and a stop when a running job is cancelled. The executors sit side by
 side in this package (``memory``, ``jsonl``) and the config picks one by name through
 the registry in ``gpuplan/app/executors/__init__.py``.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 
 from contract.records import Amendment, Commit
@@ -20,6 +21,9 @@ class Executor(Protocol):
 
     def amend(self, amendment: Amendment) -> None:
         """Add ``amendment``'s assignments to its hour's, from ``made_at`` on (nothing else changes)."""
+
+    def stop(self, job: str, at: datetime) -> None:
+        """Stop a running job now (it was cancelled); its GPUs free at the next commit."""
 
 
 def commit_lines(commit: Commit) -> list[dict[str, object]]:

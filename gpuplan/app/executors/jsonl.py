@@ -1,11 +1,13 @@
-"""The JSON-lines executor: one line per job and hour (``{"hour", "job", "gpus"}``) appended to a
-file that other tools can follow (``tail -F``); an amendment's lines add ``amendment`` (its
-number within the hour) and ``at`` (when it was made)."""
+"""The JSON-lines executor: one line per job and hour (``{"hour", "job", "gpus"}``), and one per
+stopped job (``{"at", "job", "stop": true}``), appended to a file that other tools can follow
+(``tail -F``); an amendment's lines add ``amendment`` (its number within the hour) and ``at``
+(when it was made)."""
 
 from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 
 from contract.records import Amendment, Commit
@@ -23,6 +25,9 @@ class JsonLinesExecutor:
 
     def amend(self, amendment: Amendment) -> None:
         self._append(amendment_lines(amendment))
+
+    def stop(self, job: str, at: datetime) -> None:
+        self._append([{"at": at.isoformat(), "job": job, "stop": True}])
 
     def _append(self, lines: list[dict[str, object]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from typing import TextIO
 
 from contract.records import Amendment, Commit
@@ -31,4 +32,10 @@ class PrintingExecutor:
                 f"amend {line['hour']} #{line['amendment']} at {line['at']} "
                 f"{line['job']} gpus={line['gpus']}\n"
             )
+        stream.flush()
+
+    def stop(self, job: str, at: datetime) -> None:
+        self.inner.stop(job, at)
+        stream = self.stream or sys.stdout
+        stream.write(f"stop {at.isoformat()} {job}\n")
         stream.flush()

@@ -20,10 +20,12 @@ import numpy as np
 from gpuplan.app.bridge import STEP
 
 if TYPE_CHECKING:
+    from contract.records import Amendment, Commit
     from contract.scenario import Grid, Instance
 
 from gpuplan.app.simulate.loop import PolicyRun
 from gpuplan.app.simulate.setup import HOURS_PER_DAY, FloatArray, IntArray, Setup
+from scheduler.metrics import realtime_moves
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ class PolicyMetrics:
     promise_kept: float  # share of those started no later than 1 h after it (1 with none)
     promise_delay_h_p50: float  # actual start - promised start, hours
     promise_delay_h_p90: float
+    rt_moves: int  # GPUs the apps gained or lost from one committed hour to the next
     wait_p50_h: float
     wait_p99_h: float
     wait_by_kind: dict[str, tuple[float, float]]  # kind -> (p50, p99) hours
@@ -80,6 +83,7 @@ class PolicyMetrics:
             "promise_kept": round(self.promise_kept, 6),
             "promise_delay_h_p50": round(self.promise_delay_h_p50, 4),
             "promise_delay_h_p90": round(self.promise_delay_h_p90, 4),
+            "rt_moves": self.rt_moves,
             "started": self.started,
             "submitted": self.submitted,
             "wait_by_kind_h": {
@@ -139,6 +143,20 @@ def realtime_hours(setup: Setup, run: PolicyRun) -> dict[str, AppHours]:
                 served[h] += min(count, int(demand[app][h])) * (end - at)
         hours[app] = AppHours(held, served)
     return hours
+
+
+def realtime_sets(setup: Setup, run: PolicyRun) -> dict[str, list[int]]:
+    """Per app, the bitmask of GPUs it held in each simulated hour: its commit's, with every
+    amendment's additions."""
+    held = {s.app.id: [0] * setup.hours for s in setup.series}
+    committed: list[Commit | Amendment] = [*run.commits, *run.amendments]
+    for hour in committed:
+        h = (hour.hour - setup.start) // STEP
+        if 0 <= h < setup.hours:
+            for assignment in hour.assignments:
+                if assignment.job in held:
+                    held[assignment.job][h] |= sum(1 << gpu for gpu in set(assignment.gpus))
+    return held
 
 
 def hourly(setup: Setup, run: PolicyRun) -> Hourly:
@@ -204,6 +222,7 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         promise_kept=kept / len(delays) if delays else 1.0,
         promise_delay_h_p50=_percentile(delays, 50),
         promise_delay_h_p90=_percentile(delays, 90),
+        rt_moves=sum(realtime_moves(masks) for masks in realtime_sets(setup, run).values()),
         wait_p50_h=_percentile(every_wait, 50),
         wait_p99_h=_percentile(every_wait, 99),
         wait_by_kind={k: (_percentile(v, 50), _percentile(v, 99)) for k, v in sorted(waits.items())},

@@ -1,7 +1,7 @@
 """Promises and amendments: a job's promised start, and additions to a committed hour.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 
 ``jobs.promised_start`` is the start the plan gave at submit (NULL: no promise).
 ``commit_amendments`` holds the additions later cycles of an hour make to its commit,
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision: str | None = "0001"
+revision = "0003"
+down_revision: str | None = "0002"
 branch_labels: str | None = None
 depends_on: str | None = None
 
