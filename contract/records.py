@@ -92,6 +92,8 @@ class Job:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     outcome: Outcome | None = None
+    #: The start the plan gave at submit: a promise the planner weighs (None: none was given).
+    promised_start: datetime | None = None
     team: str | None = None  # the submitting token's team (None: from the command line)
 
 
@@ -126,6 +128,22 @@ class Commit:
     """The allocation of one wall-clock hour, committed once."""
 
     hour: datetime
+    run_id: int | None
+    assignments: tuple[Assignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Amendment:
+    """Additions to an hour already committed, made later in that hour (``seq`` 1, 2, ...).
+
+    Additions only: GPUs for a job the hour's commit (or an earlier amendment) holds, or a
+    queued batch job's block. Nothing committed is moved or removed, so the hour's
+    allocation is its commit with every amendment's assignments added.
+    """
+
+    hour: datetime
+    seq: int
+    made_at: datetime
     run_id: int | None
     assignments: tuple[Assignment, ...]
 

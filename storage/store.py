@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from contract.records import (
+    Amendment,
     ApiToken,
     App,
     Cluster,
@@ -87,6 +88,10 @@ class Store(abc.ABC):
         """Jobs in the given states (all when None), in submission order."""
 
     @abc.abstractmethod
+    def set_promise(self, job_id: str, promised_start: datetime) -> None:
+        """Keep ``promised_start`` (an hour) as the job's promise; a job keeps its first promise."""
+
+    @abc.abstractmethod
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...
 
     @abc.abstractmethod
@@ -150,6 +155,19 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def last_commit(self, before: datetime | None = None) -> Commit | None:
         """The latest commit with ``hour < before`` (any when None)."""
+
+    @abc.abstractmethod
+    def record_amendment(self, amendment: Amendment) -> Amendment:
+        """Store additions to a committed hour as its next amendment, one transaction.
+
+        ``amendment.seq`` is ignored: the store numbers the hour's amendments 1, 2, ...
+        The queued jobs it places move to running, started at ``made_at``. An hour with
+        no commit is refused. Legality against the hour is the caller's (``gpuplan.app.amend``).
+        """
+
+    @abc.abstractmethod
+    def amendments(self, since: datetime | None = None, until: datetime | None = None) -> list[Amendment]:
+        """Amendments of the hours ``since <= hour < until``, by hour then ``seq``."""
 
     # -- API tokens and dashboard sessions (hashes only) ---------------------------------
     @abc.abstractmethod

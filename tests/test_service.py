@@ -147,6 +147,13 @@ def test_submit_answers_with_a_planned_start_and_a_bad_spec_stores_nothing(
     assert answer["job"] == "bi-1" and answer["gpus"] == 4 and answer["hours_p90"] == 2
     assert answer["planned_start"] is not None and answer["first_gpu"] % 4 == 0
     assert datetime.fromisoformat(answer["planned_start"]) >= datetime(2026, 11, 30, 11, tzinfo=UTC)
+    store = open_store(db)
+    try:  # the planned start given at submit is the job's promise
+        promised = store.job("bi-1")
+        assert promised is not None
+        assert promised.promised_start == datetime.fromisoformat(answer["planned_start"])
+    finally:
+        store.close()
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(

@@ -62,6 +62,7 @@ TABLES = {
     "apps",
     "cluster",
     "cluster_down",
+    "commit_amendments",
     "commit_assignments",
     "commits",
     "job_history",

@@ -86,8 +86,15 @@ def gpu_demand(p90_requests: Sequence[float], app: App, horizon_steps: int) -> l
     return swap_capped_curve(need, app.swap_cap)[:horizon_steps]
 
 
-def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> dict[str, Any]:
-    """The contract scenario (CONTRACT.md) of a snapshot: what the planner sees."""
+def scenario_document(
+    snapshot: Snapshot, plan_with: PlanWith, *, name: str, promise_penalty: float = 0.0
+) -> dict[str, Any]:
+    """The contract scenario (CONTRACT.md) of a snapshot: what the planner sees.
+
+    With ``promise_penalty`` above 0, each queued job's promised start becomes its
+    ``promise`` (steps from the plan's start, negative once passed) and the scenario
+    carries the penalty; at 0 the scenario is the contract's as it always was.
+    """
     cluster, start = snapshot.cluster, snapshot.start
     horizon = cluster.horizon_steps
     jobs: list[dict[str, Any]] = []
@@ -114,7 +121,10 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
     for job in snapshot.queued:
         assert job.estimate is not None
         steps = duration_steps(planned_hours(job.estimate, plan_with), cluster.step_minutes)
-        jobs.append(_batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=len(jobs)))
+        entry = _batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=len(jobs))
+        if promise_penalty > 0 and job.promised_start is not None:
+            entry["promise"] = math.floor((job.promised_start - start) / STEP)
+        jobs.append(entry)
     for demand in snapshot.demand:
         app = demand.app
         jobs.append(
@@ -131,7 +141,7 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
         held = sheddable(snapshot.realtime_sets.get(demand.app.id, ()), down, demand.app.swap_cap)
         if held:
             running.append({"id": demand.app.id, "gpus": held})
-    return {
+    document = {
         "name": name,
         "gpus": cluster.gpus,
         "horizon": horizon,
@@ -142,6 +152,9 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
         "running": running,
         "down": down,
     }
+    if promise_penalty > 0:
+        document["promise_penalty"] = promise_penalty
+    return document
 
 
 def sheddable(held: Sequence[int], down: Sequence[Mapping[str, int]], swap_cap: int) -> list[int]:

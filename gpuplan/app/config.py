@@ -17,7 +17,7 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import App, Cluster, DownWindowRecord
-from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_RT_PENALTY
+from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_PROMISE_PENALTY, MAX_RT_PENALTY
 from contract.times import parse_time
 from scheduler.model import checked_budget_ms
 
@@ -48,6 +48,10 @@ class AppTraffic:
     peak_gpus: int | None = None  # when the app gives no requests_per_gpu_hour
 
 
+#: The default weight of a promise: an hour late costs half an hour of the job's own output.
+PROMISE_PENALTY = 0.5
+
+
 @dataclass(frozen=True)
 class PrometheusSource:
     """An app whose hourly requests the recalibration reads from Prometheus: ``query``
@@ -71,6 +75,9 @@ class ServiceConfig:
     plan_budget_ms: float = 1000.0
     submit_budget_ms: float | None = None  # None: the fast mode's hot-path default
     plan_with: PlanWith = PlanWith.P90
+    #: What a promised job's delay past its promised start costs the plan, per GPU-hour
+    #: times its priority (0: promises weigh nothing). README, "Promises".
+    promise_penalty: float = PROMISE_PENALTY
     #: False: plans count estimated work, not wall time (the simulation, reproducible per seed).
     plan_wall_clock: bool = True
     models_dir: Path = Path("models")
@@ -122,6 +129,7 @@ TOP_KEYS = {
     "submit_budget_ms",
     "plan_with",
     "plan_wall_clock",
+    "promise_penalty",
     "models_dir",
     "commits_file",
     "executor",
@@ -306,6 +314,9 @@ def load_config(path: Path) -> ServiceConfig:
         submit_budget_ms=None if submit_budget is None else r.budget_ms(submit_budget, "submit_budget_ms"),
         plan_with=PlanWith(plan_with),
         plan_wall_clock=r.boolean(top.get("plan_wall_clock", True), "plan_wall_clock"),
+        promise_penalty=r.number(
+            top.get("promise_penalty", PROMISE_PENALTY), "promise_penalty", 0.0, MAX_PROMISE_PENALTY
+        ),
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
         executor=None if top.get("executor") is None else r.text(top["executor"], "executor"),

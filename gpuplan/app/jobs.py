@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -206,6 +206,7 @@ def submit(
         run = (replanner or (lambda: hot_path_plan(store, now, config, forecasters)))()
         if run is not None:
             planned_start, first_gpu = planned_place(run, spec["id"])
+            promise(store, run, [spec["id"]])
             reason = placement_reason(run, spec["id"], estimate, planned_start)
     return SubmitResult(
         spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu, reason
@@ -241,6 +242,19 @@ def _check_fits(cluster: Cluster, gpus: int, now: datetime, *, source: str) -> N
 
 #: How a submitter names a job's outcome (``gpuplan done --outcome``), and the history's names.
 OUTCOMES: dict[str, Outcome] = {"ok": Outcome.OK, "failed": Outcome.FAILED, "cancelled": Outcome.CANCELLED}
+
+
+def promise(store: Store, run: PlanRun, job_ids: Sequence[str]) -> dict[str, datetime]:
+    """The starts ``run`` plans for ``job_ids``, kept as their promises (the planned start
+    given at submit). A job the run does not place gets no promise; one already promised
+    keeps its first."""
+    promised = {}
+    for job_id in job_ids:
+        start, _ = planned_place(run, job_id)
+        if start is not None:
+            store.set_promise(job_id, start)
+            promised[job_id] = start
+    return promised
 
 
 def hot_path_plan(

@@ -16,12 +16,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contract.errors import StoreError
+from gpuplan.app.amend import amend_cycle
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
-from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
+from gpuplan.app.tick import CycleReport, recalibrate
 from gpuplan.app.traffic_sources import pull_traffic
 from storage.store import Store
 
@@ -78,7 +79,9 @@ def plan_lock(service: Service) -> Iterator[None]:
 
 
 def run_once(service: Service, now: datetime | None = None) -> CycleReport:
-    """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit.
+    """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit, or
+    within an hour already committed, plan from the next and amend this one
+    (:func:`gpuplan.app.amend.amend_cycle`: the plan's next-hour starts on GPUs idle now).
 
     A second daemon on the same database waits for the first one's cycle, then plans on
     what it committed (the hour is committed once).
@@ -87,7 +90,7 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
     with plan_lock(service):
         recalibrate(service.store, now, service.config, skip=failed)
-        report = plan_cycle(
+        report, _ = amend_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
         )
     if service.metrics is not None:

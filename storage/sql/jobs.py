@@ -31,7 +31,7 @@ from storage.tables import (
 if TYPE_CHECKING:
     import pandas as pd
 
-from storage.sql.engine import SqlBase, _chunks, _plain
+from storage.sql.engine import SqlBase, _chunks, _plain, _require_hour
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ class JobStore(SqlBase):
             started_at=row.started_at,
             ended_at=row.ended_at,
             outcome=row.outcome,
+            promised_start=row.promised_start,
             team=row.team,
         )
 
@@ -94,6 +95,7 @@ class JobStore(SqlBase):
                     started_at=job.started_at,
                     ended_at=job.ended_at,
                     outcome=job.outcome,
+                    promised_start=job.promised_start,
                     team=job.team,
                 )
             )
@@ -113,6 +115,13 @@ class JobStore(SqlBase):
             query = query.where(JobRow.state.in_([JobState(s) for s in states]))
         with self._session(read_only=True) as session:
             return [self._job(row) for row in session.scalars(query)]
+
+    def set_promise(self, job_id: str, promised_start: datetime) -> None:
+        _require_hour(promised_start, "promised_start")
+        with self._session() as session:
+            row = self._job_row(session, job_id)
+            if row.promised_start is None:
+                row.promised_start = promised_start
 
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None:
         with self._session() as session:

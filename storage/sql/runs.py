@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import (
     exc,
+    func,
     insert,
     select,
 )
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from contract.errors import InputError
 from contract.records import (
+    Amendment,
     AppForecast,
     Assignment,
     Commit,
@@ -25,6 +27,7 @@ from contract.records import (
     RunMode,
 )
 from storage.tables import (
+    AmendmentRow,
     CommitAssignmentRow,
     CommitRow,
     JobRow,
@@ -54,12 +57,7 @@ class RunStore(SqlBase):
         if commit is None:
             return
         _require_hour(commit.hour, "commit.hour")
-        jobs = [a.job for a in commit.assignments]
-        if len(set(jobs)) != len(jobs):
-            raise InputError("commit.assignments", "one entry per job", sorted(jobs))
-        for assignment in commit.assignments:
-            if not assignment.gpus:
-                raise InputError(f"commit.assignments[{assignment.job}].gpus", "at least one GPU", [])
+        _check_assignments(commit.assignments, "commit.assignments")
 
     def record_run(self, run: PlanRun, commit: Commit | None = None) -> PlanRun:
         self._check_run(run, commit)
@@ -130,18 +128,7 @@ class RunStore(SqlBase):
                 )
                 return False
             raise
-        by_job = {a.job: a.gpus for a in commit.assignments}
-        queued = session.scalars(
-            select(JobRow).where(JobRow.id.in_(list(by_job)), JobRow.state == JobState.QUEUED)
-        )
-        for job in queued:
-            gpus = by_job[job.id]
-            job.state, job.first_gpu, job.gpus, job.started_at = (
-                JobState.RUNNING,
-                min(gpus),
-                len(gpus),
-                commit.hour,
-            )
+        _start_queued(session, commit.assignments, commit.hour)
         return True
 
     def _runs(self, session: Session, rows: Sequence[PlanRunRow]) -> list[PlanRun]:
@@ -242,3 +229,68 @@ class RunStore(SqlBase):
         with self._session(read_only=True) as session:
             rows = list(session.scalars(query))
             return self._commits(session, rows)[0] if rows else None
+
+    # -- amendments ----------------------------------------------------------------------
+    def record_amendment(self, amendment: Amendment) -> Amendment:
+        _require_hour(amendment.hour, "amendment.hour")
+        _check_assignments(amendment.assignments, "amendment.assignments")
+        with self._session() as session:
+            if session.get(CommitRow, amendment.hour) is None:
+                raise InputError("amendment.hour", "an hour that is committed", amendment.hour.isoformat())
+            last = session.scalar(
+                select(func.max(AmendmentRow.seq)).where(AmendmentRow.hour == amendment.hour)
+            )
+            seq = (last or 0) + 1
+            session.add(
+                AmendmentRow(
+                    hour=amendment.hour,
+                    seq=seq,
+                    run_id=amendment.run_id,
+                    created_at=amendment.made_at,
+                    assignments=[{"job": a.job, "gpus": list(a.gpus)} for a in amendment.assignments],
+                )
+            )
+            _start_queued(session, amendment.assignments, amendment.made_at)
+            session.flush()
+            return replace(amendment, seq=seq)
+
+    def amendments(self, since: datetime | None = None, until: datetime | None = None) -> list[Amendment]:
+        query = select(AmendmentRow).order_by(AmendmentRow.hour, AmendmentRow.seq)
+        if since is not None:
+            query = query.where(AmendmentRow.hour >= since)
+        if until is not None:
+            query = query.where(AmendmentRow.hour < until)
+        with self._session(read_only=True) as session:
+            return [
+                Amendment(
+                    hour=row.hour,
+                    seq=row.seq,
+                    made_at=row.created_at,
+                    run_id=row.run_id,
+                    assignments=tuple(
+                        Assignment(str(a["job"]), tuple(sorted(int(g) for g in a["gpus"])))
+                        for a in row.assignments
+                    ),
+                )
+                for row in session.scalars(query)
+            ]
+
+
+def _check_assignments(assignments: Sequence[Assignment], field: str) -> None:
+    jobs = [a.job for a in assignments]
+    if len(set(jobs)) != len(jobs):
+        raise InputError(field, "one entry per job", sorted(jobs))
+    for assignment in assignments:
+        if not assignment.gpus:
+            raise InputError(f"{field}[{assignment.job}].gpus", "at least one GPU", [])
+
+
+def _start_queued(session: Session, assignments: Sequence[Assignment], at: datetime) -> None:
+    """The queued jobs ``assignments`` place move to running on their GPUs, started ``at``."""
+    by_job = {a.job: a.gpus for a in assignments}
+    queued = session.scalars(
+        select(JobRow).where(JobRow.id.in_(list(by_job)), JobRow.state == JobState.QUEUED)
+    )
+    for job in queued:
+        gpus = by_job[job.id]
+        job.state, job.first_gpu, job.gpus, job.started_at = (JobState.RUNNING, min(gpus), len(gpus), at)

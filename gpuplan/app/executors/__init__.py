@@ -11,14 +11,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
-from gpuplan.app.executors.base import Executor, commit_lines
+from gpuplan.app.executors.base import Executor, amendment_lines, commit_lines
 from gpuplan.app.executors.jsonl import JsonLinesExecutor
 from gpuplan.app.executors.memory import InMemoryExecutor
 
 if TYPE_CHECKING:
     from gpuplan.app.config import ServiceConfig
 
-__all__ = ["EXECUTORS", "Executor", "InMemoryExecutor", "JsonLinesExecutor", "commit_lines", "make_executor"]
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "InMemoryExecutor",
+    "JsonLinesExecutor",
+    "amendment_lines",
+    "commit_lines",
+    "make_executor",
+]
 
 
 def _jsonl(config: ServiceConfig) -> Executor:

@@ -1,6 +1,7 @@
 """The JSON-lines executor: one line per job and hour (``{"hour", "job", "gpus"}``), and one per
 stopped job (``{"at", "job", "stop": true}``), appended to a file that other tools can follow
-(``tail -F``)."""
+(``tail -F``); an amendment's lines add ``amendment`` (its number within the hour) and ``at``
+(when it was made)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from contract.records import Commit
-from gpuplan.app.executors.base import commit_lines
+from contract.records import Amendment, Commit
+from gpuplan.app.executors.base import amendment_lines, commit_lines
 
 
 class JsonLinesExecutor:
@@ -20,13 +21,17 @@ class JsonLinesExecutor:
         self.path = path
 
     def execute(self, commit: Commit) -> None:
-        self._append("".join(json.dumps(line) + "\n" for line in commit_lines(commit)))
+        self._append(commit_lines(commit))
+
+    def amend(self, amendment: Amendment) -> None:
+        self._append(amendment_lines(amendment))
 
     def stop(self, job: str, at: datetime) -> None:
-        self._append(json.dumps({"at": at.isoformat(), "job": job, "stop": True}) + "\n")
+        self._append([{"at": at.isoformat(), "job": job, "stop": True}])
 
-    def _append(self, text: str) -> None:
+    def _append(self, lines: list[dict[str, object]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(json.dumps(line) + "\n" for line in lines)
         # One write of whole lines in append mode: a follower never sees half a commit.
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(text)

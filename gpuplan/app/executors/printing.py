@@ -6,8 +6,8 @@ import sys
 from datetime import datetime
 from typing import TextIO
 
-from contract.records import Commit
-from gpuplan.app.executors.base import Executor, commit_lines
+from contract.records import Amendment, Commit
+from gpuplan.app.executors.base import Executor, amendment_lines, commit_lines
 
 
 class PrintingExecutor:
@@ -22,6 +22,16 @@ class PrintingExecutor:
         stream = self.stream or sys.stdout
         for line in commit_lines(commit):
             stream.write(f"commit {line['hour']} {line['job']} gpus={line['gpus']}\n")
+        stream.flush()
+
+    def amend(self, amendment: Amendment) -> None:
+        self.inner.amend(amendment)
+        stream = self.stream or sys.stdout
+        for line in amendment_lines(amendment):
+            stream.write(
+                f"amend {line['hour']} #{line['amendment']} at {line['at']} "
+                f"{line['job']} gpus={line['gpus']}\n"
+            )
         stream.flush()
 
     def stop(self, job: str, at: datetime) -> None:

@@ -13,17 +13,19 @@ from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from contract.records import (
+    Amendment,
     Commit,
     TrafficHour,
 )
+from gpuplan.app.amend import ObservedTraffic
 from gpuplan.app.bridge import STEP, floor_hour
-from gpuplan.app.config import PlanWith, ServiceConfig
+from gpuplan.app.config import PROMISE_PENALTY, PlanWith, ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.jobs import finish, submit
+from gpuplan.app.jobs import finish, promise, submit
 from gpuplan.app.tick import recalibrate, review
 
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Sequence
 
 from gpuplan.app.simulate.cycles import CYCLES, Cycle, SimService
 from gpuplan.app.simulate.setup import STORE_URL, PrecomputedForecasters, Setup, SimPolicy, seed_store
@@ -43,6 +45,10 @@ class SimOptions:
     cycle_minutes: int = 30
     review_every_hours: int | None = None
     review_time_limit_s: float = 10.0
+    #: A cycle within a committed hour amends it (the fast policy; ``--no-amend`` turns it off).
+    amend: bool = True
+    #: The plan's weight on promised starts (``--promise-penalty``; 0: promises weigh nothing).
+    promise_penalty: float = PROMISE_PENALTY
 
     def __post_init__(self) -> None:
         # Cycles must land on every hour, where commits are made.
@@ -52,25 +58,32 @@ class SimOptions:
             )
         if self.review_every_hours is not None and self.review_every_hours < 1:
             raise InputError("--review-every", "a whole number of hours >= 1", self.review_every_hours)
+        if not 0 <= self.promise_penalty <= 1e3:
+            raise InputError("--promise-penalty", "a number in [0, 1000]", self.promise_penalty)
 
 
 @dataclass
 class PolicyRun:
-    """What one policy did: every committed hour, when each job started, how long cycles took."""
+    """What one policy did: every committed hour and amendment, when each job was promised
+    to start and started, how long cycles took."""
 
     policy: SimPolicy
     commits: list[Commit]
+    amendments: list[Amendment] = field(default_factory=list)
+    promised: dict[str, datetime] = field(default_factory=dict)
     started: dict[str, datetime] = field(default_factory=dict)
     gpus: dict[str, int] = field(default_factory=dict)
     cycle_ms: list[float] = field(default_factory=list)
+    amend_ms: list[float] = field(default_factory=list)  # the amendment steps within cycle_ms
 
     def committed_hours(self, setup: Setup) -> dict[str, int]:
-        """Per job, how many simulated hours it was committed."""
+        """Per job, how many simulated hours it was committed (an amended hour counts)."""
+        held = {(c.hour, a.job) for c in self.commits for a in c.assignments}
+        held |= {(m.hour, a.job) for m in self.amendments for a in m.assignments}
         counts: dict[str, int] = {}
-        for commit in self.commits:
-            if setup.start <= commit.hour < setup.end:
-                for assignment in commit.assignments:
-                    counts[assignment.job] = counts.get(assignment.job, 0) + 1
+        for hour, job in held:
+            if setup.start <= hour < setup.end:
+                counts[job] = counts.get(job, 0) + 1
         return counts
 
 
@@ -96,12 +109,16 @@ def run_policy(
             plan_budget_ms=options.plan_budget_ms,
             plan_wall_clock=False,  # the same plans however busy the machine: results repeat per seed
             plan_with=options.plan_with,
+            promise_penalty=options.promise_penalty,
             models_dir=setup.models_dir,
             commits_file=None,
         )
         forecasters = PrecomputedForecasters(setup.models_dir, setup.forecasts)
-        service = SimService(store, config, InMemoryExecutor(), forecasters, setup)
-        return _loop(service, policy, CYCLES[policy](), options, progress)
+        amend = options.amend and policy is SimPolicy.FAST
+        service = SimService(store, config, InMemoryExecutor(), forecasters, setup, amend=amend)
+        result = _loop(service, policy, CYCLES[policy](), options, progress)
+        result.amend_ms = service.amend_ms
+        return result
     finally:
         store.close()
 
@@ -114,11 +131,12 @@ def _loop(
     progress: Callable[[int], object],
 ) -> PolicyRun:
     setup, store, config = service.setup, service.store, service.config
-    result = PolicyRun(policy, service.executor.commits)
+    result = PolicyRun(policy, service.executor.commits, service.executor.amendments)
     arrivals = deque(sorted(setup.jobs, key=lambda job: job.submit_hour))
     by_id = {job.id: job for job in setup.jobs}
     due: list[tuple[datetime, str]] = []  # (actual end, job) of started jobs
-    seen_commits = 0
+    seen_commits = seen_amendments = 0
+    awaiting: list[str] = []  # submitted since the last cycle: promised by its plan
     step = timedelta(minutes=options.cycle_minutes)
     review_every = options.review_every_hours
     for k in range(setup.hours * 60 // options.cycle_minutes):
@@ -141,6 +159,7 @@ def _loop(
                     forecasters=service.forecasters,
                     replan=False,
                 )
+                awaiting.append(job.id)
             else:
                 break
         # 2. the hour that just ended joins the traffic; the profiles recalibrate
@@ -157,17 +176,38 @@ def _loop(
             if policy is SimPolicy.FAST and review_every and index % review_every == 0:
                 review(store, now, config, forecasters=service.forecasters)
             progress(1)
-        # 3. the policy's cycle
+        # 3. the policy's cycle, having seen the hour so far (at :30, its first half)
         started = time.perf_counter()
-        planned = cycle(service, now)
+        planned = cycle(service, now, _observed(setup, now))
         if planned:
             result.cycle_ms.append((time.perf_counter() - started) * 1000)
-        for commit in result.commits[seen_commits:]:
-            for assignment in commit.assignments:
+        # 4. what the cycle's plan gave the jobs submitted since the last is their promise
+        run = store.run()
+        if awaiting and run is not None and run.created_at == now:
+            result.promised.update(promise(store, run, awaiting))
+        awaiting = []
+        placed = [(c.hour, c.assignments) for c in result.commits[seen_commits:]]
+        placed += [(a.made_at, a.assignments) for a in result.amendments[seen_amendments:]]
+        for at, assignments in placed:
+            for assignment in assignments:
                 starting = by_id.get(assignment.job)
                 if starting is not None and starting.id not in result.started:
-                    result.started[starting.id] = commit.hour
+                    result.started[starting.id] = at
                     result.gpus[starting.id] = len(assignment.gpus)
-                    heapq.heappush(due, (commit.hour + timedelta(hours=starting.actual_hours), starting.id))
-        seen_commits = len(result.commits)
+                    heapq.heappush(due, (at + timedelta(hours=starting.actual_hours), starting.id))
+        seen_commits, seen_amendments = len(result.commits), len(result.amendments)
     return result
+
+
+def _observed(setup: Setup, now: datetime) -> Sequence[ObservedTraffic]:
+    """Each app's traffic so far in the hour of ``now``: its share of the hour's actual
+    requests at the hour's rate (none on the hour)."""
+    hour = floor_hour(now)
+    minutes = (now - hour) / timedelta(minutes=1)
+    if minutes <= 0:
+        return ()
+    index = (hour - setup.start) // STEP
+    return [
+        ObservedTraffic(s.app.id, hour, float(s.requests[s.history_hours + index]) * minutes / 60.0, minutes)
+        for s in setup.series
+    ]
