@@ -4,9 +4,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The storage tests start their own throwaway server from these binaries (tests/pg.py).
 PG_INITDB := /usr/lib/postgresql/*/bin/initdb
+SLURM_CHECK := test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch -a -x /usr/sbin/munged
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install run test lint typecheck unit postgres bench clean
+.PHONY: install run test lint typecheck unit postgres slurm bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -28,14 +29,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) postgres
+unit: $(STAMP) postgres slurm
 	$(VENV)/bin/pytest -q
 
-# Installs Debian's postgresql package when its binaries are missing. The system service
-# is not started: policy-rc.d answers 101 ("not allowed") for the length of the install.
-postgres:
-	@if ls $(PG_INITDB) >/dev/null 2>&1; then exit 0; fi; \
-	echo "make postgres: installing Debian's postgresql (the storage tests start their own server)"; \
+# Installs Debian packages ($(1)) when the check ($(2)) fails. No system service is
+# started: policy-rc.d answers 101 ("not allowed") for the length of the install.
+define apt_install
+	@if $(2) >/dev/null 2>&1; then exit 0; fi; \
+	echo "make $@: installing Debian's $(1) (the tests start their own servers)"; \
 	own_policy=; \
 	if [ ! -e /usr/sbin/policy-rc.d ]; then \
 		printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && \
@@ -43,11 +44,20 @@ postgres:
 	fi; \
 	status=0; \
 	{ $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql; } \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(1); } \
 		|| status=$$?; \
 	if [ -n "$$own_policy" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; \
 	if [ $$status -ne 0 ]; then exit $$status; fi; \
-	ls $(PG_INITDB) >/dev/null
+	$(2) >/dev/null
+endef
+
+# The storage tests start their own PostgreSQL server (tests/pg.py).
+postgres:
+	$(call apt_install,postgresql,ls $(PG_INITDB))
+
+# The Slurm tests start their own munged, slurmctld and slurmd (tests/slurm.py).
+slurm:
+	$(call apt_install,slurmctld slurmd slurm-client munge,$(SLURM_CHECK))
 
 test: lint typecheck unit
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.times import parse_time
+from gpuplan.app.slurm.settings import SlurmSettings
 from scheduler.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_RT_PENALTY
 from storage.records import App, Cluster, DownWindowRecord
 
@@ -64,6 +65,7 @@ class ServiceConfig:
     models_dir: Path = Path("models")
     commits_file: Path | None = Path("var/commits.jsonl")
     demo_queue: bool = False  # seed a queue from the bundled job history on an empty database
+    slurm: SlurmSettings | None = None  # the Slurm partition this cluster is (the `slurm:` section)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -103,8 +105,10 @@ TOP_KEYS = {
     "models_dir",
     "commits_file",
     "demo_queue",
+    "slurm",
 }
 CLUSTER_KEYS = {"gpus", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
+SLURM_KEYS = {"partition", "bin_dir", "slurm_conf", "timeout_s", "poll_seconds", "gpu_models"}
 APP_KEYS = {"id", "priority", "swap_cap", "requests_per_gpu_hour", "headroom", "traffic", "peak_gpus"}
 
 
@@ -149,6 +153,29 @@ class _Fields:
             return parse_time(value if isinstance(value, str) else str(value), name)
         except InputError as error:
             raise self.fail(name, error.expected, value) from error
+
+
+def _slurm(r: _Fields, raw: object, base: Path) -> SlurmSettings:
+    """The ``slurm:`` section; relative paths are read from the config file's folder."""
+    s = r.mapping(raw, "slurm", SLURM_KEYS)
+    if "partition" not in s:
+        raise r.fail("slurm.partition", "the name of the Slurm partition gpuplan plans", "missing")
+    models = s.get("gpu_models", [])
+    if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
+        raise r.fail("slurm.gpu_models", "a list of node features that name GPU models", models)
+
+    def path(key: str) -> Path | None:
+        value = s.get(key)
+        return None if value is None else (base / r.text(value, f"slurm.{key}")).resolve()
+
+    return SlurmSettings(
+        partition=r.text(s["partition"], "slurm.partition"),
+        bin_dir=path("bin_dir"),
+        slurm_conf=path("slurm_conf"),
+        timeout_s=r.number(s.get("timeout_s", 30.0), "slurm.timeout_s", 0.1, 600),
+        poll_seconds=r.number(s.get("poll_seconds", 60.0), "slurm.poll_seconds", 1, 3600),
+        gpu_models=tuple(models),
+    )
 
 
 def load_config(path: Path) -> ServiceConfig:
@@ -247,4 +274,5 @@ def load_config(path: Path) -> ServiceConfig:
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
+        slurm=None if top.get("slurm") is None else _slurm(r, top["slurm"], path.parent),
     )
