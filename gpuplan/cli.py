@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from contract.errors import InputError
 from contract.files import describe_os_error
+from gpuplan.app.slurm.client import SlurmError
 from storage.store import StoreError
 
 # command name -> (module, one-line help)
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:
         print(f"gpuplan {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
         return 2
-    except StoreError as error:  # the database is unreachable, busy or refused: say so, exit 1
+    except (StoreError, SlurmError) as error:  # the database or Slurm is unreachable or refused: exit 1
         print(f"gpuplan {args.command}: error: {error}", file=sys.stderr)
         return 1
     return code

@@ -69,9 +69,10 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 MinJobAge=300
 MailProg=/bin/true
+EnforcePartLimits=ALL
 SlurmdParameters=config_overrides
 {nodes}
-PartitionName={partition} Nodes={node_names} Default=YES MaxTime=INFINITE State=UP
+PartitionName={partition} Nodes={node_names} Default=YES MaxTime=7-00:00:00 State=UP
 """
 
 

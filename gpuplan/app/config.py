@@ -66,6 +66,8 @@ class ServiceConfig:
     commits_file: Path | None = Path("var/commits.jsonl")
     demo_queue: bool = False  # seed a queue from the bundled job history on an empty database
     slurm: SlurmSettings | None = None  # the Slurm partition this cluster is (the `slurm:` section)
+    #: app -> the command one real-time replica runs on one GPU (the Slurm executor's)
+    replica_commands: Mapping[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -109,7 +111,16 @@ TOP_KEYS = {
 }
 CLUSTER_KEYS = {"gpus", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
 SLURM_KEYS = {"partition", "bin_dir", "slurm_conf", "timeout_s", "poll_seconds", "gpu_models"}
-APP_KEYS = {"id", "priority", "swap_cap", "requests_per_gpu_hour", "headroom", "traffic", "peak_gpus"}
+APP_KEYS = {
+    "id",
+    "priority",
+    "swap_cap",
+    "requests_per_gpu_hour",
+    "headroom",
+    "traffic",
+    "peak_gpus",
+    "replica_command",
+}
 
 
 class _Fields:
@@ -212,6 +223,7 @@ def load_config(path: Path) -> ServiceConfig:
             down=tuple(down),
         )
     apps, traffic = base.apps, base.traffic
+    replica_commands: dict[str, str] = {}
     if "apps" in top:
         if not isinstance(top["apps"], list):
             raise r.fail("apps", "a list of apps", type(top["apps"]).__name__)
@@ -235,6 +247,8 @@ def load_config(path: Path) -> ServiceConfig:
                     headroom=r.number(a.get("headroom", 0.0), f"{name}.headroom", 0.0, 10.0),
                 )
             )
+            if "replica_command" in a:
+                replica_commands[app_id] = r.text(a["replica_command"], f"{name}.replica_command")
             if "traffic" in a:
                 traffic_list.append(
                     AppTraffic(
@@ -275,4 +289,5 @@ def load_config(path: Path) -> ServiceConfig:
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
         slurm=None if top.get("slurm") is None else _slurm(r, top["slurm"], path.parent),
+        replica_commands=replica_commands,
     )

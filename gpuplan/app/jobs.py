@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -124,15 +124,32 @@ def submit(
     default_id: str | None = None,
     forecasters: Forecasters | None = None,
     replan: bool = True,
+    slurm_job: int | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
     ``replan=False`` skips the hot-path plan (the answer then has no planned start): the
     simulation submits hundreds of jobs and only the cycle's plans change what runs.
+
+    A spec with a ``slurm:`` section is submitted to Slurm held (after every check, before
+    it is stored; a refused ``sbatch`` raises ``SlurmError`` and nothing is stored).
+    ``slurm_job``: the Slurm job of a spec adopted from Slurm (already submitted, held).
     """
     from gpuplan.app.tick import plan_cycle
 
     spec = check_spec(spec_document, source=source, default_id=default_id)
+    section = None
+    if "slurm" in spec and slurm_job is None:
+        from gpuplan.app.slurm.batch import read_section
+
+        section = read_section(spec["slurm"], source=source)
+        if config.slurm is None:
+            raise InputError(
+                "slurm",
+                "a section only for a cluster that Slurm runs (the daemon's config, --config, has none)",
+                "a slurm section",
+                source=source,
+            )
     forecasters = forecasters or Forecasters(config.models_dir)
     estimate = estimate_spec(spec, forecasters, source=source)
     cluster = store.cluster()
@@ -148,16 +165,28 @@ def submit(
         )
     if store.job(spec["id"]) is not None:
         raise InputError("id", "an id no other job has", spec["id"], source=source)
-    store.add_job(
-        Job(
-            id=spec["id"],
-            kind=spec["kind"],
-            priority=float(spec.get("priority", 1)),
-            spec=spec,
-            submitted_at=now,
-            estimate=estimate,
-        )
+    job = Job(
+        id=spec["id"],
+        kind=spec["kind"],
+        priority=float(spec.get("priority", 1)),
+        spec=spec,
+        submitted_at=now,
+        estimate=estimate,
     )
+    if section is not None and config.slurm is not None:
+        from gpuplan.app.slurm.client import SlurmClient
+
+        client = SlurmClient(config.slurm)
+        submitted = client.submit(section.request(job.id, config.slurm.partition))
+        try:
+            store.add_job(replace(job, spec={**spec, "slurm": {**spec["slurm"], "job_id": submitted}}))
+        except BaseException:
+            client.cancel(submitted)  # nothing is left in Slurm that the store does not know
+            raise
+    elif slurm_job is not None:
+        store.add_job(replace(job, spec={**spec, "slurm": {"job_id": slurm_job}}))
+    else:
+        store.add_job(job)
     planned_start: datetime | None = None
     first_gpu: int | None = None
     if replan:
@@ -170,8 +199,14 @@ def submit(
     )
 
 
-def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
-    """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle."""
+def finish(
+    store: Store, job_id: str, at: datetime, outcome: Outcome, *, started_at: datetime | None = None
+) -> Job:
+    """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle.
+
+    ``started_at``: when it really started (Slurm's start), for its history row; by default
+    the start of the hour it was committed in.
+    """
     job = store.job(job_id)
     if job is None:
         raise InputError("JOB_ID", "the id of a submitted job", job_id)
@@ -181,4 +216,7 @@ def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
         raise InputError(
             "--at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
         )
-    return store.finish_job(job_id, at, outcome)
+    history: dict[str, object] | None = None
+    if started_at is not None and job.state is JobState.RUNNING:
+        history = {"start_time": max(started_at, job.submitted_at), "slurm": None}
+    return store.finish_job(job_id, at, outcome, history)

@@ -1,0 +1,277 @@
+"""The Slurm executor: each committed hour becomes Slurm's truth, and Slurm's truth comes back.
+
+Three entry points, each idempotent, each one reading of ``squeue``/``sinfo`` and the fewest
+Slurm actions that make the cluster match:
+
+- :meth:`SlurmExecutor.execute` (a commit): each batch job of the hour that is still held
+  is placed on exactly its planned GPUs (typed GRES on its node, or whole nodes) and
+  released; each app gets one replica job per committed GPU, new ones submitted before
+  old ones are cancelled. A job already released, a replica already running, is left as
+  it is: executing a commit twice does nothing the second time.
+- :meth:`SlurmExecutor.reconcile` (before each plan): the cluster from Slurm (GPU ids,
+  down hours, foreign work) replaces the stored one; finished jobs enter the history; a
+  job that failed to start returns to the queue; held ``gpuplan:`` jobs are adopted;
+  drift is logged; the current hour's commit is enacted again (a daemon killed between
+  its commit and its release releases at its next cycle).
+- :meth:`SlurmExecutor.poll` (every ``poll_seconds``): completions, and the current hour's
+  commit enacted again (a replica that died is restarted on its GPU).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from contract.errors import InputError
+from gpuplan.app.bridge import floor_hour
+from gpuplan.app.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
+from gpuplan.app.slurm.client import (
+    CANCELLED,
+    COMPLETED,
+    PENDING,
+    RUNNING,
+    Completion,
+    SlurmClient,
+    SlurmJob,
+)
+from gpuplan.app.slurm.cluster import ClusterView, read_cluster
+from gpuplan.app.slurm.settings import SlurmSettings
+from storage.records import Cluster, Commit, Job, JobState, Outcome
+from storage.store import Store
+
+if TYPE_CHECKING:
+    from gpuplan.app.config import ServiceConfig
+
+log = logging.getLogger("gpuplan.slurm")
+
+#: Slurm's end states -> the job history's outcome (every other end is a failure).
+OUTCOMES = {COMPLETED: Outcome.OK, CANCELLED: Outcome.CANCELLED}
+#: How long a commit waits for new replicas to run before it cancels the ones they replace.
+REPLICA_START_WAIT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Enacted:
+    """What enacting a commit did (the log line and the tests read it)."""
+
+    released: tuple[str, ...] = ()
+    started: tuple[tuple[str, int], ...] = ()  # (app, GPU) replicas submitted
+    cancelled: tuple[tuple[str, int], ...] = ()
+    drift: tuple[str, ...] = ()
+
+
+@dataclass
+class SlurmExecutor:
+    settings: SlurmSettings
+    apps: Sequence[str]  # the assignment ids of a commit that are real-time apps
+    replica_commands: Mapping[str, str]  # app -> the command one replica runs
+    base_cluster: Cluster  # horizon, decay, penalty and configured down windows
+    client: SlurmClient = field(init=False)
+    replica_start_wait_s: float = REPLICA_START_WAIT_S
+    replicas_running: dict[str, int] = field(default_factory=dict, init=False)
+    _refused: set[int] = field(default_factory=set, init=False)  # held jobs whose comment is not a spec
+
+    def __post_init__(self) -> None:
+        self.client = SlurmClient(self.settings)
+
+    @classmethod
+    def from_config(cls, config: ServiceConfig) -> SlurmExecutor:
+        if config.slurm is None:
+            raise InputError("slurm", "a section naming the partition (executor: slurm)", "missing")
+        return cls(
+            settings=config.slurm,
+            apps=tuple(app.id for app in config.apps),
+            replica_commands=dict(config.replica_commands),
+            base_cluster=config.cluster,
+        )
+
+    # -- the three entry points ---------------------------------------------------------------
+    def execute(self, commit: Commit) -> None:
+        self.enact(commit, self.read(None, utc_now()))
+
+    def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> ClusterView:
+        """Slurm's truth into the store before a plan (see the module's docstring)."""
+        view = self.read(store, now)
+        cluster = view.cluster(self.base_cluster)
+        if store.cluster() != cluster:
+            store.save_cluster(cluster)
+        self.collect(store, view, now)
+        self.adopt(store, view, now, config)
+        current = store.commit(floor_hour(now))
+        if current is not None:
+            self.enact(current, view)
+        return view
+
+    def poll(self, store: Store, now: datetime) -> list[Job]:
+        """Completions into the history, and the current hour's commit enacted again."""
+        view = self.read(store, now)
+        finished = self.collect(store, view, now)
+        current = store.commit(floor_hour(now))
+        if current is not None:
+            self.enact(current, view)
+        return finished
+
+    # -- reading ------------------------------------------------------------------------------
+    def read(self, store: Store | None, now: datetime) -> ClusterView:
+        ours = set() if store is None else {i for j in store.jobs() if (i := slurm_job_id(j)) is not None}
+        return read_cluster(self.client, self.settings, now, ours=ours)
+
+    # -- enacting a commit --------------------------------------------------------------------
+    def enact(self, commit: Commit, view: ClusterView) -> Enacted:
+        batch, replicas = _ours(view.jobs)
+        apps = set(self.apps)
+        released, drift = [], []
+        for assignment in commit.assignments:
+            if assignment.job in apps:
+                continue
+            job = batch.get(assignment.job)
+            planned = tuple(sorted(assignment.gpus))
+            if job is None:
+                continue  # not a Slurm job (submitted without a slurm: section), or long gone
+            if job.held:
+                self.client.place(job.id, view.gpu_map.placement(planned))
+                self.client.release(job.id)
+                released.append(assignment.job)
+            elif job.state == RUNNING and view.gpu_map.gpus_of(job) != planned:
+                drift.append(
+                    f"job {assignment.job} (Slurm {job.id}) runs on GPUs {list(view.gpu_map.gpus_of(job))}, "
+                    f"planned {list(planned)}"
+                )
+        wanted = {(a.job, gpu) for a in commit.assignments if a.job in apps for gpu in a.gpus}
+        started = []
+        for app, gpu in sorted(wanted - set(replicas)):
+            command = self.replica_commands.get(app)
+            if command is None:
+                continue
+            request = replica_request(
+                app, gpu, command, self.settings.partition, view.gpu_map.placement([gpu])
+            )
+            replicas[app, gpu] = self.client.submit(request)
+            started.append((app, gpu))
+        old = sorted(set(replicas) - wanted)
+        if started and old:
+            # New before old, as the swap cap assumes; a new replica on a GPU that an old one
+            # holds can only start once that one goes.
+            freed = {gpu for _, gpu in old}
+            self._wait_running([replicas[key] for key in started if key[1] not in freed])
+        self.client.cancel(*(replicas[k] for k in old))
+        for line in drift:
+            log.warning("drift: %s", line)
+        counts: dict[str, int] = {}
+        for app, _ in wanted & set(replicas):
+            counts[app] = counts.get(app, 0) + 1
+        self.replicas_running = counts
+        done = Enacted(tuple(released), tuple(started), tuple(old), tuple(drift))
+        if released or started or old:
+            log.info(
+                "slurm commit %s: released %s, replicas started %s, cancelled %s",
+                commit.hour.isoformat(),
+                list(done.released),
+                [f"{a}@{g}" for a, g in done.started],
+                [f"{a}@{g}" for a, g in done.cancelled],
+            )
+        return done
+
+    def _wait_running(self, new: Sequence[int]) -> None:
+        """Until the new replicas run (bounded by ``replica_start_wait_s``)."""
+        deadline = time.monotonic() + self.replica_start_wait_s
+        while new:
+            states = {job.id: job.state for job in self.client.jobs(self.settings.partition)}
+            if all(states.get(i) != PENDING for i in new):
+                return
+            if time.monotonic() > deadline:
+                log.warning(
+                    "new replicas %s did not all start within %g s", list(new), self.replica_start_wait_s
+                )
+                return
+            time.sleep(0.1)
+
+    # -- completions, failed starts, adoption, drift ------------------------------------------
+    def collect(self, store: Store, view: ClusterView, now: datetime) -> list[Job]:
+        """Jobs Slurm has finished enter the history through ``finish`` (as ``gpuplan done``)."""
+        from gpuplan.app.jobs import finish
+
+        bound = {
+            i: job for job in store.jobs([JobState.QUEUED, JobState.RUNNING]) if (i := slurm_job_id(job))
+        }
+        if not bound:
+            return []
+        live = {job.id: job for job in view.jobs}
+        ended: dict[int, Completion | SlurmJob] = {i: j for i, j in live.items() if i in bound and j.finished}
+        missing = [i for i in bound if i not in live]
+        if missing:
+            since = min(job.submitted_at for job in bound.values())
+            ended.update({c.id: c for c in self.client.completions(since) if c.id in bound})
+        finished = []
+        for slurm_id, end in sorted(ended.items()):
+            job = bound[slurm_id]
+            outcome = OUTCOMES.get(end.state, Outcome.FAILED)
+            at = end.end or now
+            if job.state is JobState.QUEUED and outcome is Outcome.OK:
+                outcome = Outcome.FAILED  # it ran outside any commit; nothing to learn from
+            try:
+                finished.append(finish(store, job.id, at, outcome, started_at=end.start))
+            except InputError as error:
+                log.warning(
+                    "job %s (Slurm %d) ended %s but was not recorded: %s", job.id, slurm_id, end.state, error
+                )
+                continue
+            log.info("job %s (Slurm %d) %s at %s", job.id, slurm_id, outcome.value, at.isoformat())
+        for slurm_id in missing:
+            if slurm_id not in ended:
+                log.warning("drift: job %s (Slurm %d) vanished from Slurm", bound[slurm_id].id, slurm_id)
+        return finished
+
+    def adopt(self, store: Store, view: ClusterView, now: datetime, config: ServiceConfig) -> list[str]:
+        """Held jobs submitted with ``--comment 'gpuplan:{...spec...}'`` join the queue."""
+        from gpuplan.app.jobs import submit
+
+        known = {i for job in store.jobs() if (i := slurm_job_id(job)) is not None}
+        adopted = []
+        for job in view.jobs:
+            spec = parse_comment(job.comment)
+            if (
+                not job.held
+                or job.id in known
+                or job.id in self._refused
+                or spec is None
+                or "kind" not in spec
+            ):
+                continue
+            try:
+                source = f"Slurm job {job.id}'s comment"
+                result = submit(
+                    store, spec, now, config, source=source, default_id=f"slurm-{job.id}", slurm_job=job.id,
+                    replan=False,
+                )  # fmt: skip
+            except InputError as error:
+                self._refused.add(job.id)
+                log.warning("held Slurm job %d not adopted: %s", job.id, error)
+                continue
+            self.client.update(job.id, Comment=comment_of({"id": result.job}))
+            adopted.append(result.job)
+            log.info("adopted Slurm job %d as %s", job.id, result.job)
+        return adopted
+
+
+def _ours(jobs: Sequence[SlurmJob]) -> tuple[dict[str, SlurmJob], dict[tuple[str, int], int]]:
+    """gpuplan's live batch jobs by job id, and its live replicas by (app, GPU)."""
+    batch: dict[str, SlurmJob] = {}
+    replicas: dict[tuple[str, int], int] = {}
+    for job in jobs:
+        tag = parse_comment(job.comment)
+        if tag is None or job.finished:
+            continue
+        if "app" in tag and "gpu" in tag:
+            replicas[str(tag["app"]), int(tag["gpu"])] = job.id
+        elif "id" in tag and "kind" not in tag:
+            batch[str(tag["id"])] = job
+    return batch, replicas
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
