@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -272,3 +272,52 @@ def test_a_held_job_with_a_gpuplan_comment_is_adopted(service: SlurmService) -> 
     assert stored.state is JobState.RUNNING
     wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
     assert service.shown_gpus(slurm_id) == service.committed(this_hour())["adopt-me"]
+
+
+def live_ours(service: SlurmService) -> list[SlurmJob]:
+    return [j for j in service.executor.client.jobs(PARTITION) if parse_comment(j.comment) and not j.finished]
+
+
+@pytest.mark.slurm
+def test_slurmctld_stopped_during_a_cycle_fails_it_and_the_next_succeeds_with_nothing_doubled(
+    service: SlurmService, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = this_hour().replace(hour=12) + timedelta(minutes=1)  # the app holds 4 GPUs at noon
+    jobs = [service.submit(f"job-{n}", 2, 3.0, now) for n in range(3)]
+    # Without a controller every command waits out its time limit: a short one here.
+    service.config = replace(service.config, slurm=service.slurm.settings(timeout_s=3.0))
+    service.executor = SlurmExecutor.from_config(service.config)
+    service.executor.reconcile(service.store, now, service.config)
+    service.slurm.stop_controller()  # between the reading and the commit's release
+    with caplog.at_level("ERROR"):
+        report = plan_cycle(service.store, now, service.config, service.executor)
+    assert report.committed  # the commit is stored; acting on it failed, and said so
+    assert any("executor failed" in r.message for r in caplog.records)
+    with pytest.raises(SlurmError):
+        service.cycle(now + timedelta(minutes=30))  # Slurm still away: the cycle fails
+    service.slurm.start_controller()
+    service.cycle(now + timedelta(minutes=31))
+    committed = service.committed(now.replace(minute=0))
+    assert service.replicas("chat") == set(committed["chat"])
+    ours = live_ours(service)
+    tags = [tuple(sorted(parse_comment(j.comment).items())) for j in ours]  # type: ignore[union-attr]
+    assert len(tags) == len(set(tags)), f"a job or replica runs twice: {tags}"
+    for job_id in jobs:
+        state = service.slurm_job(job_id)
+        assert state.held == (job_id not in committed), job_id
+
+
+@pytest.mark.slurm
+def test_a_commit_stored_but_never_acted_on_is_released_once_at_the_next_cycle(service: SlurmService) -> None:
+    now = this_hour() + timedelta(minutes=1)
+    job_id = service.submit("crash", 2, 3.0, now)
+    report = plan_cycle(service.store, now, service.config, None)  # the process dies right after its commit
+    assert report.committed and service.slurm_job(job_id).held
+    restarted = SlurmExecutor.from_config(service.config)  # a new daemon process
+    service.executor = restarted
+    service.cycle(now + timedelta(minutes=30))
+    slurm_id = service.slurm_job(job_id).id
+    wait_for(lambda: restarted.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
+    assert service.shown_gpus(slurm_id) == service.committed(this_hour())[job_id]
+    service.cycle(now + timedelta(minutes=40))
+    assert [j.id for j in live_ours(service) if j.name == job_id] == [slurm_id]
