@@ -69,6 +69,8 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 MinJobAge=300
 MailProg=/bin/true
+SchedulerParameters=batch_sched_delay=0
+{extra}
 EnforcePartLimits=ALL
 SlurmdParameters=config_overrides
 {nodes}
@@ -103,11 +105,14 @@ class SlurmServer:
     nodes: tuple[str, ...]
     gpus_per_node: int
     model: str
+    extra: str = ""  # more slurm.conf lines
     controller: subprocess.Popen[bytes] | None = None
     slurmds: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, *, nodes: int = 2, gpus_per_node: int = 8, model: str = "h100") -> SlurmServer:
+    def start(
+        cls, *, nodes: int = 2, gpus_per_node: int = 8, model: str = "h100", extra: str = ""
+    ) -> SlurmServer:
         missing = missing_programs()
         if missing:
             pytest.fail(MISSING.format(missing=", ".join(missing)), pytrace=False)
@@ -115,7 +120,7 @@ class SlurmServer:
             pytest.fail("The Slurm fixture runs slurmd as root (it starts jobs as any user).", pytrace=False)
         root = Path(tempfile.mkdtemp(prefix="gpuplan-slurm-"))
         root.chmod(0o755)  # munged checks every folder above its socket
-        server = cls(root, tuple(f"node{k}" for k in range(nodes)), gpus_per_node, model)
+        server = cls(root, tuple(f"node{k}" for k in range(nodes)), gpus_per_node, model, extra)
         try:
             server._write_config()
             server._start_munge()
@@ -180,6 +185,7 @@ class SlurmServer:
                 nodes="\n".join(lines),
                 partition=PARTITION,
                 node_names=",".join(self.nodes),
+                extra=self.extra,
             )
         )
         for n in range(self.gpus_per_node):
