@@ -321,3 +321,38 @@ def test_a_commit_stored_but_never_acted_on_is_released_once_at_the_next_cycle(s
     assert service.shown_gpus(slurm_id) == service.committed(this_hour())[job_id]
     service.cycle(now + timedelta(minutes=40))
     assert [j.id for j in live_ours(service) if j.name == job_id] == [slurm_id]
+
+
+@pytest.mark.slurm
+def test_gpuplan_submit_refused_by_slurm_exits_1_naming_sbatch_and_stores_nothing(
+    service: SlurmService, sqlite_url: str, tmp_path: Path
+) -> None:
+    import yaml
+
+    from tests.service_fixtures import run_cli
+
+    config = tmp_path / "gpuplan.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {"gpus": 16},
+                "apps": [],
+                "slurm": {"partition": PARTITION, "slurm_conf": str(service.slurm.conf)},
+            }
+        )
+    )
+    spec = {"id": "too-long", "kind": "batch_inference", "gpus": 1, "hours": 2.0}
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        yaml.safe_dump({**spec, "slurm": {"command": "sleep 1", "time_limit_minutes": 8 * 24 * 60}})
+    )
+    refused = run_cli("submit", job, "--config", config, "--db", sqlite_url)
+    assert refused.code == 1
+    assert refused.err.startswith("gpuplan submit: error: `sbatch --parsable --job-name=too-long")
+    assert "Requested time limit is invalid" in refused.err
+    assert service.store.job("too-long") is None
+    assert not [j for j in service.executor.client.jobs(PARTITION) if j.name == "too-long"]
+    job.write_text(yaml.safe_dump({**spec, "slurm": {"command": "sleep 1", "time_limit_minutes": 60}}))
+    accepted = run_cli("submit", job, "--config", config, "--db", sqlite_url, "--json")
+    assert accepted.code == 0, accepted.err
+    assert service.slurm_job("too-long").held
