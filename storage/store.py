@@ -94,6 +94,11 @@ class Store(abc.ABC):
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...
 
     @abc.abstractmethod
+    def requeue_job(self, job_id: str) -> Job:
+        """A running job back to the queue, holding no GPUs (it did not start where it was
+        committed); ``InputError`` for a job that is not running."""
+
+    @abc.abstractmethod
     def finish_job(
         self, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object] | None = None
     ) -> Job:

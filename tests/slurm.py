@@ -301,3 +301,26 @@ def _end(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout_s)
+
+
+def pausing_bin(folder: Path) -> Path:
+    """A bin folder of Slurm's commands for fault tests: each one is the real command, except
+    that ``scontrol release`` waits while ``folder/pause`` exists (and touches
+    ``folder/paused`` first), so that a test can kill a daemon between its commit and its
+    release. Returns the bin folder (``slurm.bin_dir``)."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("sbatch", "scontrol", "squeue", "sinfo", "sacct", "scancel"):
+        real = shutil.which(name) or f"/usr/bin/{name}"
+        hold = (
+            f'if [ "$1" = release ] && [ -e "{folder}/pause" ]; then\n'
+            f'  touch "{folder}/paused"\n'
+            f'  while [ -e "{folder}/pause" ]; do sleep 0.05; done\n'
+            "fi\n"
+            if name == "scontrol"
+            else ""
+        )
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\n{hold}exec {real} "$@"\n')
+        script.chmod(0o755)
+    return bin_dir

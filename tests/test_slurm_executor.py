@@ -356,3 +356,38 @@ def test_gpuplan_submit_refused_by_slurm_exits_1_naming_sbatch_and_stores_nothin
     accepted = run_cli("submit", job, "--config", config, "--db", sqlite_url, "--json")
     assert accepted.code == 0, accepted.err
     assert service.slurm_job("too-long").held
+
+
+@pytest.mark.slurm
+def test_a_job_slurm_does_not_start_is_reported_and_returns_to_the_queue(
+    service: SlurmService, caplog: pytest.LogCaptureFixture
+) -> None:
+    service.config = replace(service.config, slurm=service.slurm.settings(start_grace_s=1.0))
+    service.executor = SlurmExecutor.from_config(service.config)
+    service.executor.replica_commands = {}  # batch only: every GPU is the job's to take
+    now = this_hour() + timedelta(minutes=1)
+    service.submit("stuck", 4, 3.0, now)
+    plan_cycle(service.store, now, service.config, None)  # committed, not yet released
+    planned = service.committed(this_hour())["stuck"]
+    node = service.executor.read(None, now).gpu_map.locate(planned[0])[0]
+    service.slurm.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=fan")
+    service.executor.poll(service.store, now)  # released onto a node that takes no work
+    slurm_id = service.slurm_job("stuck").id
+    assert service.executor.client.job(slurm_id).state == "PENDING"  # type: ignore[union-attr]
+
+    def requeued() -> bool:
+        service.executor.poll(service.store, now + timedelta(minutes=1))
+        job = service.store.job("stuck")
+        return job is not None and job.state is JobState.QUEUED
+
+    with caplog.at_level("WARNING"):
+        wait_for(requeued, "the job back in the queue")  # once 1 s passed since Slurm made it eligible
+    assert any("did not start" in r.message and "back to the queue" in r.message for r in caplog.records)
+    stuck = service.store.job("stuck")
+    assert stuck is not None and stuck.state is JobState.QUEUED
+    assert service.slurm_job("stuck").held
+    service.cycle(now + HOUR)  # the next hour's plan places it anew, off the drained node
+    moved = service.committed(this_hour() + HOUR)["stuck"]
+    assert not set(moved) & set(service.executor.read(None, now).gpu_map.node_gpus(node))
+    wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
+    assert service.shown_gpus(slurm_id) == moved

@@ -110,7 +110,15 @@ TOP_KEYS = {
     "slurm",
 }
 CLUSTER_KEYS = {"gpus", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
-SLURM_KEYS = {"partition", "bin_dir", "slurm_conf", "timeout_s", "poll_seconds", "gpu_models"}
+SLURM_KEYS = {
+    "partition",
+    "bin_dir",
+    "slurm_conf",
+    "timeout_s",
+    "poll_seconds",
+    "gpu_models",
+    "start_grace_s",
+}
 APP_KEYS = {
     "id",
     "priority",
@@ -186,6 +194,7 @@ def _slurm(r: _Fields, raw: object, base: Path) -> SlurmSettings:
         timeout_s=r.number(s.get("timeout_s", 30.0), "slurm.timeout_s", 0.1, 600),
         poll_seconds=r.number(s.get("poll_seconds", 60.0), "slurm.poll_seconds", 1, 3600),
         gpu_models=tuple(models),
+        start_grace_s=r.number(s.get("start_grace_s", 120.0), "slurm.start_grace_s", 0, 86_400),
     )
 
 

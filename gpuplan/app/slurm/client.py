@@ -168,6 +168,7 @@ class SlurmJob:
     time_limit_minutes: int | None
     exclusive: bool
     requested_gres: str = ""
+    eligible: datetime | None = None  # when it could first start (its release, for a held job)
 
     @property
     def held(self) -> bool:
@@ -288,6 +289,10 @@ class SlurmClient:
     def release(self, job_id: int) -> None:
         """Release a held job (Slurm answers 0 for a job already released or running)."""
         self.run("scontrol", "release", str(job_id))
+
+    def hold(self, job_id: int) -> None:
+        """Hold a pending job again (``scontrol hold``)."""
+        self.run("scontrol", "hold", str(job_id))
 
     def update(self, job_id: int, **fields: str) -> None:
         """``scontrol update jobid=ID KEY=VALUE ...`` on a pending job."""
@@ -422,6 +427,7 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
         time_limit_minutes=int(limit) if isinstance(limit, int) else None,
         exclusive=str(raw.get("shared") or "").lower() == "none",
         requested_gres=str(raw.get("tres_per_node") or ""),
+        eligible=_epoch(raw.get("eligible_time")),
     )
 
 

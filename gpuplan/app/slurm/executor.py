@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -100,20 +100,24 @@ class SlurmExecutor:
         if store.cluster() != cluster:
             store.save_cluster(cluster)
         self.collect(store, view, now)
+        self.requeue_failed_starts(store, view)
         self.adopt(store, view, now, config)
-        current = store.commit(floor_hour(now))
-        if current is not None:
-            self.enact(current, view)
+        self._enact_current(store, view, now)
         return view
 
     def poll(self, store: Store, now: datetime) -> list[Job]:
         """Completions into the history, and the current hour's commit enacted again."""
         view = self.read(store, now)
         finished = self.collect(store, view, now)
+        self.requeue_failed_starts(store, view)
+        self._enact_current(store, view, now)
+        return finished
+
+    def _enact_current(self, store: Store, view: ClusterView, now: datetime) -> None:
+        """The current hour's commit again, but for the jobs that went back to the queue."""
         current = store.commit(floor_hour(now))
         if current is not None:
-            self.enact(current, view)
-        return finished
+            self.enact(current, view, requeued={job.id for job in store.jobs([JobState.QUEUED])})
 
     # -- reading ------------------------------------------------------------------------------
     def read(self, store: Store | None, now: datetime) -> ClusterView:
@@ -121,12 +125,13 @@ class SlurmExecutor:
         return read_cluster(self.client, self.settings, now, ours=ours)
 
     # -- enacting a commit --------------------------------------------------------------------
-    def enact(self, commit: Commit, view: ClusterView) -> Enacted:
+    def enact(self, commit: Commit, view: ClusterView, *, requeued: Collection[str] = ()) -> Enacted:
+        """Make Slurm run ``commit``; ``requeued``: its jobs that went back to the queue since."""
         batch, replicas = _ours(view.jobs)
         apps = set(self.apps)
         released, drift = [], []
         for assignment in commit.assignments:
-            if assignment.job in apps:
+            if assignment.job in apps or assignment.job in requeued:
                 continue
             job = batch.get(assignment.job)
             planned = tuple(sorted(assignment.gpus))
@@ -225,6 +230,31 @@ class SlurmExecutor:
             if slurm_id not in ended:
                 log.warning("drift: job %s (Slurm %d) vanished from Slurm", bound[slurm_id].id, slurm_id)
         return finished
+
+    def requeue_failed_starts(self, store: Store, view: ClusterView) -> list[str]:
+        """Released jobs that Slurm has not started within ``start_grace_s`` are held again and
+        return to the queue: the next plan places them anew (reported in the log)."""
+        running = {i: job for job in store.jobs([JobState.RUNNING]) if (i := slurm_job_id(job))}
+        now = utc_now()  # Slurm's clock: the grace is real time, whatever the plan's clock
+        failed = []
+        for found in view.jobs:
+            job = running.get(found.id)
+            if job is None or found.state != PENDING or found.held or found.eligible is None:
+                continue
+            waited = (now - found.eligible).total_seconds()
+            if waited < self.settings.start_grace_s:
+                continue
+            log.warning(
+                "job %s (Slurm %d) did not start within %.0f s of its release (%s); back to the queue",
+                job.id,
+                found.id,
+                waited,
+                found.reason,
+            )
+            self.client.hold(found.id)
+            store.requeue_job(job.id)
+            failed.append(job.id)
+        return failed
 
     def adopt(self, store: Store, view: ClusterView, now: datetime, config: ServiceConfig) -> list[str]:
         """Held jobs submitted with ``--comment 'gpuplan:{...spec...}'`` join the queue."""

@@ -24,3 +24,5 @@ class SlurmSettings:
     timeout_s: float = 30.0
     poll_seconds: float = 60.0
     gpu_models: tuple[str, ...] = ()
+    #: A released job that has not started after this long failed to start: back to the queue.
+    start_grace_s: float = 120.0
