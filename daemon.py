@@ -1,7 +1,8 @@
 """The head-node daemon: APScheduler 3 runs the service's use cases on the wall clock.
 
-Each scheduled job is a plain function of (store, clock) from :mod:`gpuplan.app.tick`;
-this module only wires them and loops:
+Wiring only: each scheduled job is a use case of :mod:`gpuplan.app.service` and
+:mod:`gpuplan.app.tick` (the service, its executor and its metrics are built there);
+this module puts them on APScheduler's clock and loops:
 
 - **plan** every ``cycle_minutes`` (first run at once): recalibrate, plan 24 hours, commit
   the current hour once, hand the commit to the executor;
@@ -19,80 +20,15 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC
 from types import FrameType
-from typing import Any
 
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import Executor, JsonLinesExecutor, commit_lines
-from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate, retrain_from_store, review
-from storage.records import Commit
-from storage.store import Store, StoreError
+from gpuplan.app.service import Service, run_once
+from gpuplan.app.tick import recalibrate, retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
-
-#: How long a cycle waits for another daemon's cycle on the same database, and how often it looks.
-LOCK_WAIT_S = 300.0
-LOCK_POLL_S = 0.2
-
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass
-class Service:
-    """What every scheduled job needs: the store, the config, the executor, the clock."""
-
-    store: Store
-    config: ServiceConfig
-    executor: Executor
-    clock: Clock = utc_now
-    forecasters: Forecasters = field(init=False)
-    metrics: Any = None  # a Metrics when --metrics-port is given
-
-    def __post_init__(self) -> None:
-        self.forecasters = Forecasters(self.config.models_dir)
-
-
-@contextmanager
-def holding(store: Store, name: str, timeout_s: float = LOCK_WAIT_S) -> Iterator[None]:
-    """Hold the named cycle lock, waiting while another daemon's cycle holds it."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with store.cycle_lock(name) as held:
-            if held:
-                yield
-                return
-        if time.monotonic() > deadline:
-            raise StoreError(f"another process held the {name!r} lock on this database for {timeout_s:g} s")
-        time.sleep(LOCK_POLL_S)
-
-
-def run_once(service: Service, now: datetime | None = None) -> CycleReport:
-    """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit.
-
-    A second daemon on the same database waits for the first one's cycle, then plans on
-    what it committed (the hour is committed once).
-    """
-    now = now or service.clock()
-    with holding(service.store, "plan"):
-        recalibrate(service.store, now, service.config)
-        report = plan_cycle(
-            service.store, now, service.config, service.executor, forecasters=service.forecasters
-        )
-    if service.metrics is not None:
-        service.metrics.observe(report, now)
-    return report
 
 
 # -- the scheduled jobs: module-level functions, so APScheduler's job store can name them --------
@@ -128,59 +64,6 @@ def review_job() -> None:
 
 def retrain_job() -> None:
     _job("retrain", lambda s: retrain_from_store(s.store, s.config))
-
-
-class PrintingExecutor:
-    """Prints each commit (one line per job) and passes it on: what `make run` shows."""
-
-    def __init__(self, inner: Executor) -> None:
-        self.inner = inner
-
-    def execute(self, commit: Commit) -> None:
-        self.inner.execute(commit)
-        for line in commit_lines(commit):
-            sys.stdout.write(f"commit {line['hour']} {line['job']} gpus={line['gpus']}\n")
-        sys.stdout.flush()
-
-
-class Metrics:
-    """Prometheus metrics of the plan cycle, served on ``port``."""
-
-    def __init__(self, port: int, addr: str = "0.0.0.0") -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-
-        self.registry = CollectorRegistry()
-        self.latency = Histogram(
-            "gpuplan_cycle_latency_seconds",
-            "Wall time of one plan cycle",
-            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
-            registry=self.registry,
-        )
-        self.last_success = Gauge(
-            "gpuplan_last_success_timestamp_seconds",
-            "Unix time of the last successful cycle",
-            registry=self.registry,
-        )
-        self.utilization = Gauge(
-            "gpuplan_planned_utilization", "Utilization of the last plan", registry=self.registry
-        )
-        self.coverage = Gauge(
-            "gpuplan_rt_coverage", "Real-time coverage of the last plan", registry=self.registry
-        )
-        self.queue = Gauge("gpuplan_queue_length", "Queued batch jobs", registry=self.registry)
-        self.failures = Counter("gpuplan_cycle_failures", "Plan cycles that failed", registry=self.registry)
-        self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
-
-    def observe(self, report: CycleReport, now: datetime) -> None:
-        self.latency.observe(report.latency_ms / 1000)
-        self.last_success.set(now.timestamp())
-        self.utilization.set(report.utilization)
-        self.coverage.set(report.rt_coverage)
-        self.queue.set(report.queue_length)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def serve(service: Service, db_url: str, *, max_seconds: float | None = None) -> int:
@@ -249,17 +132,3 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         _SERVICE = None
     log.info("daemon stopped")
     return 0
-
-
-def make_service(store: Store, config: ServiceConfig, *, print_commits: bool = False) -> Service:
-    """The service of one daemon process; CP-SAT is loaded now, so that the plan cycle's
-    budget goes to planning (the fast mode skips its CP-SAT search while it is not loaded)."""
-    from gpuplan.app.executors import InMemoryExecutor
-    from scheduler.policies import warm_up
-
-    warm_up()
-
-    executor: Executor = JsonLinesExecutor(config.commits_file) if config.commits_file else InMemoryExecutor()
-    if print_commits:
-        executor = PrintingExecutor(executor)
-    return Service(store=store, config=config, executor=executor)

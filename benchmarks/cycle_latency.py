@@ -20,12 +20,12 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import daemon
+from contract.records import Cluster, Job, JobEstimate
 from gpuplan.app.config import AppTraffic, demo_config
 from gpuplan.app.seed import ensure_models, ensure_service
+from gpuplan.app.service import make_service, run_once
 from gpuplan.table import format_table
-from storage.records import Cluster, Job, JobEstimate
-from storage.store import open_store
+from storage.factory import open_store
 
 T0 = datetime(2026, 11, 30, 0, 5, tzinfo=UTC)
 CYCLE = timedelta(minutes=30)
@@ -45,7 +45,7 @@ def _row(name: str, ms: list[float]) -> list[object]:
 def _cycles(db: str, config: object, cycles: int, *, large: bool) -> list[float]:
     store = open_store(db)
     try:
-        service = daemon.make_service(store, config)  # type: ignore[arg-type]
+        service = make_service(store, config)  # type: ignore[arg-type]
         ensure_service(store, config, T0)  # type: ignore[arg-type]
         if large:
             for n in range(100):
@@ -64,7 +64,7 @@ def _cycles(db: str, config: object, cycles: int, *, large: bool) -> list[float]
         latencies = []
         for n in range(cycles):
             started = time.perf_counter()
-            daemon.run_once(service, T0 + n * CYCLE)
+            run_once(service, T0 + n * CYCLE)
             latencies.append((time.perf_counter() - started) * 1000)
         return latencies
     finally:
@@ -77,9 +77,9 @@ def _submits(db: str, config: object, count: int) -> list[float]:
 
     store = open_store(db)
     try:
-        service = daemon.make_service(store, config)  # type: ignore[arg-type]
+        service = make_service(store, config)  # type: ignore[arg-type]
         ensure_service(store, config, T0)  # type: ignore[arg-type]
-        daemon.run_once(service, T0)
+        run_once(service, T0)
         latencies = []
         for n in range(count):
             spec = {"id": f"hot-{n}", "kind": "batch_inference", "priority": 50, "gpus": 2, "hours": 3}

@@ -31,10 +31,31 @@ from pathlib import Path
 
 import numpy as np
 
+from contract.records import (
+    App,
+    Cluster,
+    Commit,
+    DownWindowRecord,
+    Job,
+    JobEstimate,
+    JobState,
+    PlanRun,
+    RunMode,
+    TrafficHour,
+)
+from contract.scenario import JobKind
+from contract.scenario_io import parse_scenario, write_json_atomic
 from features.traffic import load_traffic
 from forecasting.realtime import RealtimeProfile
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
-from gpuplan.app.bridge import AppDemand, Snapshot, app_forecasts, column_commit, scenario_document
+from gpuplan.app.bridge import (
+    AppDemand,
+    Snapshot,
+    app_forecasts,
+    column_commit,
+    run_record,
+    scenario_document,
+)
 from gpuplan.app.config import DEMO_APPS, DEMO_GPUS, PlanWith
 from gpuplan.app.reports import (
     BookableStart,
@@ -53,21 +74,7 @@ from gpuplan.app.reports import (
 )
 from gpuplan.report_plots import draw_coverage, draw_idle_windows, draw_utilization
 from gpuplan.table import rows_table
-from scheduler.model import JobKind
 from scheduler.policies import PolicyName, plan
-from scheduler.scenario_io import parse_scenario, write_json_atomic
-from storage.records import (
-    App,
-    Cluster,
-    Commit,
-    DownWindowRecord,
-    Job,
-    JobEstimate,
-    JobState,
-    PlanRun,
-    RunMode,
-    TrafficHour,
-)
 
 ROOT = Path(__file__).resolve().parent
 DAY1 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -130,22 +137,20 @@ def batch_jobs(benchmark: str, submitted: datetime) -> list[Job]:
 def plan_run(snapshot: Snapshot, name: str) -> PlanRun:
     document = scenario_document(snapshot, PlanWith.P90, name=name)
     result = plan(parse_scenario(document, source=name), PolicyName.FAST)
-    return PlanRun(
+    run = run_record(
+        document,
         start=snapshot.start,
         created_at=snapshot.start,
         mode=RunMode.PLAN,
         policy="fast",
-        inputs_hash=name,
-        objective=result.metrics.objective,
-        bound=None,
+        grid=result.grid,
+        metrics=result.metrics.as_dict(),
         latency_ms=result.solve_ms,
         status=result.status,
-        scenario=document,
-        grid=[list(row) for row in result.grid],
-        metrics=dict(result.metrics.as_dict()),
         forecasts=app_forecasts(snapshot),
-        id=2 if snapshot.start == DAY2 else 1,
+        inputs_hash_=name,
     )
+    return replace(run, id=2 if snapshot.start == DAY2 else 1)
 
 
 def hourly_commits(run: PlanRun) -> list[Commit]:

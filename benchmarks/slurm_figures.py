@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from contract.records import Cluster, Commit, JobState
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.jobs import submit
@@ -33,8 +34,8 @@ from gpuplan.app.slurm.client import RUNNING
 from gpuplan.app.slurm.executor import SlurmExecutor
 from gpuplan.app.tick import plan_cycle
 from gpuplan.table import format_table
-from storage.records import Cluster, Commit, JobState
-from storage.store import Store, open_store
+from storage.factory import open_store
+from storage.store import Store
 from tests.slurm import SlurmServer
 
 HOUR = timedelta(hours=1)

@@ -1,6 +1,6 @@
 """Bytes one stored plan run takes, on SQLite and on PostgreSQL, at 16 and 256 GPUs.
 
-Each run is a real fast-mode plan of a generated scenario (``scheduler.synthetic``,
+Each run is a real fast-mode plan of a generated scenario (``gpuplan.app.synthetic``,
 256 GPUs with 100 batch jobs), with its scenario, whole 24-step grid, metrics, one
 forecast per real-time app and hour, and the commit of its first hour. ``RUNS`` runs
 go into a fresh database; the growth divided by ``RUNS`` is the cost of one cycle.
@@ -21,11 +21,12 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from scheduler.bench import scale_shape
+from contract.records import AppForecast, Assignment, Commit, PlanRun, RunMode
+from contract.scenario_io import parse_scenario
+from gpuplan.app.bench import scale_shape
+from gpuplan.app.bridge import run_record
+from gpuplan.app.synthetic import generate
 from scheduler.policies import PolicyName, plan
-from scheduler.scenario_io import parse_scenario
-from scheduler.synthetic import generate
-from storage.records import AppForecast, Assignment, Commit, PlanRun, RunMode
 from storage.sql import SqlStore
 from tests.pg import PgServer
 
@@ -39,19 +40,17 @@ def sample(gpus: int) -> tuple[PlanRun, Commit]:
     result = plan(instance, PolicyName.FAST)
     grid = [list(row) for row in result.grid]
     apps = [job["id"] for job in document["jobs"] if job["kind"] == "realtime"]
-    run = PlanRun(
+    run = run_record(
+        document,
         start=START,
         created_at=START,
         mode=RunMode.PLAN,
         policy="fast",
-        inputs_hash="0" * 64,
-        objective=result.metrics.objective,
-        bound=None,
+        grid=grid,
+        metrics=result.metrics.as_dict(),
         latency_ms=result.solve_ms,
         status=result.status,
-        scenario=document,
-        grid=grid,
-        metrics={k: float(v) for k, v in result.metrics.as_dict().items()},
+        inputs_hash_="0" * 64,
         forecasts=tuple(
             AppForecast(app, START + timedelta(hours=h), 1000.0 + h, 1200.0 + h, 3)
             for app in apps

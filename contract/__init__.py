@@ -1,6 +1,7 @@
-"""The bottom floor: the error types every layer raises.
+"""The bottom floor, the shared vocabulary (docs/architecture.md).
 
-Nothing here imports from any other package of the project, so ``scheduler/``,
-``features/``, ``forecasting/``, ``training_data/`` and ``storage/`` can all raise the
-same errors without reaching up into the application or the command line.
+The error types every layer raises, the file formats and their one reader and writer,
+times, the scenario model with the one job-kind enum, the scenario and plan formats, the
+domain records and the swap-cap curve rule. Nothing here imports from any other package
+of the project, so every floor above speaks it without reaching up.
 """

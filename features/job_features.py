@@ -12,12 +12,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from contract.errors import InputError
+from contract.scenario import JobKind
 
 # How many offending rows an error message lists before it says "+N more".
 _MAX_ROWS_SHOWN = 8
@@ -46,8 +46,6 @@ class Technique(StrEnum):
     RLVR = "rlvr"  # GRPO-style: verifiable rewards, no critic
     CPT = "cpt"  # continued pre-training
 
-
-JobKind = Literal["training", "quantization"]
 
 VARIANTS: tuple[str, ...] = tuple(f"{s.value}_{t.value}" for s in Strategy for t in Technique)
 
@@ -446,10 +444,10 @@ def _plain(value: object) -> object:
     return value
 
 
-TRAINING_SCHEMA = FeatureSchema("training", TRAINING_FEATURES, TRAINING_RULES)
-QUANTIZATION_SCHEMA = FeatureSchema("quantization", QUANTIZATION_FEATURES, QUANTIZATION_RULES)
+TRAINING_SCHEMA = FeatureSchema(JobKind.TRAINING, TRAINING_FEATURES, TRAINING_RULES)
+QUANTIZATION_SCHEMA = FeatureSchema(JobKind.QUANTIZATION, QUANTIZATION_FEATURES, QUANTIZATION_RULES)
 
 SCHEMAS: dict[JobKind, FeatureSchema] = {
-    "training": TRAINING_SCHEMA,
-    "quantization": QUANTIZATION_SCHEMA,
+    JobKind.TRAINING: TRAINING_SCHEMA,
+    JobKind.QUANTIZATION: QUANTIZATION_SCHEMA,
 }

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from contract import curves
 from contract.errors import InputError
-from scheduler import curves
 
 IntArray = npt.NDArray[np.int64]
 
@@ -62,19 +62,11 @@ def gpus_needed(requests: npt.ArrayLike, requests_per_gpu_hour: float, headroom:
     return np.ceil(load - 1e-9).clip(min=0).astype(np.int64)
 
 
-def swap_capped_curve(need: npt.ArrayLike, swap_cap: int) -> IntArray:
-    """The minimal curve ``c >= need`` with ``|c(t) - c(t-1)| <= swap_cap`` for every t."""
-    if swap_cap < 0:
-        raise InputError("swap_cap", "an integer >= 0", swap_cap)
-    # The allocator's own rule, so that forecast and optimizer agree on what churn costs.
-    need_gpus = [int(n) for n in np.asarray(need, dtype=np.int64)]
-    return np.asarray(curves.swap_capped_curve(need_gpus, swap_cap), dtype=np.int64)
-
-
 def gpu_curve(p90_requests: npt.ArrayLike, capacity: AppCapacity) -> IntArray:
     """P90 requests per hour -> GPUs per hour within the app's swap cap."""
     need = gpus_needed(p90_requests, capacity.requests_per_gpu_hour, capacity.headroom)
-    return swap_capped_curve(need, capacity.swap_cap)
+    # The allocator's own rule (contract/curves.py), so that forecast and optimizer agree on what churn costs.
+    return np.asarray(curves.swap_capped_curve([int(n) for n in need], capacity.swap_cap), dtype=np.int64)
 
 
 def chain_daily_plans(plans: npt.ArrayLike, swap_cap: int) -> IntArray:

@@ -9,12 +9,12 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from sklearn.exceptions import NotFittedError
 
-from features.job_features import JobKind
+from contract.errors import NotFittedError
+from contract.scenario import JobKind
 from forecasting.persistence import Provenance, make_provenance
 
-__all__ = ["P50P90", "JobForecast", "NotFittedError", "data_bytes", "require_fitted"]
+__all__ = ["P50P90", "JobForecast", "data_bytes", "require_fitted"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -53,7 +53,7 @@ class JobForecast:
 
 
 def require_fitted(estimator: object, attribute: str) -> None:
-    """Raise scikit-learn's NotFittedError (a ValueError and an AttributeError)."""
+    """Raise :class:`~contract.errors.NotFittedError` (a ValueError and an AttributeError)."""
     if not hasattr(estimator, attribute):
         name = type(estimator).__name__
         raise NotFittedError(

@@ -28,6 +28,7 @@ import statsmodels.api as sm
 from sklearn.base import BaseEstimator
 
 from contract.errors import InputError
+from contract.scenario import JobKind
 from features.job_costs import GPU_SPECS
 from features.job_features import QUANTIZATION_SCHEMA, QuantAlgorithm
 from forecasting.job_forecast import (
@@ -268,7 +269,7 @@ class QuantizationEstimator(BaseEstimator):  # type: ignore[misc]  # sklearn is 
         columns = [predicted[name].to_numpy(dtype=float) for name in (*names, "gpu_hours_p90")]
         return [
             JobForecast(
-                "quantization",
+                JobKind.QUANTIZATION,
                 P50P90(gpus_p50, gpus_p90),
                 P50P90(hours_p50, hours_p90),
                 P50P90(gpu_hours_p50, gpu_hours_p90),

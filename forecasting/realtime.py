@@ -62,7 +62,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from contract.errors import InputError
+from contract.errors import InputError, NotFittedError
 from forecasting.persistence import Provenance, make_provenance
 from forecasting.quantiles import conformal_quantile, pinball_loss
 
@@ -100,10 +100,6 @@ class ProfileMethod(Enum):
 
 
 MethodChoice = Literal["auto", "flat", "daily", "weekly"]
-
-
-class NotFittedError(ValueError, AttributeError):
-    """Raised when a profile is used before :meth:`RealtimeProfile.fit`."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -47,6 +47,7 @@ from lightgbm import LGBMRegressor
 from sklearn.base import BaseEstimator
 
 from contract.errors import InputError
+from contract.scenario import JobKind
 from features import job_costs
 from features.job_features import TRAINING_SCHEMA, FeatureType, is_lora, technique_of
 from forecasting.job_forecast import (
@@ -152,7 +153,7 @@ def _targets(y: pd.DataFrame, *, rows: int) -> dict[str, FloatArray]:
 def _to_forecasts(predictions: pd.DataFrame) -> list[JobForecast]:
     columns = [predictions[name].to_numpy(dtype=float) for name in PREDICTION_COLUMNS]
     return [
-        JobForecast("training", P50P90(gpus_p50, gpus_p90), P50P90(hours_p50, hours_p90))
+        JobForecast(JobKind.TRAINING, P50P90(gpus_p50, gpus_p90), P50P90(hours_p50, hours_p90))
         for gpus_p50, gpus_p90, hours_p50, hours_p90 in zip(*columns, strict=True)
     ]
 

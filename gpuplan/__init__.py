@@ -1,1 +1,1 @@
-"""gpuplan: the command line and shared errors; the work lives in scheduler/, forecasting/, features/."""
+"""gpuplan: the command line and its helpers (the faces); the use cases live in gpuplan/app/."""

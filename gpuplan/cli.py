@@ -13,10 +13,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from contract.errors import InputError
+from contract.errors import InputError, StoreError
 from contract.files import describe_os_error
 from gpuplan.app.slurm.client import SlurmError
-from storage.store import StoreError
+from gpuplan.options import FIELD_FLAGS
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -72,10 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # Bad input and file-system failures are the user's to fix: one line, exit 2. Anything
     # else is a bug in gpuplan and keeps its traceback, so that it is seen and fixed.
+    # A use case's error names its own field; the command shows the flag that carried it.
+    command_module = sys.modules[args.run.__module__]
+    flags = FIELD_FLAGS | getattr(command_module, "FLAGS", {})
     try:
         code: int = args.run(args)
     except InputError as error:
-        print(f"gpuplan {args.command}: error: {error}", file=sys.stderr)
+        print(f"gpuplan {args.command}: error: {error.renamed(flags)}", file=sys.stderr)
         return 2
     except OSError as error:
         print(f"gpuplan {args.command}: error: {describe_os_error(error)}", file=sys.stderr)

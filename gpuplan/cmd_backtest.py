@@ -71,11 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from contract.files import check_writable_dir
+    from contract.scenario_io import MAX_CLUSTER_GPUS
     from features.traffic import load_traffic
     from forecasting.realtime_training import bundled_traffic_paths
     from gpuplan.app.backtest import backtest_series
     from gpuplan.options import integer_in
-    from scheduler.scenario_io import MAX_CLUSTER_GPUS
 
     integer_in("--swap-cap", args.swap_cap, 0, 2 * MAX_CLUSTER_GPUS)
     if args.png is not None:

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from gpuplan.options import add_budget_ms, add_time_limit, add_workers
 from gpuplan.table import format_table
 from scheduler.model import (
     HOT_PATH_BUDGET_MS,
-    MAX_BUDGET_MS,
-    MAX_TIME_LIMIT_S,
     PLAN_CYCLE_BUDGET_MS,
     checked_budget_ms,
     checked_time_limit_s,
@@ -30,22 +29,15 @@ MAX_RUNS = 10_000
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenarios", type=Path, default=Path("benchmarks"), help="folder of scenario files")
-    parser.add_argument(
-        "--time-limit",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help=f"full mode's limit per scenario (the whole call); 0 < S <= {MAX_TIME_LIMIT_S:g}",
-    )
-    parser.add_argument(
+    add_time_limit(parser, default=60.0, what="full mode's limit per scenario (the whole call)")
+    add_budget_ms(
+        parser,
         "--cycle-budget-ms",
-        type=float,
         default=PLAN_CYCLE_BUDGET_MS,
-        metavar="MS",
-        help=f"the plan cycle's budget for the fast mode (the hot path uses its default, "
-        f"{HOT_PATH_BUDGET_MS:g} ms); 0 < MS <= {MAX_BUDGET_MS:g}",
+        what="the plan cycle's budget for the fast mode (the hot path uses its default, "
+        f"{HOT_PATH_BUDGET_MS:g} ms)",
     )
-    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers in the full mode")
+    add_workers(parser)
     parser.add_argument("--no-full", action="store_true", help="skip the full mode (CP-SAT)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--png", type=Path, metavar="DIR", help="draw FIFO above fast for each scenario")
@@ -101,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _seven(args: argparse.Namespace) -> int:
-    from scheduler.bench import run_scenario, scenario_files
-    from scheduler.scenario_io import load_scenario
+    from contract.scenario_io import load_scenario
+    from gpuplan.app.bench import run_scenario, scenario_files
 
     paths = scenario_files(args.scenarios) if args.scenarios.is_dir() else []
     if not paths:
@@ -121,7 +113,7 @@ def _seven(args: argparse.Namespace) -> int:
             )
             results.append(result)
             if args.png:
-                from scheduler.render import draw_plans
+                from gpuplan.render import draw_plans
 
                 draw_plans(
                     instance,
@@ -141,7 +133,7 @@ def _seven(args: argparse.Namespace) -> int:
 
 
 def _seven_table(results: list[Any]) -> str:
-    from scheduler.bench import PLAN_CYCLE
+    from gpuplan.app.bench import PLAN_CYCLE
 
     rows = []
     for r in results:
@@ -187,7 +179,7 @@ def _seven_table(results: list[Any]) -> str:
 def _published_table(results: list[Any]) -> str | None:
     """Our FIFO -> fast (hot path and plan cycle) beside the published figures, where the
     scenario names are the published ones."""
-    from scheduler.bench import PLAN_CYCLE, PUBLISHED
+    from gpuplan.app.bench import PLAN_CYCLE, PUBLISHED
 
     rows = []
     for r in results:
@@ -221,8 +213,8 @@ def _published_table(results: list[Any]) -> str | None:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from scheduler.bench import HOT_PATH, PLAN_CYCLE, run_scenario, sample_instances
-    from scheduler.synthetic import ROLLING_SHAPES, SHAPES
+    from gpuplan.app.bench import HOT_PATH, PLAN_CYCLE, run_scenario, sample_instances
+    from gpuplan.app.synthetic import ROLLING_SHAPES, SHAPES
 
     shapes = {**SHAPES, **ROLLING_SHAPES}
     names = tuple(shapes) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
@@ -320,7 +312,7 @@ def _sample_row(name: str, rows: list[dict[str, Any]]) -> list[object]:
 
 
 def _scale(args: argparse.Namespace) -> int:
-    from scheduler.bench import scale_sweep
+    from gpuplan.app.bench import scale_sweep
 
     try:
         sizes = [int(s) for s in args.sizes.split(",")]

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from gpuplan.options import add_at, add_db, at_of, open_db
+
+if TYPE_CHECKING:
+    from gpuplan.app.service import Service
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,9 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    import daemon
     from gpuplan.app.config import demo_config, load_config
-    from gpuplan.app.seed import ensure_models, ensure_service
+    from gpuplan.app.service import run_once, start_service
 
     if args.at is not None and not args.once:
         raise InputError("--at", "used with --once (a live daemon runs on the wall clock)", args.at)
@@ -41,21 +44,27 @@ def run(args: argparse.Namespace) -> int:
     now = at_of(args)
     store = open_db(args, create=True)
     try:
-        # Under the seed lock: two daemons started together on an empty database seed it once.
-        with daemon.holding(store, "seed"):
-            ensure_models(config)
-            ensure_service(store, config, now, from_file=args.config is not None)
-        service = daemon.make_service(store, config, print_commits=args.print_commits)
+        service = start_service(
+            store, config, now, from_file=args.config is not None, print_commits=args.print_commits
+        )
         if args.once:
-            report = daemon.run_once(service, now)
+            report = run_once(service, now)
             sys.stdout.write(report.log_line() + "\n")
             return 0
-        if args.metrics_port is not None:
-            service.metrics = daemon.Metrics(args.metrics_port)
-        try:
-            return daemon.serve(service, args.db)
-        finally:
-            if service.metrics is not None:
-                service.metrics.close()
+        return _serve(service, args.db, args.metrics_port)
     finally:
         store.close()
+
+
+def _serve(service: Service, db_url: str, metrics_port: int | None) -> int:
+    """The live daemon: the schedule of daemon.py, with metrics on ``metrics_port`` when given."""
+    import daemon
+    from gpuplan.app.metrics import Metrics
+
+    if metrics_port is not None:
+        service.metrics = Metrics(metrics_port)
+    try:
+        return daemon.serve(service, db_url)
+    finally:
+        if service.metrics is not None:
+            service.metrics.close()

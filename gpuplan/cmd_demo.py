@@ -6,25 +6,24 @@ import argparse
 from importlib import resources
 from pathlib import Path
 
+from gpuplan.options import add_time_limit
 from gpuplan.table import comparison_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", type=Path, help="scenario file (default: the bundled demo-mixed)")
-    parser.add_argument(
-        "--time-limit", type=float, default=10.0, metavar="SECONDS", help="full mode's limit (0 < S <= 3600)"
-    )
+    add_time_limit(parser, default=10.0, what="full mode's limit")
     parser.add_argument("--png", type=Path, metavar="GRIDS.png", help="draw the plans stacked")
 
 
 def run(args: argparse.Namespace) -> int:
+    from contract.scenario_io import load_scenario
     from scheduler.model import checked_time_limit_s
     from scheduler.policies import PolicyName, SolveOptions, plan
-    from scheduler.scenario_io import load_scenario
 
     checked_time_limit_s(args.time_limit, "--time-limit")
     if args.png:
-        from scheduler.render import check_image_path
+        from gpuplan.render import check_image_path
 
         check_image_path(args.png, "--png")
     if args.scenario:
@@ -41,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(comparison_table(plans))
     if args.png:
-        from scheduler.render import draw_plans
+        from gpuplan.render import draw_plans
 
         draw_plans(instance, plans, args.png)
         print(f"grids drawn to {args.png}")

@@ -10,6 +10,10 @@ from gpuplan.options import add_at, add_db, at_of, open_db
 OUTCOMES = {"ok": "completed", "failed": "failed", "cancelled": "cancelled"}
 
 
+#: The finish use case's fields under this command's names.
+FLAGS = {"job_id": "JOB_ID"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", metavar="JOB_ID")
     add_db(parser)
@@ -18,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from contract.records import Outcome
     from gpuplan.app.jobs import finish
-    from storage.records import Outcome
 
     at = at_of(args)
     store = open_db(args)

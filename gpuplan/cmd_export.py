@@ -8,6 +8,9 @@ from pathlib import Path
 
 from gpuplan.options import add_db, open_db
 
+#: The run lookup's field under this command's name.
+FLAGS = {"run_id": "RUN_ID"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", nargs="?", default="latest", metavar="RUN_ID|latest")

@@ -52,11 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from contract.errors import InputError
+    from contract.scenario_io import MAX_CLUSTER_GPUS
     from features.traffic import MAX_REQUESTS_PER_HOUR, forecast_caveats, load_traffic, parse_hour
     from forecasting.gpu_mapping import AppCapacity, gpu_curve
     from forecasting.realtime import RealtimeProfile
     from gpuplan.options import integer_in, number_in
-    from scheduler.scenario_io import MAX_CLUSTER_GPUS
 
     at = parse_hour(args.at, "--at")
     integer_in("--hours", args.hours, 1, MAX_HOURS)

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from contract.errors import InputError
+from gpuplan.options import add_budget_ms, add_time_limit, add_workers
 from gpuplan.table import comparison_table
-from scheduler.model import HOT_PATH_BUDGET_MS, MAX_BUDGET_MS, MAX_TIME_LIMIT_S, PLAN_CYCLE_BUDGET_MS
+from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS
 
 POLICY_NAMES = ("fast", "full", "fifo", "fifo-backfill", "priority-backfill")
 
@@ -17,22 +18,15 @@ POLICY_NAMES = ("fast", "full", "fifo", "fifo-backfill", "priority-backfill")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", type=Path, help="scenario file (JSON or YAML)")
     parser.add_argument("--policy", default=None, choices=POLICY_NAMES, help="default: fast")
-    parser.add_argument(
-        "--time-limit",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help=f"full mode's limit on the whole call (build, hint, solve); 0 < S <= {MAX_TIME_LIMIT_S:g}",
-    )
-    parser.add_argument(
+    add_time_limit(parser, default=30.0, what="full mode's limit on the whole call (build, hint, solve)")
+    add_budget_ms(
+        parser,
         "--budget-ms",
-        type=float,
         default=None,
-        metavar="MS",
-        help=f"fast mode's wall-time budget (default: the hot path's {HOT_PATH_BUDGET_MS:g} ms; the daemon's "
-        f"plan cycle uses {PLAN_CYCLE_BUDGET_MS:g}); 0 < MS <= {MAX_BUDGET_MS:g}",
+        what=f"fast mode's wall-time budget (default: the hot path's {HOT_PATH_BUDGET_MS:g} ms; the daemon's "
+        f"plan cycle uses {PLAN_CYCLE_BUDGET_MS:g})",
     )
-    parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers in full mode (1-64)")
+    add_workers(parser)
     parser.add_argument("--out", type=Path, metavar="PLAN.json", help="write here instead of stdout")
     parser.add_argument("--png", type=Path, metavar="GRID.png", help="also draw the plan")
     parser.add_argument(
@@ -54,11 +48,11 @@ def parse_policies(text: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from contract.files import check_writable
+    from contract.scenario_io import load_scenario, write_json_atomic
     from gpuplan.options import MAX_WORKERS, integer_in
     from scheduler import lns
     from scheduler.model import checked_budget_ms, checked_time_limit_s
     from scheduler.policies import PolicyName, SolveOptions, plan
-    from scheduler.scenario_io import load_scenario, write_json_atomic
 
     time_limit_s = checked_time_limit_s(args.time_limit, "--time-limit")
     budget_ms = (
@@ -79,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_writable(args.out, "--out")
     if args.png:
-        from scheduler.render import check_image_path
+        from gpuplan.render import check_image_path
 
         check_image_path(args.png, "--png")
     instance = load_scenario(args.scenario)
@@ -88,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     options = SolveOptions(time_limit_s=time_limit_s, workers=args.workers, budget_ms=budget_ms)
     plans = [plan(instance, PolicyName(name), options) for name in names]
     if args.png:
-        from scheduler.render import draw_plans
+        from gpuplan.render import draw_plans
 
         draw_plans(instance, plans, args.png)
     if args.compare:

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from datetime import datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
-from gpuplan.options import add_db, print_json
+from gpuplan.options import add_db, as_flags, print_json
 from gpuplan.table import cell_text, row_records, rows_table, write_rows_csv
 
 if TYPE_CHECKING:
-    from scheduler.model import Instance
-    from storage.records import PlanRun
+    from contract.records import PlanRun
+    from contract.scenario import Instance
+
+
+#: The report use cases' fields under this command's names (beside gpuplan.options.FIELD_FLAGS).
+FLAGS = {"run_id": "--run"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,15 +98,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _idle_windows(args: argparse.Namespace) -> int:
+    from gpuplan.app.report_inputs import load_run
     from gpuplan.app.reports import BookableStart, IdleWindow, bookable_starts, idle_windows, run_instance
 
-    run_value = _load_run(args)
+    run_value = load_run(args.db, args.run_ref)
     instance = run_instance(run_value)
     heading = _run_heading(run_value, instance)
     if args.gpus is None and args.hours is None:
         if args.limit is not None:
             raise InputError("--limit", "given only with --gpus and --hours", args.limit)
-        with _flags({"min_gpus": "--min-gpus", "min_hours": "--min-hours"}):
+        with as_flags({"min_gpus": "--min-gpus", "min_hours": "--min-hours"}):
             report = idle_windows(instance, run_value.grid, run_value.start, args.min_gpus, args.min_hours)
         asked = f">= {args.min_gpus} GPUs for >= {args.min_hours:g} h"
         _emit(
@@ -136,7 +140,7 @@ def _idle_windows(args: argparse.Namespace) -> int:
     if args.gpus is None or args.hours is None:
         missing = "--hours" if args.hours is None else "--gpus"
         raise InputError(missing, "given with " + ("--gpus" if missing == "--hours" else "--hours"), None)
-    with _flags({"gpus": "--gpus", "hours": "--hours", "limit": "--limit"}):
+    with as_flags({"gpus": "--gpus", "hours": "--hours", "limit": "--limit"}):
         rows = bookable_starts(
             instance, run_value.grid, run_value.start, args.gpus, args.hours, limit=args.limit
         )
@@ -172,39 +176,13 @@ def _idle_windows(args: argparse.Namespace) -> int:
 
 
 def _coverage_risk(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import open_existing_store
-    from gpuplan.app.reports import CoverageRow, app_needs, coverage_risk, planned_counts, run_instance
-    from gpuplan.app.status import find_run
+    from gpuplan.app.report_inputs import coverage_inputs
+    from gpuplan.app.reports import CoverageRow, app_needs, coverage_risk, planned_counts
 
-    since = _since(args)
-    store = open_existing_store(args.db)
-    try:
-        with _flags({"RUN_ID": "--run"}):
-            run_value = find_run(store, args.run_ref)
-        instance = run_instance(run_value)
-        step = timedelta(minutes=instance.step_minutes)
-        window_since = since if since is not None else run_value.start - instance.horizon_steps * step
-        if since is not None and since >= run_value.start:
-            raise InputError(
-                "--since", f"a time before the run's start ({run_value.start.isoformat()})", args.since
-            )
-        apps = store.apps()
-        commits = store.commits(window_since, run_value.start)
-        if since is not None and not commits:
-            raise InputError(
-                "--since",
-                "a time with committed hours between it and the run's start",
-                args.since,
-                hint=f"No hour was committed from {since.isoformat()} to {run_value.start.isoformat()}.",
-            )
-        traffic = [
-            hour
-            for job in instance.realtime_jobs
-            for hour in store.traffic(job.id, window_since, run_value.start)
-        ]
-    finally:
-        store.close()
-    with _flags({"quantile": "--quantile"}):
+    inputs = coverage_inputs(args.db, args.run_ref, args.since)
+    run_value, instance, apps, window_since = inputs.run, inputs.instance, inputs.apps, inputs.since
+    commits, traffic = inputs.commits, inputs.traffic
+    with as_flags({"quantile": "--quantile"}):
         report = coverage_risk(
             run_value, apps, args.quantile, traffic=traffic, commits=commits, since=window_since
         )
@@ -252,17 +230,10 @@ def _coverage_risk(args: argparse.Namespace) -> int:
 
 
 def _utilization(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import job_kinds, open_existing_store, stored_cluster, stored_commits
+    from gpuplan.app.report_inputs import utilization_inputs
     from gpuplan.app.reports import UtilizationRow, utilization
 
-    since = _since(args)
-    store = open_existing_store(args.db)
-    try:
-        cluster = stored_cluster(store)
-        commits = stored_commits(store, since)
-        kinds = job_kinds(store)
-    finally:
-        store.close()
+    cluster, commits, kinds = utilization_inputs(args.db, args.since)
     report = utilization(commits, cluster, kinds)
     totals = ", ".join(f"{name} {hours:g}" for name, hours in report.gpu_hours.items() if hours)
     period = f"{cell_text(report.rows[0].hour)} to {cell_text(report.rows[-1].hour + timedelta(hours=1))}"
@@ -287,17 +258,10 @@ def _utilization(args: argparse.Namespace) -> int:
 
 
 def _commits(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import open_existing_store, stored_cluster, stored_commits
+    from gpuplan.app.report_inputs import commits_inputs
     from gpuplan.app.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
 
-    since = _since(args)
-    store = open_existing_store(args.db)
-    try:
-        commits = stored_commits(store, since)
-        cluster = stored_cluster(store) if args.png else None
-        apps = {app.id for app in store.apps()} if args.png else set()
-    finally:
-        store.close()
+    commits, cluster, apps = commits_inputs(args.db, args.since, cluster=bool(args.png))
     rows = commit_rows(commits)
     first, last = commits[0].hour, commits[-1].hour
     _emit(
@@ -328,40 +292,11 @@ def _commits(args: argparse.Namespace) -> int:
 # Loading and output
 
 
-def _load_run(args: argparse.Namespace) -> PlanRun:
-    from gpuplan.app.report_inputs import open_existing_store
-    from gpuplan.app.status import find_run
-
-    store = open_existing_store(args.db)
-    try:
-        with _flags({"RUN_ID": "--run"}):
-            return find_run(store, args.run_ref)
-    finally:
-        store.close()
-
-
-def _since(args: argparse.Namespace) -> datetime | None:
-    from contract.times import parse_time
-
-    return parse_time(args.since, "--since") if args.since else None
-
-
 def _run_heading(run_value: PlanRun, instance: Instance) -> str:
     return (
         f"run {run_value.id} ({run_value.mode.value}, {run_value.policy}): {instance.gpus} GPUs x "
         f"{instance.horizon_steps} steps of {instance.step_minutes} min from {cell_text(run_value.start)} UTC"
     )
-
-
-@contextmanager
-def _flags(names: Mapping[str, str]) -> Iterator[None]:
-    """Re-raise a use case's ``InputError`` under the command-line flag that carried the value."""
-    try:
-        yield
-    except InputError as error:
-        if error.field not in names:
-            raise
-        raise InputError(names[error.field], error.expected, error.got, source=error.source) from None
 
 
 def _emit(

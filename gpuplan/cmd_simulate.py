@@ -195,7 +195,7 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     import numpy as np
 
     from gpuplan.app.simulate import busiest_day_grid, hourly
-    from scheduler.render import draw_grid, job_colours, legend_handles
+    from gpuplan.render import draw_grid, job_colours, legend_handles
 
     setup = report.setup
     suffix = report.options.plan_with.value

@@ -66,7 +66,7 @@ def _table(title: str, rows: list[dict[str, object]]) -> str:
 
 
 def _stored_history(url: str) -> pd.DataFrame:
-    from storage.store import open_store
+    from storage.factory import open_store
     from training_data.history import validate_history
 
     store = open_store(url)

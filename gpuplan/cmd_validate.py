@@ -21,9 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from contract.scenario_io import load_scenario, read_plan
     from scheduler.check import check_plan
     from scheduler.metrics import score
-    from scheduler.scenario_io import load_scenario, read_plan
 
     instance = load_scenario(args.scenario)
     stored = read_plan(args.plan)

@@ -13,23 +13,69 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
+from scheduler.model import MAX_BUDGET_MS, MAX_TIME_LIMIT_S
+from storage.factory import DEFAULT_URL
 
 if TYPE_CHECKING:
     from storage.store import Store
 
-DEFAULT_DB = "sqlite:///var/gpuplan.db"
+#: CP-SAT worker threads.
+MAX_WORKERS = 64
+
+
+#: The use cases' field names that every command shows as the same flag.
+FIELD_FLAGS = {"db": "--db", "at": "--at", "since": "--since"}
+
+
+@contextmanager
+def as_flags(names: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise a use case's ``InputError`` under the command-line name of its field."""
+    try:
+        yield
+    except InputError as error:
+        renamed = error.renamed(names)
+        if renamed is error:
+            raise
+        raise renamed from None
 
 
 def add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
-        default=DEFAULT_DB,
+        default=DEFAULT_URL,
         metavar="URL",
-        help=f"database URL (default {DEFAULT_DB}; PostgreSQL: postgresql+psycopg://user@host/db)",
+        help=f"database URL (default {DEFAULT_URL}; PostgreSQL: postgresql+psycopg://user@host/db)",
+    )
+
+
+def add_time_limit(parser: argparse.ArgumentParser, *, default: float, what: str) -> None:
+    """``--time-limit SECONDS``: the full mode's limit (checked by ``checked_time_limit_s``)."""
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=default,
+        metavar="SECONDS",
+        help=f"{what}; 0 < S <= {MAX_TIME_LIMIT_S:g}",
+    )
+
+
+def add_budget_ms(parser: argparse.ArgumentParser, flag: str, *, default: float | None, what: str) -> None:
+    """A fast-mode budget option (checked by ``scheduler.model.checked_budget_ms``)."""
+    parser.add_argument(
+        flag, type=float, default=default, metavar="MS", help=f"{what}; 0 < MS <= {MAX_BUDGET_MS:g}"
+    )
+
+
+def add_workers(parser: argparse.ArgumentParser) -> None:
+    """``--workers N``: CP-SAT's worker threads in the full mode."""
+    parser.add_argument(
+        "--workers", type=int, default=2, help=f"CP-SAT workers in the full mode (1-{MAX_WORKERS})"
     )
 
 
@@ -47,17 +93,13 @@ def open_db(args: argparse.Namespace, *, create: bool = False) -> Store:
     """The store at ``--db``, its schema upgraded. Only the daemon creates a database
     (``create``); any other command on a SQLite file that is not there says so."""
     from gpuplan.app.report_inputs import open_existing_store
-    from storage.store import open_store
+    from storage.factory import open_store
 
     return open_store(args.db) if create else open_existing_store(args.db)
 
 
 def print_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-
-
-#: CP-SAT worker threads.
-MAX_WORKERS = 64
 
 
 def number_in(option: str, value: float, low: float, high: float, *, low_open: bool = False) -> float:

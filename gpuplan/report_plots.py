@@ -19,6 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
 
+from contract.scenario import Cell, Instance
 from gpuplan.app.reports import (
     BookableStart,
     CoverageReport,
@@ -27,8 +28,7 @@ from gpuplan.app.reports import (
     NeedBasis,
     UtilizationReport,
 )
-from scheduler.model import Cell, Instance
-from scheduler.render import draw_grid, job_colours, legend_handles
+from gpuplan.render import draw_grid, job_colours, legend_handles
 
 KIND_COLOURS = {
     "training": "tab:blue",

@@ -1,1 +1,1 @@
-"""The allocation core: scenario model, plan checker, metrics and policies (pure functions)."""
+"""The allocation core, pure: scenarios in, grids out (checker, metrics, fast and full modes, policies)."""

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from contract.scenario import BatchJob, Instance, RealtimeJob, gpus_of
 from scheduler.board import BlockedSchedule, Board
-from scheduler.model import Allocation, BatchJob, Instance, Placement, RealtimeJob, gpus_of
+from scheduler.model import Allocation, Placement
 
 
 def fifo(instance: Instance) -> Allocation:

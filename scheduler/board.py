@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from functools import cache
 
-from scheduler.model import BatchJob, Instance, block_mask, gpus_of
+from contract.scenario import BatchJob, Instance, block_mask, gpus_of
 
 
 @cache

@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from scheduler.model import Instance
+from contract.scenario import Instance
 
 # Share of the budget the estimates may plan to spend: the rest covers what the estimates
 # leave out (building the grid, checking it) and a machine a little slower than the reference.

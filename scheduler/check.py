@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler.model import BatchJob, Cell, Instance
+from contract.scenario import BatchJob, Cell, Instance
 
 CONSTRAINT_NAMES = {
     1: "one job per GPU per step, none on a down GPU",

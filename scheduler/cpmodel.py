@@ -32,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.model import Allocation, BatchJob, Instance, Placement, block_mask
+from contract.scenario import BatchJob, Instance, block_mask
+from scheduler.model import Allocation, Placement
 
 # Objective weights are multiplied by this before rounding up to integers.
 OBJECTIVE_SCALE = 1000

@@ -38,22 +38,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
 
+from contract.curves import swap_capped_curve
+from contract.scenario import BatchJob, Instance, RealtimeJob, block_mask, gpus_of, iter_gpus, iter_gpus_down
 from scheduler import baselines
 from scheduler.board import BlockedSchedule, Board
 from scheduler.budget import Budget, WorkCosts
-from scheduler.curves import swap_capped_curve
-from scheduler.model import (
-    HOT_PATH_BUDGET_MS,
-    Allocation,
-    BatchJob,
-    Instance,
-    Placement,
-    RealtimeJob,
-    block_mask,
-    gpus_of,
-    iter_gpus,
-    iter_gpus_down,
-)
+from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement
 
 UNLIMITED = 1 << 30
 # Candidate blocks scored per job: enough to find a snug hole, bounded for large clusters.

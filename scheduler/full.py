@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 import time
 
+from contract.scenario import Instance
 from scheduler.budget import Budget
 from scheduler.cpmodel import OBJECTIVE_SCALE, BuildTimeoutError, Window, build_model, hint, read_allocation
 from scheduler.fast import allocate_at_least_hot_path
 from scheduler.metrics import score
-from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS, Instance, Solution, build_grid
+from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS, Solution, build_grid
 
 log = logging.getLogger(__name__)
 

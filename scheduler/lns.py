@@ -18,14 +18,14 @@ not cut in.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import dataclass
 
+from contract.scenario import Instance
 from scheduler.budget import Budget
 from scheduler.cpmodel import BuildTimeoutError, Window, build_model, hint, read_allocation
 from scheduler.fast import EPSILON, objective
-from scheduler.model import Allocation, Instance
+from scheduler.model import Allocation
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ FINISH_RESERVE_S = 0.03
 # cost tens of milliseconds); the heuristic searches before it get this share of the budget.
 MIN_BUDGET_MS = 200.0
 HEURISTIC_SHARE = 0.1
-CP_SAT_MODULE = "ortools.sat.python.cp_model"
 # CP-SAT settings for window solves: no probing and no symmetry detection in presolve. A
 # window needs a good plan fast, not a proof, and with them CP-SAT often spent a window's
 # whole deterministic time in presolve and returned nothing (measured on the same 33).
@@ -69,11 +68,6 @@ class LnsReport:
 def warm_up() -> None:
     """Load CP-SAT now (about a second), so that a later plan cycle spends its budget on planning."""
     from ortools.sat.python import cp_model  # noqa: F401  (imported for its side effect)
-
-
-def ready() -> bool:
-    """Whether CP-SAT is loaded; a budget that would have to pay for loading it skips the search."""
-    return CP_SAT_MODULE in sys.modules
 
 
 def improve(

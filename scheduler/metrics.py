@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from scheduler.model import Cell, Instance
+from contract.scenario import Cell, Instance
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,190 +1,17 @@
-"""Value objects of the allocation contract (../shared/CONTRACT.md).
+"""The solver's own types: where a policy puts each job, and how long it may search.
 
-An :class:`Instance` is one scenario: the cluster, the jobs, what is running and
-what is down. A policy turns it into an :class:`Allocation` (where each batch job
-starts and which GPUs each real-time job holds per step); :func:`build_grid` turns
-that into the contract's grid, the form every check and metric reads.
-
-GPU sets are Python ints used as bitmasks (bit ``g`` set = GPU ``g``): set algebra
-on a whole step is then one integer operation, which is what keeps the fast mode fast.
+The scenario a policy reads (:class:`~contract.scenario.Instance` and its jobs) is the
+contract's (``contract/scenario.py``); this module holds what the scheduler answers with.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
-from functools import cached_property
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from contract.errors import InputError
-
-Cell = str | None
-Grid = tuple[tuple[Cell, ...], ...]
-
-
-class JobKind(StrEnum):
-    TRAINING = "training"
-    BATCH_INFERENCE = "batch_inference"
-    QUANTIZATION = "quantization"
-    REALTIME = "realtime"
-
-
-BATCH_KINDS = frozenset({JobKind.TRAINING, JobKind.BATCH_INFERENCE, JobKind.QUANTIZATION})
-
-
-def block_mask(first_gpu: int, gpus: int) -> int:
-    """Bitmask of the GPUs ``[first_gpu, first_gpu + gpus)``."""
-    return ((1 << gpus) - 1) << first_gpu
-
-
-def mask_of(gpus: Sequence[int] | frozenset[int]) -> int:
-    mask = 0
-    for gpu in gpus:
-        mask |= 1 << gpu
-    return mask
-
-
-def gpus_of(mask: int) -> list[int]:
-    """GPU ids in a bitmask, ascending."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
-
-
-def iter_gpus(mask: int) -> Iterator[int]:
-    """GPU ids in a bitmask, ascending, one at a time (a caller that stops early pays for no more)."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
-
-
-def iter_gpus_down(mask: int) -> Iterator[int]:
-    """GPU ids in a bitmask, descending, one at a time."""
-    while mask:
-        gpu = mask.bit_length() - 1
-        yield gpu
-        mask ^= 1 << gpu
-
-
-@dataclass(frozen=True, slots=True)
-class BatchJob:
-    """Training, batch inference or quantization: a rigid block held until done."""
-
-    id: str
-    kind: JobKind
-    priority: float
-    gpus: int
-    duration_steps: int
-    release_step: int = 0
-    order: int = 0
-
-    def end_step(self, start_step: int, horizon_steps: int) -> int:
-        """Exclusive last step of a run starting at ``start_step``, cut at the horizon."""
-        return min(start_step + self.duration_steps, horizon_steps)
-
-
-@dataclass(frozen=True, slots=True)
-class RealtimeJob:
-    """Real-time inference: elastic, follows ``demand`` (GPUs per step)."""
-
-    id: str
-    priority: float
-    demand: tuple[int, ...]
-    swap_cap: int
-    kind: JobKind = JobKind.REALTIME
-
-
-@dataclass(frozen=True, slots=True)
-class RunningBatch:
-    job_id: str
-    first_gpu: int
-    gpus: int
-    remaining_steps: int
-
-    @property
-    def mask(self) -> int:
-        return block_mask(self.first_gpu, self.gpus)
-
-
-@dataclass(frozen=True, slots=True)
-class RunningRealtime:
-    job_id: str
-    gpus: frozenset[int]
-
-    @property
-    def mask(self) -> int:
-        return mask_of(self.gpus)
-
-
-@dataclass(frozen=True, slots=True)
-class DownWindow:
-    gpu: int
-    start_step: int
-    end_step: int
-
-
-@dataclass(frozen=True)
-class Instance:
-    """One scenario, validated (see :mod:`scheduler.scenario_io`)."""
-
-    name: str
-    gpus: int
-    horizon_steps: int = 24
-    step_minutes: int = 60
-    decay: float = 0.95
-    rt_penalty: float = 8.0
-    batch_jobs: tuple[BatchJob, ...] = ()
-    realtime_jobs: tuple[RealtimeJob, ...] = ()
-    running_batch: Mapping[str, RunningBatch] = field(default_factory=dict)
-    running_realtime: Mapping[str, RunningRealtime] = field(default_factory=dict)
-    down: tuple[DownWindow, ...] = ()
-
-    @cached_property
-    def weights(self) -> tuple[float, ...]:
-        """``w(t) = decay ** t``: later output is worth less."""
-        return tuple(self.decay**t for t in range(self.horizon_steps))
-
-    @cached_property
-    def all_gpus_mask(self) -> int:
-        return (1 << self.gpus) - 1
-
-    @cached_property
-    def down_masks(self) -> tuple[int, ...]:
-        """Per step, the GPUs that are down."""
-        masks = [0] * self.horizon_steps
-        for window in self.down:
-            for t in range(window.start_step, window.end_step):
-                masks[t] |= 1 << window.gpu
-        return tuple(masks)
-
-    @cached_property
-    def running_masks(self) -> tuple[int, ...]:
-        """Per step, the GPUs held by running batch jobs."""
-        masks = [0] * self.horizon_steps
-        for running in self.running_batch.values():
-            for t in range(min(running.remaining_steps, self.horizon_steps)):
-                masks[t] |= running.mask
-        return tuple(masks)
-
-    @cached_property
-    def jobs_by_id(self) -> dict[str, BatchJob | RealtimeJob]:
-        jobs: dict[str, BatchJob | RealtimeJob] = {job.id: job for job in self.batch_jobs}
-        jobs.update((job.id, job) for job in self.realtime_jobs)
-        return jobs
-
-    @cached_property
-    def queued_jobs(self) -> tuple[BatchJob, ...]:
-        """Batch jobs not yet running: the ones a policy places."""
-        return tuple(job for job in self.batch_jobs if job.id not in self.running_batch)
-
-    @cached_property
-    def usable_cells(self) -> int:
-        return self.gpus * self.horizon_steps - sum(m.bit_count() for m in self.down_masks)
+from contract.scenario import BatchJob, Cell, Grid, Instance, gpus_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +92,10 @@ class SolveOptions:
     #: False: the fast mode's budget counts estimated work only, with no wall-clock backstop,
     #: so a plan does not depend on how busy the machine is (simulations, experiments).
     wall_clock: bool = True
+    #: The fast mode's CP-SAT window search (budgets from ``scheduler.lns.MIN_BUDGET_MS`` on). False:
+    #: the heuristic alone. Loading CP-SAT takes about a second: a caller with a tight budget calls
+    #: ``scheduler.lns.warm_up()`` first, or passes False.
+    cp_sat: bool = True
 
     def __post_init__(self) -> None:
         checked_budget_ms(self.budget_ms)

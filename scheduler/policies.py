@@ -7,12 +7,12 @@ illegal grid can never leave this module.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from contract.scenario import Grid, Instance
 from scheduler import baselines, fast, full, lns
 from scheduler.budget import Budget
 from scheduler.check import check_plan
@@ -22,8 +22,6 @@ from scheduler.model import (
     HOT_PATH_BUDGET_MS,
     PLAN_CYCLE_BUDGET_MS,
     Allocation,
-    Grid,
-    Instance,
     Solution,
     SolveOptions,
     build_grid,
@@ -41,8 +39,6 @@ __all__ = [
     "plan",
     "warm_up",
 ]
-
-log = logging.getLogger(__name__)
 
 
 class PolicyName(StrEnum):
@@ -95,14 +91,11 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
     """The anytime fast mode: the heuristic within the budget; with a plan cycle's budget,
     the heuristic within a share of it and then the CP-SAT window search in the rest.
 
-    The search runs only where CP-SAT is already loaded (:func:`scheduler.lns.warm_up`):
-    loading it takes about a second, which would break the budget.
+    The search runs when ``options.cp_sat`` asks for it; a caller loads CP-SAT first
+    (:func:`scheduler.lns.warm_up`), or the first search pays about a second for it.
     """
     budget = Budget(options.budget_ms) if options.wall_clock else Budget.of_work(options.budget_ms)
-    if options.budget_ms < lns.MIN_BUDGET_MS:
-        return Solution(fast.allocate(instance, budget))
-    if not lns.ready():
-        log.warning("CP-SAT is not loaded (call scheduler.policies.warm_up() at start): heuristic only")
+    if options.budget_ms < lns.MIN_BUDGET_MS or not options.cp_sat:
         return Solution(fast.allocate(instance, budget))
     heuristic = Budget(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
     start = fast.allocate_at_least_hot_path(instance, heuristic)

@@ -1,1 +1,1 @@
-"""SQL storage: the service's state, plan runs and commits, behind :class:`storage.store.Store`."""
+"""SQL storage: the state, runs and commits, behind :class:`storage.store.Store` (see factory.py)."""

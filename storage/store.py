@@ -1,38 +1,22 @@
 """The store interface: what the use cases read and write, in value objects.
 
 One implementation, :class:`storage.sql.SqlStore`, serves SQLite (a file by default,
-``sqlite://`` in memory for throwaway stores) and PostgreSQL. :func:`open_store`
+``sqlite://`` in memory for throwaway stores) and PostgreSQL. :func:`storage.factory.open_store`
 opens one by URL and upgrades its schema (Alembic) before anything else happens.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from storage.records import (
-    App,
-    Cluster,
-    Commit,
-    Job,
-    JobEstimate,
-    JobState,
-    Outcome,
-    PlanRun,
-    TrafficHour,
-)
+from contract.records import App, Cluster, Commit, Job, JobEstimate, JobState, Outcome, PlanRun, TrafficHour
 
 if TYPE_CHECKING:
     import pandas as pd
-
-DEFAULT_URL = "sqlite:///var/gpuplan.db"
-
-
-class StoreError(RuntimeError):
-    """The database could not be reached or refused an operation (not the user's input)."""
 
 
 class Store(abc.ABC):
@@ -100,18 +84,18 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def finish_job(
-        self, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object] | None = None
+        self, job_id: str, at: datetime, outcome: Outcome, history: Callable[[Job], pd.DataFrame | None]
     ) -> Job:
-        """Mark a running (or queued) job done and append it to the job history, in one transaction.
+        """Mark a job done at ``at`` and append ``history(job)``'s rows to the history, in one transaction.
 
-        The history row (training_data/README.md's schema) is built from the stored job;
-        ``history_row`` overrides its columns. Raises ``InputError`` for an unknown or
-        already finished job."""
+        ``history`` sees the stored job inside the transaction and holds the rules (which
+        jobs may end so, what their history row is); whatever it raises leaves the job and
+        the history as they were. Raises ``InputError`` naming ``job_id`` for an unknown job."""
 
     # -- job history (the forecasters' documented schema, training_data/README.md) -------
     @abc.abstractmethod
     def history(self) -> pd.DataFrame:
-        """The whole job history as ``training_data.history.validate_history`` accepts it."""
+        """The whole job history: the common columns, then each row's features by name."""
 
     @abc.abstractmethod
     def append_history(self, rows: pd.DataFrame) -> int:
@@ -159,16 +143,3 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def last_commit(self, before: datetime | None = None) -> Commit | None:
         """The latest commit with ``hour < before`` (any when None)."""
-
-
-def open_store(url: str = DEFAULT_URL) -> Store:
-    """Open the store at ``url`` and upgrade its schema to the newest migration.
-
-    ``sqlite:///var/gpuplan.db`` (the default; the folder is created), ``sqlite://``
-    (in memory) or ``postgresql+psycopg://user@host/db``. An unreachable database
-    raises :class:`StoreError`; a malformed URL raises ``InputError`` naming ``--db``.
-    """
-    from storage.sql import SqlStore  # SQLAlchemy loads only when a store is opened
-
-    store: Store = SqlStore.open(url)
-    return store

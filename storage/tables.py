@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from storage.records import JobState, Outcome, RunMode
+from contract.records import JobState, Outcome, RunMode
 
 # Named constraints, so that later migrations (batch mode on SQLite) can address them.
 NAMING_CONVENTION = {
@@ -167,6 +167,10 @@ class HistoryRow(Base):
     gpus: Mapped[int]
     outcome: Mapped[str] = mapped_column(String(16))
     features: Mapped[dict[str, Any]]
+
+
+#: The history's common columns (the job history schema's, training_data/README.md), in its order.
+HISTORY_COMMON = ("job_id", "kind", "submit_time", "start_time", "end_time", "gpus", "outcome")
 
 
 class TrafficRow(Base):

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import event
 
-from storage.records import AppForecast, Assignment, Commit, PlanRun, RunMode
+from contract.records import AppForecast, Assignment, Commit, PlanRun, RunMode
 from storage.sql import SqlStore
 
 HOUR = datetime(2026, 3, 2, 9, tzinfo=UTC)

@@ -11,8 +11,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from scheduler.model import Instance
-from scheduler.scenario_io import parse_scenario
+from contract.scenario import Instance
+from contract.scenario_io import parse_scenario
 
 KINDS = ["training", "batch_inference", "quantization"]
 

@@ -6,10 +6,11 @@ from typing import Any
 
 from hypothesis import given
 
+from contract.scenario import gpus_of
+from contract.scenario_io import parse_scenario
 from scheduler.check import check_plan
-from scheduler.model import build_grid, gpus_of
+from scheduler.model import build_grid
 from scheduler.policies import POLICIES, PolicyName, SolveOptions, plan
-from scheduler.scenario_io import parse_scenario
 from tests.strategies import instance_of, scenarios
 
 BASELINES = [PolicyName.FIFO, PolicyName.FIFO_BACKFILL, PolicyName.PRIORITY_BACKFILL]

@@ -94,9 +94,9 @@ def test_bench_rejects_options_out_of_range(
 
 
 def test_the_seven_match_the_published_fifo_utilization_within_two_points() -> None:
-    from scheduler.bench import PUBLISHED, scenario_files
+    from contract.scenario_io import load_scenario
+    from gpuplan.app.bench import PUBLISHED, scenario_files
     from scheduler.policies import PolicyName, plan
-    from scheduler.scenario_io import load_scenario
 
     for path in scenario_files(BENCHMARKS):
         instance = load_scenario(path)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from contract.scenario import Instance
 from scheduler.check import check_plan
-from scheduler.model import Instance
 from tests.strategies import instance_of, small_doc
 
 Grid = list[list[str | None]]

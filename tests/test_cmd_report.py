@@ -12,21 +12,13 @@ from typing import Any
 
 import pytest
 
+from contract.records import App, AppForecast, Cluster, DownWindowRecord, Job, PlanRun, RunMode, TrafficHour
+from contract.scenario_io import parse_scenario
 from gpuplan.app.bridge import column_commit
 from gpuplan.app.reports import idle_windows, run_instance
+from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan
-from scheduler.scenario_io import parse_scenario
-from storage.records import (
-    App,
-    AppForecast,
-    Cluster,
-    DownWindowRecord,
-    Job,
-    PlanRun,
-    RunMode,
-    TrafficHour,
-)
-from storage.store import open_store
+from storage.factory import open_store
 from tests.service_fixtures import run_cli
 
 START = datetime(2026, 3, 1, 13, tzinfo=UTC)
@@ -49,7 +41,7 @@ CHAT = App("chat", priority=80, swap_cap=1, requests_per_gpu_hour=100.0)
 
 def planned_run(start: datetime) -> PlanRun:
     """The fast mode's plan of DOC, stored as the daemon stores a run starting at ``start``."""
-    result = plan(parse_scenario(DOC), PolicyName.FAST)
+    result = plan(parse_scenario(DOC), PolicyName.FAST, SolveOptions(wall_clock=False))
     forecasts = tuple(
         AppForecast("chat", start + t * HOUR, p50=70.0 * gpus, p90=100.0 * gpus - 10, gpus=gpus)
         for t, gpus in enumerate(CHAT_DEMAND)

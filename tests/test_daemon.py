@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 import daemon
+from contract.scenario_io import parse_scenario
 from gpuplan.app.config import demo_config
 from gpuplan.app.seed import ensure_service
+from gpuplan.app.service import make_service
 from scheduler.check import check_plan
-from scheduler.scenario_io import parse_scenario
-from storage.store import open_store
+from storage.factory import open_store
 from tests.pg import PgServer
 from tests.service_fixtures import _in_tmp_path, models_dir
 
@@ -148,7 +149,7 @@ def test_a_lost_database_fails_one_cycle_and_the_next_succeeds(
     try:
         config = demo_config(models_dir)
         ensure_service(store, config, T0)
-        service = daemon.make_service(store, replace(config, commits_file=None))
+        service = make_service(store, replace(config, commits_file=None))
         service.clock = lambda: next(clock)
         daemon._SERVICE = service
         daemon.plan_job()  # hour 10
@@ -199,7 +200,7 @@ def test_the_schedule_survives_a_restart(tmp_path: Path, models_dir: Path) -> No
     try:
         config = demo_config(models_dir)
         ensure_service(store, config, T0)
-        service = daemon.make_service(store, config)
+        service = make_service(store, config)
         daemon.serve(service, db, max_seconds=0.5)
     finally:
         store.close()

@@ -8,14 +8,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contract.curves import swap_capped_curve
+from contract.scenario import gpus_of
+from contract.scenario_io import parse_scenario
 from scheduler.budget import Budget
 from scheduler.check import check_plan
-from scheduler.curves import swap_capped_curve
 from scheduler.fast import allocate
 from scheduler.metrics import score
-from scheduler.model import build_grid, gpus_of
+from scheduler.model import build_grid
 from scheduler.policies import PolicyName, plan
-from scheduler.scenario_io import parse_scenario
 from tests.strategies import instance_of, scenarios
 
 
@@ -84,7 +85,7 @@ def test_high_priority_job_is_not_stuck_behind_earlier_arrivals() -> None:
 def test_fast_serves_more_realtime_than_peak_reservation_on_bundled_scenario() -> None:
     from importlib import resources
 
-    from scheduler.scenario_io import load_scenario
+    from contract.scenario_io import load_scenario
 
     with resources.as_file(resources.files("gpuplan") / "scenarios" / "demo-mixed.json") as path:
         inst = load_scenario(path)
@@ -152,8 +153,8 @@ def test_a_work_budget_gives_the_same_plan_every_time(doc: dict[str, Any]) -> No
 def test_more_budget_buys_the_searches_a_better_plan_on_a_rolling_replan() -> None:
     # A sampled rolling re-plan where the first pass starts valuable jobs late; the searches
     # (promotions, re-orders) given the plan cycle's heuristic share move them forward.
-    from scheduler.bench import sample_instances
-    from scheduler.synthetic import ROLLING_SHAPES
+    from gpuplan.app.bench import sample_instances
+    from gpuplan.app.synthetic import ROLLING_SHAPES
 
     (inst,) = sample_instances([ROLLING_SHAPES["rolling-mixed"]], [3])
     first = score(inst, build_grid(inst, allocate(inst, Budget.of_work(1e-3)))).objective
@@ -182,9 +183,9 @@ def test_a_work_only_budget_plans_the_same_on_a_machine_that_crawls(monkeypatch:
     import time as real_time
     from pathlib import Path
 
+    from contract.scenario_io import load_scenario
     from scheduler import budget as budget_module
     from scheduler.model import SolveOptions
-    from scheduler.scenario_io import load_scenario
 
     instance = load_scenario(Path(__file__).parents[1] / "benchmarks" / "4-large-mixed.json")
     options = SolveOptions(budget_ms=150, wall_clock=False)

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
+from contract.scenario_io import parse_scenario
 from scheduler.check import check_plan
 from scheduler.policies import PolicyName, SolveOptions, plan
-from scheduler.scenario_io import parse_scenario
 from tests.strategies import instance_of, scenarios, solved_by_hand
 
 

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from contract.curves import swap_capped_curve
 from contract.errors import InputError
 from forecasting.gpu_mapping import (
     AppCapacity,
     chain_daily_plans,
     gpu_curve,
     gpus_needed,
-    swap_capped_curve,
 )
 
 
@@ -24,7 +24,7 @@ from forecasting.gpu_mapping import (
     swap_cap=st.integers(min_value=0, max_value=6),
 )
 def test_curve_covers_need_and_respects_swap_cap(need: list[int], swap_cap: int) -> None:
-    curve = swap_capped_curve(need, swap_cap)
+    curve = np.asarray(swap_capped_curve(need, swap_cap))
     assert np.all(curve >= np.asarray(need))
     assert np.all(np.abs(np.diff(curve)) <= swap_cap)
     # Minimal: lowering any single hour breaks coverage or the cap.
@@ -37,7 +37,7 @@ def test_curve_covers_need_and_respects_swap_cap(need: list[int], swap_cap: int)
 
 def test_rise_is_started_early_enough() -> None:
     # The example: 2 GPUs at night, 6 at midday, swap cap 2.
-    curve = swap_capped_curve([2, 2, 2, 2, 6, 6, 2, 2], 2)
+    curve = np.asarray(swap_capped_curve([2, 2, 2, 2, 6, 6, 2, 2], 2))
     np.testing.assert_array_equal(curve, [2, 2, 2, 4, 6, 6, 4, 2])
 
 

@@ -56,7 +56,7 @@ def test_validate_warns_when_stored_metrics_disagree_but_stays_legal(
 def test_demo_scenario_is_not_named_like_the_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     from importlib import resources
 
-    from scheduler.scenario_io import load_scenario
+    from contract.scenario_io import load_scenario
 
     with resources.as_file(resources.files("gpuplan") / "scenarios" / "demo-mixed.json") as path:
         assert load_scenario(path).name == "demo-mixed"

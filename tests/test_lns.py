@@ -7,15 +7,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
+from contract.scenario import Instance
+from contract.scenario_io import parse_scenario
 from scheduler import lns
 from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.cpmodel import Window
 from scheduler.fast import allocate
 from scheduler.metrics import score
-from scheduler.model import PLAN_CYCLE_BUDGET_MS, Instance, SolveOptions, build_grid
+from scheduler.model import PLAN_CYCLE_BUDGET_MS, SolveOptions, build_grid
 from scheduler.policies import PolicyName, plan
-from scheduler.scenario_io import parse_scenario
 from tests.strategies import scenarios, solved_by_hand
 
 
@@ -57,8 +58,8 @@ def test_window_search_improves_where_the_greedy_is_weakest() -> None:
     # A sampled oversubscribed cluster where the optimum (6,435.5, proven by the full mode)
     # evicts a service from a half-used block at step 0 to start a long training job there;
     # the greedy stacks the service at the top and starts the job at step 14 (5,653).
-    from scheduler.bench import sample_instances
-    from scheduler.synthetic import SHAPES
+    from gpuplan.app.bench import sample_instances
+    from gpuplan.app.synthetic import SHAPES
 
     (inst,) = sample_instances([SHAPES["oversubscribed"]], [3])
     lns.warm_up()

@@ -10,10 +10,9 @@ import pandas as pd
 import pytest
 from sklearn.base import clone
 
-from contract.errors import InputError
+from contract.errors import InputError, NotFittedError
 from features.job_features import QUANTIZATION_SCHEMA
 from forecasting.evaluation import quantization_metrics, time_split
-from forecasting.job_forecast import NotFittedError
 from forecasting.persistence import load_model, save_model
 from forecasting.quantization_estimator import QuantizationEstimator
 from training_data.history import completed_jobs, generate_history

@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contract.errors import InputError
+from contract.errors import InputError, NotFittedError
 from features.traffic import load_traffic
 from forecasting.persistence import load_model, save_model
 from forecasting.realtime import (
     HOURS_PER_DAY,
     HOURS_PER_WEEK,
     Band,
-    NotFittedError,
     ProfileMethod,
     RealtimeProfile,
     busiest_quarter,

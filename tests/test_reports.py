@@ -12,6 +12,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contract.errors import InputError
+from contract.records import (
+    App,
+    AppForecast,
+    Assignment,
+    Cluster,
+    Commit,
+    DownWindowRecord,
+    PlanRun,
+    RunMode,
+    TrafficHour,
+)
+from contract.scenario import Instance, JobKind
+from contract.scenario_io import parse_scenario
 from gpuplan.app.reports import (
     NeedBasis,
     ShortfallReason,
@@ -23,19 +36,6 @@ from gpuplan.app.reports import (
     utilization,
 )
 from scheduler.check import check_plan
-from scheduler.model import Instance, JobKind
-from scheduler.scenario_io import parse_scenario
-from storage.records import (
-    App,
-    AppForecast,
-    Assignment,
-    Cluster,
-    Commit,
-    DownWindowRecord,
-    PlanRun,
-    RunMode,
-    TrafficHour,
-)
 
 START = datetime(2026, 3, 1, 13, tzinfo=UTC)
 HOUR = timedelta(hours=1)

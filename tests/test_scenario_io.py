@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from contract.errors import InputError
-from scheduler.model import JobKind
-from scheduler.scenario_io import parse_scenario
+from contract.scenario import JobKind
+from contract.scenario_io import parse_scenario
 from tests.strategies import instance_of, small_doc
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.records import JobState, TrafficHour
+from contract.scenario_io import parse_scenario
 from gpuplan.app.bridge import column_commit
 from gpuplan.app.config import demo_config
 from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
 from scheduler.check import check_plan
-from scheduler.scenario_io import parse_scenario
-from storage.records import JobState, TrafficHour
-from storage.store import open_store
+from storage.factory import open_store
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]

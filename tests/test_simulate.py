@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from contract.errors import InputError
+from contract.records import Assignment, Commit
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
 from gpuplan.app.simulate import (
     STEP,
@@ -31,7 +32,6 @@ from gpuplan.app.simulate import (
 )
 from gpuplan.app.workload import draw_workload, held_out_split, job_pool, read_workload
 from scheduler.check import check_plan
-from storage.records import Assignment, Commit
 from tests.service_fixtures import run_cli
 from training_data.arrivals import load_pattern
 from training_data.history import bundled_history_path, load_history

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from contract.errors import InputError
+from contract.records import Cluster, DownWindowRecord
 from gpuplan.app.config import load_config
 from gpuplan.app.slurm.client import BatchRequest, Placement, SlurmClient
 from gpuplan.app.slurm.cluster import GpuMap, ceil_hour, read_cluster
-from storage.records import Cluster, DownWindowRecord
 from tests.slurm import PARTITION, SlurmServer
 from tests.test_slurm_client import running, wait_for
 

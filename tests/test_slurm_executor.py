@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from contract.records import App, Cluster, JobState, Outcome
 from gpuplan.app.config import AppTraffic, ServiceConfig
 from gpuplan.app.jobs import submit
 from gpuplan.app.seed import ensure_service
@@ -24,8 +25,8 @@ from gpuplan.app.slurm.client import RUNNING, BatchRequest, Placement, SlurmErro
 from gpuplan.app.slurm.cluster import ceil_hour
 from gpuplan.app.slurm.executor import SlurmExecutor
 from gpuplan.app.tick import CycleReport, plan_cycle
-from storage.records import App, Cluster, JobState, Outcome
-from storage.store import Store, open_store
+from storage.factory import open_store
+from storage.store import Store
 from tests.slurm import PARTITION, SlurmServer
 from tests.test_slurm_client import wait_for
 

@@ -20,15 +20,14 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import yaml
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, inspect, text
 
-from contract.errors import InputError
-from storage.records import (
+from contract.errors import InputError, StoreError
+from contract.records import (
     App,
     Assignment,
     Cluster,
@@ -37,12 +36,11 @@ from storage.records import (
     Job,
     JobEstimate,
     JobState,
-    Outcome,
     RunMode,
     TrafficHour,
 )
+from storage.factory import DEFAULT_URL, open_store
 from storage.sql import SqlStore, alembic_config, head_revision
-from storage.store import DEFAULT_URL, StoreError, open_store
 from storage.tables import SCHEMA_REVISION, Base
 from tests.leaks import open_files
 from tests.storage_children import (
@@ -337,68 +335,6 @@ def test_the_history_comes_back_as_the_forecasters_schema_accepts_it(store: SqlS
     assert store.append_history(sample.head(10)) == 0  # already there
     back = store.history()
     pd.testing.assert_frame_equal(validate_history(back, source="store"), sample)
-
-
-def test_finishing_a_job_appends_a_history_row_the_forecasters_accept(store: SqlStore) -> None:
-    spec = yaml.safe_load(TRAINING_SPEC.read_text())
-    store.add_job(queued_job("job-a", spec=spec))
-    store.record_run(sample_run(), sample_commit())
-    end = HOUR + timedelta(hours=5, minutes=20)
-    done = store.finish_job("job-a", end, Outcome.OK, {})
-    assert (done.state, done.ended_at, done.outcome) == (JobState.DONE, end, Outcome.OK)
-    assert store.job("job-a") == done
-
-    history = validate_history(store.history(), source="store")
-    (row,) = history.to_dict("records")
-    assert (row["job_id"], row["kind"], row["gpus"], row["outcome"]) == ("job-a", "training", 2, "completed")
-    assert row["end_time"] - row["start_time"] == timedelta(hours=5, minutes=20)
-    assert row["submit_time"] == HOUR - timedelta(hours=2)
-    assert {k: row[k] for k in ("variant", "params_billion", "lora_rank", "sequence_packing")} == {
-        "variant": "lora_sft",
-        "params_billion": 8.0,
-        "lora_rank": 32,
-        "sequence_packing": True,
-    }
-    with pytest.raises(InputError, match=re.escape("`job_id` must be a queued or running job; got 'job-a'.")):
-        store.finish_job("job-a", end, Outcome.OK, {})
-    with pytest.raises(
-        InputError, match=re.escape("`job_id` must be the id of a submitted job; got 'nobody'.")
-    ):
-        store.finish_job("nobody", end, Outcome.OK, {})
-
-
-def test_a_job_that_never_ran_ends_without_teaching_a_duration(store: SqlStore) -> None:
-    spec = yaml.safe_load(TRAINING_SPEC.read_text())
-    store.add_job(queued_job("job-q", spec=spec))
-    with pytest.raises(
-        InputError, match=re.escape("`outcome` must be 'failed' or 'cancelled' for a job that never started")
-    ):
-        store.finish_job("job-q", HOUR, Outcome.OK, {})
-    assert store.job("job-q") == queued_job("job-q", spec=spec)
-    store.finish_job("job-q", HOUR, Outcome.CANCELLED, {})
-    (row,) = validate_history(store.history(), source="store").to_dict("records")
-    assert (row["start_time"], row["end_time"], row["outcome"]) == (HOUR, HOUR, "cancelled")
-
-    store.add_job(queued_job("job-i", kind="batch_inference"))  # not a kind the forecasters learn
-    store.finish_job("job-i", HOUR, Outcome.FAILED, {})
-    assert store.job("job-i").state is JobState.DONE  # type: ignore[union-attr]
-    stated = {"id": "job-s", "kind": "training", "priority": 5.0, "gpus": 2, "hours": 3.0}
-    store.add_job(queued_job("job-s", spec=stated))  # stated hours, no features to learn from
-    store.finish_job("job-s", HOUR, Outcome.FAILED, {})
-    assert store.job("job-s").state is JobState.DONE  # type: ignore[union-attr]
-    assert list(store.history()["job_id"]) == ["job-q"]
-
-
-def test_a_history_row_the_schema_refuses_leaves_the_job_running(store: SqlStore) -> None:
-    store.add_job(queued_job("job-a", spec=yaml.safe_load(TRAINING_SPEC.read_text())))
-    store.record_run(sample_run(), sample_commit())
-    with pytest.raises(InputError, match=re.escape("`lora_rank` must be")):
-        store.finish_job("job-a", HOUR + timedelta(hours=1), Outcome.OK, {"lora_rank": -3})
-    assert store.job("job-a").state is JobState.RUNNING  # type: ignore[union-attr]
-    assert store.history().empty
-
-
-# --- plan runs and commits ------------------------------------------------------------------
 
 
 def test_a_run_comes_back_as_it_was_stored(store: SqlStore) -> None:

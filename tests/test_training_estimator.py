@@ -15,11 +15,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
 
-from contract.errors import InputError
+from contract.errors import InputError, NotFittedError
 from features import job_costs
 from features.job_features import TRAINING_SCHEMA
 from forecasting.evaluation import slice_metrics, time_split, training_metrics
-from forecasting.job_forecast import NotFittedError
 from forecasting.persistence import load_model, save_model
 from forecasting.training_estimator import (
     AnalyticBaseline,

@@ -23,6 +23,7 @@ import pandas as pd
 
 from contract.errors import InputError
 from contract.files import MAX_TABLE_BYTES, read_bytes, read_csv
+from contract.scenario import JobKind
 from features import job_costs
 from features.job_features import (
     GPU_MEMORY_GB,
@@ -30,7 +31,6 @@ from features.job_features import (
     SCHEMAS,
     TRAINING_SCHEMA,
     FeatureType,
-    JobKind,
     describe_rows,
 )
 
@@ -48,7 +48,7 @@ MAX_JOB_HOURS = 720.0
 ACTIVATION_SHARE = 0.5
 
 OUTCOMES = ("completed", "failed", "cancelled")
-KINDS: tuple[JobKind, ...] = ("training", "quantization")
+KINDS: tuple[JobKind, ...] = JobKind.forecast()
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +145,9 @@ def _validate_common(frame: pd.DataFrame, *, source: str, lines: pd.Series) -> p
         )
 
     kind = frame["kind"].astype("string").str.strip().str.lower()
-    bad_kind = ~kind.isin(list(KINDS)).fillna(False).astype(bool)
+    bad_kind = ~kind.isin([k.value for k in KINDS]).fillna(False).astype(bool)
     if bad_kind.any():
-        raise fail("kind", f"one of {list(KINDS)}", bad_kind)
+        raise fail("kind", f"one of {[k.value for k in KINDS]}", bad_kind)
     outcome = frame["outcome"].astype("string").str.strip().str.lower()
     bad_outcome = ~outcome.isin(list(OUTCOMES)).fillna(False).astype(bool)
     if bad_outcome.any():

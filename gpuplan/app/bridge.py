@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from contract.curves import swap_capped_curve
+from contract.records import App, AppForecast, Assignment, Cluster, Commit, Job, JobEstimate, PlanRun, RunMode
 from gpuplan.app.config import PlanWith
-from scheduler.curves import swap_capped_curve
-from storage.records import App, AppForecast, Assignment, Cluster, Commit, Job, JobEstimate, PlanRun
 
 STEP = timedelta(hours=1)
 
@@ -225,6 +225,43 @@ def inputs_hash(document: Mapping[str, Any]) -> str:
     """A stable hash of a scenario (its name aside): two runs that saw the same inputs share it."""
     payload = {key: value for key, value in document.items() if key != "name"}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def run_record(
+    document: dict[str, Any],
+    *,
+    start: datetime,
+    created_at: datetime,
+    mode: RunMode,
+    policy: str,
+    grid: Sequence[Sequence[str | None]],
+    metrics: Mapping[str, float],
+    latency_ms: float,
+    status: str = "FEASIBLE",
+    bound: float | None = None,
+    forecasts: tuple[AppForecast, ...] = (),
+    inputs_hash_: str | None = None,
+) -> PlanRun:
+    """The one way a plan of ``document`` becomes the run to store (the cycle, the simulation's
+    baselines, the report figures and the storage benchmark all build their runs here).
+
+    The objective is the metrics' ``objective``; the inputs' hash is ``document``'s unless given.
+    """
+    return PlanRun(
+        start=start,
+        created_at=created_at,
+        mode=mode,
+        policy=policy,
+        inputs_hash=inputs_hash(document) if inputs_hash_ is None else inputs_hash_,
+        objective=float(metrics.get("objective", 0.0)),
+        bound=bound,
+        latency_ms=latency_ms,
+        status=status,
+        scenario=document,
+        grid=[list(row) for row in grid],
+        metrics=dict(metrics),
+        forecasts=forecasts,
+    )
 
 
 def column_commit(grid: Sequence[Sequence[str | None]], hour: datetime, run_id: int | None = None) -> Commit:

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from contract.records import App, Cluster, DownWindowRecord
+from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_RT_PENALTY
 from contract.times import parse_time
 from gpuplan.app.slurm.settings import SlurmSettings
-from scheduler.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_RT_PENALTY
-from storage.records import App, Cluster, DownWindowRecord
+from scheduler.model import checked_budget_ms
 
 #: The bundled real-time traffic the demo cluster's two apps follow.
 DEMO_APPS = (
@@ -64,11 +65,20 @@ class ServiceConfig:
     plan_wall_clock: bool = True
     models_dir: Path = Path("models")
     commits_file: Path | None = Path("var/commits.jsonl")
+    #: The executor's name in gpuplan/app/executors' registry; None: jsonl with a commits file, else memory.
+    executor: str | None = None
     demo_queue: bool = False  # seed a queue from the bundled job history on an empty database
     slurm: SlurmSettings | None = None  # the Slurm partition this cluster is (the `slurm:` section)
     #: app -> the command one real-time replica runs on one GPU (the Slurm executor's)
     replica_commands: Mapping[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def executor_name(self) -> str:
+        """The executor that runs the commits: the one named, else by the commits file."""
+        if self.executor is not None:
+            return self.executor
+        return "jsonl" if self.commits_file is not None else "memory"
 
 
 def demo_config(models_dir: Path = Path("models")) -> ServiceConfig:
@@ -106,6 +116,7 @@ TOP_KEYS = {
     "plan_with",
     "models_dir",
     "commits_file",
+    "executor",
     "demo_queue",
     "slurm",
 }
@@ -161,6 +172,13 @@ class _Fields:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise self.fail(name, f"an integer in [{low}, {high}]", value)
         return value
+
+    def budget_ms(self, value: object, name: str) -> float:
+        """A fast-mode budget in the one range every face shares (``scheduler.model.checked_budget_ms``)."""
+        try:
+            return checked_budget_ms(value, name)  # type: ignore[arg-type]  # checked there
+        except InputError as error:
+            raise self.fail(name, error.expected, value) from None
 
     def text(self, value: object, name: str) -> str:
         if not isinstance(value, str) or not value.strip():
@@ -289,13 +307,12 @@ def load_config(path: Path) -> ServiceConfig:
         review_every_hours=None if review is None else r.number(review, "review_every_hours", 0.5, 168),
         review_time_limit_s=r.number(top.get("review_time_limit_s", 10.0), "review_time_limit_s", 0.1, 600),
         retrain_at=retrain_at,
-        plan_budget_ms=r.number(top.get("plan_budget_ms", 1000.0), "plan_budget_ms", 0.0, 60_000),
-        submit_budget_ms=None
-        if submit_budget is None
-        else r.number(submit_budget, "submit_budget_ms", 0.0, 60_000),
+        plan_budget_ms=r.budget_ms(top.get("plan_budget_ms", 1000.0), "plan_budget_ms"),
+        submit_budget_ms=None if submit_budget is None else r.budget_ms(submit_budget, "submit_budget_ms"),
         plan_with=PlanWith(plan_with),
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
+        executor=None if top.get("executor") is None else r.text(top["executor"], "executor"),
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
         slurm=None if top.get("slurm") is None else _slurm(r, top["slurm"], path.parent),
         replica_commands=replica_commands,

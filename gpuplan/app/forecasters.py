@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
+from contract.records import Job, JobEstimate
 from gpuplan.app.models import MODEL_FILES, load_job_estimator
-from storage.records import Job, JobEstimate
 
 if TYPE_CHECKING:
     from forecasting.job_forecast import JobForecast
@@ -52,7 +52,7 @@ class Forecasters:
             else:
                 features = {k: v for k, v in job.spec.items() if k not in SPEC_KEYS}
                 try:
-                    frame = SCHEMAS[job.kind].validate_record(features, source=f"job {job.id}")  # type: ignore[index]
+                    frame = SCHEMAS[job.kind].validate_record(features, source=f"job {job.id}")
                 except InputError as error:
                     log.warning("job %s cannot be forecast: %s", job.id, error)
                     continue

@@ -13,18 +13,21 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
+from contract.records import Job, JobEstimate, JobState, Outcome, RunMode
+from contract.scenario import JobKind
+from contract.scenario_io import MAX_PRIORITY
 from gpuplan.app.bridge import planned_place
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
 from gpuplan.app.models import MODEL_FILES
-from scheduler.scenario_io import MAX_PRIORITY
-from storage.records import Job, JobEstimate, JobState, Outcome, RunMode
 from storage.store import Store
 
-BATCH_KINDS = ("training", "batch_inference", "quantization")
+if TYPE_CHECKING:
+    import pandas as pd
+
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_HOURS = 24 * 365
 
@@ -67,8 +70,9 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
             job_id,
             source=source,
         )
-    if spec.get("kind") not in BATCH_KINDS:
-        raise InputError("kind", f"one of {list(BATCH_KINDS)}", spec.get("kind"), source=source)
+    batch_kinds = [kind.value for kind in JobKind.batch()]
+    if spec.get("kind") not in batch_kinds:
+        raise InputError("kind", f"one of {batch_kinds}", spec.get("kind"), source=source)
     priority = spec.get("priority", 1)
     if (
         isinstance(priority, bool)
@@ -135,7 +139,7 @@ def submit(
     it is stored; a refused ``sbatch`` raises ``SlurmError`` and nothing is stored).
     ``slurm_job``: the Slurm job of a spec adopted from Slurm (already submitted, held).
     """
-    from gpuplan.app.tick import plan_cycle
+    from gpuplan.app.tick import plan_cycle, require_cluster
 
     spec = check_spec(spec_document, source=source, default_id=default_id)
     section = None
@@ -152,9 +156,7 @@ def submit(
             )
     forecasters = forecasters or Forecasters(config.models_dir)
     estimate = estimate_spec(spec, forecasters, source=source)
-    cluster = store.cluster()
-    if cluster is None:
-        raise InputError("--db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
+    cluster = require_cluster(store)
     if estimate.gpus > cluster.gpus:
         raise InputError(
             "gpus",
@@ -167,7 +169,7 @@ def submit(
         raise InputError("id", "an id no other job has", spec["id"], source=source)
     job = Job(
         id=spec["id"],
-        kind=spec["kind"],
+        kind=JobKind(spec["kind"]),
         priority=float(spec.get("priority", 1)),
         spec=spec,
         submitted_at=now,
@@ -209,14 +211,71 @@ def finish(
     """
     job = store.job(job_id)
     if job is None:
-        raise InputError("JOB_ID", "the id of a submitted job", job_id)
+        raise InputError("job_id", "the id of a submitted job", job_id)
     if job.state is JobState.DONE:
-        raise InputError("JOB_ID", "a job that is queued or running", f"{job_id} (already done)")
+        raise InputError("job_id", "a job that is queued or running", f"{job_id} (already done)")
     if job.started_at is not None and at < job.started_at:
         raise InputError(
-            "--at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
+            "at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
         )
     history: dict[str, object] | None = None
     if started_at is not None and job.state is JobState.RUNNING:
         history = {"start_time": max(started_at, job.submitted_at), "slurm": None}
+    return finish_job(store, job_id, at, outcome, history)
+
+
+def finish_job(
+    store: Store, job_id: str, at: datetime, outcome: Outcome, history_row: dict[str, object] | None = None
+) -> Job:
+    """Mark the job done and append its history row, validated against the history schema, in one transaction.
+
+    Columns missing from ``history_row`` come from the stored job: ``job_id``, ``kind``,
+    ``submit_time``, ``start_time`` (``at`` for a job that never started), ``end_time``
+    (``at``), ``gpus`` (held, else estimated), ``outcome`` and the spec's features. Kinds
+    the forecasters do not learn (``batch_inference``), and jobs submitted with stated
+    hours instead of features, get no history row: there is nothing to learn from. A job
+    that never started cannot end ``completed``: its zero duration would teach the estimators.
+    """
+    outcome = Outcome(outcome)
+
+    def history(job: Job) -> pd.DataFrame | None:
+        from features.job_features import SCHEMAS
+        from training_data.history import validate_history
+
+        if job.state is JobState.DONE:
+            raise InputError(
+                "job_id",
+                "a queued or running job",
+                job_id,
+                hint=f"It already ended at {job.ended_at} ({job.outcome}).",
+            )
+        if job.started_at is None and outcome is Outcome.OK:
+            raise InputError(
+                "outcome",
+                f"{Outcome.FAILED.value!r} or {Outcome.CANCELLED.value!r} for a job that never started",
+                outcome.value,
+                hint=f"Job {job_id} is still queued.",
+            )
+        # A job committed for the hour it was submitted in starts at its submission, not before.
+        started = max(job.started_at or at, job.submitted_at)
+        if at < started:
+            raise InputError("at", f"at or after the job's start {started.isoformat()}", at.isoformat())
+        given = set(job.spec) | set(history_row or {})
+        if not (job.kind.is_forecast and set(SCHEMAS[job.kind].names) <= given):
+            return None
+        import pandas as pd
+
+        merged: dict[str, object] = {
+            **job.spec,
+            "job_id": job.id,
+            "kind": job.kind.value,
+            "submit_time": job.submitted_at,
+            "start_time": started,
+            "end_time": at,
+            "gpus": job.gpus or (job.estimate.gpus if job.estimate else None) or 1,
+            "outcome": outcome.value,
+            **(history_row or {}),
+        }
+        return validate_history(pd.DataFrame([merged]), source=f"the history row of job {job_id}")
+
     return store.finish_job(job_id, at, outcome, history)

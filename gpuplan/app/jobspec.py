@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import cast
 
 from contract.errors import InputError
 from contract.files import read_mapping
-from features.job_features import SCHEMAS, JobKind
+from contract.scenario import JobKind
+from features.job_features import SCHEMAS
 
 KINDS: tuple[JobKind, ...] = tuple(SCHEMAS)
 
@@ -41,7 +41,7 @@ def parse_job_spec(document: object, *, source: str) -> tuple[JobKind, dict[str,
             raise InputError(
                 name, "a single value (text, number or boolean)", type(value).__name__, source=source
             )
-    job_kind = cast(JobKind, kind)
+    job_kind = JobKind(str(kind))
     SCHEMAS[job_kind].validate_record(features, source=source)
     return job_kind, features
 

@@ -1,18 +1,23 @@
 """What the reports read from the store, with the messages an operator sees when it is not there.
 
 The report functions themselves (:mod:`gpuplan.app.reports`) are pure; this module is
-the only part of them that touches a :class:`~storage.store.Store`.
+the only part of them that touches a :class:`~storage.store.Store`. Each ``*_inputs``
+function opens the store at a URL, reads what one report needs, checks the report's
+``since`` (a user's time, as text) against what is stored, and closes the store.
+Errors name the report's own fields (``db``, ``run_id``, ``since``).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from contract.errors import InputError
-from scheduler.model import JobKind
-from storage.records import Cluster, Commit
-from storage.store import Store, open_store
+from contract.records import App, Cluster, Commit, PlanRun, TrafficHour
+from contract.scenario import Instance, JobKind
+from storage.factory import open_store
+from storage.store import Store
 
 NO_DATA_HINT = "Run the service first (`gpuplan daemon --once`), or point --db at its database."
 
@@ -27,7 +32,7 @@ def open_existing_store(url: str) -> Store:
         path = url[len(prefix) :].split("?", 1)[0]
         if path and path != ":memory:" and not Path(path).is_file():
             raise InputError(
-                "--db", "the URL of an existing database", url, hint=f"No file {path}. {NO_DATA_HINT}"
+                "db", "the URL of an existing database", url, hint=f"No file {path}. {NO_DATA_HINT}"
             )
     return open_store(url)
 
@@ -35,7 +40,7 @@ def open_existing_store(url: str) -> Store:
 def stored_cluster(store: Store) -> Cluster:
     cluster = store.cluster()
     if cluster is None:
-        raise InputError("--db", "a database with a cluster", "none stored", hint=NO_DATA_HINT)
+        raise InputError("db", "a database with a cluster", "none stored", hint=NO_DATA_HINT)
     return cluster
 
 
@@ -45,11 +50,11 @@ def stored_commits(store: Store, since: datetime | None, until: datetime | None 
     if commits:
         return commits
     if store.last_commit() is None:
-        raise InputError("--db", "a database with committed hours", "none committed", hint=NO_DATA_HINT)
+        raise InputError("db", "a database with committed hours", "none committed", hint=NO_DATA_HINT)
     window = f"since {since.isoformat()}" if since is not None else "in the window"
     if until is not None:
         window += f" until {until.isoformat()}"
-    raise InputError("--since", "a time before the last committed hour", f"no committed hour {window}")
+    raise InputError("since", "a time before the last committed hour", f"no committed hour {window}")
 
 
 def job_kinds(store: Store) -> dict[str, JobKind]:
@@ -57,3 +62,89 @@ def job_kinds(store: Store) -> dict[str, JobKind]:
     kinds = {job.id: JobKind(job.kind) for job in store.jobs()}
     kinds.update((app.id, JobKind.REALTIME) for app in store.apps())
     return kinds
+
+
+def parse_since(since: str | None) -> datetime | None:
+    """A report's ``since``: a user's time (contract/times.py), or None."""
+    from contract.times import parse_time
+
+    return parse_time(since, "since") if since else None
+
+
+def load_run(url: str, run_ref: str) -> PlanRun:
+    """The run ``run_ref`` names (an id or ``latest``) in the store at ``url``."""
+    from gpuplan.app.status import find_run
+
+    store = open_existing_store(url)
+    try:
+        return find_run(store, run_ref)
+    finally:
+        store.close()
+
+
+@dataclass(frozen=True, eq=False)
+class CoverageInputs:
+    """What the coverage-risk report reads: the run, its apps, and the realised past since ``since``."""
+
+    run: PlanRun
+    instance: Instance
+    apps: list[App]
+    commits: list[Commit]
+    traffic: list[TrafficHour]
+    since: datetime
+
+
+def coverage_inputs(url: str, run_ref: str, since: str | None) -> CoverageInputs:
+    """The run and the realised window from ``since`` (default: one horizon) to the run's start."""
+    from gpuplan.app.reports import run_instance
+    from gpuplan.app.status import find_run
+
+    since_at = parse_since(since)
+    store = open_existing_store(url)
+    try:
+        run = find_run(store, run_ref)
+        instance = run_instance(run)
+        step = timedelta(minutes=instance.step_minutes)
+        window_since = since_at if since_at is not None else run.start - instance.horizon_steps * step
+        if since_at is not None and since_at >= run.start:
+            raise InputError("since", f"a time before the run's start ({run.start.isoformat()})", since)
+        apps = store.apps()
+        commits = store.commits(window_since, run.start)
+        if since_at is not None and not commits:
+            raise InputError(
+                "since",
+                "a time with committed hours between it and the run's start",
+                since,
+                hint=f"No hour was committed from {since_at.isoformat()} to {run.start.isoformat()}.",
+            )
+        traffic = [
+            hour for job in instance.realtime_jobs for hour in store.traffic(job.id, window_since, run.start)
+        ]
+    finally:
+        store.close()
+    return CoverageInputs(run, instance, apps, commits, traffic, window_since)
+
+
+def utilization_inputs(url: str, since: str | None) -> tuple[Cluster, list[Commit], dict[str, JobKind]]:
+    """The cluster, the committed hours from ``since`` on (at least one), and every job's kind."""
+    since_at = parse_since(since)
+    store = open_existing_store(url)
+    try:
+        return stored_cluster(store), stored_commits(store, since_at), job_kinds(store)
+    finally:
+        store.close()
+
+
+def commits_inputs(
+    url: str, since: str | None, *, cluster: bool
+) -> tuple[list[Commit], Cluster | None, set[str]]:
+    """The committed hours from ``since`` on; with ``cluster``, also the cluster and the app ids."""
+    since_at = parse_since(since)
+    store = open_existing_store(url)
+    try:
+        commits = stored_commits(store, since_at)
+        if not cluster:
+            return commits, None, set()
+        return commits, stored_cluster(store), {app.id for app in store.apps()}
+    finally:
+        store.close()

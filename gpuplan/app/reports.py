@@ -20,14 +20,14 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from statistics import NormalDist
 
+from contract.curves import swap_capped_curve
 from contract.errors import InputError
+from contract.records import App, Cluster, Commit, PlanRun, TrafficHour
+from contract.scenario import Cell, Instance, JobKind, gpus_of
+from contract.scenario_io import parse_scenario
 from forecasting.gpu_mapping import gpus_needed
 from gpuplan.app.bridge import gpu_demand
 from scheduler.board import free_block_starts
-from scheduler.curves import swap_capped_curve
-from scheduler.model import Cell, Instance, JobKind, gpus_of
-from scheduler.scenario_io import parse_scenario
-from storage.records import App, Cluster, Commit, PlanRun, TrafficHour
 
 #: The quantile whose GPUs a run's forecast stores (``AppForecast.gpus``) and plans for.
 PLANNED_QUANTILE = 0.9
@@ -435,7 +435,7 @@ def coverage_risk(
        ``gpus_down`` when the down GPUs alone explain it, ``batch_pinned`` when the running
        batch jobs alone do (both needed: the larger of the two).
     2. ``swap_cap``: the least swap-capped curve that reaches ``n`` at t
-       (:func:`scheduler.curves.swap_capped_curve` of ``n`` at t, zero before) exceeds
+       (:func:`contract.curves.swap_capped_curve` of ``n`` at t, zero before) exceeds
        what was reachable earlier: ``avail(u)`` at some step u < t, or at step 0 the
        running set plus the cap. The GPUs are there at t, the ramp could not get there.
     3. ``above_planned``: the plan holds at least the demand the run was given (the

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
+from contract.scenario import JobKind
 from gpuplan.app.models import QUANTIZATION_MODEL_FILE, TRAINING_MODEL_FILE, realtime_model_file
 
 if TYPE_CHECKING:
@@ -92,8 +93,8 @@ def retrain(
     from training_data.history import completed_jobs
 
     check_writable_dir(models_dir, MODELS_OPTION)
-    training_jobs = completed_jobs(history, "training")
-    quantization_jobs = completed_jobs(history, "quantization")
+    training_jobs = completed_jobs(history, JobKind.TRAINING)
+    quantization_jobs = completed_jobs(history, JobKind.QUANTIZATION)
     # The evaluation fits on the earlier share of jobs, which must reach the estimator's minimum.
     needed = math.ceil(MIN_TRAINING_JOBS / (1 - TEST_FRACTION))
     if len(training_jobs) < needed:

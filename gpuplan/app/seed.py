@@ -11,24 +11,22 @@ import math
 import pickle
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from contract.errors import InputError
+from contract.records import App, Job, JobEstimate
+from contract.scenario import JobKind
 from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.config import AppTraffic, ServiceConfig
 from gpuplan.app.models import TRAINING_MODEL_FILE
 from gpuplan.app.tick import ingest_traffic
-from storage.records import App, Job, JobEstimate
 from storage.store import Store
-
-if TYPE_CHECKING:
-    from features.job_features import JobKind
 
 log = logging.getLogger(__name__)
 
 WEEK = timedelta(days=7)
 #: The demo's queue: this many jobs of each kind, drawn from the bundled history.
-DEMO_QUEUE: dict[JobKind, int] = {"training": 9, "quantization": 3}
+DEMO_QUEUE: dict[JobKind, int] = {JobKind.TRAINING: 9, JobKind.QUANTIZATION: 3}
 DEMO_PRIORITIES = (10.0, 30.0, 50.0, 70.0)
 #: Rows of the bundled history copied into a demo database (what `train --db` starts from).
 DEMO_HISTORY_ROWS = 3000
@@ -138,7 +136,7 @@ def _seed_demo_jobs(store: Store, now: datetime) -> None:
         store.add_job(
             Job(
                 id=spec["id"],
-                kind="batch_inference",
+                kind=JobKind.BATCH_INFERENCE,
                 priority=40.0,
                 spec=spec,
                 submitted_at=now,

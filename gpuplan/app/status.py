@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from contract.records import JobState, PlanRun, RunMode
 from gpuplan.app.bridge import planned_place
-from storage.records import JobState, PlanRun, RunMode
 from storage.store import Store
 
 
@@ -71,19 +71,19 @@ def find_run(store: Store, which: str) -> PlanRun:
     if which == "latest":
         run = store.run()
         if run is None:
-            raise InputError("RUN_ID", "a stored run (the database has none yet)", which)
+            raise InputError("run_id", "a stored run (the database has none yet)", which)
         return run
     if not which.isdigit():
-        raise InputError("RUN_ID", "a run id (a whole number) or `latest`", which)
+        raise InputError("run_id", "a run id (a whole number) or `latest`", which)
     run = store.run(int(which))
     if run is None:
-        raise InputError("RUN_ID", "the id of a stored run", which)
+        raise InputError("run_id", "the id of a stored run", which)
     return run
 
 
 def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
     """Write ``scenario.json``, ``plan.json`` (CONTRACT.md formats) and ``run.json`` into ``out_dir``."""
-    from scheduler.scenario_io import write_json_atomic
+    from contract.scenario_io import write_json_atomic
 
     plan = {
         "scenario": run.scenario.get("name"),

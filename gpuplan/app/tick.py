@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
+from contract.records import App, Cluster, Commit, JobState, PlanRun, RunMode, TrafficHour
 from gpuplan.app.bridge import (
     STEP,
     AppDemand,
@@ -30,14 +31,13 @@ from gpuplan.app.bridge import (
     app_forecasts,
     column_commit,
     floor_hour,
-    inputs_hash,
     realtime_sets,
+    run_record,
     scenario_document,
 )
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
-from storage.records import App, Commit, JobState, PlanRun, RunMode, TrafficHour
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -123,11 +123,17 @@ def app_demand(store: Store, app: App, start: datetime, hours: int) -> AppDemand
     return AppDemand(app, p50, p90)
 
 
-def load_snapshot(store: Store, start: datetime, config: ServiceConfig, forecasters: Forecasters) -> Snapshot:
-    """The state the plan starting at ``start`` sees; queued jobs without an estimate get one."""
+def require_cluster(store: Store) -> Cluster:
+    """The stored cluster; a database the daemon has not set up yet is an error that says so."""
     cluster = store.cluster()
     if cluster is None:
-        raise InputError("--db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
+        raise InputError("db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
+    return cluster
+
+
+def load_snapshot(store: Store, start: datetime, config: ServiceConfig, forecasters: Forecasters) -> Snapshot:
+    """The state the plan starting at ``start`` sees; queued jobs without an estimate get one."""
+    cluster = require_cluster(store)
     waiting = store.jobs([JobState.QUEUED])
     new_estimates = forecasters.estimates([job for job in waiting if job.estimate is None])
     queued = []
@@ -165,16 +171,16 @@ def plan_snapshot(
     time_limit_s: float = 10.0,
 ) -> tuple[dict[str, Any], Plan]:
     """The snapshot's scenario and its checked plan."""
+    from contract.scenario_io import parse_scenario
     from scheduler.model import HOT_PATH_BUDGET_MS, SolveOptions
     from scheduler.policies import plan
-    from scheduler.scenario_io import parse_scenario
 
     name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
     document = scenario_document(snapshot, config.plan_with, name=name)
     instance = parse_scenario(document, source=name)
     options = SolveOptions(
         time_limit_s=time_limit_s,
-        budget_ms=budget_ms or HOT_PATH_BUDGET_MS,
+        budget_ms=HOT_PATH_BUDGET_MS if budget_ms is None else budget_ms,
         wall_clock=config.plan_wall_clock,
     )
     return document, plan(instance, policy, options)
@@ -204,19 +210,17 @@ def _run_of(
     started: float,
 ) -> PlanRun:
     """A planning result as the run to store; its latency runs from ``started`` to now."""
-    return PlanRun(
+    return run_record(
+        document,
         start=snapshot.start,
         created_at=now,
         mode=mode,
         policy=result.policy,
-        inputs_hash=inputs_hash(document),
-        objective=result.metrics.objective,
-        bound=result.bound,
+        grid=result.grid,
+        metrics=result.metrics.as_dict(),
         latency_ms=(time.perf_counter() - started) * 1000,
         status=result.status,
-        scenario=document,
-        grid=[list(row) for row in result.grid],
-        metrics=result.metrics.as_dict(),
+        bound=result.bound,
         forecasts=app_forecasts(snapshot),
     )
 

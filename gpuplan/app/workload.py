@@ -9,7 +9,7 @@ would on the next jobs of that history. Jobs arrive as a Poisson process whose h
 rate follows the daily and weekly pattern of Alibaba's openb GPU trace
 (:mod:`training_data.arrivals`), scaled so that the batch work asked equals
 :data:`OFFERED_LOAD` of the GPU-hours real-time demand leaves free. Priorities follow
-the benchmark ranges per kind (``scheduler/synthetic.py``); a latency-sensitive pod of the
+the benchmark ranges per kind (``gpuplan/app/synthetic.py``); a latency-sensitive pod of the
 trace takes the upper half of its range, a best-effort one the lower half.
 
 **CSV workload** (``--workload FILE``), one job a row: ``id, submit_hour, kind,
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from contract.errors import InputError
-from scheduler.model import BATCH_KINDS, JobKind
-from storage.records import Outcome
+from contract.records import Outcome
+from contract.scenario import JobKind
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,7 +49,7 @@ MAX_JOB_HOURS = 48.0
 #: A cluster is never empty on a Monday: the default workload starts with the queue of
 #: the day before (jobs submitted in these hours before the first simulated hour).
 BACKLOG_HOURS = 24
-#: Priority ranges per kind, as in the benchmark shapes (scheduler/synthetic.py).
+#: Priority ranges per kind, as in the benchmark shapes (gpuplan/app/synthetic.py).
 PRIORITY_RANGES: dict[JobKind, tuple[int, int]] = {
     JobKind.TRAINING: (40, 90),
     JobKind.BATCH_INFERENCE: (20, 60),
@@ -273,7 +273,7 @@ def read_workload(path: Path, *, cluster_gpus: int) -> list[SimJob]:
             kind = JobKind(row["kind"].strip().lower())
         except ValueError:
             kind = JobKind.REALTIME
-        if kind not in BATCH_KINDS:
+        if not kind.is_batch:
             raise bad("kind", "one of training, batch_inference, quantization")
         priority = _number(row["priority"])
         if priority is None or priority <= 0:

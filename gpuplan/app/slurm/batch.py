@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from contract.records import Job
 from gpuplan.app.slurm.client import BatchRequest, Placement
 from gpuplan.app.slurm.settings import COMMENT_PREFIX
-from storage.records import Job
 
 SECTION_KEYS = frozenset({"command", "script", "account", "qos", "time_limit_minutes", "job_id"})
 MAX_TIME_LIMIT_MINUTES = 365 * 24 * 60

@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from contract.errors import InputError
+from contract.records import Cluster, DownWindowRecord
 from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.slurm.client import RUNNING, Placement, SlurmClient, SlurmJob, SlurmNode
 from gpuplan.app.slurm.settings import COMMENT_PREFIX, SlurmSettings
-from storage.records import Cluster, DownWindowRecord
 
 
 def ceil_hour(moment: datetime) -> datetime:

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
+from contract.records import Cluster, Commit, Job, JobState, Outcome
 from gpuplan.app.bridge import floor_hour
 from gpuplan.app.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
 from gpuplan.app.slurm.client import (
@@ -40,7 +41,6 @@ from gpuplan.app.slurm.client import (
 )
 from gpuplan.app.slurm.cluster import ClusterView, read_cluster
 from gpuplan.app.slurm.settings import SlurmSettings
-from storage.records import Cluster, Commit, Job, JobState, Outcome
 from storage.store import Store
 
 if TYPE_CHECKING:

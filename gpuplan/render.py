@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.files import atomic_write, check_writable
-from scheduler.model import Cell, Instance
+from contract.scenario import Cell, Instance
 from scheduler.policies import Plan
 
 DOWN_COLOUR = "0.6"

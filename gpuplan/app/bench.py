@@ -15,11 +15,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from contract.scenario import Instance
+from contract.scenario_io import parse_scenario
+from gpuplan.app.synthetic import Shape, generate
 from scheduler import lns
-from scheduler.model import PLAN_CYCLE_BUDGET_MS, Instance, build_grid
+from scheduler.model import PLAN_CYCLE_BUDGET_MS, build_grid
 from scheduler.policies import POLICIES, Plan, PolicyName, SolveOptions, plan
-from scheduler.scenario_io import parse_scenario
-from scheduler.synthetic import Shape, generate
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,7 @@ from typing import Any
 from contract.errors import InputError
 from contract.files import read_document
 from contract.files import write_json_atomic as write_json_atomic  # noqa: PLC0414  # re-exported: callers keep one name
-from scheduler.model import (
-    BATCH_KINDS,
+from contract.scenario import (
     BatchJob,
     DownWindow,
     Instance,
@@ -162,7 +161,7 @@ def parse_scenario(
         if kind_value not in kinds:
             raise r.fail(f"{field}.kind", f"one of {kinds}", kind_value)
         kind = JobKind(str(kind_value))
-        if kind in BATCH_KINDS:
+        if kind.is_batch:
             job_map = r.mapping(raw, field, BATCH_KEYS, {"id", "kind", "priority", "gpus", "duration"})
         else:
             job_map = r.mapping(raw, field, REALTIME_KEYS, {"id", "kind", "priority", "demand", "swap_cap"})
@@ -178,7 +177,7 @@ def parse_scenario(
         priority = r.number(job_map["priority"], f"{field}.priority", positive=True)
         if priority > MAX_PRIORITY:
             raise r.fail(f"{field}.priority", f"a number in (0, {MAX_PRIORITY:g}]", priority)
-        if kind in BATCH_KINDS:
+        if kind.is_batch:
             gpus = r.integer(job_map["gpus"], f"{field}.gpus", minimum=1)
             if gpus & (gpus - 1):
                 raise r.fail(f"{field}.gpus", "a power of two (1, 2, 4, 8, ...)", gpus)

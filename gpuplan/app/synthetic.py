@@ -6,26 +6,23 @@ Philly's active nodes; see training_data/traffic/SOURCES.md), scaled so that its
 hour needs ``peak`` GPUs. Batch jobs follow the ranges of the brief: training from a few
 hours to most of a day on 1 to 8 GPUs, batch inference and quantization from 1 to 6 hours.
 
-``python -m scheduler.synthetic DIR`` writes the seven benchmark files.
+``python -m benchmarks.make_scenarios DIR`` writes the seven benchmark files.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import random
-import sys
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
+from contract.scenario_io import parse_scenario
 from scheduler.baselines import fifo
 from scheduler.metrics import score
 from scheduler.model import build_grid
-from scheduler.scenario_io import parse_scenario
 
 # Series with a daily cycle worth scheduling around, and where each day starts (hour 0).
 TRAFFIC_SERIES = (
@@ -289,27 +286,3 @@ def calibrated(name: str, first_seed: int = 2026, tries: int = 1000) -> tuple[di
                 doc = {**doc, "name": name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
             return doc, seed
     raise ValueError(f"no seed in {first_seed}..{first_seed + tries - 1} calibrates {name!r}")
-
-
-def main(argv: list[str]) -> int:
-    """``python -m scheduler.synthetic DIR [--uncalibrated]``: the seven benchmark files,
-    calibrated to the published FIFO utilization (or as first built, from seed 2026)."""
-    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[1] != "--uncalibrated"):
-        sys.stderr.write("usage: python -m scheduler.synthetic DIR [--uncalibrated]\n")
-        return 2
-    out = Path(argv[0])
-    out.mkdir(parents=True, exist_ok=True)
-    for index, shape in enumerate(SHAPES.values(), start=1):
-        if len(argv) == 2:
-            doc = generate(SHAPES["large-mixed"] if shape.uniform_priority else shape, seed=2026)
-            if shape.uniform_priority:
-                doc = {**doc, "name": shape.name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
-        else:
-            doc, seed = calibrated(shape.name)
-            sys.stdout.write(f"{shape.name}: seed {seed}, FIFO utilization {fifo_utilization(doc):.1%}\n")
-        (out / f"{index}-{shape.name}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -11,6 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from contract.scenario import JobKind
+
 
 class JobState(StrEnum):
     QUEUED = "queued"
@@ -79,7 +81,7 @@ class Job:
     """A submitted batch job and where it is in its life."""
 
     id: str
-    kind: str  # training, batch_inference or quantization
+    kind: JobKind  # a batch kind
     priority: float
     spec: dict[str, Any]  # the submitted spec as given (features by name)
     submitted_at: datetime

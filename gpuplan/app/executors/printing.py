@@ -1,0 +1,24 @@
+"""A wrapper that also prints each commit, one line per job: what `make run` shows."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from contract.records import Commit
+from gpuplan.app.executors.base import Executor, commit_lines
+
+
+class PrintingExecutor:
+    """Passes each commit on to ``inner``, then writes it to ``stream`` (stdout by default)."""
+
+    def __init__(self, inner: Executor, stream: TextIO | None = None) -> None:
+        self.inner = inner
+        self.stream = stream
+
+    def execute(self, commit: Commit) -> None:
+        self.inner.execute(commit)
+        stream = self.stream or sys.stdout
+        for line in commit_lines(commit):
+            stream.write(f"commit {line['hour']} {line['job']} gpus={line['gpus']}\n")
+        stream.flush()

@@ -1,0 +1,108 @@
+"""The running service: what every scheduled job needs, one plan cycle, and starting up.
+
+The daemon (``daemon.py``) schedules these on the wall clock; ``gpuplan daemon --once``
+runs one cycle through the same functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from contract.errors import StoreError
+from gpuplan.app.config import ServiceConfig
+from gpuplan.app.executors import Executor, make_executor
+from gpuplan.app.executors.printing import PrintingExecutor
+from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
+from storage.store import Store
+
+log = logging.getLogger("gpuplan.daemon")
+
+#: How long a cycle waits for another daemon's cycle on the same database, and how often it looks.
+LOCK_WAIT_S = 300.0
+LOCK_POLL_S = 0.2
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Service:
+    """What every scheduled job needs: the store, the config, the executor, the clock."""
+
+    store: Store
+    config: ServiceConfig
+    executor: Executor
+    clock: Clock = utc_now
+    forecasters: Forecasters = field(init=False)
+    metrics: Any = None  # a Metrics when --metrics-port is given
+
+    def __post_init__(self) -> None:
+        self.forecasters = Forecasters(self.config.models_dir)
+
+
+@contextmanager
+def holding(store: Store, name: str, timeout_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the named cycle lock, waiting while another daemon's cycle holds it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with store.cycle_lock(name) as held:
+            if held:
+                yield
+                return
+        if time.monotonic() > deadline:
+            raise StoreError(f"another process held the {name!r} lock on this database for {timeout_s:g} s")
+        time.sleep(LOCK_POLL_S)
+
+
+def run_once(service: Service, now: datetime | None = None) -> CycleReport:
+    """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit.
+
+    A second daemon on the same database waits for the first one's cycle, then plans on
+    what it committed (the hour is committed once).
+    """
+    now = now or service.clock()
+    with holding(service.store, "plan"):
+        recalibrate(service.store, now, service.config)
+        report = plan_cycle(
+            service.store, now, service.config, service.executor, forecasters=service.forecasters
+        )
+    if service.metrics is not None:
+        service.metrics.observe(report, now)
+    return report
+
+
+def make_service(store: Store, config: ServiceConfig, *, print_commits: bool = False) -> Service:
+    """The service of one daemon process; CP-SAT is loaded now, so that the plan cycle's
+    budget goes to planning (the fast mode skips its CP-SAT search while it is not loaded)."""
+    from scheduler.policies import warm_up
+
+    warm_up()
+
+    executor = make_executor(config)
+    if print_commits:
+        executor = PrintingExecutor(executor)
+    return Service(store=store, config=config, executor=executor)
+
+
+def start_service(
+    store: Store, config: ServiceConfig, now: datetime, *, from_file: bool, print_commits: bool = False
+) -> Service:
+    """Seed an empty database (models, cluster, apps, traffic; once, under the seed lock) and
+    build the service: what a daemon does before its first cycle."""
+    from gpuplan.app.seed import ensure_models, ensure_service
+
+    # Under the seed lock: two daemons started together on an empty database seed it once.
+    with holding(store, "seed"):
+        ensure_models(config)
+        ensure_service(store, config, now, from_file=from_file)
+    return make_service(store, config, print_commits=print_commits)

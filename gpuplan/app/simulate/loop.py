@@ -1,0 +1,173 @@
+"""The loop: one policy's simulated week on a clock that moves a cycle at a time."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from contract.errors import InputError
+from contract.records import (
+    Commit,
+    TrafficHour,
+)
+from gpuplan.app.bridge import STEP, floor_hour
+from gpuplan.app.config import PlanWith, ServiceConfig
+from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.jobs import finish, submit
+from gpuplan.app.tick import recalibrate, review
+
+if TYPE_CHECKING:
+    pass
+
+from gpuplan.app.simulate.cycles import CYCLES, Cycle, SimService
+from gpuplan.app.simulate.setup import STORE_URL, PrecomputedForecasters, Setup, SimPolicy, seed_store
+
+log = logging.getLogger(__name__)
+
+# --- the loop ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    plan_with: PlanWith = PlanWith.P90
+    #: The fast mode's budget per simulated cycle: its own searches, below the CP-SAT window
+    #: search's floor (``scheduler.lns.MIN_BUDGET_MS``), which would spend a second a cycle
+    #: (6 minutes a simulated week, per policy). The daemon's cycle uses 1,000 ms.
+    plan_budget_ms: float = 150.0
+    cycle_minutes: int = 30
+    review_every_hours: int | None = None
+    review_time_limit_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        # Cycles must land on every hour, where commits are made.
+        if not 1 <= self.cycle_minutes <= 60 or 60 % self.cycle_minutes:
+            raise InputError(
+                "--cycle-minutes", "a divisor of 60 (1, 2, 3, 5, ..., 30, 60)", self.cycle_minutes
+            )
+        if self.review_every_hours is not None and self.review_every_hours < 1:
+            raise InputError("--review-every", "a whole number of hours >= 1", self.review_every_hours)
+
+
+@dataclass
+class PolicyRun:
+    """What one policy did: every committed hour, when each job started, how long cycles took."""
+
+    policy: SimPolicy
+    commits: list[Commit]
+    started: dict[str, datetime] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)
+    cycle_ms: list[float] = field(default_factory=list)
+
+    def committed_hours(self, setup: Setup) -> dict[str, int]:
+        """Per job, how many simulated hours it was committed."""
+        counts: dict[str, int] = {}
+        for commit in self.commits:
+            if setup.start <= commit.hour < setup.end:
+                for assignment in commit.assignments:
+                    counts[assignment.job] = counts.get(assignment.job, 0) + 1
+        return counts
+
+
+def run_policy(
+    setup: Setup,
+    policy: SimPolicy,
+    options: SimOptions,
+    *,
+    progress: Callable[[int], object] = lambda hours: None,
+) -> PolicyRun:
+    """Simulate ``setup`` under ``policy``; ``progress(1)`` after each simulated hour."""
+    from storage.factory import open_store
+
+    store = open_store(STORE_URL)
+    try:
+        seed_store(store, setup)
+        config = ServiceConfig(
+            cluster=setup.cluster,
+            apps=setup.apps,
+            cycle_minutes=options.cycle_minutes,
+            review_every_hours=options.review_every_hours,
+            review_time_limit_s=options.review_time_limit_s,
+            plan_budget_ms=options.plan_budget_ms,
+            plan_wall_clock=False,  # the same plans however busy the machine: results repeat per seed
+            plan_with=options.plan_with,
+            models_dir=setup.models_dir,
+            commits_file=None,
+        )
+        forecasters = PrecomputedForecasters(setup.models_dir, setup.forecasts)
+        service = SimService(store, config, InMemoryExecutor(), forecasters, setup)
+        return _loop(service, policy, CYCLES[policy](), options, progress)
+    finally:
+        store.close()
+
+
+def _loop(
+    service: SimService,
+    policy: SimPolicy,
+    cycle: Cycle,
+    options: SimOptions,
+    progress: Callable[[int], object],
+) -> PolicyRun:
+    setup, store, config = service.setup, service.store, service.config
+    result = PolicyRun(policy, service.executor.commits)
+    arrivals = deque(sorted(setup.jobs, key=lambda job: job.submit_hour))
+    by_id = {job.id: job for job in setup.jobs}
+    due: list[tuple[datetime, str]] = []  # (actual end, job) of started jobs
+    seen_commits = 0
+    step = timedelta(minutes=options.cycle_minutes)
+    review_every = options.review_every_hours
+    for k in range(setup.hours * 60 // options.cycle_minutes):
+        now = setup.start + k * step
+        # 1. what happened since the last cycle, in time order (an end before a submission)
+        while True:
+            arrival = setup.start + timedelta(hours=arrivals[0].submit_hour) if arrivals else None
+            end = due[0][0] if due else None
+            if end is not None and end <= now and (arrival is None or end <= arrival):
+                _, job_id = heapq.heappop(due)
+                finish(store, job_id, end, by_id[job_id].outcome)
+            elif arrival is not None and arrival <= now:
+                job = arrivals.popleft()
+                submit(
+                    store,
+                    job.spec(),
+                    arrival,
+                    config,
+                    source=f"job {job.id}",
+                    forecasters=service.forecasters,
+                    replan=False,
+                )
+            else:
+                break
+        # 2. the hour that just ended joins the traffic; the profiles recalibrate
+        if now == floor_hour(now):
+            index = (now - setup.start) // STEP
+            if index > 0:
+                store.add_traffic(
+                    [
+                        TrafficHour(s.app.id, now - STEP, float(s.requests[s.history_hours + index - 1]))
+                        for s in setup.series
+                    ]
+                )
+                recalibrate(store, now, config)
+            if policy is SimPolicy.FAST and review_every and index % review_every == 0:
+                review(store, now, config, forecasters=service.forecasters)
+            progress(1)
+        # 3. the policy's cycle
+        started = time.perf_counter()
+        planned = cycle(service, now)
+        if planned:
+            result.cycle_ms.append((time.perf_counter() - started) * 1000)
+        for commit in result.commits[seen_commits:]:
+            for assignment in commit.assignments:
+                starting = by_id.get(assignment.job)
+                if starting is not None and starting.id not in result.started:
+                    result.started[starting.id] = commit.hour
+                    result.gpus[starting.id] = len(assignment.gpus)
+                    heapq.heappush(due, (commit.hour + timedelta(hours=starting.actual_hours), starting.id))
+        seen_commits = len(result.commits)
+    return result

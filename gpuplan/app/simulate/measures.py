@@ -1,0 +1,225 @@
+"""The measures of a simulated week: utilization, waiting, real-time served, and the committed grids."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpuplan.app.bridge import STEP
+
+if TYPE_CHECKING:
+    from contract.scenario import Grid, Instance
+
+from gpuplan.app.simulate.loop import PolicyRun
+from gpuplan.app.simulate.setup import HOURS_PER_DAY, FloatArray, IntArray, Setup
+
+log = logging.getLogger(__name__)
+
+# --- measuring ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyMetrics:
+    """One policy's week, measured against what really happened (actual durations and traffic)."""
+
+    policy: str
+    utilization: float  # batch GPU-hours really run + real-time GPU-hours served, over GPU-hours
+    value: float  # priority x (batch GPU-hours run + real-time GPU-hours served)
+    rt_served: float  # share of the real-time GPU-demand served
+    rt_unmet_gpu_hours: float
+    rt_idle_gpu_hours: float  # GPU-hours real-time apps held beyond what their traffic needed
+    wait_p50_h: float
+    wait_p99_h: float
+    wait_by_kind: dict[str, tuple[float, float]]  # kind -> (p50, p99) hours
+    completed: int
+    started: int
+    submitted: int
+    cycle_ms_p50: float
+    cycle_ms_p99: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "utilization": round(self.utilization, 6),
+            "value": round(self.value, 3),
+            "rt_served": round(self.rt_served, 6),
+            "rt_unmet_gpu_hours": round(self.rt_unmet_gpu_hours, 3),
+            "wait_p50_h": round(self.wait_p50_h, 4),
+            "wait_p99_h": round(self.wait_p99_h, 4),
+            "completed": self.completed,
+            "cycle_ms_p50": round(self.cycle_ms_p50, 3),
+            "cycle_ms_p99": round(self.cycle_ms_p99, 3),
+            "rt_idle_gpu_hours": round(self.rt_idle_gpu_hours, 3),
+            "started": self.started,
+            "submitted": self.submitted,
+            "wait_by_kind_h": {
+                k: {"p50": round(a, 4), "p99": round(b, 4)} for k, (a, b) in self.wait_by_kind.items()
+            },
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class Hourly:
+    """Per simulated hour: GPUs really busy with batch work, and real-time demand, held, served."""
+
+    batch_gpus: FloatArray
+    rt_demand: IntArray
+    rt_held: IntArray
+    rt_served: IntArray
+
+    def utilization(self, gpus: int) -> FloatArray:
+        used: FloatArray = (self.batch_gpus + self.rt_served) / gpus
+        return used
+
+
+def realtime_held(setup: Setup, run: PolicyRun) -> dict[str, IntArray]:
+    """Per app, the GPUs it was committed in each simulated hour."""
+    held = {s.app.id: np.zeros(setup.hours, dtype=np.int64) for s in setup.series}
+    for commit in run.commits:
+        h = (commit.hour - setup.start) // STEP
+        if 0 <= h < setup.hours:
+            for assignment in commit.assignments:
+                if assignment.job in held:
+                    held[assignment.job][h] = len(assignment.gpus)
+    return held
+
+
+def hourly(setup: Setup, run: PolicyRun) -> Hourly:
+    batch = np.zeros(setup.hours)
+    for job in setup.jobs:
+        start = run.started.get(job.id)
+        if start is None:
+            continue
+        begin = (start - setup.start) / STEP
+        end = begin + job.actual_hours
+        for h in range(int(begin), min(setup.hours, math.ceil(end))):
+            batch[h] += run.gpus[job.id] * (min(end, h + 1) - max(begin, h))
+    held = realtime_held(setup, run)
+    demand = setup.demand()
+    zeros = np.zeros(setup.hours, dtype=np.int64)
+    return Hourly(
+        batch_gpus=batch,
+        rt_demand=sum(demand.values(), zeros),
+        rt_held=sum(held.values(), zeros),
+        rt_served=sum((np.minimum(held[app], need) for app, need in demand.items()), zeros),
+    )
+
+
+def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
+    per_hour = hourly(setup, run)
+    gpu_hours = setup.cluster.gpus * setup.hours
+    held = realtime_held(setup, run)
+    demand_of = setup.demand()
+    value = sum(
+        s.app.priority * float(np.minimum(held[s.app.id], demand_of[s.app.id]).sum()) for s in setup.series
+    )
+    completed = 0
+    waits: dict[str, list[float]] = {}
+    for job in setup.jobs:
+        start = run.started.get(job.id)
+        submitted = setup.start + timedelta(hours=job.submit_hour)
+        # A job still waiting at the end has waited at least until the end.
+        wait = ((start or setup.end) - submitted) / STEP
+        waits.setdefault(job.kind.value, []).append(max(0.0, wait))
+        if start is None:
+            continue
+        ran_hours = min(job.actual_hours, (setup.end - start) / STEP)
+        value += job.priority * run.gpus[job.id] * ran_hours
+        completed += start + timedelta(hours=job.actual_hours) <= setup.end
+    every_wait = [w for kind in waits.values() for w in kind]
+    demand = float(per_hour.rt_demand.sum())
+    served = float(per_hour.rt_served.sum())
+    return PolicyMetrics(
+        policy=run.policy.value,
+        utilization=float(per_hour.batch_gpus.sum() + served) / gpu_hours,
+        value=value,
+        rt_served=served / demand if demand else 1.0,
+        rt_unmet_gpu_hours=demand - served,
+        rt_idle_gpu_hours=float(per_hour.rt_held.sum()) - served,
+        wait_p50_h=_percentile(every_wait, 50),
+        wait_p99_h=_percentile(every_wait, 99),
+        wait_by_kind={k: (_percentile(v, 50), _percentile(v, 99)) for k, v in sorted(waits.items())},
+        completed=completed,
+        started=len(run.started),
+        submitted=len(setup.jobs),
+        cycle_ms_p50=_percentile(run.cycle_ms, 50),
+        cycle_ms_p99=_percentile(run.cycle_ms, 99),
+    )
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else 0.0
+
+
+class IllegalCommitError(RuntimeError):
+    """A policy committed an hour that breaks the contract: a bug, never the user's input."""
+
+
+def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
+    """The whole simulation as one contract scenario and grid, for ``check_plan``.
+
+    Each batch job's duration is the hours it was committed, its release the first hour
+    after its submission; real-time demand is the actual need. A legal grid means no GPU
+    was double-booked, every block was aligned and kept, and no swap cap was broken.
+    """
+    from contract.scenario import BatchJob, Instance, JobKind, RealtimeJob
+
+    grid = committed_grid(setup, run)
+    committed_hours = run.committed_hours(setup)
+    demand = setup.demand()
+    instance = Instance(
+        name=f"simulated-{run.policy.value}",
+        gpus=setup.cluster.gpus,
+        horizon_steps=setup.hours,
+        batch_jobs=tuple(
+            BatchJob(
+                id=job.id,
+                kind=JobKind(job.kind),
+                priority=job.priority,
+                gpus=run.gpus.get(job.id, setup.estimates[job.id].gpus),
+                duration_steps=max(1, committed_hours.get(job.id, 1)),
+                release_step=max(0, math.ceil(job.submit_hour - 1e-9)),
+                order=n,
+            )
+            for n, job in enumerate(setup.jobs)
+        ),
+        realtime_jobs=tuple(
+            RealtimeJob(
+                id=s.app.id,
+                priority=s.app.priority,
+                demand=tuple(int(d) for d in demand[s.app.id]),
+                swap_cap=s.app.swap_cap,
+            )
+            for s in setup.series
+        ),
+    )
+    return instance, tuple(tuple(row) for row in grid)
+
+
+def committed_grid(setup: Setup, run: PolicyRun) -> list[list[str | None]]:
+    """GPU x simulated hour -> the job committed there (None: idle)."""
+    grid: list[list[str | None]] = [[None] * setup.hours for _ in range(setup.cluster.gpus)]
+    for commit in run.commits:
+        h = (commit.hour - setup.start) // STEP
+        if not 0 <= h < setup.hours:
+            continue
+        for assignment in commit.assignments:
+            for gpu in assignment.gpus:
+                if grid[gpu][h] is not None:
+                    raise IllegalCommitError(
+                        f"{run.policy.value} committed GPU {gpu} twice at hour {h}: "
+                        f"to {grid[gpu][h]} and to {assignment.job}"
+                    )
+                grid[gpu][h] = assignment.job
+    return grid
+
+
+def busiest_day_grid(setup: Setup, run: PolicyRun, day: int) -> Grid:
+    """The committed grid of simulated day ``day`` (24 hours)."""
+    span = slice(day * HOURS_PER_DAY, (day + 1) * HOURS_PER_DAY)
+    return tuple(tuple(row[span]) for row in committed_grid(setup, run))

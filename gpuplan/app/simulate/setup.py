@@ -1,0 +1,349 @@
+"""What every policy of the simulated week shares: the clock, the traffic, the forecasts, the store."""
+
+from __future__ import annotations
+
+import logging
+import math
+import pickle
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from contract.errors import InputError
+from contract.records import (
+    App,
+    Cluster,
+    JobEstimate,
+    TrafficHour,
+)
+from gpuplan.app.bridge import STEP
+from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.jobs import check_spec, estimate_spec
+from gpuplan.app.workload import SimJob
+
+if TYPE_CHECKING:
+    from forecasting.job_forecast import JobForecast
+    from storage.store import Store
+
+
+log = logging.getLogger(__name__)
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+#: Hour 0 of the simulated clock (a Monday). Every series is moved onto this clock.
+SIM_START = datetime(2025, 1, 6, tzinfo=UTC)
+HOURS_PER_DAY = 24
+HOURS_PER_WEEK = 168
+#: The profile's weekly shape needs two weeks of history before the first simulated hour.
+HISTORY_HOURS = 2 * HOURS_PER_WEEK
+#: The apps' summed peak GPU need (in their history), as a share of the cluster.
+RT_PEAK_SHARE = 0.4
+RT_PRIORITY = 80.0
+#: An app's swap cap: a quarter of its peak, so a ramp from trough to peak takes ~4 hours.
+SWAP_CAP_SHARE = 0.25
+STORE_URL = "sqlite://"  # in memory: the store lives as long as one policy's run
+
+
+class SimPolicy(StrEnum):
+    FAST = "fast"
+    FIFO = "fifo"
+    PRIORITY_BACKFILL = "priority-backfill"
+    COMMIT_ALL = "commit-all"
+
+
+# --- real-time traffic ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class RealtimeSeries:
+    """One app's real hourly traffic on the simulated clock: history, then the simulated hours.
+
+    ``hours[history_hours]`` is :data:`SIM_START`.
+    """
+
+    app: App
+    source: str
+    hours: npt.NDArray[np.datetime64]
+    requests: FloatArray
+    history_hours: int
+
+    @cached_property
+    def demand_gpus(self) -> IntArray:
+        """GPUs the actual traffic needed, every hour of the series (no headroom)."""
+        from forecasting.gpu_mapping import gpus_needed
+
+        return gpus_needed(self.requests, self.app.requests_per_gpu_hour)
+
+    def simulated_demand(self, hours: int) -> IntArray:
+        return self.demand_gpus[self.history_hours : self.history_hours + hours]
+
+
+def load_realtime(paths: Sequence[Path], *, days: int, gpus: int) -> list[RealtimeSeries]:
+    """The apps' series (default: the bundled ones long enough), moved onto the simulated clock.
+
+    The last ``days`` days of each series are simulated; the hours before are its history.
+    An app's capacity is set so that its history's peak needs an equal share of
+    :data:`RT_PEAK_SHARE` of the cluster.
+    """
+    from features.traffic import load_traffic
+    from forecasting.realtime_training import bundled_traffic_paths
+
+    simulated = days * HOURS_PER_DAY
+    needed = simulated + HISTORY_HOURS
+    chosen = list(paths) or bundled_traffic_paths()
+    loaded = []
+    for path in chosen:
+        traffic = load_traffic(path)
+        if len(traffic) < needed:
+            if paths:
+                raise InputError(
+                    "--traffic",
+                    f"a series of at least {needed} hours ({days} simulated days plus two weeks "
+                    "of history for the demand profile)",
+                    f"{len(traffic)} hours",
+                    source=str(path),
+                    hint="Simulate fewer --days or give a longer series.",
+                )
+            log.info(
+                "bundled series %s has %d hours, fewer than %d: not used", path.name, len(traffic), needed
+            )
+            continue
+        loaded.append((path, traffic))
+    if not loaded:
+        raise InputError(
+            "--days",
+            "few enough days that a bundled traffic series also holds two weeks of history",
+            days,
+            hint="Give --traffic files long enough, or fewer --days.",
+        )
+    names = [path.stem for path, _ in loaded]
+    if len(set(names)) != len(names):
+        raise InputError("--traffic", "files with distinct names (one app each)", names)
+    peak_gpus = max(1, round(gpus * RT_PEAK_SHARE / len(loaded)))
+    start = np.datetime64(SIM_START.replace(tzinfo=None), "h")
+    series = []
+    for path, traffic in loaded:
+        first_simulated = len(traffic) - simulated
+        history_peak = float(traffic.requests[:first_simulated].max())
+        app = App(
+            id=path.stem,
+            priority=RT_PRIORITY,
+            swap_cap=max(1, math.ceil(peak_gpus * SWAP_CAP_SHARE)),
+            requests_per_gpu_hour=history_peak / peak_gpus if history_peak > 0 else 1.0,
+        )
+        series.append(
+            RealtimeSeries(
+                app=app,
+                source=str(path),
+                hours=traffic.hours + (start - traffic.hours[first_simulated]),
+                requests=traffic.requests.astype(float),
+                history_hours=first_simulated,
+            )
+        )
+    return series
+
+
+def fit_profile(series: RealtimeSeries) -> bytes:
+    """The app's demand profile fitted on its history only, pickled as the store keeps it."""
+    from forecasting.realtime import RealtimeProfile
+
+    history = slice(0, series.history_hours)
+    profile = RealtimeProfile().fit(series.hours[history], series.requests[history])
+    return pickle.dumps(profile)
+
+
+def _moment(hour: np.datetime64) -> datetime:
+    moment: datetime = hour.astype("datetime64[s]").item()
+    return moment.replace(tzinfo=UTC)
+
+
+# --- the set-up every policy shares ----------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Setup:
+    """Everything the policies share: cluster, apps and traffic, jobs and their estimates."""
+
+    cluster: Cluster
+    series: tuple[RealtimeSeries, ...]
+    profiles: Mapping[str, bytes]
+    jobs: tuple[SimJob, ...]
+    estimates: Mapping[str, JobEstimate]
+    models_dir: Path
+    forecasts: Mapping[FeatureKey, JobForecast]
+    hours: int
+    start: datetime = SIM_START
+
+    @property
+    def apps(self) -> tuple[App, ...]:
+        return tuple(s.app for s in self.series)
+
+    @property
+    def end(self) -> datetime:
+        return self.start + self.hours * STEP
+
+    def demand(self) -> dict[str, IntArray]:
+        """Per app, the GPUs its actual traffic needed in each simulated hour."""
+        return {s.app.id: s.simulated_demand(self.hours) for s in self.series}
+
+    def peak_last_week(self, hour: datetime) -> dict[str, int]:
+        """Per app, its peak GPU need in the week before the day ``hour`` falls in."""
+        day_start = self.start + (hour - self.start) // timedelta(days=1) * timedelta(days=1)
+        index = (day_start - self.start) // STEP
+        return {
+            s.app.id: int(
+                s.demand_gpus[
+                    max(0, s.history_hours + index - HOURS_PER_WEEK) : s.history_hours + index
+                ].max()
+            )
+            for s in self.series
+        }
+
+    def busiest_day(self) -> int:
+        """The simulated day asking the most GPU-hours: real-time demand plus arriving batch work."""
+        days = self.hours // HOURS_PER_DAY
+        asked = np.zeros(max(days, 1))
+        for demand in self.demand().values():
+            asked += demand[: days * HOURS_PER_DAY].reshape(days, HOURS_PER_DAY).sum(axis=1)
+        for job in self.jobs:
+            day = int(job.submit_hour // HOURS_PER_DAY)
+            if 0 <= day < days:
+                asked[day] += self.estimates[job.id].gpus * job.actual_hours
+        return int(np.argmax(asked))
+
+
+def prepare(
+    *,
+    days: int,
+    gpus: int,
+    work_dir: Path,
+    traffic_paths: Sequence[Path] = (),
+    workload_path: Path | None = None,
+    seed: int = 0,
+) -> Setup:
+    """Load traffic, read or draw the jobs, and fit what forecasts them.
+
+    The job estimators are fitted on the earlier 80% of the bundled history into
+    ``work_dir`` (unless every job states its hours), so that the default workload's jobs,
+    drawn from the later 20%, are forecast by models that never saw them.
+    """
+    from gpuplan.app.workload import (
+        draw_workload,
+        fit_held_out_models,
+        held_out_split,
+        job_pool,
+        read_workload,
+    )
+    from training_data.arrivals import load_pattern
+    from training_data.history import bundled_history_path, load_history
+
+    if days < 1:
+        raise InputError("--days", "an integer >= 1", days)
+    if gpus < 1:
+        raise InputError("--gpus", "an integer >= 1", gpus)
+    hours = days * HOURS_PER_DAY
+    series = load_realtime(traffic_paths, days=days, gpus=gpus)
+    # A workload file is checked before anything slow happens.
+    listed = None
+    if workload_path is not None:
+        listed = [job for job in read_workload(workload_path, cluster_gpus=gpus) if job.submit_hour < hours]
+    models_dir = work_dir / "models"
+    history_path = bundled_history_path()
+    if listed is None or any(job.forecast_hours is None for job in listed):
+        earlier, later = held_out_split(load_history(history_path))
+        fit_held_out_models(earlier, models_dir)
+    if listed is None:
+        last_week = sum(
+            s.demand_gpus[s.history_hours - HOURS_PER_WEEK : s.history_hours].mean() for s in series
+        )
+        jobs = draw_workload(
+            job_pool(later, models_dir, source=str(history_path)),
+            load_pattern(),
+            hours=hours,
+            cluster_gpus=gpus,
+            free_gpus=gpus - float(last_week),
+            seed=seed,
+        )
+    else:
+        jobs = listed
+    forecasts = forecast_jobs(jobs, models_dir)
+    forecasters = PrecomputedForecasters(models_dir, forecasts)
+    estimates = {}
+    for job in jobs:
+        source = f"{workload_path or 'the default workload'}, job {job.id}"
+        estimate = estimate_spec(check_spec(job.spec(), source=source), forecasters, source=source)
+        if estimate.gpus > gpus:
+            raise InputError(
+                "gpus", f"at most the cluster's {gpus} GPUs (--gpus)", estimate.gpus, source=source
+            )
+        estimates[job.id] = estimate
+    profiles = {s.app.id: fit_profile(s) for s in series}
+    return Setup(
+        cluster=Cluster(gpus=gpus),
+        series=tuple(series),
+        profiles=profiles,
+        jobs=tuple(jobs),
+        estimates=estimates,
+        models_dir=models_dir,
+        forecasts=forecasts,
+        hours=hours,
+    )
+
+
+FeatureKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def _feature_key(kind: str, features: Mapping[str, object]) -> FeatureKey:
+    return kind, tuple(sorted((str(name), repr(value)) for name, value in features.items()))
+
+
+def forecast_jobs(jobs: Sequence[SimJob], models_dir: Path) -> dict[FeatureKey, JobForecast]:
+    """Every job's forecast from its features, one batch per kind (the same models, the same numbers)."""
+    import pandas as pd
+
+    from gpuplan.app.models import load_job_estimator
+
+    by_kind: dict[str, list[SimJob]] = {}
+    for job in jobs:
+        if job.forecast_hours is None and job.features:
+            by_kind.setdefault(job.kind.value, []).append(job)
+    forecasts: dict[FeatureKey, JobForecast] = {}
+    for kind, group in by_kind.items():
+        frame = pd.DataFrame([dict(job.features) for job in group])
+        for job, forecast in zip(group, load_job_estimator(models_dir, kind).forecast(frame), strict=True):
+            forecasts[_feature_key(kind, job.features)] = forecast
+    return forecasts
+
+
+class PrecomputedForecasters(Forecasters):
+    """The service's forecasters, answering from forecasts made up front where it has them.
+
+    Asking the estimators one job at a time costs about 0.1 s a job (validation and the
+    analytic features of a one-row frame); a week submits hundreds of jobs to each policy.
+    """
+
+    def __init__(self, models_dir: Path, forecasts: Mapping[FeatureKey, JobForecast]) -> None:
+        super().__init__(models_dir)
+        self.forecasts = forecasts
+
+    def forecast(self, kind: str, features: dict[str, object], *, source: str) -> JobForecast:
+        found = self.forecasts.get(_feature_key(kind, features))
+        return found if found is not None else super().forecast(kind, features, source=source)
+
+
+def seed_store(store: Store, setup: Setup) -> None:
+    """The cluster, the apps, their traffic history and their profiles, as the daemon keeps them."""
+    store.save_cluster(setup.cluster)
+    for s in setup.series:
+        store.save_app(s.app)
+        history = range(s.history_hours)
+        store.add_traffic([TrafficHour(s.app.id, _moment(s.hours[i]), float(s.requests[i])) for i in history])
+        store.save_profile(s.app.id, setup.profiles[s.app.id], through=_moment(s.hours[s.history_hours - 1]))

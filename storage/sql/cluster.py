@@ -1,0 +1,105 @@
+"""The cluster (its size, horizon and down windows) and the real-time apps with their profiles."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import (
+    delete,
+    select,
+)
+
+from contract.records import (
+    App,
+    Cluster,
+    DownWindowRecord,
+)
+from storage.tables import (
+    AppRow,
+    ClusterRow,
+    DownWindowRow,
+    ProfileRow,
+)
+
+if TYPE_CHECKING:
+    pass
+
+from storage.sql.engine import SqlBase
+
+log = logging.getLogger(__name__)
+
+
+class ClusterStore(SqlBase):
+    """The cluster row, its down windows, the apps and their demand profiles."""
+
+    # -- cluster and apps ----------------------------------------------------------------
+    def cluster(self) -> Cluster | None:
+        with self._session(read_only=True) as session:
+            row = session.get(ClusterRow, 1)
+            if row is None:
+                return None
+            windows = session.scalars(
+                select(DownWindowRow)
+                .where(DownWindowRow.cluster_id == 1)
+                .order_by(DownWindowRow.gpu, DownWindowRow.starts_at, DownWindowRow.id)
+            )
+            return Cluster(
+                gpus=row.gpus,
+                step_minutes=row.step_minutes,
+                horizon_steps=row.horizon_steps,
+                decay=row.decay,
+                rt_penalty=row.rt_penalty,
+                down=tuple(DownWindowRecord(w.gpu, w.starts_at, w.ends_at) for w in windows),
+            )
+
+    def save_cluster(self, cluster: Cluster) -> None:
+        with self._session() as session:
+            session.execute(delete(DownWindowRow).where(DownWindowRow.cluster_id == 1))
+            session.merge(
+                ClusterRow(
+                    id=1,
+                    gpus=cluster.gpus,
+                    step_minutes=cluster.step_minutes,
+                    horizon_steps=cluster.horizon_steps,
+                    decay=cluster.decay,
+                    rt_penalty=cluster.rt_penalty,
+                )
+            )
+            session.flush()  # the cluster row before the windows that refer to it
+            session.add_all(
+                DownWindowRow(cluster_id=1, gpu=w.gpu, starts_at=w.start, ends_at=w.end) for w in cluster.down
+            )
+
+    def apps(self) -> list[App]:
+        with self._session(read_only=True) as session:
+            return [
+                App(r.id, r.priority, r.swap_cap, r.requests_per_gpu_hour, r.headroom)
+                for r in session.scalars(select(AppRow).order_by(AppRow.id))
+            ]
+
+    def save_app(self, app: App) -> None:
+        with self._session() as session:
+            session.merge(
+                AppRow(
+                    id=app.id,
+                    priority=app.priority,
+                    swap_cap=app.swap_cap,
+                    requests_per_gpu_hour=app.requests_per_gpu_hour,
+                    headroom=app.headroom,
+                )
+            )
+
+    def profile(self, app: str) -> bytes | None:
+        with self._session(read_only=True) as session:
+            row = session.get(ProfileRow, app)
+            return None if row is None else bytes(row.blob)
+
+    def save_profile(self, app: str, blob: bytes, *, through: datetime) -> None:
+        with self._session() as session:
+            session.merge(ProfileRow(app=app, blob=blob, through=through))
+
+    def profile_through(self, app: str) -> datetime | None:
+        with self._session(read_only=True) as session:
+            return session.scalar(select(ProfileRow.through).where(ProfileRow.app == app))

@@ -1,0 +1,273 @@
+"""The SQL store's plumbing, shared by every aggregate: URLs, engines, transactions, the schema upgrade.
+
+SQLite's set-up for two processes on one file (write-ahead logging, the busy timeout,
+``BEGIN IMMEDIATE`` for writers) is here; :mod:`storage.sql` describes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    create_engine,
+    event,
+    exc,
+    inspect,
+    text,
+)
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
+
+from contract.errors import InputError, StoreError
+from storage.tables import (
+    SCHEMA_REVISION,
+)
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS = Path(__file__).parent.parent / "migrations"
+EXPECTED_URL = "a database URL: sqlite:///PATH (e.g. sqlite:///var/gpuplan.db), sqlite:// or postgresql+psycopg://USER@HOST[:PORT]/DB"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+DEFAULT_LOCK_TTL = timedelta(minutes=10)
+# Only one process upgrades the schema at a time (PostgreSQL; SQLite's write lock does it).
+_UPGRADE_LOCK = "gpuplan schema upgrade"
+# Execution option: this transaction only reads, so SQLite may BEGIN DEFERRED.
+_READ_ONLY = "gpuplan_read_only"
+_IN_CLAUSE_CHUNK = 500
+
+
+def _json_dumps(value: object) -> str:
+    # NaN and Infinity are not JSON: PostgreSQL would refuse them, so SQLite must too.
+    return json.dumps(value, allow_nan=False)
+
+
+def parse_url(url: str) -> URL:
+    """The SQLAlchemy URL of a ``--db`` value; InputError naming ``--db`` when it is not one we serve."""
+    try:
+        parsed = make_url(url)
+    except (exc.ArgumentError, ValueError) as error:
+        raise InputError("--db", EXPECTED_URL, url, hint=str(error)) from None
+    backend = parsed.get_backend_name()
+    if backend == "postgresql" and parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")  # psycopg 3 is the driver we ship
+    if parsed.drivername not in {"sqlite", "sqlite+pysqlite", "postgresql+psycopg"}:
+        raise InputError(
+            "--db",
+            EXPECTED_URL,
+            parsed.render_as_string(hide_password=True),
+            hint="Other back ends are not supported.",
+        )
+    return parsed
+
+
+def _sqlite_file(parsed: URL) -> Path | None:
+    database = parsed.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def _create_engine(parsed: URL) -> Engine:
+    if parsed.get_backend_name() == "postgresql":
+        try:
+            return create_engine(
+                parsed,
+                pool_pre_ping=True,  # a restarted server leaves dead connections in the pool
+                pool_size=5,
+                connect_args={"connect_timeout": 10},
+                json_serializer=_json_dumps,
+            )
+        except ImportError as error:
+            raise StoreError(
+                "PostgreSQL needs the psycopg driver: pip install 'gpuplan[postgres]'"
+            ) from error
+    if _sqlite_file(parsed) is None:
+        # In memory: one shared connection, or every new connection would see an empty database.
+        engine = create_engine(
+            parsed,
+            poolclass=StaticPool,
+            connect_args={"check_same_thread": False},
+            json_serializer=_json_dumps,
+        )
+    else:
+        engine = create_engine(
+            parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}, json_serializer=_json_dumps
+        )
+    event.listen(engine, "connect", _sqlite_on_connect)
+    event.listen(engine, "begin", _sqlite_on_begin)
+    return engine
+
+
+def _set_wal(cursor: Any) -> None:
+    """Switch a new database to write-ahead logging, waiting out another process's lock.
+
+    Changing the journal mode needs an exclusive lock, and SQLite answers "database is
+    locked" at once, without its busy handler, while another process holds one (two
+    daemons starting together on an empty database). So retry until the busy timeout.
+    """
+    import sqlite3
+
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:
+    # SQLAlchemy's recipe: take BEGIN away from the sqlite3 module, which would skip it
+    # before SELECTs and DDL (no repeatable reads, no transactional migrations).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys = ON")
+    _set_wal(cursor)
+    # With WAL, NORMAL loses no committed transaction when a process dies (only on power loss).
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.close()
+
+
+def _sqlite_on_begin(connection: Connection) -> None:
+    options = connection.get_execution_options()
+    if options.get("isolation_level") == "AUTOCOMMIT":
+        return  # asked for no transaction (e.g. to checkpoint or VACUUM)
+    connection.exec_driver_sql("BEGIN DEFERRED" if options.get(_READ_ONLY) else "BEGIN IMMEDIATE")
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """Alembic's configuration for the migrations shipped in ``storage/migrations`` (no alembic.ini).
+
+    ``env.py`` runs on ``connection`` when one is given (the store's own, inside its transaction).
+    """
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The newest migration this code ships."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "storage/migrations/versions holds no migration"
+    return head
+
+
+def _require_hour(value: datetime, name: str) -> None:
+    if value.tzinfo is None or value.minute or value.second or value.microsecond:
+        raise InputError(name, "a timezone-aware hour (minutes and seconds zero)", value.isoformat())
+
+
+def _require_finite(value: float | None, name: str, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(name, "a finite number", value)
+
+
+def _plain(value: object) -> object:
+    """A JSON-ready Python scalar from a pandas/numpy one."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
+def _chunks(values: Sequence[str], size: int = _IN_CLAUSE_CHUNK) -> Iterator[Sequence[str]]:
+    for i in range(0, len(values), size):
+        yield values[i : i + size]
+
+
+class SqlBase:
+    """The engine, its transactions and the schema upgrade, which every aggregate's methods use."""
+
+    def __init__(self, engine: Engine, *, lock_ttl: timedelta = DEFAULT_LOCK_TTL) -> None:
+        self._engine = engine
+        self._lock_ttl = lock_ttl
+        self._url = engine.url.render_as_string(hide_password=True)
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine, for APScheduler's job store on the same database and for tests."""
+        return self._engine
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._engine.dialect.name
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _fail(self, error: Exception) -> StoreError:
+        reason = str(getattr(error, "orig", None) or error).strip().splitlines()
+        first = reason[0] if reason else type(error).__name__
+        if isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError):
+            return StoreError(f"cannot reach or use the database at {self._url}: {first}")
+        return StoreError(f"the database at {self._url} refused the operation: {first}")
+
+    @contextmanager
+    def _session(self, *, read_only: bool = False) -> Iterator[Session]:
+        """One transaction; SQLAlchemy's errors leave as StoreError (ValueError for unstorable values)."""
+        try:
+            with self._engine.connect() as connection:
+                if read_only:
+                    connection.execution_options(**{_READ_ONLY: True})
+                with Session(bind=connection, expire_on_commit=False) as session, session.begin():
+                    yield session
+        except (exc.DBAPIError, exc.TimeoutError) as error:
+            raise self._fail(error) from error
+        except exc.StatementError as error:
+            # A value the driver cannot take (NaN in JSON, a naive datetime): the caller's bug.
+            raise ValueError(f"cannot store a value: {error.orig}") from error
+
+    def _schema_revision(self) -> str | None:
+        with self._engine.connect() as connection:
+            connection.execution_options(**{_READ_ONLY: True})
+            if not inspect(connection).has_table("alembic_version"):
+                return None
+            version: str | None = connection.scalar(text("SELECT version_num FROM alembic_version"))
+            return version
+
+    def _upgrade(self) -> None:
+        try:
+            if self._schema_revision() == SCHEMA_REVISION:
+                return
+        except (exc.DBAPIError, exc.TimeoutError) as error:
+            raise self._fail(error) from error
+        from alembic import command
+        from alembic.util import CommandError
+
+        try:
+            with self._engine.connect() as connection, connection.begin():
+                if self.dialect == "postgresql":
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": _UPGRADE_LOCK}
+                    )
+                command.upgrade(alembic_config(connection), "head")
+        except (exc.DBAPIError, exc.TimeoutError) as error:
+            raise self._fail(error) from error
+        except CommandError as error:
+            raise StoreError(
+                f"cannot upgrade the schema of {self._url} to {head_revision()}: {error}. "
+                "A database written by a newer gpuplan needs that version."
+            ) from error
+
+    def close(self) -> None:
+        self._engine.dispose()

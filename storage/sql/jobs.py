@@ -1,0 +1,209 @@
+"""Submitted jobs and the job history (the forecasters' schema, training_data/README.md)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    exc,
+    insert,
+    select,
+)
+from sqlalchemy.orm import Session
+
+from contract.errors import InputError
+from contract.records import (
+    Job,
+    JobEstimate,
+    JobState,
+    Outcome,
+)
+from contract.scenario import JobKind
+from storage.tables import (
+    HISTORY_COMMON,
+    HistoryRow,
+    JobRow,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+from storage.sql.engine import SqlBase, _chunks, _plain
+
+log = logging.getLogger(__name__)
+
+
+class JobStore(SqlBase):
+    """Jobs through their life, and the history finished jobs append to."""
+
+    # -- jobs ----------------------------------------------------------------------------
+    @staticmethod
+    def _job(row: JobRow) -> Job:
+        estimate = None
+        if row.estimate_gpus is not None and row.estimate_hours_p50 is not None:
+            estimate = JobEstimate(
+                row.estimate_gpus, row.estimate_hours_p50, row.estimate_hours_p90 or row.estimate_hours_p50
+            )
+        return Job(
+            id=row.id,
+            kind=JobKind(row.kind),
+            priority=row.priority,
+            spec=dict(row.spec),
+            submitted_at=row.submitted_at,
+            state=row.state,
+            estimate=estimate,
+            first_gpu=row.first_gpu,
+            gpus=row.gpus,
+            started_at=row.started_at,
+            ended_at=row.ended_at,
+            outcome=row.outcome,
+        )
+
+    @staticmethod
+    def _job_row(session: Session, job_id: str) -> JobRow:
+        row = session.scalar(select(JobRow).where(JobRow.id == job_id))
+        if row is None:
+            raise InputError("job_id", "the id of a submitted job", job_id)
+        return row
+
+    def add_job(self, job: Job) -> None:
+        duplicate = InputError(
+            "id", "a job id not used before", job.id, hint="Every submitted job needs its own id."
+        )
+        with self._session() as session:
+            if session.scalar(select(JobRow.seq).where(JobRow.id == job.id)) is not None:
+                raise duplicate
+            estimate = job.estimate
+            session.add(
+                JobRow(
+                    id=job.id,
+                    kind=job.kind,
+                    priority=job.priority,
+                    spec=dict(job.spec),
+                    submitted_at=job.submitted_at,
+                    state=job.state,
+                    estimate_gpus=None if estimate is None else estimate.gpus,
+                    estimate_hours_p50=None if estimate is None else estimate.hours_p50,
+                    estimate_hours_p90=None if estimate is None else estimate.hours_p90,
+                    first_gpu=job.first_gpu,
+                    gpus=job.gpus,
+                    started_at=job.started_at,
+                    ended_at=job.ended_at,
+                    outcome=job.outcome,
+                )
+            )
+            try:
+                session.flush()
+            except exc.IntegrityError:
+                raise duplicate from None  # submitted by another process since the check
+
+    def job(self, job_id: str) -> Job | None:
+        with self._session(read_only=True) as session:
+            row = session.scalar(select(JobRow).where(JobRow.id == job_id))
+            return None if row is None else self._job(row)
+
+    def jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
+        query = select(JobRow).order_by(JobRow.seq)
+        if states is not None:
+            query = query.where(JobRow.state.in_([JobState(s) for s in states]))
+        with self._session(read_only=True) as session:
+            return [self._job(row) for row in session.scalars(query)]
+
+    def set_estimate(self, job_id: str, estimate: JobEstimate) -> None:
+        with self._session() as session:
+            row = self._job_row(session, job_id)
+            row.estimate_gpus = estimate.gpus
+            row.estimate_hours_p50 = estimate.hours_p50
+            row.estimate_hours_p90 = estimate.hours_p90
+
+    def requeue_job(self, job_id: str) -> Job:
+        with self._session() as session:
+            row = self._job_row(session, job_id)
+            if row.state is not JobState.RUNNING:
+                raise InputError("job_id", "a running job", f"{job_id} ({row.state.value})")
+            row.state, row.first_gpu, row.gpus, row.started_at = JobState.QUEUED, None, None, None
+            session.flush()
+            return self._job(row)
+
+    def finish_job(
+        self, job_id: str, at: datetime, outcome: Outcome, history: Callable[[Job], pd.DataFrame | None]
+    ) -> Job:
+        """Mark the job done at ``at`` and append the rows ``history`` gives for it, in one transaction."""
+        outcome = Outcome(outcome)
+        with self._session() as session:
+            row = self._job_row(session, job_id)
+            rows = history(self._job(row))
+            if rows is not None:
+                self._insert_history(session, rows)
+            row.state, row.ended_at, row.outcome = JobState.DONE, at, outcome
+            session.flush()
+            return self._job(row)
+
+    # -- job history ---------------------------------------------------------------------
+    @staticmethod
+    def _history_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+        """The common columns as ``job_history`` columns; every other one into ``features``."""
+        import pandas as pd
+
+        features = [c for c in frame.columns if c not in HISTORY_COMMON]
+        rows: list[dict[str, Any]] = []
+        for record in frame.to_dict("records"):
+            rows.append(
+                {
+                    "job_id": str(record["job_id"]),
+                    "kind": str(record["kind"]),
+                    **{
+                        k: pd.Timestamp(record[k]).to_pydatetime()
+                        for k in ("submit_time", "start_time", "end_time")
+                    },
+                    "gpus": int(record["gpus"]),
+                    "outcome": str(record["outcome"]),
+                    "features": {str(k): _plain(record[k]) for k in features if not pd.isna(record[k])},
+                }
+            )
+        return rows
+
+    def _insert_history(self, session: Session, frame: pd.DataFrame) -> int:
+        rows = self._history_rows(frame)
+        ids = [row["job_id"] for row in rows]
+        present: set[str] = set()
+        for chunk in _chunks(ids):
+            present.update(session.scalars(select(HistoryRow.job_id).where(HistoryRow.job_id.in_(chunk))))
+        fresh = [row for row in rows if row["job_id"] not in present]
+        if fresh:
+            session.execute(insert(HistoryRow), fresh)
+        return len(fresh)
+
+    def history(self) -> pd.DataFrame:
+        """Every stored history row, by submit time: the common columns, then the features by name."""
+        import pandas as pd
+
+        with self._session(read_only=True) as session:
+            records = [
+                {
+                    "job_id": r.job_id,
+                    "kind": r.kind,
+                    "submit_time": r.submit_time,
+                    "start_time": r.start_time,
+                    "end_time": r.end_time,
+                    "gpus": r.gpus,
+                    "outcome": r.outcome,
+                    **r.features,
+                }
+                for r in session.scalars(
+                    select(HistoryRow).order_by(HistoryRow.submit_time, HistoryRow.job_id)
+                )
+            ]
+        frame = pd.DataFrame.from_records(records, columns=None if records else list(HISTORY_COMMON))
+        for column in ("submit_time", "start_time", "end_time"):
+            frame[column] = pd.to_datetime(frame[column], utc=True)
+        frame["gpus"] = frame["gpus"].astype("int64")
+        return frame
+
+    def append_history(self, rows: pd.DataFrame) -> int:
+        """Append validated rows; a job id already in the history is skipped (not counted)."""
+        with self._session() as session:
+            return self._insert_history(session, rows)

@@ -1,0 +1,244 @@
+"""Plan runs (grid, forecasts, metrics) and the commits of their hours."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import (
+    exc,
+    insert,
+    select,
+)
+from sqlalchemy.orm import Session
+
+from contract.errors import InputError
+from contract.records import (
+    AppForecast,
+    Assignment,
+    Commit,
+    JobState,
+    PlanRun,
+    RunMode,
+)
+from storage.tables import (
+    CommitAssignmentRow,
+    CommitRow,
+    JobRow,
+    PlanRunRow,
+    RunForecastRow,
+)
+
+if TYPE_CHECKING:
+    pass
+
+from storage.sql.engine import SqlBase, _require_finite, _require_hour
+
+log = logging.getLogger(__name__)
+
+
+class RunStore(SqlBase):
+    """Plan runs and commits; a commit starts the jobs it places."""
+
+    # -- plan runs and commits -----------------------------------------------------------
+    @staticmethod
+    def _check_run(run: PlanRun, commit: Commit | None) -> None:
+        _require_finite(run.objective, "run.objective")
+        _require_finite(run.latency_ms, "run.latency_ms")
+        _require_finite(run.bound, "run.bound", optional=True)
+        for name, value in run.metrics.items():
+            _require_finite(value, f"run.metrics.{name}")
+        if commit is None:
+            return
+        _require_hour(commit.hour, "commit.hour")
+        jobs = [a.job for a in commit.assignments]
+        if len(set(jobs)) != len(jobs):
+            raise InputError("commit.assignments", "one entry per job", sorted(jobs))
+        for assignment in commit.assignments:
+            if not assignment.gpus:
+                raise InputError(f"commit.assignments[{assignment.job}].gpus", "at least one GPU", [])
+
+    def record_run(self, run: PlanRun, commit: Commit | None = None) -> PlanRun:
+        self._check_run(run, commit)
+        with self._session() as session:
+            row = PlanRunRow(
+                start=run.start,
+                created_at=run.created_at,
+                mode=RunMode(run.mode),
+                policy=run.policy,
+                inputs_hash=run.inputs_hash,
+                objective=run.objective,
+                bound=run.bound,
+                latency_ms=run.latency_ms,
+                status=run.status,
+                scenario=run.scenario,
+                grid=run.grid,
+                metrics=dict(run.metrics),
+                committed=False,
+                extra=dict(run.extra),
+            )
+            session.add(row)
+            session.flush()  # the run's id, for its forecasts and its commit
+            if run.forecasts:
+                session.execute(
+                    insert(RunForecastRow),
+                    [
+                        {
+                            "run_id": row.id,
+                            "app": f.app,
+                            "hour": f.hour,
+                            "p50": f.p50,
+                            "p90": f.p90,
+                            "gpus": f.gpus,
+                        }
+                        for f in run.forecasts
+                    ],
+                )
+            committed = commit is not None and self._commit_hour(session, row.id, commit, run.created_at)
+            if committed:
+                row.committed = True
+            session.flush()
+            return replace(run, id=row.id, committed=committed)
+
+    @staticmethod
+    def _commit_hour(session: Session, run_id: int, commit: Commit, created_at: datetime) -> bool:
+        """Write the hour's commit unless it has one; move the queued jobs it starts to running."""
+        exists = select(CommitRow.hour).where(CommitRow.hour == commit.hour)
+        if session.scalar(exists) is not None:
+            return False
+        try:
+            # A savepoint: losing the race for the hour must not lose the run.
+            with session.begin_nested():
+                session.add(CommitRow(hour=commit.hour, run_id=run_id, created_at=created_at))
+                session.flush()  # the hour's key first: a racing commit fails here
+                if commit.assignments:
+                    session.execute(
+                        insert(CommitAssignmentRow),
+                        [
+                            {"hour": commit.hour, "job": a.job, "gpus": list(a.gpus)}
+                            for a in commit.assignments
+                        ],
+                    )
+        except exc.IntegrityError:
+            # PostgreSQL: another transaction committed this hour between our check and insert.
+            if session.scalar(exists) is not None:
+                log.info(
+                    "hour %s was committed by another process; this run is stored uncommitted", commit.hour
+                )
+                return False
+            raise
+        by_job = {a.job: a.gpus for a in commit.assignments}
+        queued = session.scalars(
+            select(JobRow).where(JobRow.id.in_(list(by_job)), JobRow.state == JobState.QUEUED)
+        )
+        for job in queued:
+            gpus = by_job[job.id]
+            job.state, job.first_gpu, job.gpus, job.started_at = (
+                JobState.RUNNING,
+                min(gpus),
+                len(gpus),
+                commit.hour,
+            )
+        return True
+
+    def _runs(self, session: Session, rows: Sequence[PlanRunRow]) -> list[PlanRun]:
+        forecasts: dict[int, list[AppForecast]] = {row.id: [] for row in rows}
+        if rows:
+            query = (
+                select(RunForecastRow)
+                .where(RunForecastRow.run_id.in_(list(forecasts)))
+                .order_by(RunForecastRow.run_id, RunForecastRow.app, RunForecastRow.hour)
+            )
+            for f in session.scalars(query):
+                forecasts[f.run_id].append(AppForecast(f.app, f.hour, f.p50, f.p90, f.gpus))
+        return [
+            PlanRun(
+                start=row.start,
+                created_at=row.created_at,
+                mode=row.mode,
+                policy=row.policy,
+                inputs_hash=row.inputs_hash,
+                objective=row.objective,
+                bound=row.bound,
+                latency_ms=row.latency_ms,
+                status=row.status,
+                scenario=row.scenario,
+                grid=row.grid,
+                metrics=row.metrics,
+                forecasts=tuple(forecasts[row.id]),
+                id=row.id,
+                committed=row.committed,
+                extra=row.extra,
+            )
+            for row in rows
+        ]
+
+    def run(self, run_id: int | None = None) -> PlanRun | None:
+        query = select(PlanRunRow)
+        query = (
+            query.order_by(PlanRunRow.id.desc()).limit(1)
+            if run_id is None
+            else query.where(PlanRunRow.id == run_id)
+        )
+        with self._session(read_only=True) as session:
+            rows = list(session.scalars(query))
+            return self._runs(session, rows)[0] if rows else None
+
+    def runs(
+        self, *, mode: str | None = None, start: datetime | None = None, limit: int = 50
+    ) -> list[PlanRun]:
+        query = select(PlanRunRow).order_by(PlanRunRow.id.desc()).limit(limit)
+        if mode is not None:
+            try:
+                query = query.where(PlanRunRow.mode == RunMode(mode))
+            except ValueError:
+                raise InputError("mode", f"one of {[m.value for m in RunMode]}", mode) from None
+        if start is not None:
+            query = query.where(PlanRunRow.start == start)
+        with self._session(read_only=True) as session:
+            return self._runs(session, list(session.scalars(query)))
+
+    def _commits(self, session: Session, rows: Sequence[CommitRow]) -> list[Commit]:
+        if not rows:
+            return []
+        by_hour: dict[datetime, list[Assignment]] = {row.hour: [] for row in rows}
+        hours = list(by_hour)
+        query = select(CommitAssignmentRow).where(
+            CommitAssignmentRow.hour >= hours[0], CommitAssignmentRow.hour <= hours[-1]
+        )
+        for a in session.scalars(query):
+            if a.hour in by_hour:
+                by_hour[a.hour].append(Assignment(a.job, tuple(sorted(a.gpus))))
+        return [
+            Commit(
+                hour=row.hour,
+                run_id=row.run_id,
+                assignments=tuple(sorted(by_hour[row.hour], key=lambda a: (a.gpus[0], a.job))),
+            )
+            for row in rows
+        ]
+
+    def commit(self, hour: datetime) -> Commit | None:
+        with self._session(read_only=True) as session:
+            row = session.get(CommitRow, hour)
+            return self._commits(session, [row])[0] if row is not None else None
+
+    def commits(self, since: datetime | None = None, until: datetime | None = None) -> list[Commit]:
+        query = select(CommitRow).order_by(CommitRow.hour)
+        if since is not None:
+            query = query.where(CommitRow.hour >= since)
+        if until is not None:
+            query = query.where(CommitRow.hour < until)
+        with self._session(read_only=True) as session:
+            return self._commits(session, list(session.scalars(query)))
+
+    def last_commit(self, before: datetime | None = None) -> Commit | None:
+        query = select(CommitRow).order_by(CommitRow.hour.desc()).limit(1)
+        if before is not None:
+            query = query.where(CommitRow.hour < before)
+        with self._session(read_only=True) as session:
+            rows = list(session.scalars(query))
+            return self._commits(session, rows)[0] if rows else None
