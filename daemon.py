@@ -8,7 +8,13 @@ this module puts them on APScheduler's clock and loops:
   the current hour once, hand the commit to the executor;
 - **recalibrate** hourly: each app's profile takes the last hour's traffic;
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
-- **retrain** nightly at ``retrain_at`` (off by default).
+- **retrain** nightly at ``retrain_at`` (off by default);
+- **poll** every ``slurm.poll_seconds`` when the executor's cluster reports back (Slurm):
+  completions into the job history, dead replicas restarted.
+
+Several daemons may run on one PostgreSQL database: one leads (a session-level advisory
+lock) and alone schedules these jobs; the others wait as standbys and one takes over when
+the leader's connection ends (within ``STANDBY_POLL_S``).
 
 The schedule lives in APScheduler's SQLAlchemy job store on the service's own database, so
 it survives restarts; missed runs are coalesced, and one worker thread runs one job at a
@@ -25,7 +31,7 @@ from collections.abc import Callable
 from datetime import UTC
 from types import FrameType
 
-from gpuplan.app.service import Service, run_once
+from gpuplan.app.service import Service, leading, poll_once, run_once
 from gpuplan.app.tick import recalibrate, retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
@@ -66,14 +72,16 @@ def retrain_job() -> None:
     _job("retrain", lambda s: retrain_from_store(s.store, s.config))
 
 
-def serve(service: Service, db_url: str, *, max_seconds: float | None = None) -> int:
-    """Schedule the jobs on ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``)."""
+def poll_job() -> None:
+    _job("poll", poll_once)
+
+
+def _run_schedule(service: Service, db_url: str, stop: threading.Event, max_seconds: float | None) -> None:
+    """The leader's schedule, until ``stop`` (or ``max_seconds``); the job in flight finishes."""
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    global _SERVICE  # noqa: PLW0603 - the scheduled functions find the service here
-    _SERVICE = service
     config = service.config
     scheduler = BackgroundScheduler(
         jobstores={"default": SQLAlchemyJobStore(url=db_url, tablename="apscheduler_jobs")},
@@ -109,14 +117,12 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         )
     elif scheduler.get_job("retrain"):
         scheduler.remove_job("retrain")
-
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: finishing the job in flight, then exiting", signum)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if service.reconciler is not None:
+        scheduler.add_job(
+            poll_job, "interval", seconds=service.reconciler.poll_seconds, id="poll", replace_existing=True
+        )
+    elif scheduler.get_job("poll"):
+        scheduler.remove_job("poll")
     try:
         scheduler.resume()
         log.info(
@@ -127,6 +133,25 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         stop.wait(timeout=max_seconds)
     finally:
         scheduler.shutdown(wait=True)  # the job in flight finishes
+
+
+def serve(service: Service, db_url: str, *, max_seconds: float | None = None) -> int:
+    """Lead (or wait as the standby until this daemon leads), then schedule the jobs on
+    ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``)."""
+    global _SERVICE  # noqa: PLW0603 - the scheduled functions find the service here
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the job in flight, then exiting", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with leading(service, stop) as leads:
+            if leads:
+                _SERVICE = service
+                _run_schedule(service, db_url, stop, max_seconds)
+    finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _SERVICE = None

@@ -9,13 +9,19 @@
   delay is from Slurm's end time (whole seconds) to the history row being written;
 - cycle latency: the same queue on two SQLite files, one cycle per 30 simulated minutes,
   with the Slurm executor (its reading of Slurm, the plan, the commit and its release)
-  and with the in-memory one.
+  and with the in-memory one;
+- takeover: two ``gpuplan daemon`` processes on one PostgreSQL database (tests/pg.py);
+  the leader is killed with SIGKILL; the time runs to ``status`` naming the standby as
+  the leader (``--takeovers`` times).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,11 +33,11 @@ from pathlib import Path
 from contract.records import Cluster, Commit, JobState
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.executors.slurm import SlurmExecutor
 from gpuplan.app.jobs import submit
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.slurm.batch import slurm_job_id
 from gpuplan.app.slurm.client import RUNNING
-from gpuplan.app.slurm.executor import SlurmExecutor
 from gpuplan.app.tick import plan_cycle
 from gpuplan.table import format_table
 from storage.factory import open_store
@@ -160,6 +166,71 @@ def cycle_latencies(folder: Path, config: ServiceConfig, cycles: int) -> dict[st
     return found
 
 
+def takeovers(folder: Path, config: ServiceConfig, count: int) -> list[float]:
+    """Seconds from SIGKILL of the leading daemon to ``status`` naming the standby."""
+    import yaml
+
+    from gpuplan.app.retrain import retrain
+    from gpuplan.app.status import status
+    from tests.pg import PgServer
+    from training_data.history import generate_history, validate_history
+
+    models = folder / "takeover-models"
+    history = validate_history(
+        generate_history(seed=5, training_jobs=1_200, quantization_jobs=240), source="bench"
+    )
+    retrain(history, source="bench", models_dir=models, traffic_paths=None)
+    settings = config.slurm
+    assert settings is not None
+    slurm = {"partition": settings.partition, "slurm_conf": str(settings.slurm_conf)}
+    document = {"executor": "slurm", "cluster": {"gpus": 16}, "apps": [], "cycle_minutes": 1}
+    document |= {"review_every_hours": None, "commits_file": None, "slurm": slurm}
+    path = folder / "takeover.yaml"
+    path.write_text(yaml.safe_dump(document))
+    server = PgServer.start()
+    seconds = []
+    try:
+        for n in range(count):
+            url = server.fresh_url()
+
+            def leader(url: str = url) -> int | None:
+                store = open_store(url)
+                try:
+                    found = status(store, datetime.now(UTC)).leader
+                finally:
+                    store.close()
+                return None if found is None else found["pid"]
+
+            argv = [
+                sys.executable,
+                "-m",
+                "gpuplan",
+                "daemon",
+                "--db",
+                url,
+                "--config",
+                str(path),
+                "--models",
+                str(models),
+            ]
+            with (folder / f"takeover-{n}.log").open("w") as log:
+                first = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+                _until(lambda first=first: leader() == first.pid, timeout_s=120, period_s=0.1)
+                second = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+                time.sleep(5)  # the standby is up and waits
+                os.killpg(first.pid, signal.SIGKILL)
+                killed = time.perf_counter()
+                _until(lambda second=second: leader() == second.pid, timeout_s=120, period_s=0.05)
+                seconds.append(time.perf_counter() - killed)
+                first.wait()
+                os.killpg(second.pid, signal.SIGTERM)
+                second.wait(timeout=60)
+            server.drop(url)
+    finally:
+        server.stop()
+    return seconds
+
+
 def _row(name: str, values: list[float], unit: str) -> list[object]:
     ordered = sorted(values)
     return [name, len(values), f"{statistics.median(ordered):.1f} {unit}", f"{ordered[-1]:.1f} {unit}"]
@@ -170,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help=f"rounds of {ROUND_JOBS} jobs")
     parser.add_argument("--cycles", type=int, default=12)
     parser.add_argument("--conf", default="", help="more slurm.conf lines for the fixture")
+    parser.add_argument("--takeovers", type=int, default=5)
     args = parser.parse_args(argv)
     from scheduler.policies import warm_up
 
@@ -188,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             running_ms, delays = commit_to_running(Path(folder), config, args.rounds)
             server.reset()
             cycles = cycle_latencies(Path(folder), replace(config), args.cycles)
+            server.reset()
+            taken = takeovers(Path(folder), config, args.takeovers) if args.takeovers else []
     finally:
         server.stop()
     rows = [
@@ -196,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         _row("cycle, Slurm executor", cycles["slurm"], "ms"),
         _row("cycle, in-memory executor", cycles["memory"], "ms"),
     ]
+    if taken:
+        rows.append(_row("standby takeover (standby polls every 2 s)", taken, "s"))
     sys.stdout.write(format_table(["measure", "n", "median", "worst"], rows) + "\n")
     return 0
 

@@ -35,6 +35,7 @@ class Status:
     running: list[dict[str, Any]]
     queue: list[dict[str, Any]]
     last_run: dict[str, Any] | None
+    leader: dict[str, Any] | None = None  # the leading daemon (PostgreSQL): host, pid
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -42,11 +43,21 @@ class Status:
             "running": self.running,
             "queue": self.queue,
             "last_run": self.last_run,
+            "leader": self.leader,
         }
 
 
+def leader_of(owner: str | None) -> dict[str, Any] | None:
+    """A daemon's ``host:pid`` as status shows it."""
+    if owner is None:
+        return None
+    host, _, pid = owner.rpartition(":")
+    return {"host": host, "pid": int(pid)} if pid.isdigit() else {"host": owner, "pid": None}
+
+
 def status(store: Store, now: datetime) -> Status:
-    """Running jobs with their GPUs, the queue with planned starts from the latest plan, the last run."""
+    """Running jobs with their GPUs, the queue with planned starts from the latest plan, the last
+    run, and the leading daemon (on PostgreSQL, where a standby may wait)."""
     last = store.run()
     plan = next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
     newest = last if last is not None and last.mode is not RunMode.REVIEW else plan
@@ -63,7 +74,8 @@ def status(store: Store, now: datetime) -> Status:
     for job in store.jobs([JobState.QUEUED]):
         start = planned_place(newest, job.id)[0] if newest is not None else None
         queue.append({"job": job.id, "planned_start": None if start is None else start.isoformat()})
-    return Status(now, running, queue, None if last is None else run_summary(last))
+    summary = None if last is None else run_summary(last)
+    return Status(now, running, queue, summary, leader_of(store.leader()))
 
 
 def find_run(store: Store, which: str) -> PlanRun:

@@ -1,7 +1,8 @@
 """The executors, side by side, and the registry the config picks one from by name.
 
 ``memory`` keeps the commits (tests, the simulation); ``jsonl`` appends them to the
-config's ``commits_file``. A new executor is a module here and one entry in
+config's ``commits_file``; ``slurm`` runs them on the config's Slurm partition (and
+reads the cluster back: a :class:`Reconciler`). A new executor is a module here and one entry in
 :data:`EXECUTORS`: a function of the config that builds it.
 """
 
@@ -11,14 +12,24 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
-from gpuplan.app.executors.base import Executor, commit_lines
+from gpuplan.app.executors.base import Executor, Reconciler, commit_lines
 from gpuplan.app.executors.jsonl import JsonLinesExecutor
 from gpuplan.app.executors.memory import InMemoryExecutor
+from gpuplan.app.executors.slurm import SlurmExecutor
 
 if TYPE_CHECKING:
     from gpuplan.app.config import ServiceConfig
 
-__all__ = ["EXECUTORS", "Executor", "InMemoryExecutor", "JsonLinesExecutor", "commit_lines", "make_executor"]
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "InMemoryExecutor",
+    "JsonLinesExecutor",
+    "Reconciler",
+    "SlurmExecutor",
+    "commit_lines",
+    "make_executor",
+]
 
 
 def _jsonl(config: ServiceConfig) -> Executor:
@@ -31,6 +42,7 @@ def _jsonl(config: ServiceConfig) -> Executor:
 EXECUTORS: dict[str, Callable[[ServiceConfig], Executor]] = {
     "memory": lambda _config: InMemoryExecutor(),
     "jsonl": _jsonl,
+    "slurm": SlurmExecutor.from_config,
 }
 
 

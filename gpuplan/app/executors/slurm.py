@@ -1,5 +1,8 @@
 """The Slurm executor: each committed hour becomes Slurm's truth, and Slurm's truth comes back.
 
+Chosen by ``executor: slurm`` in the daemon's config, with its ``slurm:`` section; the
+client, the cluster source and the job comments it uses are in ``gpuplan/app/slurm/``.
+
 Three entry points, each idempotent, each one reading of ``squeue``/``sinfo`` and the fewest
 Slurm actions that make the cluster match:
 
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING
 from contract.errors import InputError
 from contract.records import Cluster, Commit, Job, JobState, Outcome
 from gpuplan.app.bridge import floor_hour
+from gpuplan.app.jobs import finish, submit
 from gpuplan.app.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
 from gpuplan.app.slurm.client import (
     CANCELLED,
@@ -89,6 +93,10 @@ class SlurmExecutor:
             base_cluster=config.cluster,
         )
 
+    @property
+    def poll_seconds(self) -> float:
+        return self.settings.poll_seconds
+
     # -- the three entry points ---------------------------------------------------------------
     def execute(self, commit: Commit) -> None:
         self.enact(commit, self.read(None, utc_now()))
@@ -128,6 +136,7 @@ class SlurmExecutor:
     def enact(self, commit: Commit, view: ClusterView, *, requeued: Collection[str] = ()) -> Enacted:
         """Make Slurm run ``commit``; ``requeued``: its jobs that went back to the queue since."""
         batch, replicas = _ours(view.jobs)
+        view_running = {job.id for job in view.jobs if job.state == RUNNING}
         apps = set(self.apps)
         released, drift = [], []
         for assignment in commit.assignments:
@@ -166,10 +175,8 @@ class SlurmExecutor:
         self.client.cancel(*(replicas[k] for k in old))
         for line in drift:
             log.warning("drift: %s", line)
-        counts: dict[str, int] = {}
-        for app, _ in wanted & set(replicas):
-            counts[app] = counts.get(app, 0) + 1
-        self.replicas_running = counts
+        running = {key for key in wanted if key in replicas and replicas[key] in view_running}
+        self.replicas_running = {app: sum(1 for a, _ in running if a == app) for app in apps}
         done = Enacted(tuple(released), tuple(started), tuple(old), tuple(drift))
         if released or started or old:
             log.info(
@@ -198,8 +205,6 @@ class SlurmExecutor:
     # -- completions, failed starts, adoption, drift ------------------------------------------
     def collect(self, store: Store, view: ClusterView, now: datetime) -> list[Job]:
         """Jobs Slurm has finished enter the history through ``finish`` (as ``gpuplan done``)."""
-        from gpuplan.app.jobs import finish
-
         bound = {
             i: job for job in store.jobs([JobState.QUEUED, JobState.RUNNING]) if (i := slurm_job_id(job))
         }
@@ -258,8 +263,6 @@ class SlurmExecutor:
 
     def adopt(self, store: Store, view: ClusterView, now: datetime, config: ServiceConfig) -> list[str]:
         """Held jobs submitted with ``--comment 'gpuplan:{...spec...}'`` join the queue."""
-        from gpuplan.app.jobs import submit
-
         known = {i for job in store.jobs() if (i := slurm_job_id(job)) is not None}
         adopted = []
         for job in view.jobs:
