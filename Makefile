@@ -7,7 +7,7 @@ PG_INITDB := /usr/lib/postgresql/*/bin/initdb
 SLURM_CHECK := test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch -a -x /usr/sbin/munged
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install run test lint typecheck unit postgres slurm bench clean
+.PHONY: install run test lint typecheck unit postgres prometheus slurm bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,17 +29,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) postgres slurm
+unit: $(STAMP) postgres prometheus slurm
 	$(VENV)/bin/pytest -q
 
-# Installs Debian packages ($(1)) when the check ($(2)) fails. No system service is
-# started: policy-rc.d answers 101 ("not allowed") for the length of the install.
-define apt_install
-	@if $(2) >/dev/null 2>&1; then exit 0; fi; \
-	echo "make $@: installing Debian's $(1) (the tests start their own servers)"; \
-	own_policy=; \
+# Installs the Debian packages $(1) without starting their system services: policy-rc.d
+# answers 101 ("not allowed") for the length of the install.
+APT_INSTALL = own_policy=; \
 	if [ ! -e /usr/sbin/policy-rc.d ]; then \
-		printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && \
+		printf '\#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && \
 		$(SUDO) chmod 755 /usr/sbin/policy-rc.d && own_policy=1; \
 	fi; \
 	status=0; \
@@ -47,17 +44,28 @@ define apt_install
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(1); } \
 		|| status=$$?; \
 	if [ -n "$$own_policy" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; \
-	if [ $$status -ne 0 ]; then exit $$status; fi; \
-	$(2) >/dev/null
-endef
+	if [ $$status -ne 0 ]; then exit $$status; fi
 
-# The storage tests start their own PostgreSQL server (tests/pg.py).
+# Debian's postgresql when its binaries are missing (the storage tests start their own server).
 postgres:
-	$(call apt_install,postgresql,ls $(PG_INITDB))
+	@if ls $(PG_INITDB) >/dev/null 2>&1; then exit 0; fi; \
+	echo "make postgres: installing Debian's postgresql (the storage tests start their own server)"; \
+	$(call APT_INSTALL,postgresql); \
+	ls $(PG_INITDB) >/dev/null
 
-# The Slurm tests start their own munged, slurmctld and slurmd (tests/slurm.py).
+# Debian's prometheus (2.42, with promtool) when missing (the traffic-source tests start their own).
+prometheus:
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then exit 0; fi; \
+	echo "make prometheus: installing Debian's prometheus (the traffic-source tests start their own server)"; \
+	$(call APT_INSTALL,prometheus); \
+	command -v prometheus >/dev/null && command -v promtool >/dev/null
+
+# Debian's slurmctld, slurmd, slurm-client and munge when missing (the Slurm tests start their own cluster).
 slurm:
-	$(call apt_install,slurmctld slurmd slurm-client munge,$(SLURM_CHECK))
+	@if $(SLURM_CHECK) >/dev/null 2>&1; then exit 0; fi; \
+	echo "make slurm: installing Debian's slurmctld slurmd slurm-client munge (the Slurm tests start their own cluster)"; \
+	$(call APT_INSTALL,slurmctld slurmd slurm-client munge); \
+	$(SLURM_CHECK)
 
 test: lint typecheck unit
 

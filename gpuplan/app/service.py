@@ -24,6 +24,7 @@ from gpuplan.app.executors import Executor, Reconciler, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
+from gpuplan.app.traffic_sources import pull_traffic
 from storage.store import Store
 
 log = logging.getLogger("gpuplan.daemon")
@@ -81,16 +82,24 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     what it committed (the hour is committed once).
     """
     now = now or service.clock()
+    failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
     with holding(service.store, "plan"):
         if service.reconciler is not None:  # Slurm's truth first; a failure fails the cycle
             service.reconciler.reconcile(service.store, now, service.config)
-        recalibrate(service.store, now, service.config)
+        recalibrate(service.store, now, service.config, skip=failed)
         report = plan_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
         )
     if service.metrics is not None:
         service.metrics.observe(report, now, _replicas(service))
     return report
+
+
+def recalibrate_now(service: Service) -> list[str]:
+    """The hourly recalibration: Prometheus-fed apps' finished hours first, then every profile."""
+    now = service.clock()
+    failed = pull_traffic(service.store, now, service.config)
+    return recalibrate(service.store, now, service.config, skip=failed)
 
 
 def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
