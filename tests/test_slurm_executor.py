@@ -145,7 +145,7 @@ def test_submitted_jobs_run_on_exactly_the_committed_gpus(service: SlurmService)
         assert service.shown_gpus(slurm_id) == committed[job_id], job_id
     # Executing the commit again, as every reconcile does, releases nothing twice.
     again = service.executor.enact(service.store.commit(this_hour()), service.executor.read(None, now))  # type: ignore[arg-type]
-    assert (again.released, again.started, again.cancelled, again.drift) == ((), (), (), ())
+    assert (again.released, again.started, again.cancelled) == ((), (), ())
 
 
 @pytest.mark.slurm
@@ -393,3 +393,33 @@ def test_a_job_slurm_does_not_start_is_reported_and_returns_to_the_queue(
     assert not set(moved) & set(service.executor.read(None, now).gpu_map.node_gpus(node))
     wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
     assert service.shown_gpus(slurm_id) == moved
+
+
+@pytest.mark.slurm
+def test_a_job_running_elsewhere_than_planned_is_drift_and_its_real_gpus_are_pinned(
+    service: SlurmService, caplog: pytest.LogCaptureFixture
+) -> None:
+    service.executor.replica_commands = {}
+    now = this_hour() + timedelta(minutes=1)
+    service.submit("moved", 2, 3.0, now)
+    plan_cycle(service.store, now, service.config, None)  # committed, not released
+    planned = service.committed(this_hour())["moved"]
+    gpu_map = service.executor.read(None, now).gpu_map
+    node = gpu_map.locate(planned[0])[0]
+    other = next(n for n in gpu_map.nodes if n != node)
+    slurm_id = service.slurm_job("moved").id
+    service.executor.client.place(slurm_id, Placement(nodes=(other,), gpus=(6, 7)))  # someone moved it
+    service.executor.client.release(slurm_id)
+    wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
+    real = (gpu_map.gpu(other, 6), gpu_map.gpu(other, 7))
+    with caplog.at_level("WARNING"):
+        service.cycle(now + timedelta(minutes=30))
+    assert any(r.message.startswith("drift: job moved") for r in caplog.records)
+    run = service.store.run()
+    assert run is not None
+    down = {w["gpu"]: (w["start"], w["end"]) for w in run.scenario["down"]}
+    assert set(real) <= set(down) and all(down[gpu][0] == 0 for gpu in real)
+    for gpu in real:
+        start, end = down[gpu]
+        assert all(cell is None for cell in run.grid[gpu][start:end]), (gpu, run.grid[gpu])
+    assert [j.id for j in live_ours(service) if j.name == "moved"] == [slurm_id]  # not released again

@@ -14,7 +14,8 @@ Slurm actions that make the cluster match:
 - :meth:`SlurmExecutor.reconcile` (before each plan): the cluster from Slurm (GPU ids,
   down hours, foreign work) replaces the stored one; finished jobs enter the history; a
   job that failed to start returns to the queue; held ``gpuplan:`` jobs are adopted;
-  drift is logged; the current hour's commit is enacted again (a daemon killed between
+  drift is logged (a job running on GPUs other than planned has those GPUs pinned); the
+  current hour's commit is enacted again (a daemon killed between
   its commit and its release releases at its next cycle).
 - :meth:`SlurmExecutor.poll` (every ``poll_seconds``): completions, and the current hour's
   commit enacted again (a replica that died is restarted on its GPU).
@@ -25,12 +26,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
-from contract.records import Cluster, Commit, Job, JobState, Outcome
+from contract.records import Cluster, Commit, DownWindowRecord, Job, JobState, Outcome
 from gpuplan.app.bridge import floor_hour
 from gpuplan.app.jobs import finish, submit
 from gpuplan.app.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
@@ -43,7 +44,7 @@ from gpuplan.app.slurm.client import (
     SlurmClient,
     SlurmJob,
 )
-from gpuplan.app.slurm.cluster import ClusterView, read_cluster
+from gpuplan.app.slurm.cluster import ClusterView, ceil_hour, read_cluster
 from gpuplan.app.slurm.settings import SlurmSettings
 from storage.store import Store
 
@@ -65,7 +66,6 @@ class Enacted:
     released: tuple[str, ...] = ()
     started: tuple[tuple[str, int], ...] = ()  # (app, GPU) replicas submitted
     cancelled: tuple[tuple[str, int], ...] = ()
-    drift: tuple[str, ...] = ()
 
 
 @dataclass
@@ -105,6 +105,7 @@ class SlurmExecutor:
         """Slurm's truth into the store before a plan (see the module's docstring)."""
         view = self.read(store, now)
         cluster = view.cluster(self.base_cluster)
+        cluster = replace(cluster, down=cluster.down + self.drift(store, view))
         if store.cluster() != cluster:
             store.save_cluster(cluster)
         self.collect(store, view, now)
@@ -138,7 +139,7 @@ class SlurmExecutor:
         batch, replicas = _ours(view.jobs)
         view_running = {job.id for job in view.jobs if job.state == RUNNING}
         apps = set(self.apps)
-        released, drift = [], []
+        released = []
         for assignment in commit.assignments:
             if assignment.job in apps or assignment.job in requeued:
                 continue
@@ -150,11 +151,6 @@ class SlurmExecutor:
                 self.client.place(job.id, view.gpu_map.placement(planned))
                 self.client.release(job.id)
                 released.append(assignment.job)
-            elif job.state == RUNNING and view.gpu_map.gpus_of(job) != planned:
-                drift.append(
-                    f"job {assignment.job} (Slurm {job.id}) runs on GPUs {list(view.gpu_map.gpus_of(job))}, "
-                    f"planned {list(planned)}"
-                )
         wanted = {(a.job, gpu) for a in commit.assignments if a.job in apps for gpu in a.gpus}
         started = []
         for app, gpu in sorted(wanted - set(replicas)):
@@ -173,11 +169,9 @@ class SlurmExecutor:
             freed = {gpu for _, gpu in old}
             self._wait_running([replicas[key] for key in started if key[1] not in freed])
         self.client.cancel(*(replicas[k] for k in old))
-        for line in drift:
-            log.warning("drift: %s", line)
         running = {key for key in wanted if key in replicas and replicas[key] in view_running}
         self.replicas_running = {app: sum(1 for a, _ in running if a == app) for app in apps}
-        done = Enacted(tuple(released), tuple(started), tuple(old), tuple(drift))
+        done = Enacted(tuple(released), tuple(started), tuple(old))
         if released or started or old:
             log.info(
                 "slurm commit %s: released %s, replicas started %s, cancelled %s",
@@ -202,7 +196,33 @@ class SlurmExecutor:
                 return
             time.sleep(0.1)
 
-    # -- completions, failed starts, adoption, drift ------------------------------------------
+    # -- drift, completions, failed starts, adoption -----------------------------------------
+    def drift(self, store: Store, view: ClusterView) -> tuple[DownWindowRecord, ...]:
+        """gpuplan's jobs that Slurm runs on GPUs other than planned, logged as drift. The GPUs
+        one really holds outside its planned block are pinned (down until its time limit's
+        hour), so the next plan starts from what really runs."""
+        live = {job.id: job for job in view.jobs if job.state == RUNNING}
+        hour = floor_hour(view.read_at)
+        pinned: list[DownWindowRecord] = []
+        for job in store.jobs([JobState.RUNNING]):
+            found = live.get(slurm_job_id(job) or -1)
+            if found is None or job.first_gpu is None or job.gpus is None:
+                continue
+            planned = set(range(job.first_gpu, job.first_gpu + job.gpus))
+            real = set(view.gpu_map.gpus_of(found))
+            if real == planned:
+                continue
+            log.warning(
+                "drift: job %s (Slurm %d) runs on GPUs %s, planned %s",
+                job.id,
+                found.id,
+                sorted(real),
+                sorted(planned),
+            )
+            until = None if found.end is None or found.time_limit_minutes is None else ceil_hour(found.end)
+            pinned += [DownWindowRecord(gpu, hour, until) for gpu in sorted(real - planned)]
+        return tuple(pinned)
+
     def collect(self, store: Store, view: ClusterView, now: datetime) -> list[Job]:
         """Jobs Slurm has finished enter the history through ``finish`` (as ``gpuplan done``)."""
         bound = {
