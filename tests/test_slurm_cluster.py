@@ -186,3 +186,14 @@ def test_a_partition_of_mixed_models_is_refused_naming_them(slurm: SlurmServer, 
 def test_an_unknown_partition_is_refused(slurm: SlurmServer, client: SlurmClient) -> None:
     with pytest.raises(InputError, match=re.escape("`slurm.partition` must be a partition with nodes")):
         read_cluster(client, slurm.settings(partition="nowhere"), now())
+
+
+def test_executor_slurm_needs_the_slurm_section(tmp_path: Path) -> None:
+    from gpuplan.app.executors import make_executor
+
+    config = tmp_path / "gpuplan.yaml"
+    config.write_text("executor: slurm\ncluster:\n  gpus: 16\napps: []\n")
+    with pytest.raises(InputError, match=re.escape("`slurm` must be a section naming the partition")):
+        make_executor(load_config(config))
+    config.write_text("executor: slurm\ncluster:\n  gpus: 16\napps: []\nslurm:\n  partition: main\n")
+    assert type(make_executor(load_config(config))).__name__ == "SlurmExecutor"
