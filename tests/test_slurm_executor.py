@@ -423,3 +423,24 @@ def test_a_job_running_elsewhere_than_planned_is_drift_and_its_real_gpus_are_pin
         start, end = down[gpu]
         assert all(cell is None for cell in run.grid[gpu][start:end]), (gpu, run.grid[gpu])
     assert [j.id for j in live_ours(service) if j.name == "moved"] == [slurm_id]  # not released again
+
+
+@pytest.mark.slurm
+def test_an_older_commit_delivered_again_releases_its_jobs_and_leaves_the_replicas(
+    service: SlurmService,
+) -> None:
+    from contract.records import Assignment, Commit
+
+    hour = this_hour()
+    service.submit("late", 2, 3.0, hour)
+    executor = service.executor
+    assert executor.deliver(Commit(hour, None, (Assignment("chat", (0, 1)),)))
+    assert service.replicas("chat") == {0, 1}
+    older = Commit(hour - HOUR, None, (Assignment("chat", (2, 3)), Assignment("late", (8, 9))))
+    assert executor.deliver(older)  # the outbox re-sends an hour that an outage left pending
+    slurm_id = service.slurm_job("late").id
+    wait_for(lambda: executor.client.job(slurm_id).state == RUNNING, "the older hour's job RUNNING")  # type: ignore[union-attr]
+    assert service.shown_gpus(slurm_id) == (8, 9)
+    assert service.replicas("chat") == {0, 1}  # the newer commit's replicas stay
+    assert executor.deliver(Commit(hour, None, (Assignment("chat", (0, 1)),)))  # again: nothing changes
+    assert service.replicas("chat") == {0, 1}

@@ -28,7 +28,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from contract.errors import InputError
 from contract.records import Cluster, Commit, DownWindowRecord, Job, JobState, Outcome
@@ -78,6 +78,7 @@ class SlurmExecutor:
     replica_start_wait_s: float = REPLICA_START_WAIT_S
     replicas_running: dict[str, int] = field(default_factory=dict, init=False)
     _refused: set[int] = field(default_factory=set, init=False)  # held jobs whose comment is not a spec
+    _newest: datetime | None = field(default=None, init=False)  # the newest commit's hour delivered
 
     def __post_init__(self) -> None:
         self.client = SlurmClient(self.settings)
@@ -97,9 +98,25 @@ class SlurmExecutor:
     def poll_seconds(self) -> float:
         return self.settings.poll_seconds
 
-    # -- the three entry points ---------------------------------------------------------------
+    #: The executor's name in the registry (and, with the outbox, its deliveries' key).
+    name: ClassVar[str] = "slurm"
+
+    @property
+    def target(self) -> str:
+        return f"Slurm partition {self.settings.partition}"
+
+    # -- the entry points ---------------------------------------------------------------------
     def execute(self, commit: Commit) -> None:
-        self.enact(commit, self.read(None, utc_now()))
+        self.deliver(commit)
+
+    def deliver(self, commit: Commit) -> bool:
+        """Enact ``commit``; True once Slurm took every action (a commit enacted before changes
+        nothing). A commit older than one already enacted (handed over again after an outage)
+        releases its batch jobs and leaves the replicas to the newer one."""
+        follow = self._newest is None or commit.hour >= self._newest
+        self.enact(commit, self.read(None, utc_now()), follow=follow)
+        self._newest = commit.hour if follow else self._newest
+        return True
 
     def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> ClusterView:
         """Slurm's truth into the store before a plan (see the module's docstring)."""
@@ -134,10 +151,12 @@ class SlurmExecutor:
         return read_cluster(self.client, self.settings, now, ours=ours)
 
     # -- enacting a commit --------------------------------------------------------------------
-    def enact(self, commit: Commit, view: ClusterView, *, requeued: Collection[str] = ()) -> Enacted:
-        """Make Slurm run ``commit``; ``requeued``: its jobs that went back to the queue since."""
+    def enact(
+        self, commit: Commit, view: ClusterView, *, requeued: Collection[str] = (), follow: bool = True
+    ) -> Enacted:
+        """Make Slurm run ``commit``; ``requeued``: its jobs that went back to the queue since;
+        ``follow=False``: release its batch jobs but leave the replicas as they are."""
         batch, replicas = _ours(view.jobs)
-        view_running = {job.id for job in view.jobs if job.state == RUNNING}
         apps = set(self.apps)
         released = []
         for assignment in commit.assignments:
@@ -151,26 +170,7 @@ class SlurmExecutor:
                 self.client.place(job.id, view.gpu_map.placement(planned))
                 self.client.release(job.id)
                 released.append(assignment.job)
-        wanted = {(a.job, gpu) for a in commit.assignments if a.job in apps for gpu in a.gpus}
-        started = []
-        for app, gpu in sorted(wanted - set(replicas)):
-            command = self.replica_commands.get(app)
-            if command is None:
-                continue
-            request = replica_request(
-                app, gpu, command, self.settings.partition, view.gpu_map.placement([gpu])
-            )
-            replicas[app, gpu] = self.client.submit(request)
-            started.append((app, gpu))
-        old = sorted(set(replicas) - wanted)
-        if started and old:
-            # New before old, as the swap cap assumes; a new replica on a GPU that an old one
-            # holds can only start once that one goes.
-            freed = {gpu for _, gpu in old}
-            self._wait_running([replicas[key] for key in started if key[1] not in freed])
-        self.client.cancel(*(replicas[k] for k in old))
-        running = {key for key in wanted if key in replicas and replicas[key] in view_running}
-        self.replicas_running = {app: sum(1 for a, _ in running if a == app) for app in apps}
+        started, old = self._follow(commit, view, replicas) if follow else ([], [])
         done = Enacted(tuple(released), tuple(started), tuple(old))
         if released or started or old:
             log.info(
@@ -181,6 +181,34 @@ class SlurmExecutor:
                 [f"{a}@{g}" for a, g in done.cancelled],
             )
         return done
+
+    def _follow(
+        self, commit: Commit, view: ClusterView, replicas: dict[tuple[str, int], int]
+    ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        """One replica job per committed GPU of each app: new ones first, then the old cancelled."""
+        apps = set(self.apps)
+        wanted = {(a.job, gpu) for a in commit.assignments if a.job in apps for gpu in a.gpus}
+        started = []
+        for app, gpu in sorted(wanted - set(replicas)):
+            command = self.replica_commands.get(app)
+            if command is None:
+                continue
+            placement = view.gpu_map.placement([gpu])
+            replicas[app, gpu] = self.client.submit(
+                replica_request(app, gpu, command, self.settings.partition, placement)
+            )
+            started.append((app, gpu))
+        old = sorted(set(replicas) - wanted)
+        if started and old:
+            # New before old, as the swap cap assumes; a new replica on a GPU that an old one
+            # holds can only start once that one goes.
+            freed = {gpu for _, gpu in old}
+            self._wait_running([replicas[key] for key in started if key[1] not in freed])
+        self.client.cancel(*(replicas[key] for key in old))
+        view_running = {job.id for job in view.jobs if job.state == RUNNING}
+        running = {key for key in wanted if key in replicas and replicas[key] in view_running}
+        self.replicas_running = {app: sum(1 for a, _ in running if a == app) for app in sorted(apps)}
+        return started, old
 
     def _wait_running(self, new: Sequence[int]) -> None:
         """Until the new replicas run (bounded by ``replica_start_wait_s``)."""
