@@ -268,7 +268,8 @@ class SlurmExecutor:
         for slurm_id, end in sorted(ended.items()):
             job = bound[slurm_id]
             outcome = OUTCOMES.get(end.state, Outcome.FAILED)
-            at = end.end or now
+            # Slurm keeps whole seconds: an end in the second of the submission may read earlier.
+            at = max(end.end or now, job.submitted_at)
             if job.state is JobState.QUEUED and outcome is Outcome.OK:
                 outcome = Outcome.FAILED  # it ran outside any commit; nothing to learn from
             try:
