@@ -3,20 +3,20 @@
 Chosen by ``executor: slurm`` in the daemon's config, with its ``slurm:`` section; the
 client, the cluster source and the job comments it uses are in ``gpuplan/app/slurm/``.
 
-Three entry points, each idempotent, each one reading of ``squeue``/``sinfo`` and the fewest
+Its entry points are idempotent, each one reading of ``squeue``/``sinfo`` and the fewest
 Slurm actions that make the cluster match:
 
-- :meth:`SlurmExecutor.execute` (a commit): each batch job of the hour that is still held
-  is placed on exactly its planned GPUs (typed GRES on its node, or whole nodes) and
-  released; each app gets one replica job per committed GPU, new ones submitted before
-  old ones are cancelled. A job already released, a replica already running, is left as
-  it is: executing a commit twice does nothing the second time.
+- :meth:`SlurmExecutor.deliver` (a commit; ``execute`` is the same): each batch job of the
+  hour that is still held is placed on exactly its planned GPUs (typed GRES on its node,
+  or whole nodes) and released; each app gets one replica job per committed GPU, new ones
+  submitted before old ones are cancelled. A job already released, a replica already
+  running, is left as it is: delivering a commit twice does nothing the second time.
 - :meth:`SlurmExecutor.reconcile` (before each plan): the cluster from Slurm (GPU ids,
   down hours, foreign work) replaces the stored one; finished jobs enter the history; a
   job that failed to start returns to the queue; held ``gpuplan:`` jobs are adopted;
   drift is logged (a job running on GPUs other than planned has those GPUs pinned); the
-  current hour's commit is enacted again (a daemon killed between
-  its commit and its release releases at its next cycle).
+  current hour's commit is enacted again (a daemon killed between its commit and its
+  release releases at its next cycle).
 - :meth:`SlurmExecutor.poll` (every ``poll_seconds``): completions, and the current hour's
   commit enacted again (a replica that died is restarted on its GPU).
 """
@@ -70,6 +70,11 @@ class Enacted:
 
 @dataclass
 class SlurmExecutor:
+    """The executor of one Slurm partition (``slurm`` in the registry)."""
+
+    #: The executor's name in the registry (and, with the outbox, its deliveries' key).
+    name: ClassVar[str] = "slurm"
+
     settings: SlurmSettings
     apps: Sequence[str]  # the assignment ids of a commit that are real-time apps
     replica_commands: Mapping[str, str]  # app -> the command one replica runs
@@ -97,9 +102,6 @@ class SlurmExecutor:
     @property
     def poll_seconds(self) -> float:
         return self.settings.poll_seconds
-
-    #: The executor's name in the registry (and, with the outbox, its deliveries' key).
-    name: ClassVar[str] = "slurm"
 
     @property
     def target(self) -> str:
