@@ -17,6 +17,10 @@ Several daemons may run on one PostgreSQL database: one leads (a session-level a
 lock) and alone schedules these jobs; the others wait as standbys and one takes over when
 the leader's connection ends (within ``STANDBY_POLL_S``).
 
+With ``--http``, the HTTP face (:mod:`gpuplan.http`) is served from a thread of this process:
+its submits take the same plan lock as the cycle, so a submit never plans against a
+half-written run.
+
 The schedule lives in APScheduler's SQLAlchemy job store on the service's own database, so
 it survives restarts; missed runs are coalesced, and one worker thread runs one job at a
 time. A failing job is logged and the daemon goes on. SIGTERM and Ctrl-C let the job in
@@ -31,8 +35,9 @@ import threading
 from collections.abc import Callable
 from datetime import UTC
 from types import FrameType
+from typing import Any
 
-from gpuplan.app.service import Service, leading, poll_once, recalibrate_now, run_once
+from gpuplan.app.service import Service, leading, plan_lock, poll_once, recalibrate_now, run_once, utc_now
 from gpuplan.app.tick import retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
@@ -50,11 +55,16 @@ def _job(name: str, body: Callable[[Service], object]) -> None:
         return
     try:
         body(service)
-    except Exception:
+    except Exception as error:
         # The daemon must outlive a failing cycle (database down, a bad traffic hour, ...).
         log.exception("%s failed; the next run will try again", name)
-        if service.metrics is not None and name == "plan":
-            service.metrics.failures.inc()
+        if name == "plan":
+            service.health.record(utc_now(), f"{type(error).__name__}: {error}")
+            if service.metrics is not None:
+                service.metrics.failures.inc()
+    else:
+        if name == "plan":
+            service.health.record(utc_now(), None)
 
 
 def plan_job() -> None:
@@ -77,8 +87,31 @@ def poll_job() -> None:
     _job("poll", poll_once)
 
 
-def _run_schedule(service: Service, db_url: str, stop: threading.Event, max_seconds: float | None) -> None:
-    """The leader's schedule, until ``stop`` (or ``max_seconds``); the job in flight finishes."""
+def http_server(service: Service, host: str, port: int) -> Any:
+    """The HTTP face on ``host:port`` over this service's warm parts (not started)."""
+    from gpuplan.http.context import ApiContext
+    from gpuplan.http.server import HttpServer
+
+    context = ApiContext(
+        store=service.store,
+        config=service.config,
+        executor=service.executor,
+        forecasters=service.forecasters,
+        clock=service.clock,
+        plan_lock=lambda: plan_lock(service),
+        health=service.health,
+    )
+    return HttpServer(context, host, port)
+
+
+def _run_schedule(
+    service: Service,
+    db_url: str,
+    stop: threading.Event,
+    max_seconds: float | None,
+    http: tuple[str, int] | None,
+) -> None:
+    """The leader's schedule (and the HTTP face), until ``stop`` (or ``max_seconds``)."""
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -124,7 +157,10 @@ def _run_schedule(service: Service, db_url: str, stop: threading.Event, max_seco
         )
     elif scheduler.get_job("poll"):
         scheduler.remove_job("poll")
+    server = None
     try:
+        if http is not None:
+            server = http_server(service, *http).start()
         scheduler.resume()
         log.info(
             "daemon started: plan every %d min, review every %s h",
@@ -133,12 +169,21 @@ def _run_schedule(service: Service, db_url: str, stop: threading.Event, max_seco
         )
         stop.wait(timeout=max_seconds)
     finally:
+        if server is not None:
+            server.stop()
         scheduler.shutdown(wait=True)  # the job in flight finishes
 
 
-def serve(service: Service, db_url: str, *, max_seconds: float | None = None) -> int:
+def serve(
+    service: Service,
+    db_url: str,
+    *,
+    max_seconds: float | None = None,
+    http: tuple[str, int] | None = None,
+) -> int:
     """Lead (or wait as the standby until this daemon leads), then schedule the jobs on
-    ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``)."""
+    ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``); with
+    ``http=(host, port)``, serve the HTTP face meanwhile."""
     global _SERVICE  # noqa: PLW0603 - the scheduled functions find the service here
     stop = threading.Event()
 
@@ -151,7 +196,7 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         with leading(service, stop) as leads:
             if leads:
                 _SERVICE = service
-                _run_schedule(service, db_url, stop, max_seconds)
+                _run_schedule(service, db_url, stop, max_seconds, http)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

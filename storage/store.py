@@ -13,7 +13,19 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from contract.records import App, Cluster, Commit, Job, JobEstimate, JobState, Outcome, PlanRun, TrafficHour
+from contract.records import (
+    ApiToken,
+    App,
+    Cluster,
+    Commit,
+    Job,
+    JobEstimate,
+    JobState,
+    Outcome,
+    PlanRun,
+    TrafficHour,
+    WebSession,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,3 +170,29 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def last_commit(self, before: datetime | None = None) -> Commit | None:
         """The latest commit with ``hour < before`` (any when None)."""
+
+    # -- API tokens and dashboard sessions (hashes only) ---------------------------------
+    @abc.abstractmethod
+    def add_token(self, token: ApiToken) -> None: ...
+
+    @abc.abstractmethod
+    def tokens(self) -> list[ApiToken]:
+        """Every token, revoked ones too, oldest first."""
+
+    @abc.abstractmethod
+    def token_by_hash(self, secret_sha256: str) -> ApiToken | None: ...
+
+    @abc.abstractmethod
+    def revoke_token(self, token_id: str, at: datetime) -> ApiToken:
+        """Mark it revoked at ``at`` (once) and end its sessions; InputError naming ``ID`` if unknown."""
+
+    @abc.abstractmethod
+    def add_web_session(self, web_session: WebSession) -> None:
+        """Store a session (and drop the expired ones)."""
+
+    @abc.abstractmethod
+    def web_session(self, id_sha256: str) -> tuple[WebSession, ApiToken] | None:
+        """The session and the token it was opened with."""
+
+    @abc.abstractmethod
+    def end_web_session(self, id_sha256: str) -> None: ...

@@ -189,7 +189,7 @@ def test_a_dead_replica_is_restarted_on_its_gpu(service: SlurmService) -> None:
 
 @pytest.mark.slurm
 def test_completions_and_scancel_enter_the_history(service: SlurmService) -> None:
-    now = datetime.now(UTC)  # the real clock: Slurm's start and end times are real
+    now = datetime.now(UTC).replace(microsecond=0)  # the real clock, in whole seconds as Slurm keeps it
     service.submit("short", 1, 1.0, now, command="sleep 2")
     service.submit("doomed", 1, 1.0, now)
     service.submit("never", 1, 1.0, now)
@@ -444,3 +444,17 @@ def test_an_older_commit_delivered_again_releases_its_jobs_and_leaves_the_replic
     assert service.replicas("chat") == {0, 1}  # the newer commit's replicas stay
     assert executor.deliver(Commit(hour, None, (Assignment("chat", (0, 1)),)))  # again: nothing changes
     assert service.replicas("chat") == {0, 1}
+
+
+@pytest.mark.slurm
+def test_stopping_a_cancelled_job_scancels_its_slurm_job(service: SlurmService) -> None:
+    from contract.records import Assignment, Commit
+
+    hour = this_hour()
+    service.submit("stopped", 1, 3.0, hour)
+    assert service.executor.deliver(Commit(hour, None, (Assignment("stopped", (3,)),)))
+    slurm_id = service.slurm_job("stopped").id
+    wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
+    service.executor.stop("stopped", datetime.now(UTC))
+    wait_for(lambda: service.executor.client.job(slurm_id).state == "CANCELLED", "CANCELLED")  # type: ignore[union-attr]
+    service.executor.stop("stopped", datetime.now(UTC))  # gone already: nothing to do

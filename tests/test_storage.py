@@ -57,6 +57,7 @@ SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherite
 TRAINING_SPEC = Path(__file__).parent.parent / "training_data" / "example_job_training.yaml"
 TABLES = {
     "alembic_version",
+    "api_tokens",
     "app_profiles",
     "apps",
     "cluster",
@@ -69,6 +70,7 @@ TABLES = {
     "plan_runs",
     "run_forecasts",
     "traffic",
+    "web_sessions",
 }
 
 

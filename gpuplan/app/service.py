@@ -23,6 +23,7 @@ from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, Reconciler, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.health import Health
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
 from gpuplan.app.traffic_sources import pull_traffic
 from storage.store import Store
@@ -56,9 +57,12 @@ class Service:
     metrics: Any = None  # a Metrics when --metrics-port is given
     #: How ``status`` names this daemon when it leads.
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    health: Health = field(init=False)
+    plan_mutex: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.forecasters = Forecasters(self.config.models_dir)
+        self.health = Health(started_at=utc_now())  # wall time, whatever clock the cycles run on
 
 
 @contextmanager
@@ -75,6 +79,13 @@ def holding(store: Store, name: str, timeout_s: float = LOCK_WAIT_S) -> Iterator
         time.sleep(LOCK_POLL_S)
 
 
+@contextmanager
+def plan_lock(service: Service) -> Iterator[None]:
+    """The plan lock: this process's threads (the cycle, the API's submits), then other daemons."""
+    with service.plan_mutex, holding(service.store, "plan"):
+        yield
+
+
 def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit.
 
@@ -83,7 +94,7 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """
     now = now or service.clock()
     failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
-    with holding(service.store, "plan"):
+    with plan_lock(service):
         if service.reconciler is not None:  # Slurm's truth first; a failure fails the cycle
             service.reconciler.reconcile(service.store, now, service.config)
         recalibrate(service.store, now, service.config, skip=failed)
@@ -106,7 +117,7 @@ def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
     """Between plans: the executor's completions into the history (a no-op without a reconciler)."""
     if service.reconciler is None:
         return []
-    with holding(service.store, "plan"):
+    with plan_lock(service):
         finished = service.reconciler.poll(service.store, now or service.clock())
     if service.metrics is not None:
         service.metrics.observe_replicas(_replicas(service))

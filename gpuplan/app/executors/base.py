@@ -1,8 +1,9 @@
 """The seam to the cluster: gpuplan decides, an executor starts and stops the work.
 
-An executor gets each hour's commit once, after it is stored. The executors sit side by
-side in this package (``memory``, ``jsonl``, ``slurm``) and the config picks one by name
-through the registry in ``gpuplan/app/executors/__init__.py``.
+An executor gets each hour's commit once, after it is stored, and a stop when a running
+job is cancelled. The executors sit side by side in this package (``memory``, ``jsonl``,
+``slurm``) and the config picks one by name through the registry in
+``gpuplan/app/executors/__init__.py``.
 
 An executor that runs a real cluster manager is also a :class:`Reconciler`: the cluster
 talks back. Before each plan it makes the store agree with the cluster (what is down,
@@ -28,6 +29,9 @@ class Executor(Protocol):
     def execute(self, commit: Commit) -> None:
         """Make the cluster run ``commit``'s assignments for its hour."""
 
+    def stop(self, job: str, at: datetime) -> None:
+        """Stop a running job now (it was cancelled); its GPUs free at the next commit."""
+
 
 @runtime_checkable
 class Reconciler(Protocol):
@@ -42,6 +46,8 @@ class Reconciler(Protocol):
         """Running real-time replicas per app, as last seen."""
 
     def execute(self, commit: Commit) -> None: ...
+
+    def stop(self, job: str, at: datetime) -> None: ...
 
     def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> object:
         """Before a plan: the cluster's truth into the store, the current commit enacted again."""

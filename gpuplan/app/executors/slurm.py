@@ -120,6 +120,14 @@ class SlurmExecutor:
         self._newest = commit.hour if follow else self._newest
         return True
 
+    def stop(self, job: str, at: datetime) -> None:
+        """A running job was cancelled: ``scancel`` its Slurm job (gone already: nothing to do)."""
+        batch, _ = _ours(self.read(None, utc_now()).jobs)
+        found = batch.get(job)
+        if found is not None:
+            self.client.cancel(found.id)
+            log.info("job %s (Slurm %d) cancelled at %s", job, found.id, at.isoformat())
+
     def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> ClusterView:
         """Slurm's truth into the store before a plan (see the module's docstring)."""
         view = self.read(store, now)
