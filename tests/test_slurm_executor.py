@@ -458,3 +458,17 @@ def test_stopping_a_cancelled_job_scancels_its_slurm_job(service: SlurmService) 
     service.executor.stop("stopped", datetime.now(UTC))
     wait_for(lambda: service.executor.client.job(slurm_id).state == "CANCELLED", "CANCELLED")  # type: ignore[union-attr]
     service.executor.stop("stopped", datetime.now(UTC))  # gone already: nothing to do
+
+
+@pytest.mark.slurm
+def test_a_job_cancelled_while_queued_leaves_no_held_slurm_job(service: SlurmService) -> None:
+    from gpuplan.app.jobs import cancel
+
+    now = datetime.now(UTC)
+    service.submit("unwanted", 1, 3.0, now)
+    slurm_id = service.slurm_job("unwanted").id
+    cancel(service.store, "unwanted", now, service.executor)  # queued: nothing to stop yet
+    assert service.executor.client.job(slurm_id).held  # type: ignore[union-attr]
+    service.cycle(now)
+    wait_for(lambda: service.executor.client.job(slurm_id).state == "CANCELLED", "CANCELLED")  # type: ignore[union-attr]
+    assert "unwanted" not in service.committed(this_hour())

@@ -136,6 +136,7 @@ class SlurmExecutor:
         if store.cluster() != cluster:
             store.save_cluster(cluster)
         self.collect(store, view, now)
+        self.cancel_orphans(store, view)
         self.requeue_failed_starts(store, view)
         self.adopt(store, view, now, config)
         self._enact_current(store, view, now)
@@ -294,6 +295,16 @@ class SlurmExecutor:
             if slurm_id not in ended:
                 log.warning("drift: job %s (Slurm %d) vanished from Slurm", bound[slurm_id].id, slurm_id)
         return finished
+
+    def cancel_orphans(self, store: Store, view: ClusterView) -> list[int]:
+        """Held Slurm jobs of gpuplan's that the store has ended (cancelled while queued) are
+        cancelled in Slurm too, so that none waits there for a release that never comes."""
+        done = {job.id for job in store.jobs([JobState.DONE])}
+        orphans = [job.id for name, job in _ours(view.jobs)[0].items() if job.held and name in done]
+        if orphans:
+            log.info("cancelling held Slurm jobs %s: their gpuplan jobs ended", orphans)
+            self.client.cancel(*orphans)
+        return orphans
 
     def requeue_failed_starts(self, store: Store, view: ClusterView) -> list[str]:
         """Released jobs that Slurm has not started within ``start_grace_s`` are held again and
