@@ -9,7 +9,13 @@ this module puts them on APScheduler's clock and loops:
 - **recalibrate** hourly: each app's profile takes the last hour's traffic (an app fed by
   Prometheus has its finished hours read first: gpuplan/app/traffic_sources.py);
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
-- **retrain** nightly at ``retrain_at`` (off by default).
+- **retrain** nightly at ``retrain_at`` (off by default);
+- **poll** every ``slurm.poll_seconds`` when the executor's cluster reports back (Slurm):
+  completions into the job history, dead replicas restarted.
+
+Several daemons may run on one PostgreSQL database: one leads (a session-level advisory
+lock) and alone schedules these jobs; the others wait as standbys and one takes over when
+the leader's connection ends (within ``STANDBY_POLL_S``).
 
 With ``--http``, the HTTP face (:mod:`gpuplan.http`) is served from a thread of this process:
 its submits take the same plan lock as the cycle, so a submit never plans against a
@@ -31,7 +37,7 @@ from datetime import UTC
 from types import FrameType
 from typing import Any
 
-from gpuplan.app.service import Service, plan_lock, recalibrate_now, run_once, utc_now
+from gpuplan.app.service import Service, leading, plan_lock, poll_once, recalibrate_now, run_once, utc_now
 from gpuplan.app.tick import retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
@@ -77,6 +83,10 @@ def retrain_job() -> None:
     _job("retrain", lambda s: retrain_from_store(s.store, s.config))
 
 
+def poll_job() -> None:
+    _job("poll", poll_once)
+
+
 def http_server(service: Service, host: str, port: int) -> Any:
     """The HTTP face on ``host:port`` over this service's warm parts (not started)."""
     from gpuplan.http.context import ApiContext
@@ -94,21 +104,18 @@ def http_server(service: Service, host: str, port: int) -> Any:
     return HttpServer(context, host, port)
 
 
-def serve(
+def _run_schedule(
     service: Service,
     db_url: str,
-    *,
-    max_seconds: float | None = None,
-    http: tuple[str, int] | None = None,
-) -> int:
-    """Schedule the jobs on ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``);
-    with ``http=(host, port)``, serve the HTTP face meanwhile."""
+    stop: threading.Event,
+    max_seconds: float | None,
+    http: tuple[str, int] | None,
+) -> None:
+    """The leader's schedule (and the HTTP face), until ``stop`` (or ``max_seconds``)."""
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    global _SERVICE  # noqa: PLW0603 - the scheduled functions find the service here
-    _SERVICE = service
     config = service.config
     scheduler = BackgroundScheduler(
         jobstores={"default": SQLAlchemyJobStore(url=db_url, tablename="apscheduler_jobs")},
@@ -144,14 +151,12 @@ def serve(
         )
     elif scheduler.get_job("retrain"):
         scheduler.remove_job("retrain")
-
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: finishing the job in flight, then exiting", signum)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if service.reconciler is not None:
+        scheduler.add_job(
+            poll_job, "interval", seconds=service.reconciler.poll_seconds, id="poll", replace_existing=True
+        )
+    elif scheduler.get_job("poll"):
+        scheduler.remove_job("poll")
     server = None
     try:
         if http is not None:
@@ -167,6 +172,32 @@ def serve(
         if server is not None:
             server.stop()
         scheduler.shutdown(wait=True)  # the job in flight finishes
+
+
+def serve(
+    service: Service,
+    db_url: str,
+    *,
+    max_seconds: float | None = None,
+    http: tuple[str, int] | None = None,
+) -> int:
+    """Lead (or wait as the standby until this daemon leads), then schedule the jobs on
+    ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``); with
+    ``http=(host, port)``, serve the HTTP face meanwhile."""
+    global _SERVICE  # noqa: PLW0603 - the scheduled functions find the service here
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the job in flight, then exiting", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with leading(service, stop) as leads:
+            if leads:
+                _SERVICE = service
+                _run_schedule(service, db_url, stop, max_seconds, http)
+    finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _SERVICE = None

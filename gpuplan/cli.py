@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from contract.errors import InputError, StoreError
 from contract.files import describe_os_error
+from gpuplan.app.slurm.client import SlurmError
 from gpuplan.options import FIELD_FLAGS
 
 # command name -> (module, one-line help)
@@ -107,7 +108,7 @@ def _run(arguments: list[str], chosen: str | None, name: str) -> int:
     except OSError as error:
         print(f"{name}: error: {describe_os_error(error)}", file=sys.stderr)
         return 2
-    except StoreError as error:  # the database is unreachable, busy or refused: say so, exit 1
+    except (StoreError, SlurmError) as error:  # the database or Slurm is unreachable or refused: exit 1
         print(f"{name}: error: {error}", file=sys.stderr)
         return 1
     return code

@@ -46,4 +46,6 @@ def run(args: argparse.Namespace) -> int:
     )
     last = now.last_run
     say("\nlast run: " + ("none" if last is None else " ".join(f"{k}={v}" for k, v in last.items())) + "\n")
+    if now.leader is not None:
+        say(f"leader: {now.leader['host']} pid {now.leader['pid']}\n")
     return 0

@@ -49,6 +49,21 @@ class Store(abc.ABC):
         process killed with -9 does not hold it forever.
         """
 
+    @abc.abstractmethod
+    def leadership(self, owner: str) -> AbstractContextManager[bool]:
+        """Try to become the one daemon that plans and acts, and stay it while the context is
+        open; yields False when another leads.
+
+        PostgreSQL: a session-level advisory lock on a connection of its own, which the server
+        frees when that connection ends, however the process ends; ``owner`` is recorded for
+        :meth:`leader`. SQLite: always True (daemons on one file share the work, one cycle at
+        a time under :meth:`cycle_lock`).
+        """
+
+    @abc.abstractmethod
+    def leader(self) -> str | None:
+        """The ``owner`` of the leading daemon, while one leads (always None on SQLite)."""
+
     # -- cluster and apps ----------------------------------------------------------------
     @abc.abstractmethod
     def cluster(self) -> Cluster | None: ...
@@ -93,6 +108,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...
+
+    @abc.abstractmethod
+    def requeue_job(self, job_id: str) -> Job:
+        """A running job back to the queue, holding no GPUs (it did not start where it was
+        committed); ``InputError`` for a job that is not running."""
 
     @abc.abstractmethod
     def finish_job(

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.leaks import open_files
 from tests.pg import PgServer
+from tests.slurm import SlurmServer
 
 # CI runs the contract's 500 examples per property; locally set HYPOTHESIS_PROFILE=dev for speed.
 settings.register_profile(
@@ -93,3 +94,28 @@ def crawl(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
             monkeypatch.setattr(module, "time", clock)
 
     return slow_down
+
+
+# --- Slurm: one cluster (two nodes of 8 fake GPUs) per session, reset after each test ----------
+
+
+@pytest.fixture(scope="session")
+def slurm_server() -> Iterator[SlurmServer]:
+    """munged, slurmctld and two slurmd on loopback (tests/slurm.py), stopped by PID at the end."""
+    server = SlurmServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def slurm(slurm_server: SlurmServer) -> Iterator[SlurmServer]:
+    """The session's cluster with no job, no reservation and every node idle, before and after."""
+    if slurm_server.controller is None or slurm_server.controller.poll() is not None:
+        slurm_server.start_controller()  # a test stopped it
+    slurm_server.reset()
+    yield slurm_server
+    if slurm_server.controller is None or slurm_server.controller.poll() is not None:
+        slurm_server.start_controller()
+    slurm_server.reset()

@@ -231,7 +231,8 @@ def test_status_json_has_the_documented_shape(tmp_path: Path, models_dir: Path) 
     db = _db(tmp_path)
     _once(db, models_dir, T0)
     status = json.loads(run_cli("status", "--db", db, "--json", "--at", T0.isoformat()).out)
-    assert set(status) == {"at", "running", "queue", "last_run"}
+    assert set(status) == {"at", "running", "queue", "last_run", "leader"}
+    assert status["leader"] is None  # SQLite: no standby, so no leader to name
     assert all(set(r) == {"job", "kind", "team", "gpus", "since"} for r in status["running"])
     assert all(
         set(q) == {"job", "team", "priority", "gpus", "planned_start", "reason"} for q in status["queue"]

@@ -563,3 +563,36 @@ def test_kill_9_inside_a_record_leaves_no_half_written_run(db_url: str, statemen
         assert store.commits() == [replace(sample_commit(), run_id=again.id)]
     finally:
         store.close()
+
+
+def test_a_running_job_goes_back_to_the_queue_holding_nothing(store: SqlStore) -> None:
+    store.add_job(queued_job("job-a"))
+    store.record_run(sample_run(), sample_commit())
+    requeued = store.requeue_job("job-a")
+    assert requeued == store.job("job-a") == queued_job("job-a")
+    with pytest.raises(InputError, match=re.escape("`job_id` must be a running job; got 'job-a (queued)'.")):
+        store.requeue_job("job-a")
+    # Committed again in the next hour, it starts there.
+    next_hour = HOUR + timedelta(hours=1)
+    store.record_run(sample_run(next_hour), Commit(next_hour, None, (Assignment("job-a", (2, 3)),)))
+    job = store.job("job-a")
+    assert job is not None and (job.state, job.first_gpu, job.started_at) == (JobState.RUNNING, 2, next_hour)
+
+
+def test_one_store_leads_on_postgresql_until_it_lets_go(db_url: str) -> None:
+    first, second = SqlStore.open(db_url), SqlStore.open(db_url)
+    try:
+        postgres = first.dialect == "postgresql"
+        assert first.leader() is None
+        with first.leadership("host-a:1") as leads:
+            assert leads
+            with second.leadership("host-b:2") as also:
+                assert also is not postgres  # SQLite: every daemon works, under the cycle lock
+            assert second.leader() == ("host-a:1" if postgres else None)
+        assert second.leader() is None
+        with second.leadership("host-b:2") as leads:
+            assert leads
+            assert first.leader() == ("host-b:2" if postgres else None)
+    finally:
+        first.close()
+        second.close()

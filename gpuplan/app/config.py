@@ -19,6 +19,7 @@ from contract.errors import InputError
 from contract.records import App, Cluster, DownWindowRecord
 from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_PROMISE_PENALTY, MAX_RT_PENALTY
 from contract.times import parse_time
+from gpuplan.app.slurm.settings import SlurmSettings
 from scheduler.model import checked_budget_ms
 
 #: The bundled real-time traffic the demo cluster's two apps follow.
@@ -85,6 +86,9 @@ class ServiceConfig:
     #: The executor's name in gpuplan/app/executors' registry; None: jsonl with a commits file, else memory.
     executor: str | None = None
     demo_queue: bool = False  # seed a queue from the bundled job history on an empty database
+    slurm: SlurmSettings | None = None  # the Slurm partition this cluster is (the `slurm:` section)
+    #: app -> the command one real-time replica runs on one GPU (the Slurm executor's)
+    replica_commands: Mapping[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -134,8 +138,18 @@ TOP_KEYS = {
     "commits_file",
     "executor",
     "demo_queue",
+    "slurm",
 }
 CLUSTER_KEYS = {"gpus", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
+SLURM_KEYS = {
+    "partition",
+    "bin_dir",
+    "slurm_conf",
+    "timeout_s",
+    "poll_seconds",
+    "gpu_models",
+    "start_grace_s",
+}
 APP_KEYS = {
     "id",
     "priority",
@@ -144,6 +158,7 @@ APP_KEYS = {
     "headroom",
     "traffic",
     "peak_gpus",
+    "replica_command",
     "prometheus",
 }
 PROMETHEUS_KEYS = {"url", "query"}
@@ -217,6 +232,30 @@ class _Fields:
             raise self.fail(name, error.expected, value) from error
 
 
+def _slurm(r: _Fields, raw: object, base: Path) -> SlurmSettings:
+    """The ``slurm:`` section; relative paths are read from the config file's folder."""
+    s = r.mapping(raw, "slurm", SLURM_KEYS)
+    if "partition" not in s:
+        raise r.fail("slurm.partition", "the name of the Slurm partition gpuplan plans", "missing")
+    models = s.get("gpu_models", [])
+    if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
+        raise r.fail("slurm.gpu_models", "a list of node features that name GPU models", models)
+
+    def path(key: str) -> Path | None:
+        value = s.get(key)
+        return None if value is None else (base / r.text(value, f"slurm.{key}")).resolve()
+
+    return SlurmSettings(
+        partition=r.text(s["partition"], "slurm.partition"),
+        bin_dir=path("bin_dir"),
+        slurm_conf=path("slurm_conf"),
+        timeout_s=r.number(s.get("timeout_s", 30.0), "slurm.timeout_s", 0.1, 600),
+        poll_seconds=r.number(s.get("poll_seconds", 60.0), "slurm.poll_seconds", 1, 3600),
+        gpu_models=tuple(models),
+        start_grace_s=r.number(s.get("start_grace_s", 120.0), "slurm.start_grace_s", 0, 86_400),
+    )
+
+
 def load_config(path: Path) -> ServiceConfig:
     """Read and check a YAML config; missing keys take the demo's defaults."""
     from contract.files import read_mapping
@@ -251,6 +290,7 @@ def load_config(path: Path) -> ServiceConfig:
             down=tuple(down),
         )
     apps, traffic, prometheus = base.apps, base.traffic, base.prometheus
+    replica_commands: dict[str, str] = {}
     if "apps" in top:
         if not isinstance(top["apps"], list):
             raise r.fail("apps", "a list of apps", type(top["apps"]).__name__)
@@ -276,6 +316,8 @@ def load_config(path: Path) -> ServiceConfig:
                     headroom=r.number(a.get("headroom", 0.0), f"{name}.headroom", 0.0, 10.0),
                 )
             )
+            if "replica_command" in a:
+                replica_commands[app_id] = r.text(a["replica_command"], f"{name}.replica_command")
             if "traffic" in a:
                 traffic_list.append(
                     AppTraffic(
@@ -321,6 +363,8 @@ def load_config(path: Path) -> ServiceConfig:
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
         executor=None if top.get("executor") is None else r.text(top["executor"], "executor"),
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
+        slurm=None if top.get("slurm") is None else _slurm(r, top["slurm"], path.parent),
+        replica_commands=replica_commands,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from contract.scenario import JobKind
 from contract.scenario_io import MAX_PRIORITY
 from gpuplan.app.bridge import planned_place
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import Executor
+from gpuplan.app.executors.base import Executor
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate, kind_and_features
 from gpuplan.app.models import MODEL_FILES
 from gpuplan.app.status import placement_reason
@@ -165,6 +165,7 @@ def submit(
     replan: bool = True,
     token: ApiToken | None = None,
     replanner: Callable[[], PlanRun | None] | None = None,
+    slurm_job: int | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
@@ -174,6 +175,10 @@ def submit(
     :class:`~gpuplan.app.replan.SharedReplan`: one plan for the submits that arrive
     together). A ``token`` (the API's caller) must hold ``submit`` and a cap at or above
     the job's priority; the job records the token's team.
+
+    A spec with a ``slurm:`` section is submitted to Slurm held (after every check, before
+    it is stored; a refused ``sbatch`` raises ``SlurmError`` and nothing is stored).
+    ``slurm_job``: the Slurm job of a spec adopted from Slurm (already submitted, held).
     """
     from gpuplan.app.tick import require_cluster
 
@@ -182,23 +187,47 @@ def submit(
     spec = check_spec(spec_document, source=source, default_id=default_id)
     if token is not None:
         require_priority(token, float(spec.get("priority", 1)))
+    section = None
+    if "slurm" in spec and slurm_job is None:
+        from gpuplan.app.slurm.batch import read_section
+
+        section = read_section(spec["slurm"], source=source)
+        if config.slurm is None:
+            raise InputError(
+                "slurm",
+                "a section only for a cluster that Slurm runs (the daemon's config, --config, has none)",
+                "a slurm section",
+                source=source,
+            )
     cluster = require_cluster(store)
     if store.job(spec["id"]) is not None:  # before the forecast: a refusal costs nothing
         raise InputError("id", "an id no other job has", spec["id"], source=source)
     forecasters = forecasters or Forecasters(config.models_dir)
     estimate = estimate_spec(spec, forecasters, source=source)
     _check_fits(cluster, estimate.gpus, now, source=source)
-    store.add_job(
-        Job(
-            id=spec["id"],
-            kind=JobKind(spec["kind"]),
-            priority=float(spec.get("priority", 1)),
-            spec=spec,
-            submitted_at=now,
-            estimate=estimate,
-            team=None if token is None else token.team,
-        )
+    job = Job(
+        id=spec["id"],
+        kind=JobKind(spec["kind"]),
+        priority=float(spec.get("priority", 1)),
+        spec=spec,
+        submitted_at=now,
+        estimate=estimate,
+        team=None if token is None else token.team,
     )
+    if section is not None and config.slurm is not None:
+        from gpuplan.app.slurm.client import SlurmClient
+
+        client = SlurmClient(config.slurm)
+        submitted = client.submit(section.request(job.id, config.slurm.partition))
+        try:
+            store.add_job(replace(job, spec={**spec, "slurm": {**spec["slurm"], "job_id": submitted}}))
+        except BaseException:
+            client.cancel(submitted)  # nothing is left in Slurm that the store does not know
+            raise
+    elif slurm_job is not None:
+        store.add_job(replace(job, spec={**spec, "slurm": {"job_id": slurm_job}}))
+    else:
+        store.add_job(job)
     planned_start: datetime | None = None
     first_gpu: int | None = None
     reason = "queued; the next plan cycle places it"
@@ -266,8 +295,14 @@ def hot_path_plan(
     return plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT).run
 
 
-def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
-    """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle."""
+def finish(
+    store: Store, job_id: str, at: datetime, outcome: Outcome, *, started_at: datetime | None = None
+) -> Job:
+    """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle.
+
+    ``started_at``: when it really started (Slurm's start), for its history row; by default
+    the start of the hour it was committed in.
+    """
     job = store.job(job_id)
     if job is None:
         raise InputError("job_id", "the id of a submitted job", job_id)
@@ -277,7 +312,10 @@ def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
         raise InputError(
             "at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
         )
-    return finish_job(store, job_id, at, outcome)
+    history: dict[str, object] | None = None
+    if started_at is not None and job.state is JobState.RUNNING:
+        history = {"start_time": max(started_at, job.submitted_at), "slurm": None}
+    return finish_job(store, job_id, at, outcome, history)
 
 
 def finish_job(

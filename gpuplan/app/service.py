@@ -7,6 +7,8 @@ runs one cycle through the same functions.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,9 +18,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contract.errors import StoreError
+from contract.records import Job
 from gpuplan.app.amend import amend_cycle
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import Executor, make_executor
+from gpuplan.app.executors import Executor, Reconciler, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
@@ -31,6 +34,8 @@ log = logging.getLogger("gpuplan.daemon")
 #: How long a cycle waits for another daemon's cycle on the same database, and how often it looks.
 LOCK_WAIT_S = 300.0
 LOCK_POLL_S = 0.2
+#: How often a standby daemon tries to take the lead (well inside the shortest cycle period).
+STANDBY_POLL_S = 2.0
 
 Clock = Callable[[], datetime]
 
@@ -47,8 +52,12 @@ class Service:
     config: ServiceConfig
     executor: Executor
     clock: Clock = utc_now
+    #: The executor, when its cluster reports back (Slurm): reconciled before each plan, polled between.
+    reconciler: Reconciler | None = None
     forecasters: Forecasters = field(init=False)
     metrics: Any = None  # a Metrics when --metrics-port is given
+    #: How ``status`` names this daemon when it leads.
+    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     health: Health = field(init=False)
     plan_mutex: threading.Lock = field(init=False, default_factory=threading.Lock)
 
@@ -89,12 +98,14 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     now = now or service.clock()
     failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
     with plan_lock(service):
+        if service.reconciler is not None:  # Slurm's truth first; a failure fails the cycle
+            service.reconciler.reconcile(service.store, now, service.config)
         recalibrate(service.store, now, service.config, skip=failed)
         report, _ = amend_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
         )
     if service.metrics is not None:
-        service.metrics.observe(report, now)
+        service.metrics.observe(report, now, _replicas(service))
     return report
 
 
@@ -105,6 +116,42 @@ def recalibrate_now(service: Service) -> list[str]:
     return recalibrate(service.store, now, service.config, skip=failed)
 
 
+def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
+    """Between plans: the executor's completions into the history (a no-op without a reconciler)."""
+    if service.reconciler is None:
+        return []
+    with plan_lock(service):
+        finished = service.reconciler.poll(service.store, now or service.clock())
+    if service.metrics is not None:
+        service.metrics.observe_replicas(_replicas(service))
+    return finished
+
+
+def _replicas(service: Service) -> dict[str, int]:
+    if service.reconciler is None:
+        return {}
+    running = service.reconciler.replicas_running
+    return {app.id: running.get(app.id, 0) for app in service.config.apps}
+
+
+@contextmanager
+def leading(service: Service, stop: threading.Event, poll_s: float = STANDBY_POLL_S) -> Iterator[bool]:
+    """Lead for as long as the context is open: at once, or after waiting as the standby until
+    the leader is gone (``stop`` set while waiting: yields False). Only the leader plans and acts."""
+    waiting = False
+    while not stop.is_set():
+        with service.store.leadership(service.owner) as held:
+            if held:
+                log.info("%s takes the lead%s", service.owner, " from the standby" if waiting else "")
+                yield True
+                return
+        if not waiting:
+            log.info("%s is the standby: %s leads", service.owner, service.store.leader())
+            waiting = True
+        stop.wait(poll_s)
+    yield False
+
+
 def make_service(store: Store, config: ServiceConfig, *, print_commits: bool = False) -> Service:
     """The service of one daemon process; CP-SAT is loaded now, so that the plan cycle's
     budget goes to planning (the fast mode skips its CP-SAT search while it is not loaded)."""
@@ -113,9 +160,10 @@ def make_service(store: Store, config: ServiceConfig, *, print_commits: bool = F
     warm_up()
 
     executor = make_executor(config)
+    reconciler = executor if isinstance(executor, Reconciler) else None
     if print_commits:
         executor = PrintingExecutor(executor)
-    return Service(store=store, config=config, executor=executor)
+    return Service(store=store, config=config, executor=executor, reconciler=reconciler)
 
 
 def start_service(

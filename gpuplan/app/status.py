@@ -36,6 +36,7 @@ class Status:
     running: list[dict[str, Any]]
     queue: list[dict[str, Any]]
     last_run: dict[str, Any] | None
+    leader: dict[str, Any] | None = None  # the leading daemon (PostgreSQL): host, pid
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -43,7 +44,16 @@ class Status:
             "running": self.running,
             "queue": self.queue,
             "last_run": self.last_run,
+            "leader": self.leader,
         }
+
+
+def leader_of(owner: str | None) -> dict[str, Any] | None:
+    """A daemon's ``host:pid`` as status shows it."""
+    if owner is None:
+        return None
+    host, _, pid = owner.rpartition(":")
+    return {"host": host, "pid": int(pid)} if pid.isdigit() else {"host": owner, "pid": None}
 
 
 def placement_reason(
@@ -117,7 +127,8 @@ def _newest_plan(store: Store, last: PlanRun | None = None) -> PlanRun | None:
 def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
     """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
     hour placed them), the queue by planned start from the latest plan with each job's reason,
-    and the last run. ``team`` keeps that team's jobs only (and leaves the apps out)."""
+    the last run, and the leading daemon (on PostgreSQL, where a standby may wait). ``team``
+    keeps that team's jobs only (and leaves the apps out)."""
     last = store.run()
     newest = _newest_plan(store, last)
     running = [
@@ -153,7 +164,8 @@ def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
     ]
     # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
     queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
-    return Status(now, running, queue, None if last is None else run_summary(last))
+    summary = None if last is None else run_summary(last)
+    return Status(now, running, queue, summary, leader_of(store.leader()))
 
 
 def find_run(store: Store, which: str) -> PlanRun:

@@ -48,7 +48,7 @@ from gpuplan.app.bridge import (
     scenario_document,
 )
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import Executor
+from gpuplan.app.executors.base import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.tokens import NotFoundError
 from gpuplan.app.traffic_sources import store_traffic

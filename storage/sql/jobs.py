@@ -130,6 +130,15 @@ class JobStore(SqlBase):
             row.estimate_hours_p50 = estimate.hours_p50
             row.estimate_hours_p90 = estimate.hours_p90
 
+    def requeue_job(self, job_id: str) -> Job:
+        with self._session() as session:
+            row = self._job_row(session, job_id)
+            if row.state is not JobState.RUNNING:
+                raise InputError("job_id", "a running job", f"{job_id} ({row.state.value})")
+            row.state, row.first_gpu, row.gpus, row.started_at = JobState.QUEUED, None, None, None
+            session.flush()
+            return self._job(row)
+
     def finish_job(
         self, job_id: str, at: datetime, outcome: Outcome, history: Callable[[Job], pd.DataFrame | None]
     ) -> Job:

@@ -1,7 +1,8 @@
 """The executors, side by side, and the registry the config picks one from by name.
 
 ``memory`` keeps the commits (tests, the simulation); ``jsonl`` appends them to the
-config's ``commits_file``. A new executor is a module here and one entry in
+config's ``commits_file``; ``slurm`` runs them on the config's Slurm partition (and
+reads the cluster back: a :class:`Reconciler`). A new executor is a module here and one entry in
 :data:`EXECUTORS`: a function of the config that builds it.
 """
 
@@ -11,9 +12,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
-from gpuplan.app.executors.base import Executor, amendment_lines, commit_lines
+from gpuplan.app.executors.base import Executor, Reconciler, amendment_lines, commit_lines
 from gpuplan.app.executors.jsonl import JsonLinesExecutor
 from gpuplan.app.executors.memory import InMemoryExecutor
+from gpuplan.app.executors.slurm import SlurmExecutor
 
 if TYPE_CHECKING:
     from gpuplan.app.config import ServiceConfig
@@ -23,6 +25,8 @@ __all__ = [
     "Executor",
     "InMemoryExecutor",
     "JsonLinesExecutor",
+    "Reconciler",
+    "SlurmExecutor",
     "amendment_lines",
     "commit_lines",
     "make_executor",
@@ -39,6 +43,7 @@ def _jsonl(config: ServiceConfig) -> Executor:
 EXECUTORS: dict[str, Callable[[ServiceConfig], Executor]] = {
     "memory": lambda _config: InMemoryExecutor(),
     "jsonl": _jsonl,
+    "slurm": SlurmExecutor.from_config,
 }
 
 

@@ -3,16 +3,27 @@
 An executor gets each hour's commit once, after it is stored, each amendment of that
 hour (additions only: more GPUs for a real-time app, a batch job started within the hour)
 once, after it is stored, and a stop when a running job is cancelled. The executors sit side by
-side in this package (``memory``, ``jsonl``) and the config picks one by name through
+side in this package (``memory``, ``jsonl``, ``slurm``) and the config picks one by name through
 the registry in ``gpuplan/app/executors/__init__.py``.
+
+An executor that runs a real cluster manager is also a :class:`Reconciler`: the cluster
+talks back. Before each plan it makes the store agree with the cluster (what is down,
+what finished, what runs where), and every ``poll_seconds`` between plans it collects
+completions. Its actions are idempotent, so a commit handed to it twice (a daemon
+restarted after its commit, a poll after a cycle) does nothing the second time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from contract.records import Amendment, Commit
+from contract.records import Amendment, Commit, Job
+
+if TYPE_CHECKING:
+    from gpuplan.app.config import ServiceConfig
+    from storage.store import Store
 
 
 class Executor(Protocol):
@@ -24,6 +35,29 @@ class Executor(Protocol):
 
     def stop(self, job: str, at: datetime) -> None:
         """Stop a running job now (it was cancelled); its GPUs free at the next commit."""
+
+
+@runtime_checkable
+class Reconciler(Protocol):
+    """An executor whose cluster reports back: its truth wins over the store's."""
+
+    @property
+    def poll_seconds(self) -> float:
+        """How often :meth:`poll` runs between plans."""
+
+    @property
+    def replicas_running(self) -> Mapping[str, int]:
+        """Running real-time replicas per app, as last seen."""
+
+    def execute(self, commit: Commit) -> None: ...
+
+    def stop(self, job: str, at: datetime) -> None: ...
+
+    def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> object:
+        """Before a plan: the cluster's truth into the store, the current commit enacted again."""
+
+    def poll(self, store: Store, now: datetime) -> list[Job]:
+        """Between plans: finished jobs into the history; returns them."""
 
 
 def commit_lines(commit: Commit) -> list[dict[str, object]]:
