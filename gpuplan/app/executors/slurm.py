@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ClassVar
 
 from contract.errors import InputError
-from contract.records import Cluster, Commit, DownWindowRecord, Job, JobState, Outcome
+from contract.records import Amendment, Assignment, Cluster, Commit, DownWindowRecord, Job, JobState, Outcome
 from gpuplan.app.bridge import floor_hour
 from gpuplan.app.jobs import finish, submit
 from gpuplan.app.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
@@ -46,6 +46,7 @@ from gpuplan.app.slurm.client import (
 )
 from gpuplan.app.slurm.cluster import ClusterView, ceil_hour, read_cluster
 from gpuplan.app.slurm.settings import SlurmSettings
+from gpuplan.app.tick import hour_allocation, merged_assignments
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ class SlurmExecutor:
     replicas_running: dict[str, int] = field(default_factory=dict, init=False)
     _refused: set[int] = field(default_factory=set, init=False)  # held jobs whose comment is not a spec
     _newest: datetime | None = field(default=None, init=False)  # the newest commit's hour delivered
+    _delivered: dict[datetime, Commit] = field(default_factory=dict, init=False)  # hour -> allocation
 
     def __post_init__(self) -> None:
         self.client = SlurmClient(self.settings)
@@ -118,7 +120,22 @@ class SlurmExecutor:
         follow = self._newest is None or commit.hour >= self._newest
         self.enact(commit, self.read(None, utc_now()), follow=follow)
         self._newest = commit.hour if follow else self._newest
+        self._delivered = {commit.hour: commit} if follow else self._delivered
         return True
+
+    def amend(self, amendment: Amendment) -> None:
+        """Enact the hour's allocation with ``amendment``'s additions: more replicas for an app,
+        a batch job released within the hour. Nothing already running is touched. With no
+        delivered commit of that hour to add to (a restarted daemon), only its batch jobs are
+        released; the replicas follow at the next poll, which reads the hour's whole allocation."""
+        base = self._delivered.get(amendment.hour)
+        held = merged_assignments(base, [amendment])
+        assignments = tuple(Assignment(job, gpus) for job, gpus in sorted(held.items()))
+        merged = Commit(amendment.hour, amendment.run_id, assignments)
+        if base is None:
+            self.enact(merged, self.read(None, utc_now()), follow=False)
+            return
+        self.deliver(merged)
 
     def stop(self, job: str, at: datetime) -> None:
         """A running job was cancelled: ``scancel`` its Slurm job (gone already: nothing to do)."""
@@ -152,7 +169,7 @@ class SlurmExecutor:
 
     def _enact_current(self, store: Store, view: ClusterView, now: datetime) -> None:
         """The current hour's commit again, but for the jobs that went back to the queue."""
-        current = store.commit(floor_hour(now))
+        current = hour_allocation(store, floor_hour(now))
         if current is not None:
             self.enact(current, view, requeued={job.id for job in store.jobs([JobState.QUEUED])})
 
