@@ -17,9 +17,8 @@ from contract.errors import InputError
 from contract.records import App, Assignment, Cluster, Commit, Job, JobEstimate, JobState, RunMode
 from contract.scenario import BatchJob, DownWindow, Instance, JobKind, RealtimeJob
 from gpuplan.app.amend import ObservedTraffic, amend, check_amendment, propose
-from gpuplan.app.bridge import STEP, run_record
+from gpuplan.app.bridge import STEP, hour_allocation, run_record
 from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.tick import hour_allocation
 from scheduler.check import check_plan
 from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan

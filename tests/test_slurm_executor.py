@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from contract.records import App, Cluster, JobState, Outcome
+from contract.records import Amendment, App, Assignment, Cluster, Commit, JobState, Outcome
 from gpuplan.app.config import AppTraffic, ServiceConfig
 from gpuplan.app.executors.slurm import SlurmExecutor
 from gpuplan.app.jobs import submit
@@ -167,7 +167,12 @@ def test_replicas_follow_the_committed_sets_across_three_hours(service: SlurmSer
         service.executor.poll(service.store, now)  # the count of running replicas, as the metric shows it
         assert service.executor.replicas_running == {"chat": len(wanted)}
         seen.append(wanted)
-    assert len({frozenset(s) for s in seen}) > 1, f"the committed sets never changed: {seen}"
+    # The planner may hold a steady set while nothing else wants the GPUs (fewer moves at equal
+    # value), so a fourth hour's commit moves two of the app's GPUs by hand: the executor follows.
+    moved = {*sorted(seen[-1])[2:], *[g for g in range(16) if g not in seen[-1]][:2]}
+    later = first.replace(minute=0) + 3 * HOUR
+    service.executor.deliver(Commit(later, None, (Assignment("chat", tuple(sorted(moved))),)))
+    wait_for(lambda: service.replicas("chat") == moved, "the replicas on the moved set only")
 
 
 @pytest.mark.slurm
@@ -472,3 +477,23 @@ def test_a_job_cancelled_while_queued_leaves_no_held_slurm_job(service: SlurmSer
     service.cycle(now)
     wait_for(lambda: service.executor.client.job(slurm_id).state == "CANCELLED", "CANCELLED")  # type: ignore[union-attr]
     assert "unwanted" not in service.committed(this_hour())
+
+
+@pytest.mark.slurm
+def test_an_amendment_adds_a_replica_and_the_poll_keeps_it(service: SlurmService) -> None:
+    now = this_hour().replace(hour=12) + timedelta(minutes=1)
+    service.cycle(now)
+    hour = now.replace(minute=0)
+    committed = service.committed(hour)
+    before = {job.id for job in service.executor.client.jobs(PARTITION) if not job.finished}
+    held = {gpu for gpus in committed.values() for gpu in gpus}
+    idle = min(set(range(16)) - held)
+    amendment = Amendment(hour, 1, now + timedelta(minutes=29), None, (Assignment("chat", (idle,)),))
+    service.store.record_amendment(amendment)
+    service.executor.amend(amendment)
+    assert service.replicas("chat") == {*committed["chat"], idle}
+    after = {job.id for job in service.executor.client.jobs(PARTITION) if not job.finished}
+    assert before <= after, "an amendment cancelled work the hour's commit had started"
+    # The poll re-enacts the hour from the store: its commit with the amendment, so the new replica stays.
+    service.executor.poll(service.store, now + timedelta(minutes=30))
+    assert service.replicas("chat") == {*committed["chat"], idle}

@@ -118,7 +118,8 @@ def amend(
     Refused (:class:`InputError`, nothing stored) when the hour is not committed, a later
     hour is, or an addition is illegal (:func:`check_amendment`). No additions: None.
     """
-    from gpuplan.app.tick import down_gpus, hour_allocation, merged_assignments, require_cluster
+    from gpuplan.app.bridge import hour_allocation, merged_assignments
+    from gpuplan.app.tick import down_gpus, require_cluster
 
     hour = floor_hour(now)
     if not additions:
@@ -243,7 +244,8 @@ def amend_hour(
     outruns their committed GPUs, and the plan's next-hour starts whose blocks are idle now.
     """
     from forecasting.gpu_mapping import gpus_needed
-    from gpuplan.app.tick import down_gpus, hour_allocation, merged_assignments, require_cluster
+    from gpuplan.app.bridge import hour_allocation, merged_assignments
+    from gpuplan.app.tick import down_gpus, require_cluster
 
     hour = floor_hour(now)
     current = hour_allocation(store, hour)

@@ -24,11 +24,25 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.curves import swap_capped_curve
-from contract.records import App, AppForecast, Assignment, Cluster, Commit, Job, JobEstimate, PlanRun, RunMode
+from contract.records import (
+    Amendment,
+    App,
+    AppForecast,
+    Assignment,
+    Cluster,
+    Commit,
+    Job,
+    JobEstimate,
+    PlanRun,
+    RunMode,
+)
 from gpuplan.app.config import PlanWith
+
+if TYPE_CHECKING:
+    from storage.store import Store
 
 STEP = timedelta(hours=1)
 
@@ -370,3 +384,21 @@ def realtime_sets(commit: Commit | None, app_ids: Sequence[str]) -> dict[str, tu
         return {}
     wanted = set(app_ids)
     return {a.job: a.gpus for a in commit.assignments if a.job in wanted}
+
+
+def merged_assignments(commit: Commit | None, amendments: Sequence[Amendment]) -> dict[str, tuple[int, ...]]:
+    """A commit with its amendments' additions: job -> GPUs held in the hour."""
+    held: dict[str, set[int]] = {}
+    for assignments in [commit.assignments if commit else ()] + [a.assignments for a in amendments]:
+        for a in assignments:
+            held.setdefault(a.job, set()).update(a.gpus)
+    return {job: tuple(sorted(gpus)) for job, gpus in held.items()}
+
+
+def hour_allocation(store: Store, hour: datetime) -> Commit | None:
+    """The hour's commit with its amendments added (None: the hour is not committed)."""
+    commit = store.commit(hour)
+    if commit is None:
+        return None
+    held = merged_assignments(commit, store.amendments(hour, hour + STEP))
+    return Commit(commit.hour, commit.run_id, tuple(Assignment(j, g) for j, g in sorted(held.items())))

@@ -26,9 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from contract.records import (
-    Amendment,
     App,
-    Assignment,
     Cluster,
     Commit,
     JobState,
@@ -43,6 +41,7 @@ from gpuplan.app.bridge import (
     app_forecasts,
     column_commit,
     floor_hour,
+    hour_allocation,
     realtime_sets,
     run_record,
     scenario_document,
@@ -153,24 +152,6 @@ def require_cluster(store: Store) -> Cluster:
     if cluster is None:
         raise InputError("db", "a database with a cluster (run `gpuplan daemon --once` first)", "none")
     return cluster
-
-
-def merged_assignments(commit: Commit | None, amendments: Sequence[Amendment]) -> dict[str, tuple[int, ...]]:
-    """A commit with its amendments' additions: job -> GPUs held in the hour."""
-    held: dict[str, set[int]] = {}
-    for assignments in [commit.assignments if commit else ()] + [a.assignments for a in amendments]:
-        for a in assignments:
-            held.setdefault(a.job, set()).update(a.gpus)
-    return {job: tuple(sorted(gpus)) for job, gpus in held.items()}
-
-
-def hour_allocation(store: Store, hour: datetime) -> Commit | None:
-    """The hour's commit with its amendments added (None: the hour is not committed)."""
-    commit = store.commit(hour)
-    if commit is None:
-        return None
-    held = merged_assignments(commit, store.amendments(hour, hour + STEP))
-    return Commit(commit.hour, commit.run_id, tuple(Assignment(j, g) for j, g in sorted(held.items())))
 
 
 def down_gpus(cluster: Cluster, hour: datetime) -> frozenset[int]:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from contract.errors import InputError
 from contract.records import Amendment, Assignment, Cluster, Commit, DownWindowRecord, Job, JobState, Outcome
-from gpuplan.app.bridge import floor_hour
+from gpuplan.app.bridge import floor_hour, hour_allocation, merged_assignments
 from gpuplan.app.jobs import finish, submit
 from gpuplan.app.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
 from gpuplan.app.slurm.client import (
@@ -46,7 +46,6 @@ from gpuplan.app.slurm.client import (
 )
 from gpuplan.app.slurm.cluster import ClusterView, ceil_hour, read_cluster
 from gpuplan.app.slurm.settings import SlurmSettings
-from gpuplan.app.tick import hour_allocation, merged_assignments
 from storage.store import Store
 
 if TYPE_CHECKING:
