@@ -14,9 +14,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contract.errors import InputError
-from contract.records import App, Assignment, Cluster, Commit, Job, JobEstimate, JobState, RunMode
+from contract.records import (
+    App,
+    Assignment,
+    Cluster,
+    Commit,
+    Job,
+    JobEstimate,
+    JobState,
+    ObservedTraffic,
+    RunMode,
+)
 from contract.scenario import BatchJob, DownWindow, Instance, JobKind, RealtimeJob
-from gpuplan.app.amend import ObservedTraffic, amend, check_amendment, propose
+from gpuplan.app.amend import amend, check_amendment, propose
 from gpuplan.app.bridge import STEP, hour_allocation, run_record
 from gpuplan.app.executors import InMemoryExecutor
 from scheduler.check import check_plan
