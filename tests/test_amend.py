@@ -262,6 +262,28 @@ def test_promises_off_score_and_plan_as_the_contract() -> None:
     assert m.objective == pytest.approx(m.value - m.penalty - cost)
 
 
+def test_a_promised_job_is_weighed_against_later_higher_priority_work() -> None:
+    """Two jobs for the same 4 GPUs: the promised one first only when promises weigh.
+
+    Without a penalty the higher-priority arrival goes first (its value decays less);
+    with one, delaying the promised job two steps costs more than the order gains."""
+    promised = BatchJob("promised", JobKind.TRAINING, priority=10.0, gpus=4, duration_steps=2, promise_step=0)
+    urgent = BatchJob("urgent", JobKind.TRAINING, priority=12.0, gpus=4, duration_steps=2)
+    instance = Instance("w", gpus=4, horizon_steps=6, batch_jobs=(promised, urgent), realtime_jobs=())
+    options = SolveOptions(budget_ms=5.0, wall_clock=False)
+    for policy in (PolicyName.FAST, PolicyName.FULL):
+        plain = plan(instance, policy, options)
+        weighed = plan(replace(instance, promise_penalty=1.0), policy, options)
+        assert plain.grid[0][0] == "urgent", policy
+        assert weighed.grid[0][0] == "promised" and weighed.metrics.promise_cost == 0, policy
+    # Arriving work worth more than the penalty still goes first.
+    precious = replace(urgent, priority=1000.0)
+    first = plan(
+        replace(instance, batch_jobs=(promised, precious), promise_penalty=1.0), PolicyName.FAST, options
+    )
+    assert first.grid[0][0] == "urgent"
+
+
 def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_path: Path) -> None:
     from gpuplan.app.amend import amend_cycle
     from gpuplan.app.config import ServiceConfig
