@@ -18,22 +18,20 @@ from contract.records import (
     App,
     Assignment,
     Cluster,
-    Commit,
     Job,
     JobEstimate,
     JobState,
     ObservedTraffic,
-    RunMode,
 )
 from contract.scenario import BatchJob, DownWindow, Instance, JobKind, RealtimeJob
 from gpuplan.app.amend import amend, check_amendment, propose
-from gpuplan.app.bridge import STEP, hour_allocation, run_record
+from gpuplan.app.bridge import STEP, hour_allocation
 from gpuplan.app.executors import InMemoryExecutor
 from scheduler.check import check_plan
 from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan
 from storage.factory import open_store
-from tests.service_fixtures import run_cli
+from tests.service_fixtures import commit_by_hand, run_cli
 from tests.strategies import instance_of, scenarios
 
 H0 = datetime(2026, 12, 2, 10, tzinfo=UTC)
@@ -155,18 +153,7 @@ def _store_with_committed_hour(tmp_path: Path) -> str:
                     team="ml" if job_id == "late" else None,
                 )
             )
-        for hour in (H0 - STEP, H0):
-            run = run_record(
-                {"name": "x", "gpus": 8, "jobs": []},
-                start=hour,
-                created_at=hour,
-                mode=RunMode.PLAN,
-                policy="fast",
-                grid=[[None] * 24 for _ in range(8)],
-                metrics={},
-                latency_ms=1.0,
-            )
-            store.record_run(run, Commit(hour, None, (Assignment("chat", (6, 7)),)))
+        commit_by_hand(store, (H0 - STEP, H0), (Assignment("chat", (6, 7)),), gpus=8)
     finally:
         store.close()
     return url

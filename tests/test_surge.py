@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from contract.records import App, Assignment, Cluster, Commit, ObservedTraffic, RunMode
-from gpuplan.app.bridge import STEP, hour_allocation, merged_assignments, run_record
+from contract.records import App, Assignment, Cluster, ObservedTraffic
+from gpuplan.app.bridge import STEP, hour_allocation, merged_assignments
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.forecasters import Forecasters
@@ -22,7 +22,7 @@ from gpuplan.app.traffic import MIN_OBSERVED_MINUTES, in_progress
 from gpuplan.http.context import ApiContext
 from storage.factory import open_store
 from storage.store import Store
-from tests.service_fixtures import run_cli
+from tests.service_fixtures import commit_by_hand, run_cli
 
 H0 = datetime(2026, 12, 2, 10, tzinfo=UTC)
 #: chat serves 10 requests per GPU-hour; it holds GPUs 6 and 7 in the hour before and in H0.
@@ -36,18 +36,7 @@ def _committed(url: str) -> ServiceConfig:
     try:
         store.save_cluster(config.cluster)
         store.save_app(CHAT)
-        for hour in (H0 - STEP, H0):
-            run = run_record(
-                {"name": "x", "gpus": 8, "jobs": []},
-                start=hour,
-                created_at=hour,
-                mode=RunMode.PLAN,
-                policy="fast",
-                grid=[[None] * 24 for _ in range(8)],
-                metrics={},
-                latency_ms=1.0,
-            )
-            store.record_run(run, Commit(hour, None, (Assignment("chat", (6, 7)),)))
+        commit_by_hand(store, (H0 - STEP, H0), (Assignment("chat", (6, 7)),), gpus=8)
     finally:
         store.close()
     return config
