@@ -8,7 +8,8 @@ this module puts them on APScheduler's clock and loops:
   the current hour once, hand the commit to the executor;
 - **recalibrate** hourly: each app's profile takes the last hour's traffic;
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
-- **retrain** nightly at ``retrain_at`` (off by default).
+- **retrain** nightly at ``retrain_at`` (off by default);
+- **prune** daily: plan runs older than ``prune_keep_days`` go (commits and history stay).
 
 The schedule lives in APScheduler's SQLAlchemy job store on the service's own database, so
 it survives restarts; missed runs are coalesced, and one worker thread runs one job at a
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from datetime import UTC
 from types import FrameType
 
+from gpuplan.app.prune import DEFAULT_KEEP_DAYS, prune
 from gpuplan.app.service import Service, run_once
 from gpuplan.app.tick import recalibrate, retrain_from_store, review
 
@@ -64,6 +66,10 @@ def review_job() -> None:
 
 def retrain_job() -> None:
     _job("retrain", lambda s: retrain_from_store(s.store, s.config))
+
+
+def prune_job() -> None:
+    _job("prune", lambda s: prune(s.store, s.clock(), s.config.prune_keep_days or DEFAULT_KEEP_DAYS))
 
 
 def serve(service: Service, db_url: str, *, max_seconds: float | None = None) -> int:
@@ -109,6 +115,10 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         )
     elif scheduler.get_job("retrain"):
         scheduler.remove_job("retrain")
+    if config.prune_keep_days is not None:
+        scheduler.add_job(prune_job, "cron", hour=0, minute=17, id="prune", replace_existing=True)
+    elif scheduler.get_job("prune"):
+        scheduler.remove_job("prune")
 
     stop = threading.Event()
 

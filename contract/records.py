@@ -122,11 +122,42 @@ class Assignment:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """The allocation of one wall-clock hour, committed once."""
+    """The allocation of one wall-clock hour, committed once.
+
+    A commit is known by its hour and ``seq``: ``seq`` 0 is the hour's commit, and the
+    amendments that a later version may make within the hour will count up from 1. An
+    executor keys what it has done by this pair (:attr:`key`), so a resent commit is a no-op.
+    ``run_id`` is the run it came from (None once ``gpuplan prune`` has removed that run).
+    """
 
     hour: datetime
     run_id: int | None
     assignments: tuple[Assignment, ...]
+    seq: int = 0
+
+    @property
+    def key(self) -> str:
+        """The commit's id in an executor's records: ``<hour ISO>#<seq>``."""
+        return f"{self.hour.isoformat()}#{self.seq}"
+
+
+class DeliveryState(StrEnum):
+    """Where a commit stands with one executor (the outbox, ``storage`` table ``deliveries``)."""
+
+    PENDING = "pending"
+    ACKNOWLEDGED = "acknowledged"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One commit's delivery to one executor: sent until the executor acknowledges it."""
+
+    commit: Commit
+    executor: str
+    state: DeliveryState
+    attempts: int
+    last_error: str | None
+    acknowledged_at: datetime | None
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Literal
+from typing import Literal, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -282,6 +282,48 @@ class RealtimeProfile:
         self.band_floor_fraction = band_floor_fraction
         self.level_shift_sigmas = level_shift_sigmas
         self.recent_level_hours = recent_level_hours
+
+    def get_params(self, deep: bool = True) -> dict[str, object]:
+        """The constructor's parameters (scikit-learn's contract)."""
+        return {
+            "method": self.method,
+            "validation_days": self.validation_days,
+            "quantile": self.quantile,
+            "busy_quantile": self.busy_quantile,
+            "band_floor_fraction": self.band_floor_fraction,
+            "level_shift_sigmas": self.level_shift_sigmas,
+            "recent_level_hours": self.recent_level_hours,
+        }
+
+    # ---------------------------------------------------------- as data
+    def to_state(self) -> tuple[dict[str, object], dict[str, str]]:
+        """The fitted numbers as JSON-ready values (no boosters): what
+        :func:`forecasting.persistence.model_bytes` stores."""
+        self._check_fitted()
+        state: dict[str, object] = {
+            "method": self.method_.value,
+            "validation_mae": {m.value: float(v) for m, v in self.validation_mae_.items()},
+            "band": {"power": self.band_.power, "floor": self.band_.floor, "shift": self.band_.shift},
+            "z": [float(v) for v in self.z_],
+            "next_hour": str(self.next_hour_.astype("datetime64[h]")),
+        }
+        return state, {}
+
+    @classmethod
+    def from_state(
+        cls, params: dict[str, object], state: dict[str, object], boosters: dict[str, str]
+    ) -> Self:
+        """The profile :meth:`to_state` described."""
+        profile = cls(**params)  # type: ignore[arg-type]  # the names get_params gave
+        band = state["band"]
+        mae = state["validation_mae"]
+        assert isinstance(band, dict) and isinstance(mae, dict) and isinstance(state["z"], list)
+        profile.method_ = ProfileMethod(state["method"])
+        profile.validation_mae_ = {ProfileMethod(k): float(v) for k, v in mae.items()}
+        profile.band_ = Band(float(band["power"]), float(band["floor"]), float(band["shift"]))
+        profile.z_ = np.asarray(state["z"], dtype=float)
+        profile.next_hour_ = np.datetime64(str(state["next_hour"]), "h")
+        return profile
 
     # ------------------------------------------------------------------ fit
     def fit(self, hours: HourArray, requests: FloatArray) -> RealtimeProfile:

@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         service = start_service(
             store, config, now, from_file=args.config is not None, print_commits=args.print_commits
         )
+        # Which feed this database's commits go to, so that an operator sees it before any commit.
+        sys.stderr.write(f"gpuplan daemon: {store.url}: commits go to {service.executor.target}\n")
         if args.once:
             report = run_once(service, now)
             sys.stdout.write(report.log_line() + "\n")

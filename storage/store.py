@@ -11,9 +11,21 @@ import abc
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from contract.records import App, Cluster, Commit, Job, JobEstimate, JobState, Outcome, PlanRun, TrafficHour
+from contract.records import (
+    App,
+    Cluster,
+    Commit,
+    Delivery,
+    Job,
+    JobEstimate,
+    JobState,
+    Outcome,
+    PlanRun,
+    TrafficHour,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,6 +35,21 @@ class Store(abc.ABC):
     """Everything the service persists. Each method is one transaction unless it says otherwise."""
 
     # -- lifecycle -----------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """The database's URL, its password hidden."""
+
+    @property
+    @abc.abstractmethod
+    def dialect(self) -> str:
+        """The back end: ``sqlite`` or ``postgresql``."""
+
+    @property
+    @abc.abstractmethod
+    def file(self) -> Path | None:
+        """The database's file (SQLite); None in memory and on a server."""
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release every connection (the contract tests check none is left open)."""
@@ -53,7 +80,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def profile(self, app: str) -> bytes | None:
-        """The app's pickled demand profile, if one was saved."""
+        """The app's demand profile as saved (a JSON document of its fitted numbers), if any."""
 
     @abc.abstractmethod
     def save_profile(self, app: str, blob: bytes, *, through: datetime) -> None:
@@ -109,13 +136,17 @@ class Store(abc.ABC):
 
     # -- plan runs and commits -----------------------------------------------------------
     @abc.abstractmethod
-    def record_run(self, run: PlanRun, commit: Commit | None = None) -> PlanRun:
+    def record_run(
+        self, run: PlanRun, commit: Commit | None = None, *, deliver_to: str | None = None
+    ) -> PlanRun:
         """Store a run with its grid and forecasts and, if given, commit its hour: one transaction.
 
-        The commit is written only when no commit exists for ``commit.hour`` (checked inside
-        the transaction, with a unique key on the hour as the last guard); then the jobs it
-        starts move from queued to running on their GPUs. Returns the stored run with its
-        ``id`` and ``committed`` set.
+        The commit is written only when no commit exists for ``commit.hour`` and no later
+        hour is committed (checked inside the transaction, with a unique key on the hour as
+        the last guard): commits only move forward. Then the jobs it starts move from queued
+        to running on their GPUs and, with ``deliver_to``, the commit's delivery to that
+        executor is put in the outbox, pending. Returns the stored run with its ``id`` and
+        ``committed`` set.
         """
 
     @abc.abstractmethod
@@ -138,3 +169,25 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def last_commit(self, before: datetime | None = None) -> Commit | None:
         """The latest commit with ``hour < before`` (any when None)."""
+
+    @abc.abstractmethod
+    def prune_runs(self, before: datetime) -> int:
+        """Delete the runs created before ``before`` with their forecasts; returns how many.
+
+        Commits and the job history stay: a commit of a pruned run keeps its hour and
+        assignments, and its ``run_id`` becomes None."""
+
+    # -- the outbox: deliveries of commits to executors ----------------------------------
+    @abc.abstractmethod
+    def pending_deliveries(self, executor: str) -> list[Delivery]:
+        """The commits ``executor`` has not acknowledged yet, oldest first."""
+
+    @abc.abstractmethod
+    def deliveries(self, since: datetime | None = None) -> list[Delivery]:
+        """Every delivery of commits from hour ``since`` on, by hour, seq and executor."""
+
+    @abc.abstractmethod
+    def record_delivery(
+        self, delivery: Delivery, *, at: datetime, acknowledged: bool, error: str | None = None
+    ) -> Delivery:
+        """Count one attempt of ``delivery``: acknowledged at ``at``, or failed with ``error``."""

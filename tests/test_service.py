@@ -5,17 +5,20 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import pickle
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
-from contract.records import JobState, TrafficHour
+from contract.errors import InputError
+from contract.records import Assignment, Commit, JobState, TrafficHour
 from contract.scenario_io import parse_scenario
 from gpuplan.app.bridge import column_commit
 from gpuplan.app.config import demo_config
-from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor
+from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor, default_feed, make_executor
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
 from scheduler.check import check_plan
@@ -245,8 +248,87 @@ def test_the_json_lines_executor_appends_one_line_per_job(tmp_path: Path, models
     lines = [json.loads(line) for line in (tmp_path / "commits.jsonl").read_text().splitlines()]
     assert commit is not None
     assert lines == [
-        {"hour": commit.hour.isoformat(), "job": a.job, "gpus": list(a.gpus)} for a in commit.assignments
+        {"hour": commit.hour.isoformat(), "seq": 0, "job": a.job, "gpus": list(a.gpus)}
+        for a in commit.assignments
     ]
+
+
+def test_the_json_lines_executor_skips_what_it_already_holds(tmp_path: Path) -> None:
+    feed = tmp_path / "feed.jsonl"
+    hour = datetime(2026, 11, 30, 10, tzinfo=UTC)
+    commit = Commit(hour, 1, (Assignment("job-a", (0, 1)), Assignment("job-b", (2,))))
+    # A crash cut the commit's write short: one whole line and half of the next.
+    whole = json.dumps({"hour": hour.isoformat(), "seq": 0, "job": "job-a", "gpus": [0, 1]})
+    feed.write_text(whole + "\n" + '{"hour": "2026-', encoding="utf-8")
+    assert JsonLinesExecutor(feed).deliver(commit)
+    executor = JsonLinesExecutor(feed)
+    assert executor.deliver(commit) and executor.deliver(commit)  # re-sent: nothing changes
+    later = Commit(hour + HOUR, 2, (Assignment("job-a", (0, 1)),))
+    assert executor.deliver(later)
+    lines = feed.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == whole and lines[1] == '{"hour": "2026-'
+    assert [json.loads(line)["job"] for line in lines[2:]] == ["job-b", "job-a"]
+    assert [json.loads(line)["hour"] for line in lines[2:]] == [hour.isoformat(), (hour + HOUR).isoformat()]
+
+
+def test_a_cycle_before_the_latest_committed_hour_commits_nothing_and_says_why(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)  # 10:05
+    _once(db, models_dir, T0 + HOUR)  # 11:05
+    with caplog.at_level(logging.WARNING):
+        back = run_cli("daemon", "--once", "--db", db, "--models", models_dir, "--at", "2026-11-30T09:00Z")
+    assert back.code == 0, back.err
+    assert "committed=false" in back.out
+    assert "start=2026-11-30T12:00:00+00:00" in back.out  # planned from the latest committed state
+    assert "before the latest committed hour 2026-11-30T11:00:00+00:00" in caplog.text
+    store = open_store(db)
+    try:
+        hours = [c.hour.hour for c in store.commits()]
+        running = {job.id: job.started_at for job in store.jobs([JobState.RUNNING])}
+    finally:
+        store.close()
+    assert hours == [10, 11]
+    assert all(started is not None and started.hour in (10, 11) for started in running.values())
+
+
+def test_each_database_has_its_own_feed_named_at_start(tmp_path: Path, models_dir: Path) -> None:
+    feeds = {}
+    for name in ("demo", "other"):
+        result = run_cli(
+            "daemon",
+            "--once",
+            "--db",
+            f"sqlite:///{tmp_path / name}.db",
+            "--models",
+            models_dir,
+            "--at",
+            T0.isoformat(),
+        )
+        assert result.code == 0, result.err
+        feed = tmp_path / f"{name}.commits.jsonl"
+        assert f"commits go to the JSON-lines feed {feed}" in result.err
+        feeds[name] = [json.loads(line) for line in feed.read_text(encoding="utf-8").splitlines()]
+    assert feeds["demo"] and feeds["other"]
+    assert not (tmp_path / "var" / "commits.jsonl").exists()
+    store = open_store(f"sqlite:///{tmp_path / 'other'}.db")
+    try:
+        other = store.commits()
+    finally:
+        store.close()
+    assert [(line["hour"], line["job"]) for line in feeds["other"]] == [
+        (c.hour.isoformat(), a.job) for c in other for a in c.assignments
+    ]
+
+
+def test_an_in_memory_or_server_database_gets_a_feed_of_its_own() -> None:
+    memory = open_store("sqlite://")
+    try:
+        assert default_feed(memory) is None
+        assert make_executor(demo_config(), memory).name == "memory"
+    finally:
+        memory.close()
 
 
 def test_a_missing_or_garbage_traffic_hour_is_skipped_and_logged(
@@ -333,3 +415,73 @@ def test_commands_on_a_missing_database_exit_2_and_create_none(tmp_path: Path, a
     assert result.code == 2
     assert "`--db` must be the URL of an existing database" in result.err
     assert not db.exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.postgres
+def test_a_server_database_feeds_a_file_named_by_its_url(pg_url: str) -> None:
+    store = open_store(pg_url)
+    try:
+        feed = default_feed(store)
+    finally:
+        store.close()
+    assert feed is not None and feed.parent == Path("var/feeds")
+    assert feed.name.startswith("postgresql-") and feed.name.endswith(".commits.jsonl")
+    # Another database on the same server is another feed.
+    other = open_store(pg_url.rsplit("/", 1)[0] + "/postgres")
+    try:
+        assert default_feed(other) != feed
+    finally:
+        other.close()
+
+
+def test_a_stored_profile_that_is_not_json_is_refused_not_loaded(tmp_path: Path, models_dir: Path) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    store = open_store(db)
+    try:
+        app = store.apps()[0].id
+        profile = load_profile(store, app)
+        assert profile is not None and store.profile(app).startswith(b"{")  # type: ignore[union-attr]
+        through = store.profile_through(app)
+        assert through is not None
+        store.save_profile(app, pickle.dumps(profile), through=through)  # as an older version kept it
+        with pytest.raises(InputError, match=re.escape("It is a pickle, which gpuplan never loads")):
+            load_profile(store, app)
+    finally:
+        store.close()
+    result = run_cli("daemon", "--once", "--db", db, "--models", models_dir, "--at", (T0 + HOUR).isoformat())
+    assert result.code == 2 and "`profile` must be a fitted RealtimeProfile" in result.err
+
+
+def test_prune_deletes_old_runs_and_keeps_commits_and_history(tmp_path: Path, models_dir: Path) -> None:
+    db = _db(tmp_path)
+    for hours in (0, 1, 2):
+        _once(db, models_dir, T0 + hours * HOUR)
+    assert run_cli("prune", "--db", db, "--keep-days", "0").code == 2  # refused before any work
+    store = open_store(db)
+    try:
+        commits, history = store.commits(), store.history()
+        runs = store.runs(limit=100)
+    finally:
+        store.close()
+    at = (T0 + timedelta(days=30, hours=1, minutes=30)).isoformat()
+    result = run_cli("prune", "--db", db, "--keep-days", "30", "--at", at)
+    assert result.code == 0, result.err
+    assert f"pruned {len(runs) - 1} plan run(s)" in result.out  # the runs of hours 10 and 11
+    store = open_store(db)
+    try:
+        kept = store.runs(limit=100)
+        after = store.commits()
+        assert store.history().equals(history)
+    finally:
+        store.close()
+    assert [r.id for r in kept] == [runs[0].id]
+    assert [(c.hour, c.assignments) for c in after] == [(c.hour, c.assignments) for c in commits]
+    assert [c.run_id for c in after] == [None, None, runs[0].id]
+    _once(db, models_dir, T0 + 3 * HOUR)  # the service goes on from the kept state
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prune_keep_days: 0\n")
+    refused = run_cli("daemon", "--once", "--db", db, "--config", bad)
+    assert (
+        refused.code == 2 and "`prune_keep_days` must be a whole number of days in [1, 36500]" in refused.err
+    )

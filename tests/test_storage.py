@@ -32,6 +32,7 @@ from contract.records import (
     Assignment,
     Cluster,
     Commit,
+    DeliveryState,
     DownWindowRecord,
     Job,
     JobEstimate,
@@ -63,6 +64,7 @@ TABLES = {
     "cluster_down",
     "commit_assignments",
     "commits",
+    "deliveries",
     "job_history",
     "jobs",
     "locks",
@@ -558,5 +560,71 @@ def test_kill_9_inside_a_record_leaves_no_half_written_run(db_url: str, statemen
         again = store.record_run(sample_run(), sample_commit())  # the next cycle carries on
         assert again.committed
         assert store.commits() == [replace(sample_commit(), run_id=again.id)]
+    finally:
+        store.close()
+
+
+def test_a_commit_before_the_latest_committed_hour_is_refused(store: SqlStore) -> None:
+    later = HOUR + timedelta(hours=2)
+    assert store.record_run(sample_run(later), sample_commit(later)).committed
+    store.add_job(queued_job("job-a"))
+    back = store.record_run(sample_run(), sample_commit())  # a clock stepped back two hours
+    assert not back.committed
+    assert [c.hour for c in store.commits()] == [later]
+    assert store.job("job-a") == queued_job("job-a")  # the refused commit started nothing
+
+
+def test_a_commit_and_its_delivery_are_stored_together_and_acknowledged_once(store: SqlStore) -> None:
+    first = store.record_run(sample_run(), sample_commit(), deliver_to="jsonl")
+    store.record_run(sample_run(HOUR + timedelta(hours=1)), sample_commit(HOUR + timedelta(hours=1)))
+    pending = store.pending_deliveries("jsonl")
+    assert [(d.commit, d.state, d.attempts) for d in pending] == [
+        (replace(sample_commit(), run_id=first.id), DeliveryState.PENDING, 0)
+    ]
+    assert store.pending_deliveries("memory") == []
+    failed = store.record_delivery(pending[0], at=HOUR, acknowledged=False, error="feed not writable")
+    assert (failed.state, failed.attempts, failed.last_error) == (
+        DeliveryState.PENDING,
+        1,
+        "feed not writable",
+    )
+    done = store.record_delivery(pending[0], at=HOUR + timedelta(minutes=5), acknowledged=True)
+    assert (done.state, done.attempts, done.last_error) == (DeliveryState.ACKNOWLEDGED, 2, None)
+    assert done.acknowledged_at == HOUR + timedelta(minutes=5)
+    assert store.pending_deliveries("jsonl") == []
+    assert store.deliveries() == [done]
+
+
+def test_pruning_deletes_old_runs_and_their_forecasts_and_keeps_every_commit(store: SqlStore) -> None:
+    old = store.record_run(sample_run(), sample_commit(), deliver_to="jsonl")
+    uncommitted = store.record_run(sample_run())
+    recent_hour = HOUR + timedelta(days=40)
+    recent = store.record_run(sample_run(recent_hour), sample_commit(recent_hour))
+    assert store.prune_runs(before=HOUR + timedelta(days=30)) == 2
+    assert [r.id for r in store.runs()] == [recent.id]
+    assert old.id is not None and store.run(old.id) is None and store.run(uncommitted.id) is None
+    with store.engine.connect() as connection:
+        forecast_runs = {row[0] for row in connection.execute(text("SELECT run_id FROM run_forecasts"))}
+    assert forecast_runs == {recent.id}
+    assert store.commits() == [sample_commit(), replace(sample_commit(recent_hour), run_id=recent.id)]
+    assert [d.commit.hour for d in store.deliveries()] == [HOUR]
+    assert store.prune_runs(before=HOUR + timedelta(days=30)) == 0
+
+
+def test_the_outbox_revision_keeps_every_commit_and_its_assignments(db_url: str) -> None:
+    store = SqlStore.open(db_url)
+    try:
+        stored = store.record_run(sample_run(), sample_commit())
+    finally:
+        store.close()
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0001")
+    finally:
+        engine.dispose()
+    store = SqlStore.open(db_url)  # upgraded again: commits are copied, assignments kept aside
+    try:
+        assert store.commits() == [replace(sample_commit(), run_id=stored.id)]
     finally:
         store.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import pickle
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -78,6 +77,7 @@ def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime) -> 
     import numpy as np
 
     from features.traffic import load_traffic
+    from forecasting.persistence import model_bytes
     from forecasting.realtime import RealtimeProfile
 
     traffic = load_traffic(source.path)
@@ -86,7 +86,7 @@ def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime) -> 
     ingest_traffic(store, app.id, traffic, shift_hours=weeks * 7 * 24)
     hours = traffic.hours + np.timedelta64(weeks * 7 * 24, "h")
     profile = RealtimeProfile().fit(hours, traffic.requests)
-    store.save_profile(app.id, pickle.dumps(profile), through=last + weeks * WEEK)
+    store.save_profile(app.id, model_bytes(profile), through=last + weeks * WEEK)
     if app.requests_per_gpu_hour <= 0:
         peak_gpus = source.peak_gpus or 8
         app = replace(app, requests_per_gpu_hour=max(float(traffic.requests.max()), 1.0) / peak_gpus)

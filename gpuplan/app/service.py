@@ -19,6 +19,7 @@ from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
 from storage.store import Store
 
@@ -68,7 +69,8 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit.
 
     A second daemon on the same database waits for the first one's cycle, then plans on
-    what it committed (the hour is committed once).
+    what it committed (the hour is committed once). The cycle also re-sends every commit
+    the executor has not acknowledged (:mod:`gpuplan.app.outbox`).
     """
     now = now or service.clock()
     with holding(service.store, "plan"):
@@ -88,9 +90,10 @@ def make_service(store: Store, config: ServiceConfig, *, print_commits: bool = F
 
     warm_up()
 
-    executor = make_executor(config)
+    executor = make_executor(config, store)
     if print_commits:
         executor = PrintingExecutor(executor)
+    log.info("commits go to %s", executor.target)
     return Service(store=store, config=config, executor=executor)
 
 
@@ -105,4 +108,11 @@ def start_service(
     with holding(store, "seed"):
         ensure_models(config)
         ensure_service(store, config, now, from_file=from_file)
-    return make_service(store, config, print_commits=print_commits)
+    service = make_service(store, config, print_commits=print_commits)
+    # The outbox: what the executor never acknowledged (the process died between the commit
+    # and its delivery) goes out before anything new is planned.
+    with holding(store, "plan"):
+        resent = deliver_pending(store, service.executor, now)
+    if resent:
+        log.info("delivered %d commit(s) left pending by an earlier run", resent)
+    return service

@@ -6,9 +6,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import (
+    delete,
     exc,
     insert,
     select,
@@ -20,22 +20,20 @@ from contract.records import (
     AppForecast,
     Assignment,
     Commit,
+    DeliveryState,
     JobState,
     PlanRun,
     RunMode,
 )
+from storage.sql.engine import SqlBase, _require_finite, _require_hour
 from storage.tables import (
     CommitAssignmentRow,
     CommitRow,
+    DeliveryRow,
     JobRow,
     PlanRunRow,
     RunForecastRow,
 )
-
-if TYPE_CHECKING:
-    pass
-
-from storage.sql.engine import SqlBase, _require_finite, _require_hour
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +59,9 @@ class RunStore(SqlBase):
             if not assignment.gpus:
                 raise InputError(f"commit.assignments[{assignment.job}].gpus", "at least one GPU", [])
 
-    def record_run(self, run: PlanRun, commit: Commit | None = None) -> PlanRun:
+    def record_run(
+        self, run: PlanRun, commit: Commit | None = None, *, deliver_to: str | None = None
+    ) -> PlanRun:
         self._check_run(run, commit)
         with self._session() as session:
             row = PlanRunRow(
@@ -100,14 +100,38 @@ class RunStore(SqlBase):
             committed = commit is not None and self._commit_hour(session, row.id, commit, run.created_at)
             if committed:
                 row.committed = True
+                if deliver_to is not None:
+                    assert commit is not None
+                    session.add(
+                        DeliveryRow(
+                            hour=commit.hour,
+                            seq=commit.seq,
+                            executor=deliver_to,
+                            state=DeliveryState.PENDING,
+                            attempts=0,
+                            last_error=None,
+                            created_at=run.created_at,
+                            acknowledged_at=None,
+                        )
+                    )
             session.flush()
             return replace(run, id=row.id, committed=committed)
 
     @staticmethod
     def _commit_hour(session: Session, run_id: int, commit: Commit, created_at: datetime) -> bool:
-        """Write the hour's commit unless it has one; move the queued jobs it starts to running."""
+        """Write the hour's commit unless it has one or a later hour is committed; move the queued
+        jobs it starts to running."""
         exists = select(CommitRow.hour).where(CommitRow.hour == commit.hour)
         if session.scalar(exists) is not None:
+            return False
+        later = session.scalar(select(CommitRow.hour).order_by(CommitRow.hour.desc()).limit(1))
+        if later is not None and later > commit.hour:
+            # Commits only move forward: a clock stepped back must not re-decide the past.
+            log.warning(
+                "hour %s is before the latest committed hour %s; not committed",
+                commit.hour.isoformat(),
+                later.isoformat(),
+            )
             return False
         try:
             # A savepoint: losing the race for the hour must not lose the run.
@@ -143,6 +167,12 @@ class RunStore(SqlBase):
                 commit.hour,
             )
         return True
+
+    def prune_runs(self, before: datetime) -> int:
+        with self._session() as session:
+            # Forecasts go with their runs (ON DELETE CASCADE); commits keep their hour and lose the id.
+            result = session.execute(delete(PlanRunRow).where(PlanRunRow.created_at < before))
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
     def _runs(self, session: Session, rows: Sequence[PlanRunRow]) -> list[PlanRun]:
         forecasts: dict[int, list[AppForecast]] = {row.id: [] for row in rows}

@@ -1,8 +1,12 @@
 """The seam to the cluster: gpuplan decides, an executor starts and stops the work.
 
-An executor gets each hour's commit once, after it is stored. The executors sit side by
-side in this package (``memory``, ``jsonl``) and the config picks one by name through
-the registry in ``gpuplan/app/executors/__init__.py``.
+Every commit goes through the outbox (:mod:`gpuplan.app.outbox`): stored with its delivery
+pending, then handed to the executor, again and again (at start-up and every cycle) until
+the executor acknowledges it. So an executor may see one commit more than once, and must
+be idempotent: it keys what it has done by the commit's :attr:`~contract.records.Commit.key`
+(its hour and ``seq``), and a commit it already holds changes nothing. The executors sit
+side by side in this package (``memory``, ``jsonl``) and the config picks one by name
+through the registry in ``gpuplan/app/executors/__init__.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +17,18 @@ from contract.records import Commit
 
 
 class Executor(Protocol):
-    def execute(self, commit: Commit) -> None:
-        """Make the cluster run ``commit``'s assignments for its hour."""
+    #: The executor's name in the registry; the outbox keeps each commit's delivery under it.
+    name: str
+    #: Where its commits go, for the daemon's start-up line (a file, "memory", a cluster).
+    target: str
+
+    def deliver(self, commit: Commit) -> bool:
+        """Make the cluster run ``commit``'s assignments for its hour; True once it is done.
+
+        Idempotent by ``commit.key``: a commit delivered before is acknowledged again and
+        changes nothing. False (or an exception) leaves the delivery pending, to be re-sent.
+        """
+        ...
 
 
 def commit_lines(commit: Commit) -> list[dict[str, object]]:

@@ -15,10 +15,14 @@ class PrintingExecutor:
     def __init__(self, inner: Executor, stream: TextIO | None = None) -> None:
         self.inner = inner
         self.stream = stream
+        self.name = inner.name
+        self.target = inner.target
 
-    def execute(self, commit: Commit) -> None:
-        self.inner.execute(commit)
-        stream = self.stream or sys.stdout
-        for line in commit_lines(commit):
-            stream.write(f"commit {line['hour']} {line['job']} gpus={line['gpus']}\n")
-        stream.flush()
+    def deliver(self, commit: Commit) -> bool:
+        acknowledged = self.inner.deliver(commit)
+        if acknowledged:
+            stream = self.stream or sys.stdout
+            for line in commit_lines(commit):
+                stream.write(f"commit {line['hour']} {line['job']} gpus={line['gpus']}\n")
+            stream.flush()
+        return acknowledged

@@ -20,6 +20,7 @@ from gpuplan.app.bridge import STEP, column_commit, floor_hour, run_record, scen
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import load_snapshot, plan_cycle
 
 if TYPE_CHECKING:
@@ -218,9 +219,8 @@ def _record(
         metrics=metrics,
         latency_ms=(time.perf_counter() - started) * 1000,
     )
-    stored = service.store.record_run(run, commit)
-    if stored.committed:
-        service.executor.execute(Commit(commit.hour, stored.id, commit.assignments))
+    service.store.record_run(run, commit, deliver_to=service.executor.name)
+    deliver_pending(service.store, service.executor, now)
 
 
 CYCLES: dict[SimPolicy, Callable[[], Cycle]] = {

@@ -97,7 +97,7 @@ def run_policy(
             plan_wall_clock=False,  # the same plans however busy the machine: results repeat per seed
             plan_with=options.plan_with,
             models_dir=setup.models_dir,
-            commits_file=None,
+            executor=InMemoryExecutor.name,
         )
         forecasters = PrecomputedForecasters(setup.models_dir, setup.forecasts)
         service = SimService(store, config, InMemoryExecutor(), forecasters, setup)
