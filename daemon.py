@@ -23,7 +23,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, datetime
 from types import FrameType
 
 from gpuplan.app.prune import DEFAULT_KEEP_DAYS, prune
@@ -88,21 +88,26 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         timezone=UTC,
     )
     scheduler.start(paused=True)
-    now = service.clock()
+    speed = service.speed  # the demo's faster clock: every period shrinks by it
     scheduler.add_job(
         plan_job,
         "interval",
-        minutes=config.cycle_minutes,
+        seconds=config.cycle_minutes * 60 / speed,
         id="plan",
         replace_existing=True,
-        next_run_time=now,
+        next_run_time=datetime.now(UTC),  # APScheduler runs on the wall clock
     )
-    scheduler.add_job(recalibrate_job, "cron", minute=1, id="recalibrate", replace_existing=True)
+    if speed == 1.0:
+        scheduler.add_job(recalibrate_job, "cron", minute=1, id="recalibrate", replace_existing=True)
+    else:
+        scheduler.add_job(
+            recalibrate_job, "interval", seconds=3600 / speed, id="recalibrate", replace_existing=True
+        )
     if config.review_every_hours:
         scheduler.add_job(
             review_job,
             "interval",
-            minutes=round(config.review_every_hours * 60),
+            seconds=config.review_every_hours * 3600 / speed,
             id="review",
             replace_existing=True,
         )

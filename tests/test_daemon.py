@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import daemon
-from contract.records import DeliveryState
+from contract.errors import StoreError
+from contract.records import DeliveryState, JobState
 from contract.scenario_io import parse_scenario
 from gpuplan.app.config import demo_config
 from gpuplan.app.outbox import FAULT_MARKER, FAULT_PAUSE, FAULT_POINTS
@@ -270,3 +271,39 @@ def test_the_schedule_survives_a_restart(tmp_path: Path, models_dir: Path) -> No
     finally:
         engine.dispose()
     assert {"plan", "recalibrate", "review", "prune"} <= ids
+
+
+def test_the_live_demo_on_a_fast_clock_finishes_jobs_and_starts_new_ones(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
+    argv = ("daemon", "--db", db, "--models", models_dir, "--demo-speed", "3600")
+    with _gpuplan(*argv) as process:
+        deadline = time.monotonic() + 300
+        ended: list[str] = []
+        started_later: list[str] = []
+        while time.monotonic() < deadline and process.poll() is None:
+            time.sleep(2)
+            if not Path(tmp_path / "demo.db").exists():
+                continue
+            try:
+                store = open_store(db)
+            except StoreError:
+                continue  # the daemon is still creating it
+            try:
+                ended = [job.id for job in store.jobs([JobState.DONE])]
+                commits = store.commits()
+                started_later = [
+                    job.id
+                    for job in store.jobs([JobState.RUNNING, JobState.DONE])
+                    if commits and job.started_at is not None and job.started_at > commits[0].hour
+                ]
+            finally:
+                store.close()
+            if ended and started_later:
+                break
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    assert ended and started_later, err
+    assert process.returncode == 0, err
+    _assert_store_consistent(db)

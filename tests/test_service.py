@@ -14,12 +14,15 @@ import pytest
 import yaml
 
 from contract.errors import InputError
-from contract.records import Assignment, Commit, JobState, TrafficHour
+from contract.records import Assignment, Commit, JobState, Outcome, TrafficHour
 from contract.scenario_io import parse_scenario
 from gpuplan.app.bridge import column_commit
 from gpuplan.app.config import demo_config
+from gpuplan.app.demo import demo_world
 from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor, default_feed, make_executor
-from gpuplan.app.seed import ensure_service
+from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
+from gpuplan.app.outbox import deliver_pending
+from gpuplan.app.seed import demo_durations, ensure_service
 from gpuplan.app.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
 from scheduler.check import check_plan
 from storage.factory import open_store
@@ -485,3 +488,82 @@ def test_prune_deletes_old_runs_and_keeps_commits_and_history(tmp_path: Path, mo
     assert (
         refused.code == 2 and "`prune_keep_days` must be a whole number of days in [1, 36500]" in refused.err
     )
+
+
+def test_the_simulated_cluster_starts_each_job_once_and_ends_it_after_its_actual_hours() -> None:
+    hour = datetime(2026, 11, 30, 10, tzinfo=UTC)
+    runs = {"a": ActualRun(1.5), "b": ActualRun(0.5, Outcome.FAILED)}
+    inner = InMemoryExecutor()
+    cluster = SimulatedCluster(runs.get, inner)
+    first = Commit(hour, 1, (Assignment("a", (0, 1)), Assignment("chat", (7,))))
+    assert cluster.deliver(first) and cluster.deliver(first)  # re-sent: nothing changes
+    second = Commit(hour + HOUR, 2, (Assignment("a", (0, 1)), Assignment("b", (2,))))
+    assert cluster.deliver(second)
+    assert cluster.name == "memory" and inner.commits == [first, second] == cluster.commits
+    assert cluster.started == {"a": hour, "b": hour + HOUR} and cluster.gpus == {"a": 2, "b": 1}
+    assert cluster.ended(hour + HOUR) == []
+    assert cluster.ended(hour + 2 * HOUR) == [
+        (hour + 1.5 * HOUR, "a", Outcome.OK),
+        (hour + 1.5 * HOUR, "b", Outcome.FAILED),
+    ]
+    assert cluster.next_end() is None and cluster.ended(hour + 9 * HOUR) == []
+
+
+def test_the_demo_world_ends_jobs_after_their_actual_hours_and_feeds_traffic_hourly(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    store = open_store(_db(tmp_path))
+    try:
+        config = demo_config(models_dir)
+        ensure_service(store, config, T0)
+        seeded = {app.id: store.traffic(app.id)[-1].hour for app in store.apps()}
+        world = demo_world(store, config)
+        durations = demo_durations()
+        for k in range(24):  # twelve hours, a cycle every 30 minutes
+            now = T0 + k * timedelta(minutes=30)
+            world.advance(store, now)
+            recalibrate(store, now, config)
+            plan_cycle(store, now, config, world.cluster)
+        done = store.jobs([JobState.DONE])
+        traffic = {app.id: store.traffic(app.id, since=seeded[app.id] + HOUR) for app in store.apps()}
+        profiles = {app.id: store.profile_through(app.id) for app in store.apps()}
+    finally:
+        store.close()
+    assert done, "no job ended in twelve simulated hours"
+    for job in done:
+        assert job.started_at is not None and job.ended_at is not None
+        assert job.ended_at - job.started_at == timedelta(hours=durations[job.id])
+    assert len(world.cluster.started) > len(done)  # jobs started after others ended
+    end = datetime(2026, 11, 30, 20, tzinfo=UTC)  # the last full hour before the last cycle (21:35)
+    for app, rows in traffic.items():
+        assert [row.hour for row in rows] == [seeded[app] + (n + 1) * HOUR for n in range(len(rows))]
+        assert rows[-1].hour == end and all(row.requests >= 0 for row in rows)
+        assert profiles[app] == end  # the profiles recalibrated on the arriving traffic
+
+
+def test_a_failing_delivery_stays_pending_with_its_error_and_goes_out_once_the_executor_is_back(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    store = open_store(_db(tmp_path))
+    feed = tmp_path / "feed.jsonl"
+    try:
+        config = demo_config(models_dir)
+        ensure_service(store, config, T0)
+        feed.mkdir()  # the executor cannot write its feed
+        executor = JsonLinesExecutor(feed)
+        plan_cycle(store, T0, config, executor)
+        plan_cycle(store, T0 + HOUR, config, executor)
+        pending = store.pending_deliveries("jsonl")
+        assert [d.commit.hour.hour for d in pending] == [10, 11]
+        assert pending[0].attempts == 2 and "IsADirectoryError" in (pending[0].last_error or "")
+        assert pending[1].attempts == 0  # a later hour never overtakes an earlier one
+        feed.rmdir()
+        assert deliver_pending(store, executor, T0 + HOUR) == 2
+        assert store.pending_deliveries("jsonl") == []
+        commits = store.commits()
+    finally:
+        store.close()
+    lines = [json.loads(line) for line in feed.read_text().splitlines()]
+    assert [(line["hour"], line["job"]) for line in lines] == [
+        (c.hour.isoformat(), a.job) for c in commits for a in c.assignments
+    ]

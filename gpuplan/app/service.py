@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.errors import StoreError
 from gpuplan.app.config import ServiceConfig
@@ -22,6 +22,9 @@ from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
 from storage.store import Store
+
+if TYPE_CHECKING:
+    from gpuplan.app.demo import DemoWorld
 
 log = logging.getLogger("gpuplan.daemon")
 
@@ -44,6 +47,11 @@ class Service:
     config: ServiceConfig
     executor: Executor
     clock: Clock = utc_now
+    #: Simulated seconds per wall second of ``clock`` (the demo's --demo-speed); the daemon's
+    #: periods shrink by it.
+    speed: float = 1.0
+    #: The demo's cluster and traffic (gpuplan/app/demo.py), advanced before each cycle.
+    world: DemoWorld | None = None
     forecasters: Forecasters = field(init=False)
     metrics: Any = None  # a Metrics when --metrics-port is given
 
@@ -74,6 +82,8 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """
     now = now or service.clock()
     with holding(service.store, "plan"):
+        if service.world is not None:
+            service.world.advance(service.store, now)
         recalibrate(service.store, now, service.config)
         report = plan_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
@@ -83,22 +93,46 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     return report
 
 
-def make_service(store: Store, config: ServiceConfig, *, print_commits: bool = False) -> Service:
+def make_service(
+    store: Store, config: ServiceConfig, *, print_commits: bool = False, demo_speed: float | None = None
+) -> Service:
     """The service of one daemon process; CP-SAT is loaded now, so that the plan cycle's
-    budget goes to planning (the fast mode skips its CP-SAT search while it is not loaded)."""
+    budget goes to planning (the fast mode skips its CP-SAT search while it is not loaded).
+
+    With ``demo_speed`` the service runs the demo world (gpuplan/app/demo.py): commits go
+    to the simulated cluster as well as the executor, on a clock ``demo_speed`` times as fast.
+    """
     from scheduler.policies import warm_up
 
     warm_up()
 
     executor = make_executor(config, store)
+    world = None
+    if demo_speed is not None:
+        from gpuplan.app.demo import checked_demo_speed, demo_world
+
+        checked_demo_speed(demo_speed)
+        world = demo_world(store, config, executor)
+        executor = world.cluster
     if print_commits:
         executor = PrintingExecutor(executor)
     log.info("commits go to %s", executor.target)
-    return Service(store=store, config=config, executor=executor)
+    service = Service(store=store, config=config, executor=executor, world=world)
+    if demo_speed is not None:
+        from gpuplan.app.demo import demo_clock
+
+        service.clock, service.speed = demo_clock(store, demo_speed), demo_speed
+    return service
 
 
 def start_service(
-    store: Store, config: ServiceConfig, now: datetime, *, from_file: bool, print_commits: bool = False
+    store: Store,
+    config: ServiceConfig,
+    now: datetime,
+    *,
+    from_file: bool,
+    print_commits: bool = False,
+    demo_speed: float | None = None,
 ) -> Service:
     """Seed an empty database (models, cluster, apps, traffic; once, under the seed lock) and
     build the service: what a daemon does before its first cycle."""
@@ -108,7 +142,7 @@ def start_service(
     with holding(store, "seed"):
         ensure_models(config)
         ensure_service(store, config, now, from_file=from_file)
-    service = make_service(store, config, print_commits=print_commits)
+    service = make_service(store, config, print_commits=print_commits, demo_speed=demo_speed)
     # The outbox: what the executor never acknowledged (the process died between the commit
     # and its delivery) goes out before anything new is planned.
     with holding(store, "plan"):

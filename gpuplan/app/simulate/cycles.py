@@ -18,7 +18,7 @@ from contract.records import (
 )
 from gpuplan.app.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.executors.simulated import SimulatedCluster
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import load_snapshot, plan_cycle
@@ -40,7 +40,7 @@ class SimService:
 
     store: Store
     config: ServiceConfig
-    executor: InMemoryExecutor
+    executor: SimulatedCluster
     forecasters: Forecasters
     setup: Setup
 

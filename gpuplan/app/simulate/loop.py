@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import logging
 import time
 from collections import deque
@@ -19,6 +18,7 @@ from contract.records import (
 from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.config import PlanWith, ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.jobs import finish, submit
 from gpuplan.app.tick import recalibrate, review
 
@@ -100,7 +100,13 @@ def run_policy(
             executor=InMemoryExecutor.name,
         )
         forecasters = PrecomputedForecasters(setup.models_dir, setup.forecasts)
-        service = SimService(store, config, InMemoryExecutor(), forecasters, setup)
+        by_id = {job.id: job for job in setup.jobs}
+
+        def actual(job_id: str) -> ActualRun | None:
+            job = by_id.get(job_id)
+            return None if job is None else ActualRun(job.actual_hours, job.outcome)
+
+        service = SimService(store, config, SimulatedCluster(actual), forecasters, setup)
         return _loop(service, policy, CYCLES[policy](), options, progress)
     finally:
         store.close()
@@ -114,11 +120,9 @@ def _loop(
     progress: Callable[[int], object],
 ) -> PolicyRun:
     setup, store, config = service.setup, service.store, service.config
-    result = PolicyRun(policy, service.executor.commits)
+    cluster = service.executor  # starts each committed job, knows when it really ends
+    result = PolicyRun(policy, cluster.commits, cluster.started, cluster.gpus)
     arrivals = deque(sorted(setup.jobs, key=lambda job: job.submit_hour))
-    by_id = {job.id: job for job in setup.jobs}
-    due: list[tuple[datetime, str]] = []  # (actual end, job) of started jobs
-    seen_commits = 0
     step = timedelta(minutes=options.cycle_minutes)
     review_every = options.review_every_hours
     for k in range(setup.hours * 60 // options.cycle_minutes):
@@ -126,10 +130,10 @@ def _loop(
         # 1. what happened since the last cycle, in time order (an end before a submission)
         while True:
             arrival = setup.start + timedelta(hours=arrivals[0].submit_hour) if arrivals else None
-            end = due[0][0] if due else None
+            end = cluster.next_end()
             if end is not None and end <= now and (arrival is None or end <= arrival):
-                _, job_id = heapq.heappop(due)
-                finish(store, job_id, end, by_id[job_id].outcome)
+                _, job_id, outcome = cluster.pop_end()
+                finish(store, job_id, end, outcome)
             elif arrival is not None and arrival <= now:
                 job = arrivals.popleft()
                 submit(
@@ -162,12 +166,4 @@ def _loop(
         planned = cycle(service, now)
         if planned:
             result.cycle_ms.append((time.perf_counter() - started) * 1000)
-        for commit in result.commits[seen_commits:]:
-            for assignment in commit.assignments:
-                starting = by_id.get(assignment.job)
-                if starting is not None and starting.id not in result.started:
-                    result.started[starting.id] = commit.hour
-                    result.gpus[starting.id] = len(assignment.gpus)
-                    heapq.heappush(due, (commit.hour + timedelta(hours=starting.actual_hours), starting.id))
-        seen_commits = len(result.commits)
     return result
