@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PG_INITDB := /usr/lib/postgresql/*/bin/initdb
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install run test lint typecheck unit postgres bench clean
+.PHONY: install run test lint typecheck unit postgres prometheus bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,26 +29,36 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) postgres
+unit: $(STAMP) postgres prometheus
 	$(VENV)/bin/pytest -q
 
-# Installs Debian's postgresql package when its binaries are missing. The system service
-# is not started: policy-rc.d answers 101 ("not allowed") for the length of the install.
-postgres:
-	@if ls $(PG_INITDB) >/dev/null 2>&1; then exit 0; fi; \
-	echo "make postgres: installing Debian's postgresql (the storage tests start their own server)"; \
-	own_policy=; \
+# Installs the Debian packages $(1) without starting their system services: policy-rc.d
+# answers 101 ("not allowed") for the length of the install.
+APT_INSTALL = own_policy=; \
 	if [ ! -e /usr/sbin/policy-rc.d ]; then \
-		printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && \
+		printf '\#!/bin/sh\nexit 101\n' | $(SUDO) tee /usr/sbin/policy-rc.d >/dev/null && \
 		$(SUDO) chmod 755 /usr/sbin/policy-rc.d && own_policy=1; \
 	fi; \
 	status=0; \
 	{ $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql; } \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(1); } \
 		|| status=$$?; \
 	if [ -n "$$own_policy" ]; then $(SUDO) rm -f /usr/sbin/policy-rc.d; fi; \
-	if [ $$status -ne 0 ]; then exit $$status; fi; \
+	if [ $$status -ne 0 ]; then exit $$status; fi
+
+# Debian's postgresql when its binaries are missing (the storage tests start their own server).
+postgres:
+	@if ls $(PG_INITDB) >/dev/null 2>&1; then exit 0; fi; \
+	echo "make postgres: installing Debian's postgresql (the storage tests start their own server)"; \
+	$(call APT_INSTALL,postgresql); \
 	ls $(PG_INITDB) >/dev/null
+
+# Debian's prometheus (2.42, with promtool) when missing (the traffic-source tests start their own).
+prometheus:
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then exit 0; fi; \
+	echo "make prometheus: installing Debian's prometheus (the traffic-source tests start their own server)"; \
+	$(call APT_INSTALL,prometheus); \
+	command -v prometheus >/dev/null && command -v promtool >/dev/null
 
 test: lint typecheck unit
 

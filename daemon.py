@@ -6,7 +6,8 @@ this module puts them on APScheduler's clock and loops:
 
 - **plan** every ``cycle_minutes`` (first run at once): recalibrate, plan 24 hours, commit
   the current hour once, hand the commit to the executor;
-- **recalibrate** hourly: each app's profile takes the last hour's traffic;
+- **recalibrate** hourly: each app's profile takes the last hour's traffic (an app fed by
+  Prometheus has its finished hours read first: gpuplan/app/traffic_sources.py);
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
 - **retrain** nightly at ``retrain_at`` (off by default);
 - **prune** daily: plan runs older than ``prune_keep_days`` go (commits and history stay).
@@ -27,8 +28,8 @@ from datetime import UTC, datetime
 from types import FrameType
 
 from gpuplan.app.prune import DEFAULT_KEEP_DAYS, prune
-from gpuplan.app.service import Service, run_once
-from gpuplan.app.tick import recalibrate, retrain_from_store, review
+from gpuplan.app.service import Service, recalibrate_now, run_once
+from gpuplan.app.tick import retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
 
@@ -57,7 +58,7 @@ def plan_job() -> None:
 
 
 def recalibrate_job() -> None:
-    _job("recalibrate", lambda s: recalibrate(s.store, s.clock(), s.config))
+    _job("recalibrate", recalibrate_now)
 
 
 def review_job() -> None:

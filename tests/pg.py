@@ -52,7 +52,7 @@ def find_bindir() -> Path | None:
     return max(found, key=lambda b: int(b.parent.name) if b.parent.name.isdigit() else 0)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -89,7 +89,7 @@ class PgServer:
                   "--encoding=UTF8", "--no-sync"])  # fmt: skip
         last_error = ""
         for _ in range(5):  # another process may take the free port before the server binds it
-            port = _free_port()
+            port = free_port()
             options = " ".join([f"-p {port}", f"-k {root}", *(f"-c {k}={v}" for k, v in SETTINGS.items())])
             started = subprocess.run(
                 [*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"),

@@ -567,3 +567,25 @@ def test_a_failing_delivery_stays_pending_with_its_error_and_goes_out_once_the_e
     assert [(line["hour"], line["job"]) for line in lines] == [
         (c.hour.isoformat(), a.job) for c in commits for a in c.assignments
     ]
+
+
+def test_a_restart_on_a_config_whose_app_capacity_comes_from_its_traffic_keeps_that_capacity(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    traffic = Path(demo_config().traffic[0].path)
+    config = tmp_path / "config.yaml"
+    app = {"id": "chat", "peak_gpus": 4, "traffic": str(traffic)}
+    config.write_text(yaml.safe_dump({"cluster": {"gpus": 8}, "apps": [app], "plan_budget_ms": 50}))
+    db = _db(tmp_path)
+    for at in (T0, T0 + HOUR):  # the second start finds the app and its profile stored
+        result = run_cli(
+            "daemon", "--once", "--config", config, "--db", db, "--models", models_dir, "--at", at.isoformat()
+        )
+        assert result.code == 0, result.err
+    store = open_store(db)
+    try:
+        (stored,) = store.apps()
+    finally:
+        store.close()
+    peak = max(float(line.split(",")[1]) for line in traffic.read_text().splitlines()[1:])
+    assert stored.requests_per_gpu_hour == pytest.approx(peak / 4)

@@ -50,10 +50,21 @@ class AppTraffic:
 
 
 @dataclass(frozen=True)
+class PrometheusSource:
+    """An app whose hourly requests the recalibration reads from Prometheus: ``query``
+    (PromQL, one series) evaluated at the end of each finished hour on the server at ``url``."""
+
+    app: str
+    url: str
+    query: str
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     cluster: Cluster
     apps: tuple[App, ...]
     traffic: tuple[AppTraffic, ...] = ()
+    prometheus: tuple[PrometheusSource, ...] = ()
     cycle_minutes: int = 30
     review_every_hours: float | None = 4.0
     review_time_limit_s: float = 10.0
@@ -115,7 +126,17 @@ TOP_KEYS = {
     "prune_keep_days",
 }
 CLUSTER_KEYS = {"gpus", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
-APP_KEYS = {"id", "priority", "swap_cap", "requests_per_gpu_hour", "headroom", "traffic", "peak_gpus"}
+APP_KEYS = {
+    "id",
+    "priority",
+    "swap_cap",
+    "requests_per_gpu_hour",
+    "headroom",
+    "traffic",
+    "peak_gpus",
+    "prometheus",
+}
+PROMETHEUS_KEYS = {"url", "query"}
 
 
 class _Fields:
@@ -161,6 +182,19 @@ class _Fields:
             raise self.fail(name, "a non-empty string", value)
         return value
 
+    def url(self, value: object, name: str) -> str:
+        from urllib.parse import urlsplit
+
+        expected = "an http:// or https:// URL of a server, such as http://127.0.0.1:9090"
+        if not isinstance(value, str):
+            raise self.fail(name, expected, value)
+        parts = urlsplit(value.strip())
+        if parts.scheme not in {"http", "https"} or not parts.hostname or parts.query or parts.fragment:
+            raise self.fail(name, expected, value)
+        if parts.username is not None or parts.password is not None:  # it would be logged
+            raise self.fail(name, "a URL without user:password@", "a URL with credentials")
+        return value.strip().rstrip("/")
+
     def instant(self, value: object, name: str) -> datetime:
         try:
             return parse_time(value if isinstance(value, str) else str(value), name)
@@ -201,11 +235,11 @@ def load_config(path: Path) -> ServiceConfig:
             rt_penalty=r.number(raw.get("rt_penalty", 8.0), "cluster.rt_penalty", 0.0, MAX_RT_PENALTY),
             down=tuple(down),
         )
-    apps, traffic = base.apps, base.traffic
+    apps, traffic, prometheus = base.apps, base.traffic, base.prometheus
     if "apps" in top:
         if not isinstance(top["apps"], list):
             raise r.fail("apps", "a list of apps", type(top["apps"]).__name__)
-        app_list, traffic_list = [], []
+        app_list, traffic_list, prometheus_list = [], [], []
         for index, raw_app in enumerate(top["apps"]):
             name = f"apps[{index}]"
             a = r.mapping(raw_app, name, APP_KEYS)
@@ -233,7 +267,9 @@ def load_config(path: Path) -> ServiceConfig:
                         None if peak is None else r.integer(peak, f"{name}.peak_gpus", 1, MAX_CLUSTER_GPUS),
                     )
                 )
-        apps, traffic = tuple(app_list), tuple(traffic_list)
+            if "prometheus" in a:
+                prometheus_list.append(_prometheus_source(r, app_id, a["prometheus"], f"{name}.prometheus"))
+        apps, traffic, prometheus = tuple(app_list), tuple(traffic_list), tuple(prometheus_list)
     retrain_at = None
     if top.get("retrain_at") is not None:
         try:
@@ -258,6 +294,7 @@ def load_config(path: Path) -> ServiceConfig:
         cluster=cluster,
         apps=apps,
         traffic=traffic,
+        prometheus=prometheus,
         cycle_minutes=r.integer(top.get("cycle_minutes", 30), "cycle_minutes", *CYCLE_MINUTES_RANGE),
         review_every_hours=None if review is None else r.number(review, "review_every_hours", 0.5, 168),
         review_time_limit_s=r.number(top.get("review_time_limit_s", 10.0), "review_time_limit_s", 0.1, 600),
@@ -271,3 +308,14 @@ def load_config(path: Path) -> ServiceConfig:
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
         prune_keep_days=keep_days,
     )
+
+
+def _prometheus_source(r: _Fields, app: str, value: object, name: str) -> PrometheusSource:
+    """``prometheus: {url, query}`` of one app; both are required."""
+    raw = r.mapping(value, name, PROMETHEUS_KEYS)
+    if "url" not in raw:
+        raise r.fail(f"{name}.url", "the URL of the Prometheus server", "missing")
+    if "query" not in raw:
+        raise r.fail(f"{name}.query", "a PromQL query of the app's requests in one hour", "missing")
+    query = r.text(raw["query"], f"{name}.query")
+    return PrometheusSource(app, r.url(raw["url"], f"{name}.url"), query.strip())

@@ -18,7 +18,7 @@ from contract.scenario import JobKind
 from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.config import AppTraffic, ServiceConfig
 from gpuplan.app.models import TRAINING_MODEL_FILE
-from gpuplan.app.tick import ingest_traffic
+from gpuplan.app.tick import fit_profile, ingest_traffic
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -57,14 +57,17 @@ def ensure_service(store: Store, config: ServiceConfig, now: datetime, *, from_f
     fresh = store.cluster() is None
     if fresh or from_file:
         store.save_cluster(config.cluster)
-    stored_apps = {app.id for app in store.apps()}
+    stored_apps = {app.id: app for app in store.apps()}
     traffic_of = {t.app: t for t in config.traffic}
     for configured in config.apps:
         if configured.id in stored_apps and not from_file:
             continue
-        app, source = configured, traffic_of.get(configured.id)
+        app, source, stored = configured, traffic_of.get(configured.id), stored_apps.get(configured.id)
         if store.profile(app.id) is None and source is not None:
             app = _seed_traffic(store, app, source, now)
+        elif app.requests_per_gpu_hour <= 0 and stored is not None and stored.requests_per_gpu_hour > 0:
+            # A restart on the same config: the capacity was derived from the traffic on the first start.
+            app = replace(app, requests_per_gpu_hour=stored.requests_per_gpu_hour)
         elif app.requests_per_gpu_hour <= 0:
             raise InputError(
                 f"apps[{app.id}].requests_per_gpu_hour", "a number > 0 (or traffic to derive it from)", 0
@@ -80,16 +83,12 @@ def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime) -> 
     import numpy as np
 
     from features.traffic import load_traffic
-    from forecasting.persistence import model_bytes
-    from forecasting.realtime import RealtimeProfile
 
     traffic = load_traffic(source.path)
     last = traffic.hours[-1].astype("datetime64[s]").item().replace(tzinfo=UTC)
-    weeks = math.floor((floor_hour(now) - STEP - last) / WEEK)
-    ingest_traffic(store, app.id, traffic, shift_hours=weeks * 7 * 24)
-    hours = traffic.hours + np.timedelta64(weeks * 7 * 24, "h")
-    profile = RealtimeProfile().fit(hours, traffic.requests)
-    store.save_profile(app.id, model_bytes(profile), through=last + weeks * WEEK)
+    shift_hours = math.floor((floor_hour(now) - STEP - last) / WEEK) * 7 * 24
+    ingest_traffic(store, app.id, traffic, shift_hours=shift_hours)
+    profile = fit_profile(store, app.id, traffic.hours + np.timedelta64(shift_hours, "h"), traffic.requests)
     if app.requests_per_gpu_hour <= 0:
         peak_gpus = source.peak_gpus or 8
         app = replace(app, requests_per_gpu_hour=max(float(traffic.requests.max()), 1.0) / peak_gpus)

@@ -21,6 +21,7 @@ from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
+from gpuplan.app.traffic_sources import pull_traffic
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -81,16 +82,24 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     the executor has not acknowledged (:mod:`gpuplan.app.outbox`).
     """
     now = now or service.clock()
+    failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
     with holding(service.store, "plan"):
         if service.world is not None:
             service.world.advance(service.store, now)
-        recalibrate(service.store, now, service.config)
+        recalibrate(service.store, now, service.config, skip=failed)
         report = plan_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
         )
     if service.metrics is not None:
         service.metrics.observe(report, now)
     return report
+
+
+def recalibrate_now(service: Service) -> list[str]:
+    """The hourly recalibration: Prometheus-fed apps' finished hours first, then every profile."""
+    now = service.clock()
+    failed = pull_traffic(service.store, now, service.config)
+    return recalibrate(service.store, now, service.config, skip=failed)
 
 
 def make_service(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -38,15 +39,18 @@ from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.outbox import deliver_pending
+from gpuplan.app.traffic_sources import store_traffic
 from storage.store import Store
 
 if TYPE_CHECKING:
     from features.traffic import HourlyTraffic
-    from forecasting.realtime import RealtimeProfile
+    from forecasting.realtime import FloatArray, HourArray, RealtimeProfile
     from scheduler.policies import Plan, PolicyName
 
 log = logging.getLogger(__name__)
 
+#: The least run of stored hours an app's first profile is fitted on: one daily cycle.
+MIN_FIRST_PROFILE_HOURS = 24
 #: How far ahead an app's demand is forecast: twice the horizon, so that the swap-capped
 #: curve starts a rise just after the horizon in time.
 LOOKAHEAD = 2
@@ -340,12 +344,16 @@ def review(
 # -- recalibrating -------------------------------------------------------------------------------
 
 
-def recalibrate(store: Store, now: datetime, config: ServiceConfig) -> list[str]:
+def recalibrate(
+    store: Store, now: datetime, config: ServiceConfig, *, skip: Collection[str] = ()
+) -> list[str]:
     """Feed each app's profile the stored traffic hours it has not seen, up to the last full hour.
 
     An hour that is missing or not a finite count >= 0 is skipped, and the log says so; the
-    profile is then not updated with it (its next update skips the gap). Returns the apps
-    whose profile moved.
+    profile is then not updated with it (its next update skips the gap). An app with no
+    profile yet (its traffic comes from Prometheus or ``ingest`` only) gets one fitted once it
+    has a day of stored hours without a gap. The apps in ``skip`` (whose traffic source failed
+    this time) are left for the next recalibration. Returns the apps whose profile moved.
     """
     import numpy as np
 
@@ -354,8 +362,12 @@ def recalibrate(store: Store, now: datetime, config: ServiceConfig) -> list[str]
     updated = []
     through = floor_hour(now)  # hours before this one are complete
     for app in store.apps():
+        if app.id in skip:
+            continue
         profile = load_profile(store, app.id)
         if profile is None:
+            if _first_profile(store, app.id, through) is not None:
+                updated.append(app.id)
             continue
         seen_until = next_unseen_hour(profile)
         if seen_until >= through:
@@ -387,6 +399,37 @@ def recalibrate(store: Store, now: datetime, config: ServiceConfig) -> list[str]
     return updated
 
 
+def fit_profile(store: Store, app: str, hours: HourArray, requests: FloatArray) -> RealtimeProfile:
+    """Fit the app's demand profile on a contiguous hourly series and store it."""
+    from forecasting.persistence import model_bytes
+    from forecasting.realtime import RealtimeProfile
+
+    profile = RealtimeProfile().fit(hours, requests)
+    store.save_profile(app, model_bytes(profile), through=next_unseen_hour(profile) - STEP)
+    return profile
+
+
+def _first_profile(store: Store, app: str, through: datetime) -> RealtimeProfile | None:
+    """A first profile on the app's latest stored hours without a gap, if they make a day."""
+    import numpy as np
+
+    from forecasting.realtime import KEPT_HOURS
+
+    rows = store.traffic(app, since=through - KEPT_HOURS * STEP, until=through)
+    run: list[TrafficHour] = []
+    for row in reversed(rows):  # from the newest hour back to the first gap or non-count
+        if (run and run[-1].hour - row.hour != STEP) or not (np.isfinite(row.requests) and row.requests >= 0):
+            break
+        run.append(row)
+    if len(run) < MIN_FIRST_PROFILE_HOURS:
+        return None
+    run.reverse()
+    hours = np.array([row.hour.astimezone(UTC).replace(tzinfo=None) for row in run], dtype="datetime64[h]")
+    profile = fit_profile(store, app, hours, np.array([row.requests for row in run], dtype=float))
+    log.info("app %s: first demand profile (%s) on %d stored hours", app, profile.method_.value, len(run))
+    return profile
+
+
 def _runs(hours: list[datetime]) -> list[tuple[datetime, datetime]]:
     """Consecutive hours as (first, last) runs, so that a long gap is one log line."""
     runs: list[tuple[datetime, datetime]] = []
@@ -409,13 +452,14 @@ def ingest_traffic(store: Store, app: str, traffic: HourlyTraffic, *, shift_hour
     import numpy as np
 
     hours = traffic.hours + np.timedelta64(shift_hours, "h")
-    store.add_traffic(
-        [
-            TrafficHour(app, hour.astype("datetime64[s]").item().replace(tzinfo=UTC), float(requests))
+    return store_traffic(
+        store,
+        app,
+        (
+            (hour.astype("datetime64[s]").item().replace(tzinfo=UTC), requests)
             for hour, requests in zip(hours, traffic.requests, strict=True)
-        ]
+        ),
     )
-    return len(traffic)
 
 
 def retrain_from_store(store: Store, config: ServiceConfig) -> Any:

@@ -1,0 +1,199 @@
+"""Traffic that arrives by itself: each finished hour of an app's requests, read from Prometheus.
+
+Before each recalibration, every app with a ``prometheus`` source in the config is asked for
+the hours since its last stored hour (at most :data:`MAX_PULL_HOURS` back), in one call to
+Prometheus's HTTP API::
+
+    GET {url}/api/v1/query_range?query=Q&start=FIRST+1h&end=THROUGH&step=3600
+
+The query is evaluated at each hour's end, so the point at ``t`` is the hour ``[t - 1h, t)``:
+``sum(increase(vllm:request_success_total{model_name="chat"}[1h]))`` is that hour's requests.
+The hours come back as one series and are stored like ``gpuplan ingest``'s (:func:`store_traffic`);
+the recalibration then feeds them to the profile as it feeds any stored hour, and an hour
+Prometheus has no point for is skipped and logged there.
+
+An unreachable server or an answer that is not one hourly series fails that app's pull: it is
+logged, the app is left out of this recalibration (so that its hours are asked again next time
+instead of being skipped as missing), and the other apps go on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from contract.records import TrafficHour
+from gpuplan.app.bridge import STEP, floor_hour
+from gpuplan.app.config import PrometheusSource, ServiceConfig
+from storage.store import Store
+
+log = logging.getLogger(__name__)
+
+#: The furthest back a pull reaches: two weeks, what one weekly profile needs to move on.
+MAX_PULL_HOURS = 14 * 24
+#: How long one call to Prometheus may take before the app's pull fails.
+TIMEOUT_S = 10.0
+#: The largest answer read: one series of MAX_PULL_HOURS points is a few kB.
+MAX_ANSWER_BYTES = 1 << 20
+QUERY_RANGE_PATH = "/api/v1/query_range"
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus could not be reached, or its answer was not one series of hourly counts."""
+
+
+def store_traffic(store: Store, app: str, hours: Iterable[tuple[datetime, float]]) -> int:
+    """Store ``(hour, requests)`` pairs as the app's traffic (one row per hour, the last wins)."""
+    rows = [TrafficHour(app, hour, float(requests)) for hour, requests in hours]
+    store.add_traffic(rows)
+    return len(rows)
+
+
+def pull_traffic(store: Store, now: datetime, config: ServiceConfig) -> frozenset[str]:
+    """Store each Prometheus-fed app's finished hours since its last stored hour.
+
+    Returns the apps whose pull failed (logged): their recalibration waits for the next one.
+    """
+    through = floor_hour(now)  # hours before this one are finished
+    failed = set()
+    for source in config.prometheus:
+        first = first_hour_to_pull(store, source.app, through)
+        if first >= through:
+            continue
+        try:
+            answered = hourly_requests(source, first, through)
+        except PrometheusError as error:
+            log.error("app %s: %s; not recalibrated this time", source.app, error)
+            failed.add(source.app)
+            continue
+        counts = {}
+        for hour, requests in answered.items():
+            if math.isfinite(requests) and requests >= 0:
+                counts[hour] = requests
+            else:
+                log.warning(
+                    "app %s: Prometheus gave %r for %s, not a count; hour skipped",
+                    source.app,
+                    requests,
+                    hour.isoformat(),
+                )
+        stored = store_traffic(store, source.app, sorted(counts.items()))
+        log.info(
+            "app %s: %d of %d finished hours (%s .. %s) from Prometheus",
+            source.app,
+            stored,
+            int((through - first) / STEP),
+            first.isoformat(),
+            (through - STEP).isoformat(),
+        )
+    return frozenset(failed)
+
+
+def first_hour_to_pull(store: Store, app: str, through: datetime) -> datetime:
+    """The hour after the app's last stored one, but no more than MAX_PULL_HOURS before ``through``."""
+    earliest = through - MAX_PULL_HOURS * STEP
+    stored = store.traffic(app, since=earliest, until=through)
+    return stored[-1].hour.astimezone(UTC) + STEP if stored else earliest
+
+
+def hourly_requests(
+    source: PrometheusSource, first: datetime, through: datetime, *, timeout_s: float = TIMEOUT_S
+) -> dict[datetime, float]:
+    """The source's requests of each hour in ``[first, through)`` that Prometheus has a point for."""
+    answer = query_range(
+        source, start=first + STEP, end=through, step_s=STEP.total_seconds(), timeout_s=timeout_s
+    )
+    hours: dict[datetime, float] = {}
+    for ends, requests in answer:
+        hour = ends - STEP
+        if not first <= hour < through or (hour - first) % STEP:
+            raise PrometheusError(
+                f"{source.url} answered a point at {ends.isoformat()}, not the end of an hour "
+                f"in {first.isoformat()} .. {through.isoformat()}"
+            )
+        hours[hour] = requests
+    return hours
+
+
+def query_range(
+    source: PrometheusSource, *, start: datetime, end: datetime, step_s: float, timeout_s: float
+) -> list[tuple[datetime, float]]:
+    """The points of the one series ``source.query`` gives from ``start`` to ``end`` (inclusive)."""
+    from urllib.error import HTTPError, URLError
+    from urllib.parse import urlencode
+    from urllib.request import Request, urlopen
+
+    params = {"query": source.query, "start": start.timestamp(), "end": end.timestamp(), "step": step_s}
+    request = Request(
+        f"{source.url}{QUERY_RANGE_PATH}?{urlencode(params)}", headers={"Accept": "application/json"}
+    )
+    try:
+        with urlopen(request, timeout=timeout_s) as response:
+            body = response.read(MAX_ANSWER_BYTES + 1)
+    except HTTPError as error:  # Prometheus explains a refused query in a JSON body
+        detail = _error_of(error.read(MAX_ANSWER_BYTES))
+        raise PrometheusError(f"{source.url} answered HTTP {error.code}{detail}") from error
+    except (URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise PrometheusError(f"Prometheus at {source.url} is unreachable ({reason})") from error
+    if len(body) > MAX_ANSWER_BYTES:
+        raise PrometheusError(f"{source.url} answered more than {MAX_ANSWER_BYTES} bytes")
+    return _points(source, _document(source, body))
+
+
+def _document(source: PrometheusSource, body: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise PrometheusError(f"{source.url} answered something that is not JSON") from error
+    if not isinstance(document, dict) or document.get("status") != "success":
+        raise PrometheusError(f"{source.url} answered no success{_error_of(body)}")
+    return document
+
+
+def _points(source: PrometheusSource, document: dict[str, Any]) -> list[tuple[datetime, float]]:
+    """The one series of a ``query_range`` answer; no series at all is no point (every hour missing)."""
+    data = document.get("data")
+    if (
+        not isinstance(data, dict)
+        or data.get("resultType") != "matrix"
+        or not isinstance(data.get("result"), list)
+    ):
+        raise PrometheusError(f"{source.url} answered no range of points (resultType matrix)")
+    series = data["result"]
+    if not series:
+        return []
+    if len(series) > 1:
+        labels = [entry.get("metric") if isinstance(entry, dict) else entry for entry in series[:3]]
+        raise PrometheusError(
+            f"the query {source.query!r} gives {len(series)} series (first {labels}); it must give one "
+            "series of hourly requests: aggregate it, e.g. sum(increase(METRIC[1h]))"
+        )
+    values = series[0].get("values") if isinstance(series[0], dict) else None
+    if not isinstance(values, list):
+        raise PrometheusError(f"{source.url} answered a series without a list of values")
+    points = []
+    for point in values:
+        try:
+            ends, value = point
+            points.append((datetime.fromtimestamp(float(ends), UTC), float(value)))
+        except (TypeError, ValueError) as error:
+            raise PrometheusError(
+                f"{source.url} answered a point that is not [time, value]: {point!r}"
+            ) from error
+    return points
+
+
+def _error_of(body: bytes) -> str:
+    """Prometheus's own ``errorType: error`` from an answer's body, if it has one."""
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return ""
+    if not isinstance(document, dict) or "error" not in document:
+        return ""
+    return f": {document.get('errorType', 'error')}: {document['error']}"

@@ -1,0 +1,324 @@
+"""Traffic pulled from a real Prometheus: the config's `prometheus` source, the hourly pull
+through `/api/v1/query_range`, and the daemon's recalibration on it.
+
+Two weeks of the bundled LoRA series are backfilled into a Prometheus started for the module
+(tests/prom.py). Each database is first seeded at SEED_AT from the series' earlier hours (the
+config's `traffic` file), so that the hours the recalibration at NOW takes are the two weeks
+Prometheus holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from contract.errors import InputError
+from contract.records import App, Cluster
+from features.traffic import load_traffic
+from forecasting.realtime import RealtimeProfile
+from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
+from gpuplan.app.config import PrometheusSource, ServiceConfig, load_config
+from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.service import Service, recalibrate_now
+from gpuplan.app.tick import load_profile, next_unseen_hour
+from gpuplan.app.traffic_sources import MAX_PULL_HOURS, PrometheusError, hourly_requests, pull_traffic
+from storage.factory import open_store
+from tests.pg import free_port
+from tests.prom import PromServer, Series
+from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
+
+__all__ = ["_in_tmp_path", "models_dir"]
+
+HOUR = timedelta(hours=1)
+LORA = BUNDLED_TRAFFIC_DIR / "alibaba_genai_lora_hourly.csv"
+PULLED_HOURS = 14 * 24
+_TRAFFIC = load_traffic(LORA)
+HOURS = [h.astype("datetime64[s]").item().replace(tzinfo=UTC) for h in _TRAFFIC.hours]
+REQUESTS = [float(r) for r in _TRAFFIC.requests]
+SEED = len(HOURS) - PULLED_HOURS  # the earlier hours: the profile the database starts with
+FIRST_PULLED = HOURS[SEED]
+SEED_AT = FIRST_PULLED + timedelta(minutes=5)  # the seeded traffic ends just before this hour
+NOW = HOURS[-1] + HOUR + timedelta(minutes=5)  # every hour Prometheus holds is finished
+GAP = [FIRST_PULLED + n * HOUR for n in (100, 101, 102)]  # hours the `gappy` exporter was down
+QUERY = 'sum(increase(vllm:request_success_total{{model_name="{}"}}[1h]))'
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
+    pulled = REQUESTS[SEED:]
+    server = PromServer.start(
+        tmp_path_factory.mktemp("prometheus"),
+        {"chat": Series(FIRST_PULLED, pulled), "gappy": Series(FIRST_PULLED, pulled, down=GAP)},
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _write_csv(path: Path, hours: list[datetime], requests: list[float]) -> Path:
+    path.write_text(
+        "hour,requests\n"
+        + "".join(f"{h:%Y-%m-%d %H:%M:%S},{r!r}\n" for h, r in zip(hours, requests, strict=True))
+    )
+    return path
+
+
+def _config(
+    tmp_path: Path, name: str, apps: dict[str, str | None], models: Path, *, seeded: bool = True
+) -> Path:
+    """A config of 16 GPUs whose apps (id -> Prometheus URL, or None) start from the seed hours
+    (``seeded``) or from no traffic at all."""
+    seed = _write_csv(tmp_path / "seed.csv", HOURS[:SEED], REQUESTS[:SEED])
+    entries: list[dict[str, Any]] = []
+    for app, url in apps.items():
+        entry: dict[str, Any] = {"id": app, "priority": 80, "swap_cap": 2, "requests_per_gpu_hour": 20.0}
+        if seeded:
+            entry["traffic"] = str(seed)
+        if url is not None:
+            entry["prometheus"] = {"url": url, "query": QUERY.format(app)}
+        entries.append(entry)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {"gpus": 16},
+                "apps": entries,
+                "plan_budget_ms": 50,
+                "review_every_hours": None,
+                "commits_file": None,
+                "models_dir": str(models),
+            }
+        )
+    )
+    return path
+
+
+def _daemon_once(config: Path, db: str, at: datetime) -> None:
+    result = run_cli("daemon", "--once", "--config", config, "--db", db, "--at", at.isoformat())
+    assert result.code == 0, result.err
+    assert "cycle hour=" in result.out
+
+
+def _profile(db: str, app: str) -> RealtimeProfile:
+    store = open_store(db)
+    try:
+        profile = load_profile(store, app)
+    finally:
+        store.close()
+    assert profile is not None
+    return profile
+
+
+def _fitted(profile: RealtimeProfile) -> dict[str, Any]:
+    """Every number a forecast comes from, and the next day's forecast itself."""
+    forecast = profile.predict(profile.next_hour_, 24)
+    return {
+        "method": profile.method_,
+        "band": profile.band_,
+        "validation_mae": profile.validation_mae_,
+        "next_hour": profile.next_hour_,
+        "z": profile.z_.tolist(),
+        "p50": forecast.p50.tolist(),
+        "p90": forecast.p90.tolist(),
+    }
+
+
+@pytest.mark.prometheus
+def test_a_prometheus_fed_app_recalibrates_to_the_profile_that_ingest_gives(
+    tmp_path: Path, models_dir: Path, prometheus: PromServer
+) -> None:
+    pulled_db, ingested_db = f"sqlite:///{tmp_path / 'pulled.db'}", f"sqlite:///{tmp_path / 'ingested.db'}"
+    pulled = _config(tmp_path, "pulled", {"chat": prometheus.url}, models_dir)
+    ingested = _config(tmp_path, "ingested", {"chat": None}, models_dir)
+    _daemon_once(pulled, pulled_db, SEED_AT)
+    _daemon_once(ingested, ingested_db, SEED_AT)
+    seeded = _fitted(_profile(pulled_db, "chat"))
+    assert seeded == _fitted(_profile(ingested_db, "chat"))
+
+    _daemon_once(pulled, pulled_db, NOW)  # reads the two weeks from Prometheus
+    csv = _write_csv(tmp_path / "pulled.csv", HOURS[SEED:], REQUESTS[SEED:])
+    result = run_cli("ingest", "chat", "--traffic", csv, "--db", ingested_db)
+    assert result.code == 0 and f"stored {PULLED_HOURS} hours" in result.out, result.err
+    _daemon_once(ingested, ingested_db, NOW)
+
+    store = open_store(pulled_db)
+    try:
+        stored = store.traffic("chat", since=FIRST_PULLED)
+    finally:
+        store.close()
+    assert [(row.hour, row.requests) for row in stored] == list(
+        zip(HOURS[SEED:], REQUESTS[SEED:], strict=True)
+    )
+    after = _fitted(_profile(pulled_db, "chat"))
+    assert next_unseen_hour(_profile(pulled_db, "chat")) == NOW.replace(minute=0)
+    assert after != seeded
+    assert after == _fitted(_profile(ingested_db, "chat"))
+
+
+@pytest.mark.prometheus
+def test_an_app_with_only_prometheus_gets_its_first_profile_as_one_ingested_would(
+    tmp_path: Path, models_dir: Path, prometheus: PromServer
+) -> None:
+    pulled_db, ingested_db = f"sqlite:///{tmp_path / 'pulled.db'}", f"sqlite:///{tmp_path / 'ingested.db'}"
+    pulled = _config(tmp_path, "pulled", {"chat": prometheus.url}, models_dir, seeded=False)
+    ingested = _config(tmp_path, "ingested", {"chat": None}, models_dir, seeded=False)
+    _daemon_once(pulled, pulled_db, NOW)  # the first start: two weeks from Prometheus, then a fit
+    _daemon_once(ingested, ingested_db, SEED_AT)
+    csv = _write_csv(tmp_path / "pulled.csv", HOURS[SEED:], REQUESTS[SEED:])
+    assert run_cli("ingest", "chat", "--traffic", csv, "--db", ingested_db).code == 0
+    _daemon_once(ingested, ingested_db, NOW)
+    first = _fitted(_profile(pulled_db, "chat"))
+    assert first["next_hour"] == np.datetime64(NOW.replace(minute=0, tzinfo=None), "h")
+    assert first == _fitted(_profile(ingested_db, "chat"))
+
+
+@pytest.mark.prometheus
+def test_an_unreachable_prometheus_is_logged_and_the_other_apps_still_recalibrate(
+    tmp_path: Path, models_dir: Path, prometheus: PromServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = f"sqlite:///{tmp_path / 'gpuplan.db'}"
+    nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    config = _config(tmp_path, "two", {"chat": prometheus.url, "lost": nowhere}, models_dir)
+    _daemon_once(config, db, SEED_AT)
+    with caplog.at_level(logging.ERROR, logger="gpuplan.app.traffic_sources"):
+        _daemon_once(config, db, NOW)
+    errors = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.traffic_sources"]
+    assert errors and errors[0].startswith(f"app lost: Prometheus at {nowhere} is unreachable")
+    assert errors[0].endswith("not recalibrated this time")
+    assert next_unseen_hour(_profile(db, "chat")) == NOW.replace(minute=0)
+    assert next_unseen_hour(_profile(db, "lost")) == FIRST_PULLED  # its hours are asked again next time
+
+
+@pytest.mark.prometheus
+def test_hours_prometheus_has_no_point_for_are_skipped_and_logged_by_the_hourly_job(
+    tmp_path: Path, models_dir: Path, prometheus: PromServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = f"sqlite:///{tmp_path / 'gpuplan.db'}"
+    path = _config(tmp_path, "gappy", {"gappy": prometheus.url}, models_dir)
+    _daemon_once(path, db, SEED_AT)
+    config = replace(load_config(path), models_dir=models_dir)
+    store = open_store(db)
+    try:
+        service = Service(store=store, config=config, executor=InMemoryExecutor(), clock=lambda: NOW)
+        with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+            assert recalibrate_now(service) == ["gappy"]
+        stored = {row.hour: row.requests for row in store.traffic("gappy", since=FIRST_PULLED)}
+        profile = load_profile(store, "gappy")
+    finally:
+        store.close()
+    assert stored == {h: r for h, r in zip(HOURS[SEED:], REQUESTS[SEED:], strict=True) if h not in GAP}
+    gap = f"{GAP[0].isoformat()} .. {GAP[-1].isoformat()}"
+    assert f"app gappy: no traffic for {gap}; profile not updated with it" in caplog.messages
+    assert profile is not None and next_unseen_hour(profile) == NOW.replace(minute=0)
+
+
+@pytest.mark.prometheus
+def test_a_pull_reaches_back_two_weeks_at_most_and_stores_what_prometheus_has(
+    db_url: str, prometheus: PromServer
+) -> None:
+    later = NOW + 7 * 24 * HOUR  # a week after the series ends
+    app = App(id="chat", priority=80.0, swap_cap=2, requests_per_gpu_hour=20.0, headroom=0.0)
+    source = PrometheusSource("chat", prometheus.url, QUERY.format("chat"))
+    config = ServiceConfig(cluster=Cluster(gpus=4), apps=(app,), prometheus=(source,))
+    store = open_store(db_url)
+    try:
+        store.save_app(config.apps[0])
+        assert pull_traffic(store, later, config) == frozenset()
+        stored = store.traffic("chat")
+    finally:
+        store.close()
+    earliest = later.replace(minute=0) - MAX_PULL_HOURS * HOUR
+    assert [row.hour for row in stored] == [h for h in HOURS if h >= earliest]
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        (
+            "sum by (model_name) (increase(vllm:request_success_total[1h]))",
+            "gives 2 series (first [{'model_name': 'chat'}, {'model_name': 'gappy'}]); it must give one",
+        ),
+        (
+            "sum(increase(vllm:request_success_total[1h])",
+            "answered HTTP 400: bad_data: 1:45: parse error: unclosed left parenthesis",
+        ),
+    ],
+)
+def test_a_bad_answer_fails_the_pull_with_prometheus_own_reason(
+    prometheus: PromServer, query: str, error: str
+) -> None:
+    source = PrometheusSource("chat", prometheus.url, query)
+    with pytest.raises(PrometheusError, match=re.escape(error)):
+        hourly_requests(source, FIRST_PULLED, FIRST_PULLED + 3 * HOUR)
+
+
+def test_a_server_that_does_not_answer_in_time_fails_the_pull() -> None:
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        source = PrometheusSource("chat", url, QUERY.format("chat"))
+        with pytest.raises(
+            PrometheusError, match=re.escape(f"Prometheus at {url} is unreachable (timed out)")
+        ):
+            hourly_requests(source, FIRST_PULLED, FIRST_PULLED + HOUR, timeout_s=0.5)
+
+
+BAD_SOURCES = [
+    ({"url": "ftp://prometheus:9090", "query": "up"}, "apps[0].prometheus.url", "an http:// or https:// URL"),
+    ({"url": 9090, "query": "up"}, "apps[0].prometheus.url", "an http:// or https:// URL"),
+    ({"url": "http://:9090/", "query": "up"}, "apps[0].prometheus.url", "an http:// or https:// URL"),
+    (
+        {"url": "http://me:secret@prom:9090", "query": "up"},
+        "apps[0].prometheus.url",
+        "a URL without user:password@",
+    ),
+    ({"query": "up"}, "apps[0].prometheus.url", "the URL of the Prometheus server"),
+    ({"url": "http://127.0.0.1:9090"}, "apps[0].prometheus.query", "a PromQL query"),
+    ({"url": "http://127.0.0.1:9090", "query": "  "}, "apps[0].prometheus.query", "a non-empty string"),
+    (
+        {"url": "http://127.0.0.1:9090", "query": "up", "step": 60},
+        "apps[0].prometheus.step",
+        "one of ['query', 'url']",
+    ),
+    ("http://127.0.0.1:9090", "apps[0].prometheus", "a mapping"),
+]
+
+
+@pytest.mark.parametrize(("source", "field", "expected"), BAD_SOURCES)
+def test_a_bad_prometheus_source_names_the_field_the_expected_and_the_received_value(
+    tmp_path: Path, source: object, field: str, expected: str
+) -> None:
+    path = tmp_path / "config.yaml"
+    app = {"id": "chat", "requests_per_gpu_hour": 20.0, "prometheus": source}
+    path.write_text(yaml.safe_dump({"cluster": {"gpus": 4}, "apps": [app]}))
+    with pytest.raises(InputError, match=re.escape(f"`{field}` must be {expected}")) as caught:
+        load_config(path)
+    assert str(path) in str(caught.value) and "; got " in str(caught.value)
+    assert "secret" not in str(caught.value)
+
+
+def test_a_prometheus_source_is_read_with_its_url_and_query(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    query = QUERY.format("chat")
+    app = {
+        "id": "chat",
+        "requests_per_gpu_hour": 20.0,
+        "prometheus": {"url": "http://10.0.0.5:9090/", "query": query},
+    }
+    path.write_text(yaml.safe_dump({"cluster": {"gpus": 4}, "apps": [app, {"id": "batchy", "peak_gpus": 2}]}))
+    config = load_config(path)
+    assert config.prometheus == (PrometheusSource("chat", "http://10.0.0.5:9090", query),)
+    assert [app.id for app in config.apps] == ["chat", "batchy"]
