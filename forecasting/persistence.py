@@ -81,14 +81,14 @@ def make_provenance(
     )
 
 
-def _document(estimator: Any, booster_files: dict[str, str]) -> bytes:
+def _document(estimator: Any, state: dict[str, Any], booster_files: dict[str, str]) -> bytes:
     provenance: Provenance = estimator.provenance_
     document = {
         **asdict(provenance),
         "format_version": FORMAT_VERSION,
         "type": type(estimator).__name__,
         "params": estimator.get_params(),
-        "state": estimator.to_state()[0],
+        "state": state,
         "boosters": booster_files,
     }
     return (json.dumps(document, indent=2, allow_nan=False) + "\n").encode()
@@ -103,18 +103,19 @@ def model_files(estimator: Any, path: Path) -> dict[str, bytes]:
     format, ``Booster.model_to_string``). A caller can write several models' files together
     (:func:`contract.files.replace_files`).
     """
-    boosters = estimator.to_state()[1]
+    state, boosters = estimator.to_state()
     booster_files = {key: f"{path.stem}.{key}.lgb.txt" for key in boosters}
-    files = {path.name: _document(estimator, booster_files)}
+    files = {path.name: _document(estimator, state, booster_files)}
     files.update({booster_files[key]: text.encode() for key, text in boosters.items()})
     return files
 
 
 def model_bytes(estimator: Any) -> bytes:
     """A model with no boosters (a real-time profile) as one JSON document, for the database."""
-    if estimator.to_state()[1]:
+    state, boosters = estimator.to_state()
+    if boosters:
         raise ValueError(f"a {type(estimator).__name__} has boosters: save it with save_model")
-    return _document(estimator, {})
+    return _document(estimator, state, {})
 
 
 def save_model(estimator: Any, path: Path, what: str = "model file") -> Path:
