@@ -7,6 +7,7 @@ import json
 import logging
 import pickle
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -514,7 +515,7 @@ def test_the_demo_world_ends_jobs_after_their_actual_hours_and_feeds_traffic_hou
 ) -> None:
     store = open_store(_db(tmp_path))
     try:
-        config = demo_config(models_dir)
+        config = replace(demo_config(models_dir), plan_budget_ms=100.0)  # the plans need not be good
         ensure_service(store, config, T0)
         seeded = {app.id: store.traffic(app.id)[-1].hour for app in store.apps()}
         world = demo_world(store, config)
@@ -547,7 +548,7 @@ def test_a_failing_delivery_stays_pending_with_its_error_and_goes_out_once_the_e
     store = open_store(_db(tmp_path))
     feed = tmp_path / "feed.jsonl"
     try:
-        config = demo_config(models_dir)
+        config = replace(demo_config(models_dir), plan_budget_ms=100.0)
         ensure_service(store, config, T0)
         feed.mkdir()  # the executor cannot write its feed
         executor = JsonLinesExecutor(feed)
