@@ -515,7 +515,9 @@ def test_the_demo_world_ends_jobs_after_their_actual_hours_and_feeds_traffic_hou
 ) -> None:
     store = open_store(_db(tmp_path))
     try:
-        config = replace(demo_config(models_dir), plan_budget_ms=100.0)  # the plans need not be good
+        config = replace(
+            demo_config(models_dir), plan_budget_ms=100.0, plan_wall_clock=False
+        )  # same plans under load
         ensure_service(store, config, T0)
         seeded = {app.id: store.traffic(app.id)[-1].hour for app in store.apps()}
         world = demo_world(store, config)
@@ -548,7 +550,7 @@ def test_a_failing_delivery_stays_pending_with_its_error_and_goes_out_once_the_e
     store = open_store(_db(tmp_path))
     feed = tmp_path / "feed.jsonl"
     try:
-        config = replace(demo_config(models_dir), plan_budget_ms=100.0)
+        config = replace(demo_config(models_dir), plan_budget_ms=100.0, plan_wall_clock=False)
         ensure_service(store, config, T0)
         feed.mkdir()  # the executor cannot write its feed
         executor = JsonLinesExecutor(feed)
