@@ -515,9 +515,8 @@ def test_the_demo_world_ends_jobs_after_their_actual_hours_and_feeds_traffic_hou
 ) -> None:
     store = open_store(_db(tmp_path))
     try:
-        config = replace(
-            demo_config(models_dir), plan_budget_ms=100.0, plan_wall_clock=False
-        )  # same plans under load
+        # A work-only budget: the same plans however busy the machine is.
+        config = replace(demo_config(models_dir), plan_budget_ms=100.0, plan_wall_clock=False)
         ensure_service(store, config, T0)
         seeded = {app.id: store.traffic(app.id)[-1].hour for app in store.apps()}
         world = demo_world(store, config)
