@@ -131,16 +131,18 @@ def model_from_bytes(
     field: str,
     source: str,
     read_booster: Callable[[str], str] | None = None,
+    saved_by: str = "`gpuplan train`",
+    remedy: str = f"To use it, {RETRAIN_HINT}",
 ) -> T:
     """Rebuild a model from its JSON document; InputError naming ``field`` for anything else.
 
     Only data is read: a pickle (what gpuplan saved before the models' format version 2) or
     any other form is refused with a message saying to retrain, never loaded.
     """
-    expected = f"a fitted {expected_type.__name__} saved by `gpuplan train` (JSON, format {FORMAT_VERSION})"
+    expected = f"a fitted {expected_type.__name__} saved by {saved_by} (JSON, format {FORMAT_VERSION})"
 
     def refuse(why: str) -> InputError:
-        return InputError(field, expected, source, hint=f"{why} To use it, {RETRAIN_HINT}")
+        return InputError(field, expected, source, hint=f"{why} {remedy}")
 
     if raw[:1] == PICKLE_MARK:
         raise refuse("It is a pickle, which gpuplan never loads (a model is data, not code).")

@@ -438,7 +438,9 @@ def test_a_server_database_feeds_a_file_named_by_its_url(pg_url: str) -> None:
         other.close()
 
 
-def test_a_stored_profile_that_is_not_json_is_refused_not_loaded(tmp_path: Path, models_dir: Path) -> None:
+def test_a_stored_profile_that_is_not_json_is_refused_and_refitted_never_loaded(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     db = _db(tmp_path)
     _once(db, models_dir, T0)
     store = open_store(db)
@@ -453,8 +455,18 @@ def test_a_stored_profile_that_is_not_json_is_refused_not_loaded(tmp_path: Path,
             load_profile(store, app)
     finally:
         store.close()
-    result = run_cli("daemon", "--once", "--db", db, "--models", models_dir, "--at", (T0 + HOUR).isoformat())
-    assert result.code == 2 and "`profile` must be a fitted RealtimeProfile" in result.err
+    # The next cycle never loads it: it fits a new profile on the stored traffic instead.
+    with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+        _once(db, models_dir, T0 + HOUR)
+    assert "It is a pickle, which gpuplan never loads" in caplog.text
+    assert "The next recalibration fits a new one on the app's stored traffic" in caplog.text
+    store = open_store(db)
+    try:
+        refitted = load_profile(store, app)
+        stored = store.profile(app)
+    finally:
+        store.close()
+    assert refitted is not None and stored is not None and stored.startswith(b"{")
 
 
 def test_prune_deletes_old_runs_and_keeps_commits_and_history(tmp_path: Path, models_dir: Path) -> None:

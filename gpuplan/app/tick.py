@@ -94,7 +94,12 @@ def load_profile(store: Store, app: str) -> RealtimeProfile | None:
         return None
     # Data only: a row in any other form (an older version's pickle) is refused, never loaded.
     return model_from_bytes(
-        blob, RealtimeProfile, field="profile", source=f"the stored profile of app {app!r}"
+        blob,
+        RealtimeProfile,
+        field="profile",
+        source=f"the stored profile of app {app!r}",
+        saved_by="the daemon",
+        remedy="The next recalibration fits a new one on the app's stored traffic.",
     )
 
 
@@ -351,8 +356,9 @@ def recalibrate(
 
     An hour that is missing or not a finite count >= 0 is skipped, and the log says so; the
     profile is then not updated with it (its next update skips the gap). An app with no
-    profile yet (its traffic comes from Prometheus or ``ingest`` only) gets one fitted once it
-    has a day of stored hours without a gap. The apps in ``skip`` (whose traffic source failed
+    profile yet (its traffic comes from Prometheus or ``ingest`` only), or a stored profile
+    in a form that is refused (a pickle), gets one fitted once it has a day of stored hours
+    without a gap. The apps in ``skip`` (whose traffic source failed
     this time) are left for the next recalibration. Returns the apps whose profile moved.
     """
     import numpy as np
@@ -364,7 +370,13 @@ def recalibrate(
     for app in store.apps():
         if app.id in skip:
             continue
-        profile = load_profile(store, app.id)
+        try:
+            profile = load_profile(store, app.id)
+        except InputError as error:
+            # A row in another form (an older version's pickle) is never loaded: it is
+            # replaced by a profile fitted on the stored traffic, when that makes a day.
+            log.warning("app %s: %s", app.id, error)
+            profile = None
         if profile is None:
             if _first_profile(store, app.id, through) is not None:
                 updated.append(app.id)
