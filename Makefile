@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PG_INITDB := /usr/lib/postgresql/*/bin/initdb
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install run test lint typecheck unit postgres prometheus bench clean
+.PHONY: install run test lint typecheck unit postgres prometheus chromium bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,7 +29,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) postgres prometheus
+unit: $(STAMP) postgres prometheus chromium
 	$(VENV)/bin/pytest -q
 
 # Installs the Debian packages $(1) without starting their system services: policy-rc.d
@@ -52,6 +52,14 @@ postgres:
 	echo "make postgres: installing Debian's postgresql (the storage tests start their own server)"; \
 	$(call APT_INSTALL,postgresql); \
 	ls $(PG_INITDB) >/dev/null
+
+# Debian's chromium when missing: the dashboard's browser tests drive it through Playwright
+# (executable_path), which downloads no browser of its own.
+chromium:
+	@if [ -x /usr/bin/chromium ]; then exit 0; fi; \
+	echo "make chromium: installing Debian's chromium (the dashboard's browser tests drive it)"; \
+	$(call APT_INSTALL,chromium); \
+	test -x /usr/bin/chromium
 
 # Debian's prometheus (2.42, with promtool) when missing (the traffic-source tests start their own).
 prometheus:

@@ -12,6 +12,10 @@ this module puts them on APScheduler's clock and loops:
 - **retrain** nightly at ``retrain_at`` (off by default);
 - **prune** daily: plan runs older than ``prune_keep_days`` go (commits and history stay).
 
+With ``--http``, the HTTP face (:mod:`gpuplan.http`) is served from a thread of this process:
+its submits take the same plan lock as the cycle, so a submit never plans against a
+half-written run.
+
 The schedule lives in APScheduler's SQLAlchemy job store on the service's own database, so
 it survives restarts; missed runs are coalesced, and one worker thread runs one job at a
 time. A failing job is logged and the daemon goes on. SIGTERM and Ctrl-C let the job in
@@ -26,9 +30,10 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
+from typing import Any
 
 from gpuplan.app.prune import DEFAULT_KEEP_DAYS, prune
-from gpuplan.app.service import Service, recalibrate_now, run_once
+from gpuplan.app.service import Service, plan_lock, recalibrate_now, run_once, utc_now
 from gpuplan.app.tick import retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
@@ -46,11 +51,16 @@ def _job(name: str, body: Callable[[Service], object]) -> None:
         return
     try:
         body(service)
-    except Exception:
+    except Exception as error:
         # The daemon must outlive a failing cycle (database down, a bad traffic hour, ...).
         log.exception("%s failed; the next run will try again", name)
-        if service.metrics is not None and name == "plan":
-            service.metrics.failures.inc()
+        if name == "plan":
+            service.health.record(utc_now(), f"{type(error).__name__}: {error}")
+            if service.metrics is not None:
+                service.metrics.failures.inc()
+    else:
+        if name == "plan":
+            service.health.record(utc_now(), None)
 
 
 def plan_job() -> None:
@@ -73,8 +83,32 @@ def prune_job() -> None:
     _job("prune", lambda s: prune(s.store, s.clock(), s.config.prune_keep_days or DEFAULT_KEEP_DAYS))
 
 
-def serve(service: Service, db_url: str, *, max_seconds: float | None = None) -> int:
-    """Schedule the jobs on ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``)."""
+def http_server(service: Service, host: str, port: int) -> Any:
+    """The HTTP face on ``host:port`` over this service's warm parts (not started)."""
+    from gpuplan.http.context import ApiContext
+    from gpuplan.http.server import HttpServer
+
+    context = ApiContext(
+        store=service.store,
+        config=service.config,
+        executor=service.executor,
+        forecasters=service.forecasters,
+        clock=service.clock,
+        plan_lock=lambda: plan_lock(service),
+        health=service.health,
+    )
+    return HttpServer(context, host, port)
+
+
+def serve(
+    service: Service,
+    db_url: str,
+    *,
+    max_seconds: float | None = None,
+    http: tuple[str, int] | None = None,
+) -> int:
+    """Schedule the jobs on ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``);
+    with ``http=(host, port)``, serve the HTTP face meanwhile."""
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -133,7 +167,10 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    server = None
     try:
+        if http is not None:
+            server = http_server(service, *http).start()
         scheduler.resume()
         log.info(
             "daemon started: plan every %d min, review every %s h",
@@ -142,6 +179,8 @@ def serve(service: Service, db_url: str, *, max_seconds: float | None = None) ->
         )
         stop.wait(timeout=max_seconds)
     finally:
+        if server is not None:
+            server.stop()
         scheduler.shutdown(wait=True)  # the job in flight finishes
         for sig, handler in previous.items():
             signal.signal(sig, handler)

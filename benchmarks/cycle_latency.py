@@ -20,8 +20,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from contract.records import Cluster, Job, JobEstimate
-from gpuplan.app.config import AppTraffic, demo_config
+from benchmarks.served import large_config, queue_jobs
+from gpuplan.app.config import demo_config
 from gpuplan.app.seed import ensure_models, ensure_service
 from gpuplan.app.service import make_service, run_once
 from gpuplan.table import format_table
@@ -48,19 +48,7 @@ def _cycles(db: str, config: object, cycles: int, *, large: bool) -> list[float]
         service = make_service(store, config)  # type: ignore[arg-type]
         ensure_service(store, config, T0)  # type: ignore[arg-type]
         if large:
-            for n in range(100):
-                gpus = (1, 2, 4, 8, 16)[n % 5]
-                hours = 1.0 + (n * 7) % 23
-                store.add_job(
-                    Job(
-                        id=f"bench-{n}",
-                        kind="batch_inference",
-                        priority=float(10 + (n * 13) % 90),
-                        spec={"id": f"bench-{n}", "kind": "batch_inference", "gpus": gpus, "hours": hours},
-                        submitted_at=T0,
-                        estimate=JobEstimate(gpus, hours, hours),
-                    )
-                )
+            queue_jobs(store, 100, T0)
         latencies = []
         for n in range(cycles):
             started = time.perf_counter()
@@ -99,11 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     demo = replace(demo_config(args.models), executor="memory")
     ensure_models(demo)
-    apps = tuple(replace(app, id=f"{app.id}-{copy}") for copy in (0, 1) for app in demo.apps)
-    traffic = tuple(
-        AppTraffic(f"{t.app}-{copy}", t.path, (t.peak_gpus or 4) * 8) for copy in (0, 1) for t in demo.traffic
-    )
-    large = replace(demo, cluster=Cluster(gpus=256), apps=apps, traffic=traffic, demo_queue=False)
+    large = large_config(demo)
     rows: list[list[object]] = []
     with tempfile.TemporaryDirectory() as folder:
         for name, config, is_large in (("demo (16 GPUs)", demo, False), ("256 GPUs, 100 jobs", large, True)):

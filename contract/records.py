@@ -92,6 +92,7 @@ class Job:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     outcome: Outcome | None = None
+    team: str | None = None  # the submitting token's team (None: from the command line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,3 +185,36 @@ class PlanRun:
     id: int | None = None
     committed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Scope(StrEnum):
+    """What an API token may do: ``read`` the GETs and the dashboard, ``submit`` and cancel the
+    team's own jobs, ``admin`` traffic, any job and tokens."""
+
+    READ = "read"
+    SUBMIT = "submit"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiToken:
+    """A bearer token as stored: only the SHA-256 of its secret, never the secret."""
+
+    id: str
+    secret_sha256: str
+    team: str
+    scopes: frozenset[Scope]
+    max_priority: float | None
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebSession:
+    """A dashboard sign-in: the SHA-256 of its cookie, the token it was opened with, its CSRF token."""
+
+    id_sha256: str
+    token_id: str
+    csrf: str
+    created_at: datetime
+    expires_at: datetime

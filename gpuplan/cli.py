@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "gpuplan.cmd_simulate",
         "a simulated week of the daemon's cycle against FIFO, priority-backfill and commit-all",
     ),
+    "token": ("gpuplan.cmd_token", "API tokens: create (printed once), list, revoke"),
     "report": (
         "gpuplan.cmd_report",
         "reports from the stored plans: idle windows, coverage risk, utilization, commits",

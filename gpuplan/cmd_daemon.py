@@ -14,6 +14,15 @@ if TYPE_CHECKING:
     from gpuplan.app.service import Service
 
 
+def listen_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``PORT`` (then 127.0.0.1), the port in [1, 65535]."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InputError("--http", "HOST:PORT or PORT, the port in [1, 65535]", text)
+    return host, int(port)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_db(parser)
     parser.add_argument(
@@ -23,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_at(parser, "with --once: the cycle's clock")
     parser.add_argument(
         "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port"
+    )
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve the HTTP API and dashboard on HOST:PORT (PORT alone: 127.0.0.1; default off)",
     )
     parser.add_argument("--models", type=Path, help="models folder (default: the config's, ./models)")
     parser.add_argument("--print-commits", action="store_true", help="print each commit as it happens")
@@ -55,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         checked_demo_speed(args.demo_speed)
     # The live demo runs on the simulated cluster: its jobs end, its traffic arrives.
     demo_speed = (args.demo_speed or 1.0) if args.config is None and not args.once else None
+    http = None if args.http is None else listen_address(args.http)
+    if http is not None and args.once:
+        raise InputError("--http", "used without --once (it serves while the daemon runs)", args.http)
     config = load_config(args.config) if args.config else demo_config()
     if args.models is not None:
         config = replace(config, models_dir=args.models)
@@ -75,20 +92,21 @@ def run(args: argparse.Namespace) -> int:
             report = run_once(service, now)
             sys.stdout.write(report.log_line() + "\n")
             return 0
-        return _serve(service, args.db, args.metrics_port)
+        return _serve(service, args.db, args.metrics_port, http)
     finally:
         store.close()
 
 
-def _serve(service: Service, db_url: str, metrics_port: int | None) -> int:
-    """The live daemon: the schedule of daemon.py, with metrics on ``metrics_port`` when given."""
+def _serve(service: Service, db_url: str, metrics_port: int | None, http: tuple[str, int] | None) -> int:
+    """The live daemon: the schedule of daemon.py, with metrics on ``metrics_port`` and the
+    HTTP face on ``http`` when given."""
     import daemon
     from gpuplan.app.metrics import Metrics
 
     if metrics_port is not None:
         service.metrics = Metrics(metrics_port)
     try:
-        return daemon.serve(service, db_url)
+        return daemon.serve(service, db_url, http=http)
     finally:
         if service.metrics is not None:
             service.metrics.close()

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpuplan.options import add_db, open_db
+from gpuplan.options import add_db, as_flags, open_db
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,16 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from contract.errors import InputError
     from features.traffic import load_traffic
-    from gpuplan.app.tick import ingest_traffic
+    from gpuplan.app.tick import ingest_traffic, known_app
 
     traffic = load_traffic(args.traffic, requests_column=args.column)  # before the database is touched
     store = open_db(args)
     try:
-        if args.app not in {app.id for app in store.apps()}:
-            known = sorted(app.id for app in store.apps())
-            raise InputError("APP", f"one of the stored apps {known}", args.app)
+        with as_flags({"app": "APP"}):
+            known_app(store, args.app)
         hours = ingest_traffic(store, args.app, traffic)
     finally:
         store.close()

@@ -75,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     commits = add("commits", "every committed hour: which job holds which GPUs", _commits)
     commits.add_argument("--since", metavar="TIME", help="committed hours from TIME on (default all)")
+    commits.add_argument("--team", metavar="TEAM", help="only the jobs this team submitted")
 
 
 def _add_run(parser: argparse.ArgumentParser) -> None:
@@ -261,7 +262,7 @@ def _commits(args: argparse.Namespace) -> int:
     from gpuplan.app.report_inputs import commits_inputs
     from gpuplan.app.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
 
-    commits, cluster, apps = commits_inputs(args.db, args.since, cluster=bool(args.png))
+    commits, cluster, apps = commits_inputs(args.db, args.since, cluster=bool(args.png), team=args.team)
     rows = commit_rows(commits)
     first, last = commits[0].hour, commits[-1].hour
     _emit(

@@ -11,6 +11,7 @@ from gpuplan.options import add_at, add_db, at_of, open_db, print_json
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_db(parser)
     add_at(parser, "the time to report as")
+    parser.add_argument("--team", metavar="TEAM", help="only the jobs this team submitted")
     parser.add_argument("--json", action="store_true")
 
 
@@ -20,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
 
     store = open_db(args)
     try:
-        now = status(store, at_of(args))
+        now = status(store, at_of(args), team=args.team)
     finally:
         store.close()
     if args.json:

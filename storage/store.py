@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from contract.records import (
+    ApiToken,
     App,
     Cluster,
     Commit,
@@ -25,6 +26,7 @@ from contract.records import (
     Outcome,
     PlanRun,
     TrafficHour,
+    WebSession,
 )
 
 if TYPE_CHECKING:
@@ -191,3 +193,29 @@ class Store(abc.ABC):
         self, delivery: Delivery, *, at: datetime, acknowledged: bool, error: str | None = None
     ) -> Delivery:
         """Count one attempt of ``delivery``: acknowledged at ``at``, or failed with ``error``."""
+
+    # -- API tokens and dashboard sessions (hashes only) ---------------------------------
+    @abc.abstractmethod
+    def add_token(self, token: ApiToken) -> None: ...
+
+    @abc.abstractmethod
+    def tokens(self) -> list[ApiToken]:
+        """Every token, revoked ones too, oldest first."""
+
+    @abc.abstractmethod
+    def token_by_hash(self, secret_sha256: str) -> ApiToken | None: ...
+
+    @abc.abstractmethod
+    def revoke_token(self, token_id: str, at: datetime) -> ApiToken:
+        """Mark it revoked at ``at`` (once) and end its sessions; InputError naming ``ID`` if unknown."""
+
+    @abc.abstractmethod
+    def add_web_session(self, web_session: WebSession) -> None:
+        """Store a session (and drop the expired ones)."""
+
+    @abc.abstractmethod
+    def web_session(self, id_sha256: str) -> tuple[WebSession, ApiToken] | None:
+        """The session and the token it was opened with."""
+
+    @abc.abstractmethod
+    def end_web_session(self, id_sha256: str) -> None: ...

@@ -42,7 +42,7 @@ NAMING_CONVENTION = {
 
 # The newest migration in storage/migrations/versions (a test keeps the two equal): a
 # database already there opens without loading Alembic, which every command would pay for.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 ID_LENGTH = 200  # job and app ids; the scenario format puts no limit, a column must
 
 
@@ -154,6 +154,7 @@ class JobRow(Base):
     started_at: Mapped[datetime | None]
     ended_at: Mapped[datetime | None]
     outcome: Mapped[Outcome | None] = mapped_column(_enum(Outcome))
+    team: Mapped[str | None] = mapped_column(String(64), index=True)
 
 
 class HistoryRow(Base):
@@ -268,4 +269,32 @@ class LockRow(Base):
 
     name: Mapped[str] = mapped_column(primary_key=True)
     owner: Mapped[str]
+    expires_at: Mapped[datetime]
+
+
+class TokenRow(Base):
+    """An API token: the SHA-256 of its secret (unique), its team, scopes and priority cap."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    team: Mapped[str] = mapped_column(String(64))
+    scopes: Mapped[str] = mapped_column(String(64))  # comma-separated Scope values
+    max_priority: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+
+class WebSessionRow(Base):
+    """A dashboard session, kept server-side: the SHA-256 of the cookie, never the cookie."""
+
+    __tablename__ = "web_sessions"
+
+    id_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True
+    )
+    csrf: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
     expires_at: Mapped[datetime]

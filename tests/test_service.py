@@ -150,7 +150,7 @@ def test_submit_answers_with_a_planned_start_and_a_bad_spec_stores_nothing(
     result = run_cli("submit", good, "--db", db, "--models", models_dir, "--json", "--at", T0.isoformat())
     assert result.code == 0, result.err
     answer = json.loads(result.out)
-    assert set(answer) == {"job", "gpus", "hours_p50", "hours_p90", "planned_start", "first_gpu"}
+    assert set(answer) == {"job", "gpus", "hours_p50", "hours_p90", "planned_start", "first_gpu", "reason"}
     assert answer["job"] == "bi-1" and answer["gpus"] == 4 and answer["hours_p90"] == 2
     assert answer["planned_start"] is not None and answer["first_gpu"] % 4 == 0
     assert datetime.fromisoformat(answer["planned_start"]) >= datetime(2026, 11, 30, 11, tzinfo=UTC)
@@ -232,8 +232,11 @@ def test_status_json_has_the_documented_shape(tmp_path: Path, models_dir: Path) 
     _once(db, models_dir, T0)
     status = json.loads(run_cli("status", "--db", db, "--json", "--at", T0.isoformat()).out)
     assert set(status) == {"at", "running", "queue", "last_run"}
-    assert all(set(r) == {"job", "gpus", "since"} for r in status["running"])
-    assert all(set(q) == {"job", "planned_start"} for q in status["queue"])
+    assert all(set(r) == {"job", "team", "gpus", "since"} for r in status["running"])
+    assert all(
+        set(q) == {"job", "team", "priority", "gpus", "planned_start", "reason"} for q in status["queue"]
+    )
+    assert all(q["reason"] for q in status["queue"])
     assert status["last_run"]["start"] == "2026-11-30T10:00:00+00:00"
 
 

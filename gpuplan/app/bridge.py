@@ -291,6 +291,17 @@ def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | Non
     return None, None
 
 
+def planned_places(run: PlanRun) -> dict[str, tuple[datetime, int]]:
+    """Where a run plans each job first, (wall-clock start, first GPU), in one pass over the grid."""
+    places: dict[str, tuple[datetime, int]] = {}
+    for step in range(len(run.grid[0]) if run.grid else 0):
+        for gpu, row in enumerate(run.grid):
+            job = row[step]
+            if job is not None and job not in places:
+                places[job] = (run.start + step * STEP, gpu)
+    return places
+
+
 def realtime_sets(commit: Commit | None, app_ids: Sequence[str]) -> dict[str, tuple[int, ...]]:
     """The GPUs each app held in a committed hour."""
     if commit is None:

@@ -3,26 +3,31 @@
 ``submit`` validates a spec, forecasts it (GPUs, P50 and P90 hours), queues it and
 answers with the job's planned start and GPUs from an immediate fast-mode replan (the
 hot path; stored, never committed). ``finish`` marks a job done, appends it to the job
-history the forecasters retrain on, and frees its GPUs at the next cycle.
+history the forecasters retrain on, and frees its GPUs at the next cycle. ``cancel``
+takes a queued job out of the queue, or stops a running one through the executor; either
+way it ends ``cancelled``.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
-from contract.records import Job, JobEstimate, JobState, Outcome, RunMode
+from contract.records import ApiToken, Job, JobEstimate, JobState, Outcome, PlanRun, RunMode, Scope
 from contract.scenario import JobKind
 from contract.scenario_io import MAX_PRIORITY
 from gpuplan.app.bridge import planned_place
 from gpuplan.app.config import ServiceConfig
+from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
 from gpuplan.app.models import MODEL_FILES
+from gpuplan.app.status import placement_reason
+from gpuplan.app.tokens import NotFoundError, require, require_job, require_priority
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ class SubmitResult:
     hours_p90: float
     planned_start: datetime | None
     first_gpu: int | None
+    reason: str
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -49,6 +55,7 @@ class SubmitResult:
             "hours_p90": round(self.hours_p90, 4),
             "planned_start": None if self.planned_start is None else self.planned_start.isoformat(),
             "first_gpu": self.first_gpu,
+            "reason": self.reason,
         }
 
 
@@ -80,6 +87,16 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
         or not (math.isfinite(priority) and 0 < priority <= MAX_PRIORITY)
     ):
         raise InputError("priority", f"a finite number in (0, {MAX_PRIORITY:g}]", priority, source=source)
+    allowed = SPEC_KEYS | feature_names(spec["kind"])
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise InputError(
+            unknown[0],
+            f"one of the fields of a {spec['kind']} spec: {sorted(allowed)}",
+            spec[unknown[0]],
+            source=source,
+            hint=f"Unknown keys: {', '.join(unknown)}.",
+        )
     if "gpus" in spec:
         gpus = spec["gpus"]
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1 or gpus & (gpus - 1):
@@ -110,6 +127,14 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
     return spec
 
 
+def feature_names(kind: str) -> frozenset[str]:
+    """The feature names a spec of ``kind`` may carry (none for kinds without a forecaster)."""
+    from features.job_features import SCHEMAS
+
+    schema = SCHEMAS.get(kind)  # type: ignore[call-overload]
+    return frozenset(() if schema is None else schema.names)
+
+
 def estimate_spec(spec: dict[str, Any], forecasters: Forecasters, *, source: str) -> JobEstimate:
     explicit = explicit_estimate(spec)
     if explicit is not None:
@@ -128,15 +153,25 @@ def submit(
     default_id: str | None = None,
     forecasters: Forecasters | None = None,
     replan: bool = True,
+    token: ApiToken | None = None,
+    replanner: Callable[[], PlanRun | None] | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
     ``replan=False`` skips the hot-path plan (the answer then has no planned start): the
     simulation submits hundreds of jobs and only the cycle's plans change what runs.
+    ``replanner`` makes the hot-path plan instead (the served API's
+    :class:`~gpuplan.app.replan.SharedReplan`: one plan for the submits that arrive
+    together). A ``token`` (the API's caller) must hold ``submit`` and a cap at or above
+    the job's priority; the job records the token's team.
     """
-    from gpuplan.app.tick import plan_cycle, require_cluster
+    from gpuplan.app.tick import require_cluster
 
+    if token is not None:
+        require(token, Scope.SUBMIT)
     spec = check_spec(spec_document, source=source, default_id=default_id)
+    if token is not None:
+        require_priority(token, float(spec.get("priority", 1)))
     forecasters = forecasters or Forecasters(config.models_dir)
     estimate = estimate_spec(spec, forecasters, source=source)
     cluster = require_cluster(store)
@@ -158,18 +193,29 @@ def submit(
             spec=spec,
             submitted_at=now,
             estimate=estimate,
+            team=None if token is None else token.team,
         )
     )
     planned_start: datetime | None = None
     first_gpu: int | None = None
+    reason = "queued; the next plan cycle places it"
     if replan:
-        report = plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT)
-        run = store.run(report.run_id)
+        run = (replanner or (lambda: hot_path_plan(store, now, config, forecasters)))()
         if run is not None:
             planned_start, first_gpu = planned_place(run, spec["id"])
+            reason = placement_reason(run, estimate, planned_start)
     return SubmitResult(
-        spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu
+        spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu, reason
     )
+
+
+def hot_path_plan(
+    store: Store, now: datetime, config: ServiceConfig, forecasters: Forecasters
+) -> PlanRun | None:
+    """The fast-mode replan after a submission: stored (mode ``submit``), never committed."""
+    from gpuplan.app.tick import plan_cycle
+
+    return plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT).run
 
 
 def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
@@ -241,3 +287,28 @@ def finish_job(
         return validate_history(pd.DataFrame([merged]), source=f"the history row of job {job_id}")
 
     return store.finish_job(job_id, at, outcome, history)
+
+
+def known_job(store: Store, job_id: str, token: ApiToken | None = None) -> Job:
+    """The stored job (NotFoundError otherwise); a token must be allowed to read it."""
+    job = store.job(job_id)
+    if job is None:
+        raise NotFoundError("job_id", "the id of a submitted job", job_id)
+    if token is not None:
+        require(token, Scope.READ)
+    return job
+
+
+def cancel(
+    store: Store, job_id: str, at: datetime, executor: Executor | None, *, token: ApiToken | None = None
+) -> Job:
+    """Cancel a job: a queued one leaves the queue, a running one is stopped through the
+    executor first; both end ``cancelled`` (the history keeps a job that ran)."""
+    job = known_job(store, job_id)
+    if token is not None:
+        require_job(token, job)
+    if job.state is JobState.DONE:
+        raise InputError("job_id", "a job that is queued or running", f"{job_id} (already {job.outcome})")
+    if job.state is JobState.RUNNING and executor is not None:
+        executor.stop(job_id, at)
+    return finish_job(store, job_id, max(at, job.started_at or at), Outcome.CANCELLED)

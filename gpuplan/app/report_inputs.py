@@ -4,7 +4,8 @@ The report functions themselves (:mod:`gpuplan.app.reports`) are pure; this modu
 the only part of them that touches a :class:`~storage.store.Store`. Each ``*_inputs``
 function opens the store at a URL, reads what one report needs, checks the report's
 ``since`` (a user's time, as text) against what is stored, and closes the store.
-Errors name the report's own fields (``db``, ``run_id``, ``since``).
+Errors name the report's own fields (``db``, ``run_id``, ``since``). The ``*_in``
+functions read the same from a store that is already open (the HTTP API's).
 """
 
 from __future__ import annotations
@@ -96,55 +97,79 @@ class CoverageInputs:
 
 def coverage_inputs(url: str, run_ref: str, since: str | None) -> CoverageInputs:
     """The run and the realised window from ``since`` (default: one horizon) to the run's start."""
+    store = open_existing_store(url)
+    try:
+        return coverage_inputs_in(store, run_ref, since)
+    finally:
+        store.close()
+
+
+def coverage_inputs_in(store: Store, run_ref: str, since: str | None) -> CoverageInputs:
     from gpuplan.app.reports import run_instance
     from gpuplan.app.status import find_run
 
     since_at = parse_since(since)
-    store = open_existing_store(url)
-    try:
-        run = find_run(store, run_ref)
-        instance = run_instance(run)
-        step = timedelta(minutes=instance.step_minutes)
-        window_since = since_at if since_at is not None else run.start - instance.horizon_steps * step
-        if since_at is not None and since_at >= run.start:
-            raise InputError("since", f"a time before the run's start ({run.start.isoformat()})", since)
-        apps = store.apps()
-        commits = store.commits(window_since, run.start)
-        if since_at is not None and not commits:
-            raise InputError(
-                "since",
-                "a time with committed hours between it and the run's start",
-                since,
-                hint=f"No hour was committed from {since_at.isoformat()} to {run.start.isoformat()}.",
-            )
-        traffic = [
-            hour for job in instance.realtime_jobs for hour in store.traffic(job.id, window_since, run.start)
-        ]
-    finally:
-        store.close()
+    run = find_run(store, run_ref)
+    instance = run_instance(run)
+    step = timedelta(minutes=instance.step_minutes)
+    window_since = since_at if since_at is not None else run.start - instance.horizon_steps * step
+    if since_at is not None and since_at >= run.start:
+        raise InputError("since", f"a time before the run's start ({run.start.isoformat()})", since)
+    apps = store.apps()
+    commits = store.commits(window_since, run.start)
+    if since_at is not None and not commits:
+        raise InputError(
+            "since",
+            "a time with committed hours between it and the run's start",
+            since,
+            hint=f"No hour was committed from {since_at.isoformat()} to {run.start.isoformat()}.",
+        )
+    traffic = [
+        hour for job in instance.realtime_jobs for hour in store.traffic(job.id, window_since, run.start)
+    ]
     return CoverageInputs(run, instance, apps, commits, traffic, window_since)
 
 
 def utilization_inputs(url: str, since: str | None) -> tuple[Cluster, list[Commit], dict[str, JobKind]]:
     """The cluster, the committed hours from ``since`` on (at least one), and every job's kind."""
-    since_at = parse_since(since)
     store = open_existing_store(url)
     try:
-        return stored_cluster(store), stored_commits(store, since_at), job_kinds(store)
+        return utilization_inputs_in(store, since)
     finally:
         store.close()
+
+
+def utilization_inputs_in(
+    store: Store, since: str | None
+) -> tuple[Cluster, list[Commit], dict[str, JobKind]]:
+    since_at = parse_since(since)
+    return stored_cluster(store), stored_commits(store, since_at), job_kinds(store)
 
 
 def commits_inputs(
-    url: str, since: str | None, *, cluster: bool
+    url: str, since: str | None, *, cluster: bool, team: str | None = None
 ) -> tuple[list[Commit], Cluster | None, set[str]]:
-    """The committed hours from ``since`` on; with ``cluster``, also the cluster and the app ids."""
-    since_at = parse_since(since)
+    """The committed hours from ``since`` on (``team``'s jobs only, when given); with
+    ``cluster``, also the cluster and the app ids."""
     store = open_existing_store(url)
     try:
-        commits = stored_commits(store, since_at)
-        if not cluster:
-            return commits, None, set()
-        return commits, stored_cluster(store), {app.id for app in store.apps()}
+        return commits_inputs_in(store, since, cluster=cluster, team=team)
     finally:
         store.close()
+
+
+def commits_inputs_in(
+    store: Store, since: str | None, *, cluster: bool, team: str | None = None
+) -> tuple[list[Commit], Cluster | None, set[str]]:
+    commits = team_commits(store, stored_commits(store, parse_since(since)), team)
+    if not cluster:
+        return commits, None, set()
+    return commits, stored_cluster(store), {app.id for app in store.apps()}
+
+
+def team_commits(store: Store, commits: list[Commit], team: str | None) -> list[Commit]:
+    """The commits with only ``team``'s jobs in them (all when None)."""
+    if team is None:
+        return commits
+    ours = {job.id for job in store.jobs() if job.team == team}
+    return [Commit(c.hour, c.run_id, tuple(a for a in c.assignments if a.job in ours)) for c in commits]

@@ -7,6 +7,7 @@ runs one cycle through the same functions.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.health import Health
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
 from gpuplan.app.traffic_sources import pull_traffic
@@ -55,9 +57,12 @@ class Service:
     world: DemoWorld | None = None
     forecasters: Forecasters = field(init=False)
     metrics: Any = None  # a Metrics when --metrics-port is given
+    health: Health = field(init=False)
+    plan_mutex: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.forecasters = Forecasters(self.config.models_dir)
+        self.health = Health(started_at=utc_now())  # wall time, whatever clock the cycles run on
 
 
 @contextmanager
@@ -74,6 +79,13 @@ def holding(store: Store, name: str, timeout_s: float = LOCK_WAIT_S) -> Iterator
         time.sleep(LOCK_POLL_S)
 
 
+@contextmanager
+def plan_lock(service: Service) -> Iterator[None]:
+    """The plan lock: this process's threads (the cycle, the API's submits), then other daemons."""
+    with service.plan_mutex, holding(service.store, "plan"):
+        yield
+
+
 def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit.
 
@@ -83,7 +95,7 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """
     now = now or service.clock()
     failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
-    with holding(service.store, "plan"):
+    with plan_lock(service):
         if service.world is not None:
             service.world.advance(service.store, now)
         recalibrate(service.store, now, service.config, skip=failed)

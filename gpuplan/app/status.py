@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
-from contract.records import JobState, PlanRun, RunMode
-from gpuplan.app.bridge import planned_place
+from contract.records import Job, JobEstimate, JobState, PlanRun, RunMode
+from gpuplan.app.bridge import planned_place, planned_places
+from gpuplan.app.tokens import NotFoundError
 from storage.store import Store
 
 
@@ -45,24 +46,94 @@ class Status:
         }
 
 
-def status(store: Store, now: datetime) -> Status:
-    """Running jobs with their GPUs, the queue with planned starts from the latest plan, the last run."""
+def placement_reason(run: PlanRun, estimate: JobEstimate | None, planned_start: datetime | None) -> str:
+    """Why a queued job starts when ``run`` plans it, in one short line."""
+    if estimate is None:
+        return "no forecast (the model cannot read its spec)"
+    block = f"{estimate.gpus}-GPU block"
+    if planned_start is None:
+        return f"no free {block} for its {estimate.hours_p90:g} h (P90) in the horizon"
+    if planned_start <= run.start:
+        return f"starts in the first open hour on a free {block}"
+    wait = (planned_start - run.start).total_seconds() / 3600
+    return f"waits {wait:g} h: busier or higher-value work holds every {block} until then"
+
+
+def _queue_row(job: Job, newest: PlanRun | None, places: dict[str, tuple[datetime, int]]) -> dict[str, Any]:
+    start = places[job.id][0] if job.id in places else None
+    return {
+        "job": job.id,
+        "team": job.team,
+        "priority": job.priority,
+        "gpus": None if job.estimate is None else job.estimate.gpus,
+        "planned_start": None if start is None else start.isoformat(),
+        "reason": "no plan yet" if newest is None else placement_reason(newest, job.estimate, start),
+    }
+
+
+def job_view(store: Store, job: Job) -> dict[str, Any]:
+    """One job as ``GET /v1/jobs/{id}`` shows it: state, forecast, planned or actual start, GPUs, outcome."""
+    planned: datetime | None = None
+    reason = None
+    if job.state is JobState.QUEUED:
+        newest = _newest_plan(store)
+        if newest is not None:
+            planned = planned_place(newest, job.id)[0]
+            reason = placement_reason(newest, job.estimate, planned)
+    estimate = job.estimate
+    return {
+        "job": job.id,
+        "kind": job.kind,
+        "team": job.team,
+        "priority": job.priority,
+        "state": job.state.value,
+        "submitted_at": job.submitted_at.isoformat(),
+        "forecast": None
+        if estimate is None
+        else {"gpus": estimate.gpus, "hours_p50": estimate.hours_p50, "hours_p90": estimate.hours_p90},
+        "planned_start": None if planned is None else planned.isoformat(),
+        "reason": reason,
+        "started_at": None if job.started_at is None else job.started_at.isoformat(),
+        "gpus": None
+        if job.first_gpu is None or job.gpus is None
+        else list(range(job.first_gpu, job.first_gpu + job.gpus)),
+        "ended_at": None if job.ended_at is None else job.ended_at.isoformat(),
+        "outcome": None if job.outcome is None else job.outcome.value,
+    }
+
+
+def _newest_plan(store: Store, last: PlanRun | None = None) -> PlanRun | None:
+    """The run whose grid is the queue's current plan: the latest plan or submit run (not a
+    review). ``last``: the latest run, when the caller has it already."""
+    last = last or store.run()
+    if last is not None and last.mode is not RunMode.REVIEW:
+        return last
+    return next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
+
+
+def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
+    """Running jobs with their GPUs, the queue with planned starts from the latest plan, the last run.
+
+    ``team`` keeps that team's jobs only."""
     last = store.run()
-    plan = next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
-    newest = last if last is not None and last.mode is not RunMode.REVIEW else plan
+    newest = _newest_plan(store, last)
     running = [
         {
             "job": job.id,
+            "team": job.team,
             "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
             "since": job.started_at.isoformat(),
         }
         for job in store.jobs([JobState.RUNNING])
-        if job.first_gpu is not None and job.gpus is not None and job.started_at is not None
+        if job.first_gpu is not None
+        and job.gpus is not None
+        and job.started_at is not None
+        and team in (None, job.team)
     ]
-    queue = []
-    for job in store.jobs([JobState.QUEUED]):
-        start = planned_place(newest, job.id)[0] if newest is not None else None
-        queue.append({"job": job.id, "planned_start": None if start is None else start.isoformat()})
+    places = {} if newest is None else planned_places(newest)
+    queue = [
+        _queue_row(job, newest, places) for job in store.jobs([JobState.QUEUED]) if team in (None, job.team)
+    ]
     return Status(now, running, queue, None if last is None else run_summary(last))
 
 
@@ -71,20 +142,18 @@ def find_run(store: Store, which: str) -> PlanRun:
     if which == "latest":
         run = store.run()
         if run is None:
-            raise InputError("run_id", "a stored run (the database has none yet)", which)
+            raise NotFoundError("run_id", "a stored run (the database has none yet)", which)
         return run
     if not which.isdigit():
         raise InputError("run_id", "a run id (a whole number) or `latest`", which)
     run = store.run(int(which))
     if run is None:
-        raise InputError("run_id", "the id of a stored run", which)
+        raise NotFoundError("run_id", "the id of a stored run", which)
     return run
 
 
-def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
-    """Write ``scenario.json``, ``plan.json`` (CONTRACT.md formats) and ``run.json`` into ``out_dir``."""
-    from contract.scenario_io import write_json_atomic
-
+def run_export(run: PlanRun) -> dict[str, dict[str, Any]]:
+    """A stored run as ``scenario``, ``plan`` (CONTRACT.md formats) and ``run`` documents."""
     plan = {
         "scenario": run.scenario.get("name"),
         "policy": run.policy,
@@ -94,10 +163,17 @@ def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
         "status": run.status,
         "bound": run.bound,
     }
-    files = {"scenario.json": run.scenario, "plan.json": plan, "run.json": run_summary(run)}
+    return {"scenario": run.scenario, "plan": plan, "run": run_summary(run)}
+
+
+def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
+    """Write ``scenario.json``, ``plan.json`` (CONTRACT.md formats) and ``run.json`` into ``out_dir``."""
+    from contract.scenario_io import write_json_atomic
+
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, payload in files.items():
-        write_json_atomic(out_dir / name, payload)
-        written.append(out_dir / name)
+    for name, payload in run_export(run).items():
+        path = out_dir / f"{name}.json"
+        write_json_atomic(path, payload)
+        written.append(path)
     return written

@@ -16,9 +16,10 @@ decided yet and the swap cap holds across runs.
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Collection
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.outbox import deliver_pending
+from gpuplan.app.tokens import NotFoundError
 from gpuplan.app.traffic_sources import store_traffic
 from storage.store import Store
 
@@ -72,6 +74,8 @@ class CycleReport:
     utilization: float
     rt_coverage: float
     queue_length: int
+    #: The stored run itself (the hot path answers from it without reading it back).
+    run: PlanRun | None = field(default=None, repr=False, compare=False)
 
     def log_line(self) -> str:
         return (
@@ -312,6 +316,7 @@ def plan_cycle(
         utilization=float(run.metrics.get("utilization", 0.0)),
         rt_coverage=float(run.metrics.get("rt_coverage", 1.0)),
         queue_length=len(snapshot.queued),
+        run=stored,
     )
     log.info(report.log_line())
     return report
@@ -457,6 +462,38 @@ def next_unseen_hour(profile: RealtimeProfile) -> datetime:
     """The first hour ``profile`` has not seen, as an aware UTC datetime."""
     moment: datetime = profile.next_hour_.astype("datetime64[s]").item()
     return moment.replace(tzinfo=UTC)
+
+
+def known_app(store: Store, app: str) -> App:
+    """The stored real-time app ``app``; NotFoundError naming ``app`` otherwise."""
+    apps = store.apps()
+    for stored in apps:
+        if stored.id == app:
+            return stored
+    raise NotFoundError("app", f"one of the stored apps {sorted(a.id for a in apps)}", app)
+
+
+def push_traffic(store: Store, app: str, rows: Sequence[tuple[datetime, float]]) -> int:
+    """Store hourly request counts pushed for ``app`` (the API's push) the way ``gpuplan ingest``
+    and the Prometheus pull store theirs (:func:`store_traffic`); a repeated hour replaces the
+    stored one. Every row is checked before anything is stored."""
+    known_app(store, app)
+    seen: set[datetime] = set()
+    hours = []
+    for index, (hour, requests) in enumerate(rows):
+        where = f"[{index}].hour"
+        if hour.tzinfo is None:
+            raise InputError(where, "an ISO 8601 time with a UTC offset", hour.isoformat())
+        at = hour.astimezone(UTC)
+        if at != floor_hour(at):
+            raise InputError(where, "a whole hour (minutes and seconds zero)", hour.isoformat())
+        if at in seen:
+            raise InputError(where, "each hour once per request", hour.isoformat())
+        if not (math.isfinite(requests) and requests >= 0):
+            raise InputError(f"[{index}].requests", "a finite count >= 0", requests)
+        seen.add(at)
+        hours.append((at, float(requests)))
+    return store_traffic(store, app, hours)
 
 
 def ingest_traffic(store: Store, app: str, traffic: HourlyTraffic, *, shift_hours: int = 0) -> int:

@@ -60,6 +60,7 @@ class JobStore(SqlBase):
             started_at=row.started_at,
             ended_at=row.ended_at,
             outcome=row.outcome,
+            team=row.team,
         )
 
     @staticmethod
@@ -93,6 +94,7 @@ class JobStore(SqlBase):
                     started_at=job.started_at,
                     ended_at=job.ended_at,
                     outcome=job.outcome,
+                    team=job.team,
                 )
             )
             try:

@@ -4,13 +4,15 @@ Every commit goes through the outbox (:mod:`gpuplan.app.outbox`): stored with it
 pending, then handed to the executor, again and again (at start-up and every cycle) until
 the executor acknowledges it. So an executor may see one commit more than once, and must
 be idempotent: it keys what it has done by the commit's :attr:`~contract.records.Commit.key`
-(its hour and ``seq``), and a commit it already holds changes nothing. The executors sit
-side by side in this package (``memory``, ``jsonl``) and the config picks one by name
-through the registry in ``gpuplan/app/executors/__init__.py``.
+(its hour and ``seq``), and a commit it already holds changes nothing. An executor also
+gets a stop when a running job is cancelled. The executors sit side by side in this
+package (``memory``, ``jsonl``, ``simulated``) and the config picks one by name through
+the registry in ``gpuplan/app/executors/__init__.py``.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 
 from contract.records import Commit
@@ -29,6 +31,9 @@ class Executor(Protocol):
         changes nothing. False (or an exception) leaves the delivery pending, to be re-sent.
         """
         ...
+
+    def stop(self, job: str, at: datetime) -> None:
+        """Stop a running job now (it was cancelled); its GPUs free at the next commit."""
 
 
 def commit_lines(commit: Commit) -> list[dict[str, object]]:

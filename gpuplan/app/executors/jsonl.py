@@ -1,5 +1,6 @@
-"""The JSON-lines executor: one line per job and hour (``{"hour", "seq", "job", "gpus"}``)
-appended to a file that other tools can follow (``tail -F``).
+"""The JSON-lines executor: one line per job and hour (``{"hour", "seq", "job", "gpus"}``),
+and one per stopped job (``{"at", "job", "stop": true}``), appended to a file that other tools
+can follow (``tail -F``).
 
 Each database has its own feed (:func:`default_feed`): beside a SQLite file, under ``var/feeds``
 named by a hash of a server's URL, so two databases never share one by default.
@@ -11,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+from datetime import datetime
 from pathlib import Path
 
 from contract.records import Commit
@@ -49,8 +51,8 @@ class JsonLinesExecutor:
         self._held: set[tuple[str, int, str]] = set()  # (hour, seq, job) lines in the file
         self._read_to = 0  # bytes of the file already scanned for them
 
-    def _scan(self) -> bool:
-        """Read the lines written since the last scan; True when the file ends in a newline."""
+    def _scan(self) -> None:
+        """Read the commit lines written since the last scan."""
         try:
             with self.path.open("rb") as handle:
                 size = os.fstat(handle.fileno()).st_size
@@ -62,20 +64,19 @@ class JsonLinesExecutor:
         except FileNotFoundError:
             self._held.clear()
             self._read_to = 0
-            return True
+            return
         whole = data[: data.rfind(b"\n") + 1]
         for raw in whole.splitlines():
             try:
                 line = json.loads(raw)
-                self._held.add((str(line["hour"]), int(line.get("seq", 0)), str(line["job"])))
-            except (ValueError, KeyError, TypeError):
+                if not line.get("stop"):  # a stopped job's line holds no commit
+                    self._held.add((str(line["hour"]), int(line.get("seq", 0)), str(line["job"])))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 log.warning("%s: a line that is not a commit line is ignored: %.80r", self.path, raw)
         self._read_to += len(whole)
-        return len(whole) == len(data)
 
     def deliver(self, commit: Commit) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        ends_whole = self._scan()
+        self._scan()
         lines = [
             {"hour": line["hour"], "seq": commit.seq, "job": line["job"], "gpus": line["gpus"]}
             for line in commit_lines(commit)
@@ -85,11 +86,22 @@ class JsonLinesExecutor:
         ]
         if not fresh:
             return True
+        self._append("".join(json.dumps(line) + "\n" for line in fresh))
+        return True
+
+    def stop(self, job: str, at: datetime) -> None:
+        self._append(json.dumps({"at": at.isoformat(), "job": job, "stop": True}) + "\n")
+
+    def _append(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         # A line cut off by a crash is closed first, so that it cannot swallow the next one.
-        text = ("" if ends_whole else "\n") + "".join(json.dumps(line) + "\n" for line in fresh)
+        if self.path.exists() and self.path.stat().st_size:
+            with self.path.open("rb") as tail:
+                tail.seek(-1, os.SEEK_END)
+                if tail.read(1) != b"\n":
+                    text = "\n" + text
         # One write of whole lines in append mode: a follower never sees half a commit.
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        return True

@@ -1,18 +1,21 @@
-"""The in-memory executor: keeps the commits, for tests and the simulation."""
+"""The in-memory executor: keeps the commits and the stops, for tests."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from contract.records import Commit
 
 
 class InMemoryExecutor:
-    """Keeps every commit it is given, once each, in order."""
+    """Keeps every commit (once each) and every stop it is given, in order."""
 
     name = "memory"
     target = "memory (nothing outlives the process)"
 
     def __init__(self) -> None:
         self.commits: list[Commit] = []
+        self.stopped: list[tuple[str, datetime]] = []
         self._keys: set[str] = set()
 
     def deliver(self, commit: Commit) -> bool:
@@ -20,3 +23,6 @@ class InMemoryExecutor:
             self._keys.add(commit.key)
             self.commits.append(commit)
         return True
+
+    def stop(self, job: str, at: datetime) -> None:
+        self.stopped.append((job, at))

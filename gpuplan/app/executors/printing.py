@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from typing import TextIO
 
 from contract.records import Commit
@@ -26,3 +27,9 @@ class PrintingExecutor:
                 stream.write(f"commit {line['hour']} {line['job']} gpus={line['gpus']}\n")
             stream.flush()
         return acknowledged
+
+    def stop(self, job: str, at: datetime) -> None:
+        self.inner.stop(job, at)
+        stream = self.stream or sys.stdout
+        stream.write(f"stop {at.isoformat()} {job}\n")
+        stream.flush()

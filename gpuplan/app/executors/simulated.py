@@ -55,6 +55,12 @@ class SimulatedCluster(InMemoryExecutor):
                 self.start(assignment.job, commit.hour, len(assignment.gpus))
         return True
 
+    def stop(self, job: str, at: datetime) -> None:
+        """A cancelled job: passed on to ``inner``; its end, when it comes, finds it done already."""
+        if self.inner is not None:
+            self.inner.stop(job, at)
+        super().stop(job, at)
+
     def start(self, job_id: str, at: datetime, gpus: int) -> bool:
         """Start ``job_id`` at ``at`` on ``gpus`` GPUs unless it runs already; False when the
         cluster knows nothing of it (a real-time app)."""

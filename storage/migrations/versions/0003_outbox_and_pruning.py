@@ -1,7 +1,7 @@
 """The outbox and pruning: a ``deliveries`` table; a commit outlives the run it came from.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 
 - ``deliveries``: each commit's delivery to an executor (state, attempts, last error,
   acknowledged time), written with the commit, so a commit the executor never received is
@@ -18,8 +18,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision: str | None = "0001"
+revision = "0003"
+down_revision: str | None = "0002"
 branch_labels: str | None = None
 depends_on: str | None = None
 

@@ -1,0 +1,153 @@
+"""The HTTP API under load: concurrent clients submitting jobs and reading the status.
+
+    python -m benchmarks.api_load [--clients 50] [--jobs 1000] [--models models]
+
+A throwaway PostgreSQL server (tests/pg.py, Debian's postgresql package) holds a fresh
+database; ``gpuplan daemon --http`` serves it from its own process (the demo cluster: 16
+GPUs, two real-time apps, its seeded queue). ``--clients`` threads, each with its own
+connection and a ``read,submit`` token of its own team, submit ``--jobs`` batch-inference
+jobs in all (1-4 GPUs, 1-6 hours); after each submit the client reads ``GET /v1/status``.
+
+Checks: every 201's job appears in that client's next status read, and, read back from
+the database after the run, every accepted job is stored exactly once and no refused one
+at all. Prints the median, p99 and max latency of submits and of status reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from benchmarks.served import free_port, start_daemon, wait_for_cycle
+from gpuplan.table import format_table
+from storage.factory import open_store
+from tests.pg import PgServer
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@dataclass
+class Tally:
+    submit_ms: list[float] = field(default_factory=list)
+    read_ms: list[float] = field(default_factory=list)
+    accepted: list[str] = field(default_factory=list)
+    refused: list[tuple[str, int]] = field(default_factory=list)
+    unseen: list[str] = field(default_factory=list)  # a 201 whose job the next status lacked
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _client(base: str, token: str, team: str, jobs: list[int], tally: Tally) -> None:
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=base, headers=auth, timeout=120) as client:
+        for n in jobs:
+            job_id = f"{team}-job-{n}"
+            spec = {"id": job_id, "kind": "batch_inference", "gpus": (1, 2, 4)[n % 3], "hours": 1 + n % 6}
+            spec["priority"] = 10 + n % 80
+            started = time.perf_counter()
+            answer = client.post("/v1/jobs", json=spec)
+            submit_ms = (time.perf_counter() - started) * 1000
+            started = time.perf_counter()
+            status = client.get("/v1/status")
+            read_ms = (time.perf_counter() - started) * 1000
+            listed = {row["job"] for row in status.json()["queue"]} | {
+                row["job"] for row in status.json()["running"]
+            }
+            with tally.lock:
+                tally.submit_ms.append(submit_ms)
+                tally.read_ms.append(read_ms)
+                if answer.status_code == 201:
+                    tally.accepted.append(job_id)
+                    if job_id not in listed:
+                        tally.unseen.append(job_id)
+                else:
+                    tally.refused.append((job_id, answer.status_code))
+
+
+def _gpuplan(*argv: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuplan", *argv], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"gpuplan {' '.join(argv[:2])} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--models", type=Path, default=Path("models"))
+    args = parser.parse_args(argv)
+    pg = PgServer.start()
+    try:
+        db = pg.database_url(pg.create_database())
+        port = free_port()
+        _gpuplan("daemon", "--once", "--db", db, "--models", str(args.models))
+        teams = [f"team{c}" for c in range(args.clients)]
+        tokens = [
+            _gpuplan("token", "create", "--team", t, "--scopes", "read,submit", "--db", db).strip()
+            for t in teams
+        ]
+        with tempfile.TemporaryDirectory() as folder:
+            log_path = Path(folder) / "daemon.log"
+            daemon = start_daemon(db, args.models, port, log_path)
+            try:
+                base = f"http://127.0.0.1:{port}"
+                wait_for_cycle(base, daemon, log_path)
+                tally = Tally()
+                shares = [list(range(c, args.jobs, args.clients)) for c in range(args.clients)]
+                threads = [
+                    threading.Thread(target=_client, args=(base, tokens[c], teams[c], shares[c], tally))
+                    for c in range(args.clients)
+                ]
+                started = time.perf_counter()
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                wall_s = time.perf_counter() - started
+            finally:
+                daemon.terminate()
+                daemon.wait(timeout=60)
+        store = open_store(db)
+        try:
+            stored = Counter(job.id for job in store.jobs() if job.team in set(teams))
+        finally:
+            store.close()
+    finally:
+        pg.stop()
+    twice = [job for job, n in stored.items() if n > 1]
+    missing = [job for job in tally.accepted if job not in stored]
+    extra = [job for job in stored if job not in set(tally.accepted)]
+    rows = [
+        [name, len(ms), f"{statistics.median(ms):.1f}", f"{_percentile(ms, 0.99):.1f}", f"{max(ms):.1f}"]
+        for name, ms in (("POST /v1/jobs", tally.submit_ms), ("GET /v1/status", tally.read_ms))
+    ]
+    sys.stdout.write(
+        f"{args.clients} clients, {args.jobs} submits on PostgreSQL in {wall_s:.1f} s "
+        f"({len(tally.submit_ms) / wall_s:.0f} submits/s)\n"
+        + format_table(["request", "calls", "median ms", "p99 ms", "max ms"], rows)
+        + "\n"
+        f"201: {len(tally.accepted)}; refused: {len(tally.refused)} {Counter(c for _, c in tally.refused)}; "
+        f"stored once: {len(stored) - len(twice)}, twice or more: {len(twice)}, accepted but missing: "
+        f"{len(missing)}, stored but not accepted: {len(extra)}; 201 not in the next status: "
+        f"{len(tally.unseen)}\n"
+    )
+    return 0 if not (twice or missing or extra or tally.unseen or tally.refused) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""``/``: the dashboard, server-rendered; sign-in with a token once, then a session cookie.
+
+The cookie is HttpOnly and SameSite=Strict and names a session kept in the database; every
+form carries the session's CSRF token. Submit and cancel go through the same use cases as
+``POST /v1/jobs`` and ``DELETE /v1/jobs/{id}``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from contract.errors import InputError
+from contract.records import ApiToken, Scope, WebSession
+from gpuplan.app.dashboard import CLASS_NAMES, dashboard
+from gpuplan.app.tokens import (
+    SESSION_HOURS,
+    AccessDeniedError,
+    NotSignedInError,
+    check_csrf,
+    close_session,
+    grants,
+    open_session,
+    session_of,
+)
+from gpuplan.http.deps import Context
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=Path(__file__).parent.parent / "templates")
+COOKIE = "gpuplan_session"
+
+Signed = tuple[WebSession, ApiToken]
+
+
+def signed_in(request: Request, ctx: Context) -> Signed | None:
+    return session_of(ctx.store, request.cookies.get(COOKIE), ctx.clock())
+
+
+Session = Annotated[Signed | None, Depends(signed_in)]
+
+
+def _page(
+    request: Request, ctx: Context, signed: Signed, *, message: str | None = None, status: int = 200
+) -> HTMLResponse:
+    session, token = signed
+    data: dict[str, Any] = dashboard(ctx.store, ctx.clock(), ctx.health)
+    data.update(
+        token=token,
+        csrf=session.csrf,
+        can_submit=grants(token, Scope.SUBMIT),
+        is_admin=grants(token, Scope.ADMIN),
+        message=message,
+        class_names=CLASS_NAMES,
+    )
+    return templates.TemplateResponse(request, "dashboard.html", data, status_code=status)
+
+
+@router.get("/", response_class=HTMLResponse)
+def index(request: Request, ctx: Context, signed: Session) -> Response:
+    if signed is None:
+        return RedirectResponse("/signin", status_code=303)
+    return _page(request, ctx, signed)
+
+
+@router.get("/signin", response_class=HTMLResponse)
+def signin_form(request: Request) -> Response:
+    return templates.TemplateResponse(request, "signin.html", {"message": None})
+
+
+@router.post("/signin")
+def signin(request: Request, ctx: Context, token: Annotated[str, Form()]) -> Response:
+    try:
+        made = open_session(ctx.store, token.strip(), ctx.clock())
+    except (NotSignedInError, AccessDeniedError) as error:
+        return templates.TemplateResponse(request, "signin.html", {"message": str(error)}, status_code=401)
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(
+        COOKIE, made.cookie, max_age=SESSION_HOURS * 3600, httponly=True, samesite="strict", path="/"
+    )
+    return response
+
+
+@router.post("/signout")
+def signout(request: Request, ctx: Context, signed: Session, csrf: Annotated[str, Form()]) -> Response:
+    if signed is not None:
+        check_csrf(signed[0], csrf)
+        close_session(ctx.store, request.cookies.get(COOKIE))
+    response = RedirectResponse("/signin", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+def _require_session(signed: Signed | None, csrf: str) -> Signed:
+    if signed is None:
+        raise NotSignedInError("sign in first (the session ended or the token was revoked)")
+    check_csrf(signed[0], csrf)
+    return signed
+
+
+@router.post("/jobs")
+def submit_form(
+    request: Request,
+    ctx: Context,
+    signed: Session,
+    csrf: Annotated[str, Form()],
+    spec: Annotated[str, Form()],
+) -> Response:
+    import yaml
+
+    session = _require_session(signed, csrf)
+    token = session[1]
+    try:
+        document = yaml.safe_load(spec)  # YAML or JSON, as `gpuplan submit` reads a file
+    except yaml.YAMLError as error:
+        return _page(request, ctx, session, message=f"the spec is not YAML or JSON: {error}", status=422)
+    try:
+        result = ctx.submit(token, document, source="the form")
+    except InputError as error:
+        return _page(request, ctx, session, message=str(error), status=422)
+    except AccessDeniedError as error:
+        return _page(request, ctx, session, message=str(error), status=403)
+    start = (
+        "no start in the next 24 hours"
+        if result.planned_start is None
+        else f"{result.planned_start:%a %H:%M}"
+    )
+    return _page(request, ctx, session, message=f"queued {result.job}: {start}; {result.reason}")
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_form(
+    request: Request, job_id: str, ctx: Context, signed: Session, csrf: Annotated[str, Form()]
+) -> Response:
+    session = _require_session(signed, csrf)
+    try:
+        job = ctx.cancel(session[1], job_id)
+    except InputError as error:
+        return _page(request, ctx, session, message=str(error), status=422)
+    except AccessDeniedError as error:
+        return _page(request, ctx, session, message=str(error), status=403)
+    return _page(request, ctx, session, message=f"cancelled {job.id}")

@@ -1,0 +1,89 @@
+"""``/v1/reports/...``: the reports' JSON rows (``?format=csv`` for CSV), the command line's options."""
+
+from __future__ import annotations
+
+import io
+from enum import StrEnum
+from typing import Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse, Response
+
+from gpuplan.app.report_queries import ROW_TYPES, commits_query, coverage_query, idle_query, utilization_query
+from gpuplan.http.deps import Context, Reader
+from gpuplan.table import row_records, write_rows_csv
+
+router = APIRouter(prefix="/v1/reports", tags=["reports"])
+
+
+class Format(StrEnum):
+    JSON = "json"
+    CSV = "csv"
+
+
+def _rows(name: str, rows: Any, output: Format) -> Response:
+    row_type = ROW_TYPES[name]
+    if output is Format.CSV:
+        text = io.StringIO()
+        write_rows_csv(row_type, rows, text)
+        return Response(text.getvalue(), media_type="text/csv")
+    return JSONResponse(row_records(row_type, rows))
+
+
+@router.get("/idle-windows")
+def get_idle_windows(
+    *,
+    token: Reader,
+    ctx: Context,
+    run_id: str = "latest",
+    min_gpus: int = Query(1, ge=1),
+    min_hours: float = Query(1, gt=0),
+    gpus: int | None = None,
+    hours: float | None = None,
+    limit: int | None = Query(None, ge=1),
+    format: Format = Format.JSON,
+) -> Response:
+    """Free aligned GPU blocks of a stored plan; with ``gpus`` and ``hours``, bookable starts."""
+    query = idle_query(
+        ctx.store, run_id, min_gpus=min_gpus, min_hours=min_hours, gpus=gpus, hours=hours, limit=limit
+    )
+    if query.windows is not None:
+        return _rows("idle-windows", query.windows.rows, format)
+    return _rows("bookable", query.bookable or [], format)
+
+
+@router.get("/coverage-risk")
+def get_coverage_risk(
+    *,
+    token: Reader,
+    ctx: Context,
+    run_id: str = "latest",
+    quantile: float = Query(0.9, gt=0, lt=1),
+    since: str | None = None,
+    format: Format = Format.JSON,
+) -> Response:
+    """Hours where a real-time app holds fewer GPUs than it needs."""
+    _, report = coverage_query(ctx.store, run_id, quantile=quantile, since=since)
+    return _rows("coverage-risk", report.rows, format)
+
+
+@router.get("/utilization")
+def get_utilization(
+    token: Reader, ctx: Context, since: str | None = None, format: Format = Format.JSON
+) -> Response:
+    """GPUs of each committed hour by job kind, idle and down."""
+    report = utilization_query(ctx.store, since=since)
+    return _rows("utilization", report.rows, format)
+
+
+@router.get("/commits")
+def get_commits(
+    *,
+    token: Reader,
+    ctx: Context,
+    since: str | None = None,
+    team: str | None = None,
+    format: Format = Format.JSON,
+) -> Response:
+    """Every committed hour: which job holds which GPUs (``team``: that team's jobs only)."""
+    return _rows("commits", commits_query(ctx.store, since=since, team=team), format)

@@ -1,0 +1,91 @@
+"""A served database for the HTTP tests: the demo service after one cycle, tokens per role."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpuplan.app.config import ServiceConfig, demo_config
+from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.health import Health
+from gpuplan.app.seed import ensure_service
+from gpuplan.app.tick import plan_cycle
+from gpuplan.app.tokens import create_token, parse_scopes
+from gpuplan.http.context import ApiContext
+from storage.factory import open_store
+from storage.store import Store
+
+T0 = datetime(2026, 11, 30, 10, 5, tzinfo=UTC)
+
+
+@dataclass
+class Served:
+    context: ApiContext
+    executor: InMemoryExecutor
+    tokens: dict[str, str]  # role -> secret
+    token_ids: dict[str, str]
+
+    @property
+    def store(self) -> Store:
+        return self.context.store
+
+    def auth(self, role: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[role]}"}
+
+    def cycle(self, at: datetime) -> None:
+        with self.context.plan_lock():
+            plan_cycle(
+                self.store, at, self.context.config, self.executor, forecasters=self.context.forecasters
+            )
+        self.context.health.record(at, None)
+
+
+ROLES = {
+    "reader": ("ml", "read", None),
+    "ml": ("ml", "read,submit", 50.0),
+    "vision": ("vision", "submit", None),
+    "admin": ("ops", "admin", None),
+}
+
+
+@contextmanager
+def served(
+    db: str, models: Path, *, now: datetime = T0, config: ServiceConfig | None = None
+) -> Iterator[Served]:
+    config = config or demo_config(models_dir=models)
+    store = open_store(db)
+    try:
+        ensure_service(store, config, now)
+        executor = InMemoryExecutor()
+        forecasters = Forecasters(config.models_dir)
+        plan_cycle(store, now, config, executor, forecasters=forecasters)
+        mutex = threading.Lock()
+
+        @contextmanager
+        def lock() -> Iterator[None]:
+            with mutex:
+                yield
+
+        health = Health(started_at=now)
+        health.record(now, None)
+        context = ApiContext(
+            store=store,
+            config=config,
+            executor=executor,
+            forecasters=forecasters,
+            clock=lambda: now,
+            plan_lock=lock,
+            health=health,
+        )
+        tokens, ids = {}, {}
+        for role, (team, scopes, cap) in ROLES.items():
+            made = create_token(store, team, parse_scopes(scopes), cap, now)
+            tokens[role], ids[role] = made.secret, made.token.id
+        yield Served(context, executor, tokens, ids)
+    finally:
+        store.close()
