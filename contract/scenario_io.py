@@ -343,7 +343,16 @@ def _check_running_against_down(r: _Reader, instance: Instance) -> None:
                 )
 
 
-PLAN_METRIC_KEYS = ("utilization", "value", "penalty", "objective", "rt_coverage", "completed", "unscheduled")
+PLAN_METRIC_KEYS = (
+    "utilization",
+    "value",
+    "penalty",
+    "objective",
+    "rt_coverage",
+    "completed",
+    "unscheduled",
+    "rt_moves",
+)
 
 
 @dataclass(frozen=True, slots=True)

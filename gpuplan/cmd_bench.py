@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         what="the plan cycle's budget for the fast mode (the hot path uses its default, "
         f"{HOT_PATH_BUDGET_MS:g} ms)",
     )
+    add_budget_ms(
+        parser,
+        "--hot-budget-ms",
+        default=HOT_PATH_BUDGET_MS,
+        what="the hot path's budget (less stands for a slower or busier machine)",
+    )
     add_workers(parser)
     parser.add_argument("--no-full", action="store_true", help="skip the full mode (CP-SAT)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -45,6 +51,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scale", action="store_true", help="both operating points of the fast mode from 8 to 1,024 GPUs"
     )
     parser.add_argument("--sizes", default="8,16,32,64,128,256,512,1024", help="cluster sizes for --scale")
+    add_budget_ms(
+        parser,
+        "--long-cycle-ms",
+        default=None,
+        what="--scale: a second, longer plan cycle per size (e.g. 60000)",
+    )
+    parser.add_argument(
+        "--bound-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="--scale: the full mode's proven bound within this limit, where its model builds",
+    )
     parser.add_argument("--runs", type=int, default=50, help="timed runs per latency median (1-10,000)")
     parser.add_argument(
         "--sample",
@@ -59,6 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated shapes for --sample (default: the seven and the five rolling re-plans)",
     )
     parser.add_argument("--first-seed", type=int, default=1, help="--sample draws seeds from this one on")
+    parser.add_argument(
+        "--heldout",
+        action="store_true",
+        help="--sample reads the frozen held-out split (benchmarks/heldout/, the wide shapes) instead",
+    )
 
 
 def _progress(total: int, desc: str):  # type: ignore[no-untyped-def]
@@ -83,6 +107,11 @@ def run(args: argparse.Namespace) -> int:
     integer_in("--workers", args.workers, 1, MAX_WORKERS)
     checked_time_limit_s(args.time_limit, "--time-limit")
     checked_budget_ms(args.cycle_budget_ms, "--cycle-budget-ms")
+    checked_budget_ms(args.hot_budget_ms, "--hot-budget-ms")
+    if args.long_cycle_ms is not None:
+        checked_budget_ms(args.long_cycle_ms, "--long-cycle-ms")
+    if args.bound_limit is not None:
+        checked_time_limit_s(args.bound_limit, "--bound-limit")
     if args.png is not None:
         check_writable_dir(args.png, "--png")
     if args.scale:
@@ -110,6 +139,7 @@ def _seven(args: argparse.Namespace) -> int:
                 latency_runs=args.runs,
                 cycle_budget_ms=args.cycle_budget_ms,
                 workers=args.workers,
+                hot_budget_ms=args.hot_budget_ms,
             )
             results.append(result)
             if args.png:
@@ -213,24 +243,31 @@ def _published_table(results: list[Any]) -> str | None:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from gpuplan.app.bench import HOT_PATH, PLAN_CYCLE, run_scenario, sample_instances
-    from gpuplan.app.synthetic import ROLLING_SHAPES, SHAPES
+    from gpuplan.app.bench import HOT_PATH, PLAN_CYCLE, heldout_instances, run_scenario, sample_instances
+    from gpuplan.app.synthetic import ROLLING_SHAPES, SHAPES, WIDE_SHAPES
 
-    shapes = {**SHAPES, **ROLLING_SHAPES}
-    names = tuple(shapes) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
+    shapes = WIDE_SHAPES if args.heldout else {**SHAPES, **ROLLING_SHAPES, **WIDE_SHAPES}
+    default = WIDE_SHAPES if args.heldout else {**SHAPES, **ROLLING_SHAPES}
+    names = tuple(default) if args.shapes is None else tuple(s.strip() for s in args.shapes.split(","))
     for name in names:
         if name not in shapes:
             raise InputError("--shapes", f"names from {list(shapes)}", name)
     seeds = range(args.first_seed, args.first_seed + args.sample)
+    instances = (
+        list(heldout_instances(names, args.sample))
+        if args.heldout
+        else list(sample_instances((shapes[n] for n in names), seeds))
+    )
     rows: list[dict[str, Any]] = []
-    with _progress(len(names) * args.sample, "samples") as bar:
-        for instance in sample_instances((shapes[n] for n in names), seeds):
+    with _progress(len(instances), "samples") as bar:
+        for instance in instances:
             result = run_scenario(
                 instance,
                 full_time_limit_s=args.time_limit,
                 latency_runs=args.runs,
                 cycle_budget_ms=args.cycle_budget_ms,
                 workers=args.workers,
+                hot_budget_ms=args.hot_budget_ms,
             )
             p = result.plans
             rows.append(
@@ -253,6 +290,12 @@ def _sample(args: argparse.Namespace) -> int:
                     "cycle_status": p[PLAN_CYCLE].status,
                     "fast_cov": p[HOT_PATH].metrics.rt_coverage,
                     "cycle_cov": p[PLAN_CYCLE].metrics.rt_coverage,
+                    "fast_ge_fifos": result.at_least_fifos(HOT_PATH),
+                    "fifo_moves": p["fifo"].metrics.rt_moves,
+                    "fast_moves": p[HOT_PATH].metrics.rt_moves,
+                    "cycle_moves": p[PLAN_CYCLE].metrics.rt_moves,
+                    "full_moves": p["full"].metrics.rt_moves,
+                    "demand_changes": result.demand_changes,
                 }
             )
             bar.update(1)
@@ -277,6 +320,8 @@ def _sample(args: argparse.Namespace) -> int:
                 "min rt cov hot/cycle",
                 "hot ms (median)",
                 "cycle ms max",
+                ">=FIFOs hot",
+                "rt moves fifo/hot/cycle/full (demand)",
             ],
             table,
         )
@@ -308,6 +353,11 @@ def _sample_row(name: str, rows: list[dict[str, Any]]) -> list[object]:
         f"{min(r['fast_cov'] for r in rows):.1%} / {min(r['cycle_cov'] for r in rows):.1%}",
         f"{statistics.median(r['fast_ms'] for r in rows):.2f} (max {max(r['fast_ms'] for r in rows):.2f})",
         f"{max(r['cycle_ms'] for r in rows):.0f}",
+        f"{sum(r['fast_ge_fifos'] for r in rows)}/{len(rows)}",
+        "/".join(
+            str(sum(r[k] for r in rows)) for k in ("fifo_moves", "fast_moves", "cycle_moves", "full_moves")
+        )
+        + f" ({sum(r['demand_changes'] for r in rows)})",
     ]
 
 
@@ -322,7 +372,14 @@ def _scale(args: argparse.Namespace) -> int:
         if not 1 <= size <= MAX_SCALE_GPUS:
             raise InputError("--sizes", f"cluster sizes from 1 to {MAX_SCALE_GPUS}", size)
     with _progress(len(sizes), "sizes") as bar:
-        rows = scale_sweep(sizes, args.runs, bar.update, cycle_budget_ms=args.cycle_budget_ms)
+        rows = scale_sweep(
+            sizes,
+            args.runs,
+            bar.update,
+            cycle_budget_ms=args.cycle_budget_ms,
+            long_cycle_ms=args.long_cycle_ms,
+            bound_limit_s=args.bound_limit,
+        )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args.json:
         print(json.dumps({"rows": rows, "peak_rss_mb": peak_mb}, indent=1))
@@ -339,6 +396,8 @@ def _scale(args: argparse.Namespace) -> int:
                 "cycle obj",
                 "cycle ms",
                 "cycle >= first pass",
+                "long cycle obj (ms)",
+                "bound (full mode)",
             ],
             [
                 [
@@ -351,6 +410,10 @@ def _scale(args: argparse.Namespace) -> int:
                     f"{r['cycle_objective']:,.0f}",
                     f"{r['cycle_ms']:.0f}",
                     "yes" if r["cycle_objective"] >= r["first_pass_objective"] - 1e-6 else "NO",
+                    f"{r['long_cycle_objective']:,.0f} ({r['long_cycle_ms']:.0f})"
+                    if "long_cycle_ms" in r
+                    else "-",
+                    "-" if r.get("bound") is None else f"{r['bound']:,.0f}",
                 ]
                 for r in rows
             ],

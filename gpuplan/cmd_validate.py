@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"legal: utilization {m.utilization:.4f}, value {m.value:.3f}, penalty {m.penalty:.3f}, "
         f"objective {m.objective:.3f}, rt_coverage {m.rt_coverage:.4f}, "
-        f"completed {m.completed}, unscheduled {m.unscheduled}"
+        f"completed {m.completed}, unscheduled {m.unscheduled}, rt_moves {m.rt_moves}"
     )
     recomputed = m.as_dict()
     for name, value in (stored.metrics or {}).items():

@@ -14,21 +14,52 @@ from scheduler.model import Allocation, Placement
 
 
 def fifo(instance: Instance) -> Allocation:
-    return _first_fit(instance, sorted(instance.queued_jobs, key=lambda j: j.order), in_order=True)
+    return _first_fit(instance, _reserved(instance), _fifo_order(instance), in_order=True)
 
 
 def fifo_backfill(instance: Instance) -> Allocation:
-    return _first_fit(instance, sorted(instance.queued_jobs, key=lambda j: j.order), in_order=False)
+    return _first_fit(instance, _reserved(instance), _fifo_order(instance), in_order=False)
 
 
 def priority_backfill(instance: Instance) -> Allocation:
-    jobs = sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order))
-    return _first_fit(instance, jobs, in_order=False)
+    return _first_fit(instance, _reserved(instance), _priority_order(instance), in_order=False)
 
 
-def _first_fit(instance: Instance, jobs: Iterable[BatchJob], *, in_order: bool) -> Allocation:
+def all_three(instance: Instance) -> tuple[Allocation, Allocation, Allocation]:
+    """fifo, fifo-backfill and priority-backfill, the reservations made once for all three."""
+    reserved = _reserved(instance)
+    return (
+        _first_fit(instance, reserved, _fifo_order(instance), in_order=True),
+        _first_fit(instance, reserved, _fifo_order(instance), in_order=False),
+        _first_fit(instance, reserved, _priority_order(instance), in_order=False),
+    )
+
+
+def _fifo_order(instance: Instance) -> list[BatchJob]:
+    return sorted(instance.queued_jobs, key=lambda j: j.order)
+
+
+def _priority_order(instance: Instance) -> list[BatchJob]:
+    return sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order))
+
+
+def _reserved(instance: Instance) -> tuple[list[int], dict[str, tuple[int, ...]]]:
+    """The busy GPUs per step once the services' reservations are made, and their holdings."""
     board = Board(instance)
     realtime = _peak_reservations(instance, board)
+    return board.busy, realtime
+
+
+def _first_fit(
+    instance: Instance,
+    reserved: tuple[list[int], dict[str, tuple[int, ...]]],
+    jobs: Iterable[BatchJob],
+    *,
+    in_order: bool,
+) -> Allocation:
+    board = Board(instance)
+    busy, realtime = reserved
+    board.busy = list(busy)
     placements: dict[str, Placement] = {}
     earliest = 0  # FIFO: no job starts before the previous placed job's start
     for job in jobs:

@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from functools import cache
 
-from contract.scenario import BatchJob, Instance, block_mask, gpus_of
+from contract.scenario import BatchJob, Instance, block_mask
 
 
 @cache
@@ -111,21 +111,25 @@ class BlockedSchedule:
     """
 
     def __init__(self, blocked_masks: Sequence[int]) -> None:
-        steps: dict[int, list[int]] = {}
-        for t, mask in enumerate(blocked_masks):
-            for gpu in gpus_of(mask):
-                steps.setdefault(gpu, []).append(t)
-        self.down_steps = steps
-        self.ever_down = sum(1 << gpu for gpu in steps)
+        self.masks = blocked_masks
+        ever = 0
+        for mask in blocked_masks:
+            ever |= mask
+        self.ever_down = ever
+        # Each GPU's blocked steps, listed the first time it is asked about: a search asks
+        # about few of a large cluster's GPUs.
+        self.down_steps: dict[int, list[int]] = {}
 
     @classmethod
     def of_down_windows(cls, instance: Instance) -> BlockedSchedule:
         return cls(instance.down_masks)
 
     def next_down(self, gpu: int, step: int) -> int | None:
-        steps = self.down_steps.get(gpu)
-        if not steps:
+        if not self.ever_down >> gpu & 1:
             return None
+        steps = self.down_steps.get(gpu)
+        if steps is None:
+            steps = self.down_steps[gpu] = [t for t, mask in enumerate(self.masks) if mask >> gpu & 1]
         i = bisect_left(steps, step)
         return steps[i] if i < len(steps) else None
 

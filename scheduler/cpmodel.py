@@ -16,7 +16,9 @@ Variables (binary unless said):
 - ``change(rt=k, gpu=g, step=t)``: ``g`` entered or left ``k``'s set at ``t``;
 - ``served(rt=k, step=t)``: integer, ``min(|A_k(t)|, demand_k(t))``.
 
-Objective: the contract's ``value - penalty``. Serving one demanded GPU-step of ``k``
+Objective: the contract's ``value - penalty``, then, as a tie-break strictly below any
+difference of value, the fewest real-time moves (``change`` variables set): the scaled
+value is weighted by one more than the number of ``change`` variables. Serving one demanded GPU-step of ``k``
 gains ``priority_k * w(t)`` and avoids ``rt_penalty * priority_k * w(t)``, so
 ``objective = sum(place * batch value) + sum((1 + rt_penalty) * p * w * served) + constant``
 (the constant: what is fixed, and the penalty if nothing in the window were served).
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.scenario import BatchJob, Instance, block_mask
-from scheduler.model import Allocation, Placement
+from scheduler.model import Allocation, Placement, batch_masks
 
 # Objective weights are multiplied by this before rounding up to integers.
 OBJECTIVE_SCALE = 1000
@@ -88,6 +90,14 @@ class Variables:
     hold: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (rt job, gpu, step)
     change: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (rt job, gpu, step)
     served: dict[tuple[str, int], Any] = field(default_factory=dict)  # (rt job, step)
+    #: The scaled value's weight in the solver's objective: above the number of ``change``
+    #: variables, so one scaled unit of value outweighs every real-time move (the tie-break).
+    value_weight: int = 1
+
+    def value_bound(self, solver_bound: float) -> float:
+        """An upper bound on the scaled value from the solver's bound on its objective,
+        ``value_weight * value - moves``, with ``0 <= moves <= len(change)``."""
+        return (solver_bound + len(self.change)) / self.value_weight
 
     @property
     def count(self) -> int:
@@ -121,13 +131,7 @@ def build_model(
     fixed_batch = {job_id: p for job_id, p in current.batch.items() if job_id not in free_ids}
     # Cells nothing in the window may take: down, running, fixed batch jobs, and real-time
     # holdings outside the window (inside it, every real-time cell is a variable).
-    blocked = [d | r for d, r in zip(instance.down_masks, instance.running_masks, strict=True)]
-    for job_id, placement in fixed_batch.items():
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        mask = block_mask(placement.first_gpu, job.gpus)
-        for t in range(placement.start_step, job.end_step(placement.start_step, horizon)):
-            blocked[t] |= mask
+    blocked = batch_masks(instance, fixed_batch)
     # Services that may move: those holding some GPU of the window's block, and those short
     # of demand somewhere (they may want to come in); the others stay as they are.
     moving = [
@@ -229,14 +233,13 @@ def build_model(
         coefficients.append(scaled(job.priority * job.gpus * sum(weights[option.start : option.end])))
     constant = 0.0  # what stays fixed, and the penalty if nothing in the window were served
     for running_job in instance.running_batch.values():
-        job = jobs[running_job.job_id]
         steps = min(running_job.remaining_steps, horizon)
-        constant += job.priority * running_job.gpus * sum(weights[:steps])
+        constant += jobs[running_job.job_id].priority * running_job.gpus * sum(weights[:steps])
     for job_id, placement in fixed_batch.items():
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        end = job.end_step(placement.start_step, horizon)
-        constant += job.priority * job.gpus * sum(weights[placement.start_step : end])
+        fixed = jobs[job_id]
+        assert isinstance(fixed, BatchJob)
+        end = fixed.end_step(placement.start_step, horizon)
+        constant += fixed.priority * fixed.gpus * sum(weights[placement.start_step : end])
     for rt in instance.realtime_jobs:
         for t in range(horizon):
             weight = rt.priority * weights[t]
@@ -247,6 +250,11 @@ def build_model(
             else:
                 served = min(current.realtime[rt.id][t].bit_count(), rt.demand[t])
                 constant += weight * (served - instance.rt_penalty * (rt.demand[t] - served))
+    # Tie-break: fewer real-time moves at equal value.
+    v.value_weight = len(v.change) + 1
+    coefficients = [c * v.value_weight for c in coefficients]
+    terms += v.change.values()
+    coefficients += [-1] * len(v.change)
     on_time()
     _maximize(model, terms, coefficients)
     return v, constant

@@ -1,9 +1,14 @@
 """The fast mode: a heuristic that is legal by construction and answers in milliseconds.
 
-It is anytime (:func:`allocate` takes a :class:`~scheduler.budget.Budget`): the first
-pass always completes; the rest runs while the budget affords each next step, in this
-order: the mirror image's first pass, the other job orders, promotions (4), the order
-search (end of 2). Every plan is at least priority-backfill's (it is computed as a floor).
+It is anytime (:func:`allocate` takes a :class:`~scheduler.budget.Budget`). Always, to
+completion: the contract's three baselines (the floors: no plan scores below fifo,
+fifo-backfill or priority-backfill), the first pass, and at the end the real-time
+settling of :mod:`scheduler.churn` (the fewest GPU moves at equal value). Between them,
+while the budget affords each next step: the mirror image's first pass, the other job
+orders, then rounds of promotions (4, the costliest delays first, at most half of what is
+left per round) and the order search (end of 2) until a round brings nothing; with budget
+left, the same from the other orientation, then with promotions in priority order, then
+the order search's wider moves. Every candidate is compared by the exact objective.
 
 Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 
@@ -21,12 +26,14 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    each job at its earliest feasible start on the aligned block that best fits the
    holes already there (buddy best-fit: prefer blocks whose parent block is already
    partly taken, and runs that fill a trough in time). The best order wins, then a
-   bounded local search moves jobs forward in it.
+   local search moves jobs forward in it (to the front or one place earlier; later, to
+   any earlier place).
 3. **Both orientations.** Passes 1-2 also run on the cluster upside down (where job
    sizes divide the cluster, so blocks stay aligned); the better first pass is kept.
-4. **Promote delayed jobs** (a bounded large-neighbourhood search): a batch job that
-   the first pass started later than the cluster's fixed load allows is promised its
-   earliest slot (or one a few steps later), the real-time services are re-planned
+4. **Promote delayed jobs** (a bounded large-neighbourhood search): the batch jobs that
+   the plan starts later than the cluster's fixed load allows, the one whose delay costs
+   the most value first, are each promised their earliest slot (in later rounds also one a
+   few steps later), the real-time services are re-planned
    around the promise (they move GPUs ahead of time within their swap caps), the rest
    is re-packed, and the change is kept only if the exact objective improves without
    leaving real-time demand unserved that was served before.
@@ -34,7 +41,8 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
 
@@ -43,19 +51,25 @@ from contract.scenario import BatchJob, Instance, RealtimeJob, block_mask, gpus_
 from scheduler import baselines
 from scheduler.board import BlockedSchedule, Board
 from scheduler.budget import Budget, WorkCosts
-from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement
+from scheduler.churn import settle
+from scheduler.metrics import moves
+from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement, placement_masks
 
 UNLIMITED = 1 << 30
 # Candidate blocks scored per job: enough to find a snug hole, bounded for large clusters.
 MAX_BLOCK_CANDIDATES = 12
 # Starts tried per delayed job and pass, as offsets from its earliest free start; the first
 # that improves is kept. Later starts let real-time services move out of the way in time.
-PROMISE_OFFSETS = (0, 2, 5, 9)
+PROMISE_OFFSETS: tuple[int, ...] = (0, 2, 5, 9)
 EPSILON = 1e-9
-# Job orders every first pass packs (the rest are tried while the budget lasts): over the 58
-# first passes of 33 sampled scenarios (both orientations), the first order packed best in
-# 33 and the second in 35 (ties counted for each), the last two in 8.
+# Job orders every first pass packs (the rest are tried while the budget lasts): priority
+# with larger rectangles first, and each job's value from its earliest start. Over the 58
+# first passes of 33 sampled scenarios (issue 11), the first two orders then tried packed
+# best in 33 and 35 (ties counted for each); the value-at-earliest-start order replaced the
+# second on the wide tuning split (40 scenarios, 2 ms: mean 0.9759 -> 0.9788).
 FIRST_ORDERS = 2
+# The share of the budget left that one round of promotions may spend before the order search.
+PROMOTION_SHARE = 0.5
 
 
 class InfeasiblePromiseError(Exception):
@@ -75,33 +89,70 @@ class _Candidate:
 def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     """The best plan found within ``budget`` (default: the hot path's).
 
-    The first pass (real-time curves, the first job orders, and the priority-backfill
-    floor) always completes. Then, while the budget affords each next step: the same on
-    the mirror image, the other job orders on the better orientation, and the searches,
-    which stop early when a whole pass brings nothing.
+    The first pass (real-time curves, the first job orders, and the three baselines as
+    floors) always completes, and so does the last step, :func:`scheduler.churn.settle`.
+    Between them, while the budget affords each next step: the same on the mirror image,
+    the other job orders on the better orientation, and the searches.
     """
     budget = budget or Budget(HOT_PATH_BUDGET_MS)
     costs = WorkCosts.of(instance)
-    floor = _priority_backfill(instance)
-    budget.charge(costs.pack)
-    oriented = instance
+    floors = _baseline_floors(instance)
+    # The floors (three packs on one set of reservations), as measured; settling at the end
+    # is kept back from the work and the wall clock both.
+    budget.charge(2 * costs.pack)
+    budget.reserve(costs.realtime)
     orders = _job_orders(instance)
-    best = _first_pass(instance, orders[:FIRST_ORDERS], budget, costs)
+    starts = [(instance, orders, _first_pass(instance, orders[:FIRST_ORDERS], budget, costs))]
     flipped = mirrored(instance)
     if flipped is not None and budget.affords(costs.build + costs.pack):
         flipped_orders = _job_orders(flipped)
-        flipped_first = _first_pass(flipped, flipped_orders[:FIRST_ORDERS], budget, costs)
-        if flipped_first.objective > best.objective + EPSILON:
-            oriented, orders, best = flipped, flipped_orders, flipped_first
+        starts.append(
+            (flipped, flipped_orders, _first_pass(flipped, flipped_orders[:FIRST_ORDERS], budget, costs))
+        )
+        starts.sort(key=lambda start: -start[2].objective)  # the better orientation first
+    oriented, orders, best = starts[0]
     for order in orders[FIRST_ORDERS:]:
         if not budget.affords(costs.pack):
             break
         budget.charge(costs.pack)
         best = _with_batch(oriented, best, *_pack(oriented, best.busy_before_batch, {}, order), order)
-    searched = _search(oriented, best, budget, costs)
-    if floor.objective > searched.objective + EPSILON:
-        return floor.allocation
-    return searched.allocation if oriented is instance else _unmirror(instance, searched.allocation)
+    starts[0] = (oriented, orders, best)
+    # The searches from the better first pass; with budget left when they end, again from
+    # the other orientation's, then with promotions in priority order instead; last, the
+    # order search's wider moves on the best of them.
+    found: list[tuple[Instance, _Candidate]] = []
+    for (oriented, _, start), targets in [*((s, _most_delayed) for s in starts), (starts[0], _by_priority)]:
+        if found and not budget.affords(costs.build):
+            break
+        found.append((oriented, _search(oriented, start, budget, costs, targets)))
+    oriented, searched = max(found, key=lambda f: f[1].objective)
+    while budget.affords(costs.pack):
+        wider = _reorder(oriented, searched, budget, costs, _far_moves)
+        if wider is searched:
+            break
+        searched = _search(oriented, wider, budget, costs, _most_delayed)
+    allocations = [
+        c.allocation if o is instance else _unmirror(instance, c.allocation)
+        for o, c in [*found, (oriented, searched)]
+    ]
+    return best_of(instance, [settle(instance, best_of(instance, allocations)), *floors])
+
+
+def best_of(instance: Instance, allocations: Sequence[Allocation]) -> Allocation:
+    """The allocation of the highest objective; at equal objective, the one with the fewest
+    real-time moves (the objective's tie-break), then the first."""
+    best = allocations[0]
+    best_objective, best_moves = objective(instance, best), moves(instance, best.realtime)
+    for allocation in allocations[1:]:
+        value, moved = objective(instance, allocation), moves(instance, allocation.realtime)
+        if value > best_objective + EPSILON or (value >= best_objective - EPSILON and moved < best_moves):
+            best, best_objective, best_moves = allocation, value, moved
+    return best
+
+
+def _baseline_floors(instance: Instance) -> list[Allocation]:
+    """The contract's three baselines: the fast mode never answers below any of them."""
+    return list(baselines.all_three(instance))
 
 
 def allocate_at_least_hot_path(instance: Instance, budget: Budget) -> Allocation:
@@ -111,10 +162,14 @@ def allocate_at_least_hot_path(instance: Instance, budget: Budget) -> Allocation
     and end below what the hot path finds; callers with a larger budget (the plan cycle,
     the full mode's hint) must never answer worse than the hot path would have.
     """
-    return max(
-        (allocate(instance, Budget(HOT_PATH_BUDGET_MS)), allocate(instance, budget)),
-        key=lambda allocation: objective(instance, allocation),
-    )
+    work_only = math.isinf(budget.deadline)
+    hot_budget = Budget.of_work(HOT_PATH_BUDGET_MS) if work_only else Budget(HOT_PATH_BUDGET_MS)
+    hot = allocate(instance, hot_budget)
+    if hot_budget.spent >= budget.units or (not work_only and hot_budget.elapsed_ms() >= budget.budget_ms):
+        # The first pass alone outlasted ``budget`` (a large cluster): with it, allocate
+        # would do the same first pass and nothing more, past the budget a second time.
+        return hot
+    return best_of(instance, [hot, allocate(instance, budget)])
 
 
 def objective(instance: Instance, allocation: Allocation) -> float:
@@ -133,19 +188,6 @@ def _first_pass(
         budget.charge(costs.pack)
         best = _with_batch(instance, best, *_pack(instance, best.busy_before_batch, {}, order), order)
     return best
-
-
-def _priority_backfill(instance: Instance) -> _Candidate:
-    """The priority-backfill baseline as a candidate: the floor the fast mode never falls below."""
-    allocation = baselines.priority_backfill(instance)
-    return _Candidate(
-        objective=objective(instance, allocation),
-        allocation=allocation,
-        order=(),
-        rt_shortfall=0,
-        committed={},
-        busy_before_batch=(),
-    )
 
 
 def _with_batch(
@@ -210,38 +252,101 @@ def _unmirror(instance: Instance, allocation: Allocation) -> Allocation:
     )
 
 
-def _search(instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
-    """From a first pass: promotions, then a local search over the batch order, each step
-    while the budget affords it; both stop when a whole pass brings nothing."""
-    # Promotions first: on 33 sampled scenarios at the hot path's budget they lift the mean
-    # ratio to the full mode from 0.972 to 0.984 (worst 0.79 -> 0.88); with a budget for
-    # both, the order makes no difference (0.992 either way).
-    return _reorder(instance, _promote(instance, first, budget, costs), budget, costs)
+Targets = Callable[[Instance, Allocation], list[BatchJob]]
 
 
-def _promote(instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
-    """Promise delayed jobs earlier slots, re-plan around them, keep what improves."""
+def _search(
+    instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts, targets: Targets
+) -> _Candidate:
+    """From a first pass, while the budget affords each step: promotions of ``targets``,
+    then the order search (each job to the front or one place earlier), again while
+    either improves."""
     best = first
-    order = best.order
+    offsets: tuple[int, ...] = PROMISE_OFFSETS[:1]  # the first round: each job's earliest slot only
+    while True:
+        before = best.objective
+        # Promotions cost a real-time re-plan each: a round gets a share of what is left, so
+        # that the order search (a pack a move) always has its turn.
+        share = budget.spent + PROMOTION_SHARE * (budget.units - budget.spent)
+        best = _promote(instance, best, budget, costs, targets, offsets=offsets, until=share)
+        best = _reorder(instance, best, budget, costs, _near_moves)
+        if best.objective <= before + EPSILON and offsets == PROMISE_OFFSETS:
+            return best
+        offsets = PROMISE_OFFSETS
+
+
+def _value_lost(instance: Instance, job: BatchJob, earliest: int, start: int) -> float:
+    """What starting ``job`` at ``start`` instead of ``earliest`` costs (its whole run's value
+    at the earlier start minus at the later one, cut at the horizon)."""
+    weights = instance.weights
+    horizon = instance.horizon_steps
+    at = sum(weights[earliest : job.end_step(earliest, horizon)])
+    later = sum(weights[start : job.end_step(start, horizon)]) if start < horizon else 0.0
+    return job.priority * job.gpus * (at - later)
+
+
+def _most_delayed(instance: Instance, allocation: Allocation) -> list[BatchJob]:
+    """Queued jobs that start later than the fixed load (down GPUs, running jobs) allows, the
+    one whose delay costs the most value first."""
+    fixed = Board(instance)
+    delayed = []
+    for job in instance.queued_jobs:
+        run = fixed.earliest_run(job, job.release_step)
+        if run is None:
+            continue
+        current = allocation.batch.get(job.id)
+        start = instance.horizon_steps if current is None else current.start_step
+        if start > run[0]:
+            delayed.append((-_value_lost(instance, job, run[0], start), job.order, job))
+    return [job for *_, job in sorted(delayed, key=lambda d: (d[0], d[1]))]
+
+
+def _by_priority(instance: Instance, allocation: Allocation) -> list[BatchJob]:
+    """Queued jobs that start after their release (or not at all), highest priority first."""
+    horizon = instance.horizon_steps
+    return [
+        job
+        for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order))
+        if ((p := allocation.batch.get(job.id)) is None and job.release_step < horizon)
+        or (p is not None and p.start_step > job.release_step)
+    ]
+
+
+def _promote(
+    instance: Instance,
+    first: _Candidate,
+    budget: Budget,
+    costs: WorkCosts,
+    targets: Targets,
+    *,
+    offsets: Sequence[int] = PROMISE_OFFSETS,
+    until: float = math.inf,
+) -> _Candidate:
+    """Promise delayed jobs earlier slots (the costliest delay first), re-plan around them,
+    keep what improves."""
+    best = first
     promises: dict[str, Placement] = dict(first.committed)
     improved = True
     while improved:
         improved = False
-        for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order)):
+        if not budget.affords(costs.delays):
+            return best
+        budget.charge(costs.delays)  # the fixed load's earliest starts, one run search a job
+        for job in targets(instance, best.allocation):
             current = best.allocation.batch.get(job.id)
             latest = instance.horizon_steps if current is None else current.start_step
-            if latest <= job.release_step:
-                continue
-            if not budget.affords(costs.realtime):
+            if not budget.affords(costs.slots) or budget.spent > until:
                 return best
-            budget.charge(costs.realtime)  # finding the slots reads the real-time holdings
-            for promise in _earlier_slots(instance, best.allocation, job, promises, before=latest):
-                if not budget.affords(costs.build):
+            budget.charge(costs.slots)  # finding the slots reads the real-time holdings
+            for promise in _earlier_slots(
+                instance, best.allocation, job, promises, before=latest, offsets=offsets
+            ):
+                if not budget.affords(costs.build) or budget.spent > until:
                     return best
                 budget.charge(costs.build)
                 committed = {**promises, job.id: promise}
                 try:
-                    trial = _build(instance, committed, [order])
+                    trial = _build(instance, committed, [best.order])
                 except InfeasiblePromiseError:
                     continue
                 # A promotion may not buy batch value with real-time demand the first pass
@@ -258,7 +363,7 @@ def _build(
     """Real-time around the committed blocks, then every other batch job greedily, in the
     best of ``orders``."""
     board = Board(instance)
-    promised = _placement_masks(instance, committed)
+    promised = placement_masks(instance, committed)
     blocked = [down | mask for down, mask in zip(instance.down_masks, promised, strict=True)]
     board.busy = [busy | mask for busy, mask in zip(board.busy, promised, strict=True)]
     realtime = place_realtime(instance, board, BlockedSchedule(blocked))
@@ -279,30 +384,41 @@ def _build(
     )
 
 
-def _reorder(instance: Instance, candidate: _Candidate, budget: Budget, costs: WorkCosts) -> _Candidate:
-    """Local search over the batch order: move a job to the front, or one place earlier;
-    real-time stays as it is. Stops at an order that no such move improves."""
+OrderMoves = Callable[[Sequence[BatchJob]], Iterator[list[BatchJob]]]
+
+
+def _near_moves(order: Sequence[BatchJob]) -> Iterator[list[BatchJob]]:
+    """Each job to the front, or one place earlier."""
+    for i in range(1, len(order)):
+        yield [order[i], *order[:i], *order[i + 1 :]]
+        if i > 1:
+            yield [*order[: i - 1], order[i], order[i - 1], *order[i + 1 :]]
+
+
+def _far_moves(order: Sequence[BatchJob]) -> Iterator[list[BatchJob]]:
+    """Each job to every earlier place that :func:`_near_moves` does not try."""
+    for i in range(2, len(order)):
+        for j in range(1, i - 1):
+            yield [*order[:j], order[i], *order[j:i], *order[i + 1 :]]
+
+
+def _reorder(
+    instance: Instance, candidate: _Candidate, budget: Budget, costs: WorkCosts, moves_of: OrderMoves
+) -> _Candidate:
+    """Local search over the batch order (real-time stays as it is): the first of
+    ``moves_of(order)`` that improves is taken, until none does."""
     busy, committed = candidate.busy_before_batch, candidate.committed
     best = candidate
     improved = True
     while improved:
         improved = False
-        order = best.order
-        for i in range(1, len(order)):
-            for trial_order in (
-                [order[i], *order[:i], *order[i + 1 :]],
-                [*order[: i - 1], order[i], order[i - 1], *order[i + 1 :]],
-            ):
-                if not budget.affords(costs.pack):
-                    return best
-                budget.charge(costs.pack)
-                trial = _with_batch(
-                    instance, best, *_pack(instance, busy, committed, trial_order), trial_order
-                )
-                if trial is not best:
-                    best, improved = trial, True
-                    break
-            if improved:
+        for trial_order in moves_of(best.order):
+            if not budget.affords(costs.pack):
+                return best
+            budget.charge(costs.pack)
+            trial = _with_batch(instance, best, *_pack(instance, busy, committed, trial_order), trial_order)
+            if trial is not best:
+                best, improved = trial, True
                 break
     return best
 
@@ -315,19 +431,6 @@ def _pack(
     trial.busy = list(busy)
     placements = {**committed, **place_batch(trial, [j for j in order if j.id not in committed])}
     return batch_value(instance, placements), placements
-
-
-def _placement_masks(instance: Instance, placements: Mapping[str, Placement]) -> list[int]:
-    """Per step, the GPUs that ``placements`` occupy."""
-    masks = [0] * instance.horizon_steps
-    jobs = instance.jobs_by_id
-    for job_id, placement in placements.items():
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        mask = block_mask(placement.first_gpu, job.gpus)
-        for t in range(placement.start_step, job.end_step(placement.start_step, instance.horizon_steps)):
-            masks[t] |= mask
-    return masks
 
 
 def _realtime_cells(allocation: Allocation, first_gpu: int, gpus: int, start: int, end: int) -> int:
@@ -343,20 +446,22 @@ def _earlier_slots(
     allocation: Allocation,
     job: BatchJob,
     promises: Mapping[str, Placement],
+    *,
     before: int,
+    offsets: Sequence[int] = PROMISE_OFFSETS,
 ) -> list[Placement]:
     """Starts before ``before`` that running jobs, down GPUs and the other promises leave
-    ``job`` (the earliest, then ``PROMISE_OFFSETS`` later), each on the block real-time
+    ``job`` (the earliest, then ``offsets`` later), each on the block real-time
     uses least there (the fewest GPUs it must move)."""
     fixed = Board(instance)
     others = {job_id: p for job_id, p in promises.items() if job_id != job.id}
     fixed.busy = [
-        busy | mask for busy, mask in zip(fixed.busy, _placement_masks(instance, others), strict=True)
+        busy | mask for busy, mask in zip(fixed.busy, placement_masks(instance, others), strict=True)
     ]
     slots: list[Placement] = []
     earliest: int | None = None
     for start in range(job.release_step, min(before, instance.horizon_steps)):
-        if earliest is not None and start - earliest not in PROMISE_OFFSETS:
+        if earliest is not None and start - earliest not in offsets:
             continue
         end = job.end_step(start, instance.horizon_steps)
         starts = fixed.free_starts(job.gpus, start, end)
@@ -398,15 +503,42 @@ def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -
         )
     held: dict[str, list[int]] = {job.id: [] for job in instance.realtime_jobs}
     for t in range(instance.horizon_steps):
-        held_before = 0
+        # A GPU a service held a step before stays its own until the service has decided on
+        # this step; one it gives up is free for the services after it to grow into (not to
+        # move into: that would be churn that buys nothing).
+        undecided = held_before = 0
         for mask in previous.values():
-            held_before |= mask or 0
+            undecided |= mask or 0
+        held_before = undecided
         taken_now = 0
-        for job in jobs:
-            free = board.all_mask & ~(board.busy[t] | taken_now | held_before)
+        stolen: dict[str, int] = {}  # GPUs a service loses this step to a higher-priority one
+        for i, job in enumerate(jobs):
+            before = previous[job.id]
+            lost = stolen.get(job.id, 0)
+            undecided &= ~(before or 0)
+            grow_into = board.all_mask & ~(board.busy[t] | taken_now | undecided | (before or 0))
             current = _step_realtime(
-                job, t, previous=previous[job.id], curve=curves[job.id], free=free, downs=blocked
+                job,
+                t,
+                previous=None if before is None else before & ~lost,
+                lost=lost.bit_count(),
+                curve=curves[job.id],
+                free=grow_into & ~held_before,
+                grow_into=grow_into,
+                downs=blocked,
             )
+            if before is not None and current.bit_count() < job.demand[t]:
+                current = _take_from_lower(
+                    job,
+                    t,
+                    current,
+                    before=before,
+                    others=jobs[i + 1 :],
+                    previous=previous,
+                    stolen=stolen,
+                    busy=board.busy[t],
+                    downs=blocked,
+                )
             taken_now |= current
             held[job.id].append(current)
         for job in jobs:
@@ -415,19 +547,66 @@ def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -
     return {job_id: tuple(masks) for job_id, masks in held.items()}
 
 
+def _take_from_lower(
+    job: RealtimeJob,
+    t: int,
+    current: int,
+    *,
+    before: int,
+    others: Sequence[RealtimeJob],
+    previous: Mapping[str, int | None],
+    stolen: dict[str, int],
+    busy: int,
+    downs: BlockedSchedule,
+) -> int:
+    """``current`` grown toward ``job``'s demand with GPUs that services of lower priority
+    held a step before (idle ones first, then the lowest priority's), within both swap caps:
+    a shortfall costs in proportion to priority, so the lower service should bear it.
+    The GPUs taken are recorded in ``stolen`` for the services placed after ``job``."""
+    spare = job.swap_cap - (current ^ before).bit_count()
+    need = job.demand[t] - current.bit_count()
+
+    def idle_first(victim: RealtimeJob) -> tuple[bool, float]:
+        held = (previous[victim.id] or 0) & ~stolen.get(victim.id, 0)
+        return held.bit_count() <= victim.demand[t], victim.priority
+
+    for victim in sorted((v for v in others if v.priority < job.priority), key=idle_first):
+        held_before = previous[victim.id]
+        if need <= 0 or spare <= 0:
+            break
+        if held_before is None:
+            continue
+        taken = stolen.get(victim.id, 0)
+        room = (
+            victim.swap_cap - downs.must_drop(held_before, t, victim.swap_cap).bit_count() - taken.bit_count()
+        )
+        for gpu in iter_gpus_down(held_before & ~taken & ~busy & ~downs.ever_down):
+            if need <= 0 or spare <= 0 or room <= 0:
+                break
+            current |= 1 << gpu
+            taken |= 1 << gpu
+            need, spare, room = need - 1, spare - 1, room - 1
+        stolen[victim.id] = taken
+    return current
+
+
 def _step_realtime(
     job: RealtimeJob,
     t: int,
     *,
     previous: int | None,
+    lost: int = 0,
     curve: list[int],
     free: int,
+    grow_into: int | None = None,
     downs: BlockedSchedule,
 ) -> int:
     """The GPUs ``job`` holds at step ``t``, at most ``swap_cap`` changes away from ``previous``.
 
     ``free`` are the GPUs nobody holds at ``t`` or held at ``t - 1`` (so adding one never
-    forces another service to give it up).
+    forces another service to give it up); ``grow_into`` (default ``free``) are those it may
+    add to reach its curve, GPUs others gave up at ``t`` included. ``previous`` is without the ``lost`` GPUs a
+    service of higher priority took at ``t`` (each one change of the cap).
     """
     if previous is None:
         current, budget = 0, UNLIMITED
@@ -436,7 +615,7 @@ def _step_realtime(
         if forced.bit_count() > job.swap_cap:
             raise InfeasiblePromiseError(job.id)
         current = previous & ~forced
-        budget = job.swap_cap - forced.bit_count()
+        budget = job.swap_cap - forced.bit_count() - lost
     want = curve[t]
     have = current.bit_count()
     if have > want and budget > 0:
@@ -448,7 +627,7 @@ def _step_realtime(
     elif have < want and budget > 0:
         level_end = _level_end(curve, t, have + 1)
         room = min(want - have, budget)
-        for gpu in iter_gpus_down(free & ~current):
+        for gpu in iter_gpus_down((free if grow_into is None else grow_into) & ~current):
             if room == 0:
                 break
             bit = 1 << gpu
@@ -522,8 +701,12 @@ def _level_end(curve: list[int], t: int, level: int) -> int:
 
 def _job_orders(instance: Instance) -> list[list[BatchJob]]:
     """Job orders to try; the best packing of them wins (each order suits other mixes)."""
+    worth = _worth_at_earliest(instance)
     keys: list[Callable[[BatchJob], tuple[float, ...]]] = [
         lambda j: (-j.priority, -j.gpus * j.duration_steps, j.order),
+        # what a job's whole run is worth from the earliest start the fixed load allows:
+        # where the decay is steep, a job that can start now beats a larger later one
+        lambda j: (-worth[j.id], j.order),
         lambda j: (-j.priority, -j.gpus, -j.duration_steps, j.order),
         lambda j: (-j.priority, j.release_step, j.order),
         # value per step first: wide jobs of a good priority before narrow urgent ones
@@ -537,6 +720,18 @@ def _job_orders(instance: Instance) -> list[list[BatchJob]]:
         if order not in orders:
             orders.append(order)
     return orders
+
+
+def _worth_at_earliest(instance: Instance) -> dict[str, float]:
+    """Per queued job, its run's value from the earliest start that down GPUs, running jobs
+    and its release allow (0 when it fits nowhere)."""
+    fixed = Board(instance)
+    weights = instance.weights
+    worth = {}
+    for job in instance.queued_jobs:
+        run = fixed.earliest_run(job, job.release_step)
+        worth[job.id] = 0.0 if run is None else job.priority * job.gpus * sum(weights[run[0] : run[1]])
+    return worth
 
 
 def batch_value(instance: Instance, placements: Mapping[str, Placement]) -> float:

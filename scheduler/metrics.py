@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from contract.scenario import Cell, Instance
@@ -18,13 +18,17 @@ class Metrics:
     rt_coverage: float
     completed: int
     unscheduled: int
+    #: Real-time GPU moves: the sum over services and steps of |A(t) symmetric-difference A(t-1)|
+    #: (t >= 1, and t = 0 against a running set), each a replica stopped or started.
+    rt_moves: int = 0
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
 
 
 def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
-    """utilization, value, penalty, objective, rt_coverage, completed, unscheduled (CONTRACT.md)."""
+    """utilization, value, penalty, objective, rt_coverage, completed, unscheduled (CONTRACT.md),
+    and rt_moves."""
     horizon = instance.horizon_steps
     weights = instance.weights
     batch = {job.id: job for job in instance.batch_jobs}
@@ -32,8 +36,9 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
     batch_cells = 0
     value = 0.0
     held: dict[str, list[int]] = {job_id: [0] * horizon for job_id in realtime}
+    held_sets: dict[str, list[int]] = {job_id: [0] * horizon for job_id in realtime}
     first_step: dict[str, int] = defaultdict(lambda: horizon)
-    for row in grid:
+    for g, row in enumerate(grid):
         for t, cell in enumerate(row):
             if cell is None:
                 continue
@@ -44,6 +49,7 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
                 first_step[cell] = min(first_step[cell], t)
             elif cell in held:
                 held[cell][t] += 1
+                held_sets[cell][t] |= 1 << g
     served_cells = 0
     demand_cells = 0
     penalty = 0.0
@@ -74,4 +80,26 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
         rt_coverage=served_cells / demand_cells if demand_cells else 1.0,
         completed=completed,
         unscheduled=unscheduled,
+        rt_moves=moves(instance, held_sets),
     )
+
+
+def moves(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> int:
+    """The ``rt_moves`` metric of the services' holdings (held-GPU bitmasks per step)."""
+    running = instance.running_realtime
+    return sum(
+        realtime_moves(masks, running[job_id].mask if job_id in running else None)
+        for job_id, masks in realtime.items()
+    )
+
+
+def realtime_moves(masks: Sequence[int], running: int | None = None) -> int:
+    """GPUs one service gains or loses over its held-GPU bitmasks per step; step 0 counts
+    against its ``running`` set when it has one."""
+    moves = 0
+    previous = running
+    for mask in masks:
+        if previous is not None:
+            moves += (mask ^ previous).bit_count()
+        previous = mask
+    return moves

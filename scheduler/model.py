@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from contract.errors import InputError
-from contract.scenario import BatchJob, Cell, Grid, Instance, gpus_of
+from contract.scenario import BatchJob, Cell, Grid, Instance, block_mask, gpus_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,29 @@ class Allocation:
 
     batch: Mapping[str, Placement]
     realtime: Mapping[str, tuple[int, ...]]  # job id -> held-GPU bitmask per step
+
+
+def placement_masks(instance: Instance, placements: Mapping[str, Placement]) -> list[int]:
+    """Per step, the GPUs that the queued jobs' ``placements`` occupy."""
+    masks = [0] * instance.horizon_steps
+    jobs = instance.jobs_by_id
+    for job_id, placement in placements.items():
+        job = jobs[job_id]
+        assert isinstance(job, BatchJob)
+        mask = block_mask(placement.first_gpu, job.gpus)
+        for t in range(placement.start_step, job.end_step(placement.start_step, instance.horizon_steps)):
+            masks[t] |= mask
+    return masks
+
+
+def batch_masks(instance: Instance, placements: Mapping[str, Placement]) -> list[int]:
+    """Per step, the GPUs down, held by running batch jobs, or by ``placements``."""
+    return [
+        d | r | p
+        for d, r, p in zip(
+            instance.down_masks, instance.running_masks, placement_masks(instance, placements), strict=True
+        )
+    ]
 
 
 def build_grid(instance: Instance, allocation: Allocation) -> Grid:

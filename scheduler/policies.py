@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from contract.scenario import Grid, Instance
-from scheduler import baselines, fast, full, lns
+from scheduler import baselines, churn, fast, full, lns
 from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.lns import warm_up
@@ -100,7 +100,8 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
     heuristic = Budget(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
     start = fast.allocate_at_least_hot_path(instance, heuristic)
     allocation, report = lns.improve(instance, start, budget, options.seed)
-    return Solution(allocation, status="OPTIMAL" if report.proven_optimal else "FEASIBLE")
+    settled = churn.settle(instance, allocation)
+    return Solution(settled, status="OPTIMAL" if report.proven_optimal else "FEASIBLE")
 
 
 def _full(instance: Instance, options: SolveOptions) -> Solution:

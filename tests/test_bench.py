@@ -12,9 +12,12 @@ from gpuplan.cli import main
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 
 
-def test_seven_scenarios_fast_beats_fifo_and_priority_backfill(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("hot_budget_ms", ["2", "1"])
+def test_seven_scenarios_fast_beats_fifo_and_never_scores_below_a_baseline(
+    hot_budget_ms: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = ["bench", "--scenarios", str(BENCHMARKS), "--no-full", "--runs", "1", "--cycle-budget-ms", "200"]
-    assert main([*args, "--json"]) == 0
+    assert main([*args, "--hot-budget-ms", hot_budget_ms, "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
     assert [r["scenario"] for r in results] == [
         "mixed-control",
@@ -28,18 +31,21 @@ def test_seven_scenarios_fast_beats_fifo_and_priority_backfill(capsys: pytest.Ca
     for r in results:
         p = r["policies"]
         assert p["fast"]["value"] > p["fifo"]["value"], r["scenario"]
-        assert p["fast"]["objective"] >= p["priority-backfill"]["objective"] - 1e-6, r["scenario"]
+        for baseline in ("fifo", "fifo-backfill", "priority-backfill"):
+            assert p["fast"]["objective"] >= p[baseline]["objective"] - 1e-6, (r["scenario"], baseline)
         assert p["fast"]["rt_coverage"] >= p["fifo"]["rt_coverage"], r["scenario"]
 
 
 def test_scale_sweep_prints_both_operating_points_per_size(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "--scale", "--sizes", "8,32", "--runs", "1", "--cycle-budget-ms", "250", "--json"]
-    assert main(args) == 0
+    assert main([*args, "--long-cycle-ms", "400", "--bound-limit", "2"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert [row["gpus"] for row in payload["rows"]] == [8, 32]
     for row in payload["rows"]:
         assert row["fast_objective"] >= row["first_pass_objective"] - 1e-6
         assert row["cycle_objective"] >= row["first_pass_objective"] - 1e-6
+        assert row["long_cycle_objective"] >= row["first_pass_objective"] - 1e-6
+        assert row["bound"] is None or row["bound"] >= row["long_cycle_objective"] - 1e-6
     assert payload["peak_rss_mb"] > 0
 
 

@@ -36,10 +36,13 @@ def test_plan_then_validate_round_trip(
         "rt_coverage",
         "completed",
         "unscheduled",
+        "rt_moves",
     }
     capsys.readouterr()
     assert main(["validate", str(scenario), str(out)]) == 0
-    assert capsys.readouterr().out.startswith("legal: utilization")
+    said = capsys.readouterr().out
+    assert said.startswith("legal: utilization")
+    assert said.rstrip().endswith(f"rt_moves {payload['metrics']['rt_moves']}")
 
 
 def test_plan_to_stdout_and_yaml_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,6 +23,8 @@ def test_full_is_legal_and_never_below_fast(doc: dict[str, Any]) -> None:
     assert full.metrics.objective >= fast.metrics.objective - 1e-6
     if full.bound is not None:
         assert full.bound >= full.metrics.objective - 1e-6
+    if full.metrics.objective <= fast.metrics.objective + 1e-6:  # equal value: no more churn
+        assert full.metrics.rt_moves <= fast.metrics.rt_moves
 
 
 def test_proves_the_optimum_of_a_case_solved_by_hand() -> None:
@@ -77,3 +79,24 @@ def test_a_limit_too_short_to_build_the_model_keeps_the_fast_plan_and_says_so() 
     assert (full.status, full.bound) == ("MODEL_BUILD_TIMEOUT", None)
     assert check_plan(inst, full.grid) == []
     assert full.metrics.objective >= plan(inst, PolicyName.PRIORITY_BACKFILL).metrics.objective - 1e-6
+
+
+def test_moves_no_realtime_gpu_that_buys_nothing() -> None:
+    # Two services on 16 GPUs with room to spare: at equal value the solver used to move their
+    # GPUs all over the cluster; the tie-break keeps them where they run.
+    inst = instance_of(
+        {
+            "gpus": 16,
+            "horizon": 12,
+            "jobs": [
+                {"id": "a", "kind": "realtime", "priority": 80, "swap_cap": 2, "demand": [3] * 6 + [5] * 6},
+                {"id": "b", "kind": "realtime", "priority": 60, "swap_cap": 2, "demand": [4] * 12},
+                {"id": "t", "kind": "training", "priority": 30, "gpus": 4, "duration": 5},
+            ],
+            "running": [{"id": "a", "gpus": [13, 14, 15]}, {"id": "b", "gpus": [0, 1, 2, 3]}],
+        }
+    )
+    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=10.0, workers=1))
+    assert full.status == "OPTIMAL"
+    assert full.metrics.rt_coverage == 1.0
+    assert full.metrics.rt_moves == 2  # a grows from 3 to 5 GPUs; nothing else moves

@@ -67,3 +67,23 @@ def test_window_search_improves_where_the_greedy_is_weakest() -> None:
     improved, report = lns.improve(inst, start, Budget(5_000.0))
     assert report.improvements >= 1
     assert objective(inst, improved) > objective(inst, start) + 100
+
+
+def test_windows_where_the_plan_leaves_gpus_idle_while_a_job_waits_come_first() -> None:
+    from scheduler.model import Allocation, Placement
+    from tests.strategies import instance_of
+
+    jobs = [
+        {"id": "low", "kind": "training", "priority": 5, "gpus": 4, "duration": 12},
+        {"id": "wait", "kind": "training", "priority": 50, "gpus": 4, "duration": 4, "release": 0},
+    ]
+    instance = instance_of({"gpus": 12, "horizon": 12, "jobs": jobs})
+    # GPUs 0-3 busy all day, GPUs 8-11 idle; the waiting job starts late on 4-7.
+    plan_ = Allocation(
+        batch={"low": Placement(0, 0), "wait": Placement(8, 4)},
+        realtime={},
+    )
+    windows = [Window(a, a + 4, 0, 12) for a in (0, 4, 8)]
+    assert [w.first_gpu for w in lns._worst_first(instance, plan_, windows)] == [8, 4, 0]
+    waited_for = Allocation(batch={"low": Placement(0, 0), "wait": Placement(0, 4)}, realtime={})
+    assert lns._worst_first(instance, waited_for, windows) == windows  # nothing waits: sweep order

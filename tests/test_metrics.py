@@ -86,3 +86,21 @@ def test_job_cut_by_horizon_is_not_completed() -> None:
     )
     assert score(inst, [[None, "j", "j"]]).completed == 1
     assert score(inst, [[None, None, "j"]]).completed == 0
+
+
+def test_rt_moves_counts_gpus_gained_and_lost_by_hand() -> None:
+    inst = instance_of(
+        {
+            "gpus": 3,
+            "horizon": 3,
+            "jobs": [
+                {"id": "r", "kind": "realtime", "priority": 1, "swap_cap": 2, "demand": [1, 2, 1]},
+                {"id": "s", "kind": "realtime", "priority": 1, "swap_cap": 2, "demand": [1, 1, 1]},
+            ],
+            "running": [{"id": "r", "gpus": [2]}],
+        }
+    )
+    # r: {0} at step 0 against its running set {2} (2 moves), {0, 1} (1), {1} (1);
+    # s has no running set, so its step 0 is free: {2}, {2}, {0} (2)
+    m = score(inst, [["r", "r", "s"], [None, "r", "r"], ["s", "s", None]])
+    assert m.rt_moves == 2 + 1 + 1 + 2

@@ -241,9 +241,10 @@ def test_the_command_prints_json_and_draws_the_plots(tmp_path: Path) -> None:
     policies = json.loads(result.out)["policies"]
     assert set(policies) == {"fast", "fifo"}
     keys = {"utilization", "value", "rt_served", "rt_unmet_gpu_hours", "wait_p50_h", "wait_p99_h"}
-    keys |= {"completed", "cycle_ms_p50", "cycle_ms_p99"}
+    keys |= {"completed", "cycle_ms_p50", "cycle_ms_p99", "rt_moves"}
     for metrics in policies.values():
         assert keys <= set(metrics)
+        assert isinstance(metrics["rt_moves"], int) and metrics["rt_moves"] >= 0
         assert metrics["completed"] == 4  # every job submitted in the day ran to its end
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == [
         "simulate-p90-busiest-day.png",

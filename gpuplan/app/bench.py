@@ -14,12 +14,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from contract.scenario import Instance
 from contract.scenario_io import parse_scenario
 from gpuplan.app.synthetic import Shape, generate
 from scheduler import lns
-from scheduler.model import PLAN_CYCLE_BUDGET_MS, build_grid
+from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS, build_grid
 from scheduler.policies import POLICIES, Plan, PolicyName, SolveOptions, plan
 
 
@@ -72,6 +73,7 @@ class ScenarioResult:
     jobs: int
     plans: dict[str, Plan]  # policy name, or HOT_PATH / PLAN_CYCLE for the fast mode
     fast_latency_ms: float
+    demand_changes: int = 0  # the demand curves' own changes, the floor under real-time moves
 
     @property
     def value_gain(self) -> float:
@@ -96,6 +98,13 @@ class ScenarioResult:
 
     def at_least_priority_backfill(self, key: str) -> bool:
         return self.plans[key].metrics.objective >= self.plans["priority-backfill"].metrics.objective - 1e-6
+
+    def at_least_fifos(self, key: str) -> bool:
+        """Whether ``key`` scores at least each of the three baselines."""
+        baselines = ("fifo", "fifo-backfill", "priority-backfill")
+        return all(
+            self.plans[key].metrics.objective >= self.plans[b].metrics.objective - 1e-6 for b in baselines
+        )
 
     @property
     def full_gap(self) -> float | None:
@@ -133,13 +142,15 @@ def run_scenario(
     latency_runs: int = 50,
     cycle_budget_ms: float | None = None,
     workers: int = 2,
+    hot_budget_ms: float = HOT_PATH_BUDGET_MS,
 ) -> ScenarioResult:
-    """FIFO, priority-backfill and the hot path; the plan cycle with ``cycle_budget_ms``;
-    the full mode with ``full_time_limit_s`` (each left out when None)."""
-    names = [PolicyName.FIFO, PolicyName.PRIORITY_BACKFILL, PolicyName.FAST]
+    """The three baselines and the hot path (at ``hot_budget_ms``: a slower or busier machine
+    has less); the plan cycle with ``cycle_budget_ms``; the full mode with
+    ``full_time_limit_s`` (each left out when None)."""
+    names = [PolicyName.FIFO, PolicyName.FIFO_BACKFILL, PolicyName.PRIORITY_BACKFILL, PolicyName.FAST]
     if full_time_limit_s is not None:
         names.append(PolicyName.FULL)
-    options = SolveOptions(time_limit_s=full_time_limit_s or 1.0, workers=workers)
+    options = SolveOptions(time_limit_s=full_time_limit_s or 1.0, workers=workers, budget_ms=hot_budget_ms)
     plans = {name.value: plan(instance, name, options) for name in names}
     if cycle_budget_ms is not None:
         lns.warm_up()
@@ -149,8 +160,23 @@ def run_scenario(
         gpus=instance.gpus,
         jobs=len(instance.batch_jobs) + len(instance.realtime_jobs),
         plans=plans,
-        fast_latency_ms=latency_ms(instance, PolicyName.FAST, latency_runs),
+        fast_latency_ms=latency_ms(instance, PolicyName.FAST, latency_runs, options),
+        demand_changes=demand_changes(instance),
     )
+
+
+def demand_changes(instance: Instance) -> int:
+    """How much the demand curves themselves change, summed over services and steps (from
+    the running set's size at step 0): no plan that serves them moves fewer GPUs."""
+    total = 0
+    for job in instance.realtime_jobs:
+        running = instance.running_realtime.get(job.id)
+        previous = None if running is None else len(running.gpus)
+        for need in job.demand:
+            if previous is not None:
+                total += abs(need - previous)
+            previous = need
+    return total
 
 
 def scenario_files(directory: Path) -> list[Path]:
@@ -162,6 +188,22 @@ def sample_instances(shapes: Iterable[Shape], seeds: Iterable[int]) -> Iterator[
     for shape in shapes:
         for seed in seeds:
             yield parse_scenario(generate(shape, seed), source=f"{shape.name} seed {seed}")
+
+
+HELDOUT_DIR = Path(__file__).parents[2] / "benchmarks" / "heldout"
+
+
+def heldout_instances(
+    names: Iterable[str], per_shape: int, directory: Path = HELDOUT_DIR
+) -> Iterator[Instance]:
+    """Up to ``per_shape`` scenarios of each shape in ``names`` from the frozen held-out files
+    (named ``SHAPE-SEED.json``), in seed order."""
+    from contract.scenario_io import load_scenario
+
+    for name in names:
+        paths = sorted(p for p in directory.glob(f"{name}-*.json") if p.stem[len(name) + 1 :].isdigit())
+        for path in paths[:per_shape]:
+            yield load_scenario(path)
 
 
 def scale_shape(gpus: int) -> Shape:
@@ -182,16 +224,21 @@ def scale_sweep(
     sizes: Iterable[int],
     runs: int,
     progress: Callable[[int], None] | None = None,
+    *,
     cycle_budget_ms: float | None = PLAN_CYCLE_BUDGET_MS,
-) -> list[dict[str, float]]:
+    long_cycle_ms: float | None = None,
+    bound_limit_s: float | None = None,
+) -> list[dict[str, Any]]:
     """Per cluster size: the hot path's median latency and objective, FIFO's latency, the
-    first pass's objective, and the plan cycle's objective and wall time (one run)."""
+    first pass's objective, and the plan cycle's objective and wall time (one run); with
+    ``long_cycle_ms``, a longer plan cycle too; with ``bound_limit_s``, the full mode's
+    proven bound within that limit (None where its model does not build)."""
     if cycle_budget_ms is not None:
         lns.warm_up()
     rows = []
     for gpus in sizes:
         instance = parse_scenario(generate(scale_shape(gpus), seed=7), source=f"scale {gpus}")
-        row: dict[str, float] = {
+        row: dict[str, Any] = {
             "gpus": gpus,
             "jobs": len(instance.batch_jobs) + len(instance.realtime_jobs),
             "fast_ms": latency_ms(instance, PolicyName.FAST, runs),
@@ -203,6 +250,13 @@ def scale_sweep(
             cycle = plan(instance, PolicyName.FAST, SolveOptions(budget_ms=cycle_budget_ms))
             row["cycle_ms"] = cycle.solve_ms
             row["cycle_objective"] = cycle.metrics.objective
+        if long_cycle_ms is not None:
+            long_cycle = plan(instance, PolicyName.FAST, SolveOptions(budget_ms=long_cycle_ms))
+            row["long_cycle_ms"] = long_cycle.solve_ms
+            row["long_cycle_objective"] = long_cycle.metrics.objective
+        if bound_limit_s is not None:
+            full = plan(instance, PolicyName.FULL, SolveOptions(time_limit_s=bound_limit_s))
+            row["full_status"], row["bound"] = full.status, full.bound
         rows.append(row)
         if progress:
             progress(1)

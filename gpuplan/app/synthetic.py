@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
@@ -51,6 +52,15 @@ class Shape:
     # put them, services hold scattered GPUs, one GPU goes down, and work arrives all day.
     rolling: bool = False
     series: tuple[str, ...] = TRAFFIC_SERIES  # the traces services' days are drawn from
+    # The wider generator (issue 20); the defaults draw exactly as the shapes above always did.
+    swap_caps: tuple[int, int] = (1, 3)  # each service's swap cap, drawn in this range
+    ramp_powers: tuple[float, float] = (1.0, 1.0)  # demand = peak * (traffic / top) ** power: > 1 is steeper
+    decays: tuple[float, float] = (0.95, 0.95)
+    rt_penalties: tuple[float, float] = (8.0, 8.0)
+    down_windows: int = 0  # up to this many GPUs go down for a while (beyond a rolling shape's one)
+    # A re-plan this many hours after an earlier plan of the same scenario: what that plan
+    # started in those hours runs on, its services hold their last committed GPUs.
+    inherit_hours: int = 0
 
 
 SHAPES: dict[str, Shape] = {
@@ -108,6 +118,44 @@ ROLLING_SHAPES: dict[str, Shape] = {
         Shape("rolling-64", 64, 26, 4, 0.5, 0.5, 16, load=1.2, running_share=0.4, rolling=True),
     )
 }
+
+
+# The wider, harder generator of issue 20: real-time contention with swap caps 1-4 and steep
+# ramps, running jobs and services at step 0, down windows, decay 0.85-0.99, real-time
+# penalty 5-10, and re-plans that inherit an earlier plan's committed hours. Its tuning split
+# is :data:`TUNING_SEEDS`; the held-out split is frozen in benchmarks/heldout/.
+
+
+def _wide(shape: Shape) -> Shape:
+    return replace(
+        shape,
+        swap_caps=(1, 4),
+        ramp_powers=(1.0, 2.5),
+        decays=(0.85, 0.99),
+        rt_penalties=(5.0, 10.0),
+        down_windows=2,
+    )
+
+
+WIDE_SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        _wide(Shape("wide-contention", 8, 4, 4, 0.95, 0.3, 10, load=1.0, running_share=0.4)),
+        _wide(Shape("wide-training", 8, 14, 1, 0.4, 0.85, 20, load=1.7, running_share=0.3)),
+        _wide(Shape("wide-oversubscribed", 8, 9, 2, 0.45, 0.6, 22, load=2.2, running_share=0.3)),
+        _wide(Shape("wide-large", 14, 13, 3, 0.55, 0.45, 18, load=1.2, running_share=0.3)),
+        _wide(Shape("wide-64", 64, 30, 5, 0.5, 0.5, 16, load=1.3, running_share=0.3)),
+        _wide(
+            Shape("inherited-contention", 8, 5, 4, 0.9, 0.3, 10, load=1.1, running_share=0.3, inherit_hours=2)
+        ),
+        _wide(
+            Shape("inherited-mixed", 14, 12, 3, 0.6, 0.45, 16, load=1.3, running_share=0.3, inherit_hours=3)
+        ),
+    )
+}
+# Seeds the tuning of the fast mode reads; the held-out files use seeds outside this range.
+TUNING_SEEDS = range(1, 10_000)
+HELDOUT_FIRST_SEED = 90_001
 
 
 @cache
@@ -174,8 +222,16 @@ def _scale_training_to_load(batch: list[dict[str, Any]], target_gpu_hours: float
 
 def generate(shape: Shape, seed: int) -> dict[str, Any]:
     """One scenario document of ``shape``; the same seed gives the same document."""
+    if shape.inherit_hours:
+        return _inherited(shape, seed)
+    return _generate(shape, seed, horizon=24)
+
+
+def _generate(shape: Shape, seed: int, horizon: int) -> dict[str, Any]:
     rng = random.Random(f"{shape.name}:{seed}")
-    horizon = 24
+    # The wider generator's draws come from their own stream, so the first shapes' documents
+    # (and the calibrated seven) stay as they were.
+    wide = random.Random(f"{shape.name}:{seed}:wide")
     peak_total = max(shape.realtime_jobs, round(shape.rt_peak_share * shape.gpus))
     peaks = [1] * shape.realtime_jobs
     for _ in range(peak_total - shape.realtime_jobs):
@@ -186,12 +242,15 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
     start_hour = rng.randint(8, 16) if shape.rolling else 0
     for k, peak in enumerate(peaks):
         demand = real_day_demand(rng, peak, horizon, start_hour, shape.series)
+        if shape.ramp_powers != (1.0, 1.0):
+            power = wide.uniform(*shape.ramp_powers)
+            demand = [max(1, math.ceil(peak * (d / peak) ** power - 1e-9)) for d in demand]
         jobs.append(
             {
                 "id": f"rt-{k}",
                 "kind": "realtime",
                 "priority": rng.randint(60, 100),
-                "swap_cap": rng.randint(1, 3),
+                "swap_cap": rng.randint(*shape.swap_caps),
                 "demand": demand,
             }
         )
@@ -235,8 +294,12 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
         "gpus": shape.gpus,
         "horizon": horizon,
         "step_minutes": 60,
-        "decay": 0.95,
-        "rt_penalty": 8.0,
+        "decay": round(wide.uniform(*shape.decays), 3)
+        if shape.decays[0] != shape.decays[1]
+        else shape.decays[0],
+        "rt_penalty": round(wide.uniform(*shape.rt_penalties), 2)
+        if shape.rt_penalties[0] != shape.rt_penalties[1]
+        else shape.rt_penalties[0],
         "jobs": jobs,
         "running": running,
     }
@@ -247,6 +310,95 @@ def generate(shape: Shape, seed: int) -> dict[str, Any]:
     if shape.rolling and free:
         start = rng.randint(0, horizon // 2)
         doc["down"] = [{"gpu": rng.choice(free), "start": start, "end": rng.randint(start + 2, horizon)}]
+    doc["down"] = doc.get("down", []) + _down_windows(wide, shape, free, running, horizon)
+    if not doc["down"]:
+        del doc["down"]
+    return doc
+
+
+def _down_windows(
+    rng: random.Random, shape: Shape, free: list[int], running: list[dict[str, Any]], horizon: int
+) -> list[dict[str, Any]]:
+    """Up to ``shape.down_windows`` GPUs down for a few hours each (maintenance, a failed
+    card), on GPUs no running batch job holds; a service holding one at step 0 must be
+    able to leave it in time, so those start late enough for its swap cap."""
+    windows: list[dict[str, Any]] = []
+    held_by = {g: r["id"] for r in running if "remaining" not in r for g in r["gpus"]}
+    for _ in range(rng.randint(0, shape.down_windows)):
+        candidates = [g for g in free if g not in {w["gpu"] for w in windows}]
+        if not candidates:
+            break
+        gpu = rng.choice(candidates)
+        start = rng.randint(0 if gpu not in held_by else 3, horizon - 2)
+        windows.append({"gpu": gpu, "start": start, "end": min(horizon, start + rng.randint(2, 8))})
+    return windows
+
+
+def _inherited(shape: Shape, seed: int) -> dict[str, Any]:
+    """A re-plan ``shape.inherit_hours`` hours after the hot path's plan of an earlier
+    scenario: the jobs that plan started in those hours run on with what is left, each
+    service holds the GPUs of its last committed hour, the rest is queued again (releases
+    shifted), demand moves on by those hours, down windows too, and a few new jobs arrive."""
+    from scheduler.policies import PolicyName, SolveOptions, plan
+
+    hours = shape.inherit_hours
+    horizon = 24
+    whole = _generate(shape, seed, horizon=horizon + hours)
+    earlier = {
+        **whole,
+        "horizon": horizon,
+        "jobs": [
+            {**j, "demand": j["demand"][:horizon]} if j["kind"] == "realtime" else j for j in whole["jobs"]
+        ],
+        "down": [{**w, "end": min(w["end"], horizon)} for w in whole.get("down", []) if w["start"] < horizon],
+    }
+    if not earlier["down"]:
+        del earlier["down"]
+    instance = parse_scenario(earlier, source=f"{shape.name} seed {seed} (earlier plan)")
+    grid = plan(instance, PolicyName.FAST, SolveOptions(wall_clock=False)).grid
+    running_before = {r["id"]: r for r in whole["running"]}
+    jobs: list[dict[str, Any]] = []
+    running: list[dict[str, Any]] = []
+    for job in whole["jobs"]:
+        if job["kind"] == "realtime":
+            jobs.append({**job, "demand": job["demand"][hours : hours + horizon]})
+            last = [g for g, row in enumerate(grid) if row[hours - 1] == job["id"]]
+            running.append({"id": job["id"], "gpus": last})
+            continue
+        started = running_before.get(job["id"])
+        if started is not None:
+            left, gpus = started["remaining"] - hours, started["gpus"]
+        else:
+            cells = [(t, g) for g, row in enumerate(grid) for t, cell in enumerate(row) if cell == job["id"]]
+            start = min((t for t, _ in cells), default=horizon)
+            if start >= hours:
+                queued = {**job}
+                if "release" in queued:
+                    queued["release"] = max(0, queued["release"] - hours)
+                jobs.append(queued)
+                continue
+            left, gpus = start + job["duration"] - hours, sorted({g for _, g in cells})
+        if left > 0:
+            jobs.append(job)
+            running.append({"id": job["id"], "gpus": gpus, "remaining": left})
+    rng = random.Random(f"{shape.name}:{seed}:arrivals")
+    max_block = 1 << int(math.log2(max(1, shape.gpus // 2)))
+    for i in range(rng.randint(1, 3)):
+        arrival = _batch_job(rng, shape.batch_jobs + i, shape, max_block)
+        arrival["id"] = f"new-{arrival['id']}"
+        jobs.append(arrival)
+    for order, job in enumerate(j for j in jobs if j["kind"] != "realtime"):
+        job["order"] = order
+    down = [
+        {"gpu": w["gpu"], "start": max(0, w["start"] - hours), "end": w["end"] - hours}
+        for w in whole.get("down", [])
+        if w["end"] > hours
+    ]
+    doc = {**whole, "horizon": horizon, "jobs": jobs, "running": running}
+    doc.pop("down", None)
+    if down:
+        doc["down"] = down
+    parse_scenario(doc, source=f"{shape.name} seed {seed}")  # legal by construction; checked
     return doc
 
 
@@ -286,3 +438,16 @@ def calibrated(name: str, first_seed: int = 2026, tries: int = 1000) -> tuple[di
                 doc = {**doc, "name": name, "jobs": [{**j, "priority": 50} for j in doc["jobs"]]}
             return doc, seed
     raise ValueError(f"no seed in {first_seed}..{first_seed + tries - 1} calibrates {name!r}")
+
+
+HELDOUT_PER_SHAPE = 4
+
+
+def heldout_documents(per_shape: int = HELDOUT_PER_SHAPE) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The held-out split: ``per_shape`` documents of each wide shape, from seeds outside
+    :data:`TUNING_SEEDS`, each with its file stem (``SHAPE-SEED``). Written once and
+    committed (``python -m benchmarks.make_scenarios benchmarks/heldout --heldout``): the
+    files stay as they are when the generator changes, and tuning never reads them."""
+    for shape in WIDE_SHAPES.values():
+        for seed in range(HELDOUT_FIRST_SEED, HELDOUT_FIRST_SEED + per_shape):
+            yield f"{shape.name}-{seed}", generate(shape, seed)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 from gpuplan.app.simulate.loop import PolicyRun
 from gpuplan.app.simulate.setup import HOURS_PER_DAY, FloatArray, IntArray, Setup
+from scheduler.metrics import realtime_moves
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class PolicyMetrics:
     rt_served: float  # share of the real-time GPU-demand served
     rt_unmet_gpu_hours: float
     rt_idle_gpu_hours: float  # GPU-hours real-time apps held beyond what their traffic needed
+    rt_moves: int  # GPUs the apps gained or lost from one committed hour to the next
     wait_p50_h: float
     wait_p99_h: float
     wait_by_kind: dict[str, tuple[float, float]]  # kind -> (p50, p99) hours
@@ -55,6 +57,7 @@ class PolicyMetrics:
             "cycle_ms_p50": round(self.cycle_ms_p50, 3),
             "cycle_ms_p99": round(self.cycle_ms_p99, 3),
             "rt_idle_gpu_hours": round(self.rt_idle_gpu_hours, 3),
+            "rt_moves": self.rt_moves,
             "started": self.started,
             "submitted": self.submitted,
             "wait_by_kind_h": {
@@ -77,16 +80,24 @@ class Hourly:
         return used
 
 
-def realtime_held(setup: Setup, run: PolicyRun) -> dict[str, IntArray]:
-    """Per app, the GPUs it was committed in each simulated hour."""
-    held = {s.app.id: np.zeros(setup.hours, dtype=np.int64) for s in setup.series}
+def realtime_sets(setup: Setup, run: PolicyRun) -> dict[str, list[int]]:
+    """Per app, the bitmask of GPUs it was committed in each simulated hour."""
+    held = {s.app.id: [0] * setup.hours for s in setup.series}
     for commit in run.commits:
         h = (commit.hour - setup.start) // STEP
         if 0 <= h < setup.hours:
             for assignment in commit.assignments:
                 if assignment.job in held:
-                    held[assignment.job][h] = len(assignment.gpus)
+                    held[assignment.job][h] = sum(1 << gpu for gpu in set(assignment.gpus))
     return held
+
+
+def realtime_held(setup: Setup, run: PolicyRun) -> dict[str, IntArray]:
+    """Per app, how many GPUs it was committed in each simulated hour."""
+    return {
+        app: np.array([mask.bit_count() for mask in masks], dtype=np.int64)
+        for app, masks in realtime_sets(setup, run).items()
+    }
 
 
 def hourly(setup: Setup, run: PolicyRun) -> Hourly:
@@ -141,6 +152,7 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         rt_served=served / demand if demand else 1.0,
         rt_unmet_gpu_hours=demand - served,
         rt_idle_gpu_hours=float(per_hour.rt_held.sum()) - served,
+        rt_moves=sum(realtime_moves(masks) for masks in realtime_sets(setup, run).values()),
         wait_p50_h=_percentile(every_wait, 50),
         wait_p99_h=_percentile(every_wait, 99),
         wait_by_kind={k: (_percentile(v, 50), _percentile(v, 99)) for k, v in sorted(waits.items())},
