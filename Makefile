@@ -4,9 +4,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The storage tests start their own throwaway server from these binaries (tests/pg.py).
 PG_INITDB := /usr/lib/postgresql/*/bin/initdb
+SLURM_CHECK := test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch -a -x /usr/sbin/munged
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install run test lint typecheck unit postgres prometheus chromium bench clean
+.PHONY: install run test lint typecheck unit postgres prometheus chromium slurm bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,7 +30,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) postgres prometheus chromium
+unit: $(STAMP) postgres prometheus chromium slurm
 	$(VENV)/bin/pytest -q
 
 # Installs the Debian packages $(1) without starting their system services: policy-rc.d
@@ -67,6 +68,13 @@ prometheus:
 	echo "make prometheus: installing Debian's prometheus (the traffic-source tests start their own server)"; \
 	$(call APT_INSTALL,prometheus); \
 	command -v prometheus >/dev/null && command -v promtool >/dev/null
+
+# Debian's slurmctld, slurmd, slurm-client and munge when missing (the Slurm tests start their own cluster).
+slurm:
+	@if $(SLURM_CHECK) >/dev/null 2>&1; then exit 0; fi; \
+	echo "make slurm: installing Debian's slurmctld slurmd slurm-client munge (the Slurm tests start their own cluster)"; \
+	$(call APT_INSTALL,slurmctld slurmd slurm-client munge); \
+	$(SLURM_CHECK)
 
 test: lint typecheck unit
 

@@ -11,6 +11,12 @@ this module puts them on APScheduler's clock and loops:
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
 - **retrain** nightly at ``retrain_at`` (off by default);
 - **prune** daily: plan runs older than ``prune_keep_days`` go (commits and history stay).
+- **poll** every ``slurm.poll_seconds`` when the executor's cluster reports back (Slurm):
+  completions into the job history, dead replicas restarted.
+
+Several daemons may run on one PostgreSQL database: one leads (a session-level advisory
+lock) and alone schedules these jobs; the others wait as standbys and one takes over when
+the leader's connection ends (within ``STANDBY_POLL_S``).
 
 With ``--http``, the HTTP face (:mod:`gpuplan.http`) is served from a thread of this process:
 its submits take the same plan lock as the cycle, so a submit never plans against a
@@ -33,7 +39,7 @@ from types import FrameType
 from typing import Any
 
 from gpuplan.app.prune import DEFAULT_KEEP_DAYS, prune
-from gpuplan.app.service import Service, plan_lock, recalibrate_now, run_once, utc_now
+from gpuplan.app.service import Service, leading, plan_lock, poll_once, recalibrate_now, run_once, utc_now
 from gpuplan.app.tick import retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
@@ -83,6 +89,10 @@ def prune_job() -> None:
     _job("prune", lambda s: prune(s.store, s.clock(), s.config.prune_keep_days or DEFAULT_KEEP_DAYS))
 
 
+def poll_job() -> None:
+    _job("poll", poll_once)
+
+
 def http_server(service: Service, host: str, port: int) -> Any:
     """The HTTP face on ``host:port`` over this service's warm parts (not started)."""
     from gpuplan.http.context import ApiContext
@@ -100,21 +110,18 @@ def http_server(service: Service, host: str, port: int) -> Any:
     return HttpServer(context, host, port)
 
 
-def serve(
+def _run_schedule(
     service: Service,
     db_url: str,
-    *,
-    max_seconds: float | None = None,
-    http: tuple[str, int] | None = None,
-) -> int:
-    """Schedule the jobs on ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``);
-    with ``http=(host, port)``, serve the HTTP face meanwhile."""
+    stop: threading.Event,
+    max_seconds: float | None,
+    http: tuple[str, int] | None,
+) -> None:
+    """The leader's schedule (and the HTTP face), until ``stop`` (or ``max_seconds``)."""
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    global _SERVICE  # noqa: PLW0603 - the scheduled functions find the service here
-    _SERVICE = service
     config = service.config
     scheduler = BackgroundScheduler(
         jobstores={"default": SQLAlchemyJobStore(url=db_url, tablename="apscheduler_jobs")},
@@ -159,14 +166,12 @@ def serve(
         scheduler.add_job(prune_job, "cron", hour=0, minute=17, id="prune", replace_existing=True)
     elif scheduler.get_job("prune"):
         scheduler.remove_job("prune")
-
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: finishing the job in flight, then exiting", signum)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if service.reconciler is not None:
+        scheduler.add_job(
+            poll_job, "interval", seconds=service.reconciler.poll_seconds, id="poll", replace_existing=True
+        )
+    elif scheduler.get_job("poll"):
+        scheduler.remove_job("poll")
     server = None
     try:
         if http is not None:
@@ -182,6 +187,32 @@ def serve(
         if server is not None:
             server.stop()
         scheduler.shutdown(wait=True)  # the job in flight finishes
+
+
+def serve(
+    service: Service,
+    db_url: str,
+    *,
+    max_seconds: float | None = None,
+    http: tuple[str, int] | None = None,
+) -> int:
+    """Lead (or wait as the standby until this daemon leads), then schedule the jobs on
+    ``db_url``'s job store and run until SIGTERM / Ctrl-C (or ``max_seconds``); with
+    ``http=(host, port)``, serve the HTTP face meanwhile."""
+    global _SERVICE  # noqa: PLW0603 - the scheduled functions find the service here
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the job in flight, then exiting", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with leading(service, stop) as leads:
+            if leads:
+                _SERVICE = service
+                _run_schedule(service, db_url, stop, max_seconds, http)
+    finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _SERVICE = None

@@ -537,6 +537,7 @@ def atomic_write(path: Path, what: str) -> Iterator[IO[bytes]]:
     temp_path = Path(temporary)
     try:
         with os.fdopen(handle, "wb") as stream:
+            os.fchmod(stream.fileno(), 0o666 & ~_umask())  # not mkstemp's 0600: others may read it
             yield stream
             stream.flush()
             os.fsync(stream.fileno())
@@ -547,6 +548,19 @@ def atomic_write(path: Path, what: str) -> Iterator[IO[bytes]]:
             raise InputError(what, "a writable file path", str(path), hint=_reason(error)) from None
         raise
     _fsync_directory(path.parent)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system shows it (Linux)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore at once
+    os.umask(mask)
+    return mask
 
 
 def write_bytes_atomic(path: Path, data: bytes, what: str) -> Path:

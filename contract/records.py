@@ -92,6 +92,8 @@ class Job:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     outcome: Outcome | None = None
+    #: The start the plan gave at submit: a promise the planner weighs (None: none was given).
+    promised_start: datetime | None = None
     team: str | None = None  # the submitting token's team (None: from the command line)
 
 
@@ -139,7 +141,12 @@ class Commit:
     @property
     def key(self) -> str:
         """The commit's id in an executor's records: ``<hour ISO>#<seq>``."""
-        return f"{self.hour.isoformat()}#{self.seq}"
+        return delivery_key(self.hour, self.seq)
+
+
+def delivery_key(hour: datetime, seq: int) -> str:
+    """What an executor knows a commit (``seq`` 0) or an amendment (``seq`` >= 1) by."""
+    return f"{hour.isoformat()}#{seq}"
 
 
 class DeliveryState(StrEnum):
@@ -151,14 +158,36 @@ class DeliveryState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One commit's delivery to one executor: sent until the executor acknowledges it."""
+    """One commit's or amendment's delivery to one executor: sent until the executor
+    acknowledges it."""
 
-    commit: Commit
+    item: Commit | Amendment
     executor: str
     state: DeliveryState
     attempts: int
     last_error: str | None
     acknowledged_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Amendment:
+    """Additions to an hour already committed, made later in that hour (``seq`` 1, 2, ...).
+
+    Additions only: GPUs for a job the hour's commit (or an earlier amendment) holds, or a
+    queued batch job's block. Nothing committed is moved or removed, so the hour's
+    allocation is its commit with every amendment's assignments added.
+    """
+
+    hour: datetime
+    seq: int
+    made_at: datetime
+    run_id: int | None
+    assignments: tuple[Assignment, ...]
+
+    @property
+    def key(self) -> str:
+        """The amendment's id in an executor's records: ``<hour ISO>#<seq>``, as a commit's."""
+        return delivery_key(self.hour, self.seq)
 
 
 @dataclass(frozen=True)

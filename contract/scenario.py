@@ -103,6 +103,9 @@ class BatchJob:
     duration_steps: int
     release_step: int = 0
     order: int = 0
+    #: The start step promised at submit (may be before step 0: a promise already late);
+    #: None: no promise. Weighed only when the instance's ``promise_penalty`` is above 0.
+    promise_step: int | None = None
 
     def end_step(self, start_step: int, horizon_steps: int) -> int:
         """Exclusive last step of a run starting at ``start_step``, cut at the horizon."""
@@ -164,6 +167,24 @@ class Instance:
     running_batch: Mapping[str, RunningBatch] = field(default_factory=dict)
     running_realtime: Mapping[str, RunningRealtime] = field(default_factory=dict)
     down: tuple[DownWindow, ...] = ()
+    #: Per GPU-step of delay past a promised start, times the job's priority (0: promises
+    #: weigh nothing, and the objective is the contract's).
+    promise_penalty: float = 0.0
+
+    @cached_property
+    def has_promises(self) -> bool:
+        return self.promise_penalty > 0 and any(job.promise_step is not None for job in self.queued_jobs)
+
+    def promise_cost(self, job: BatchJob, start_step: int | None) -> float:
+        """What starting ``job`` at ``start_step`` (None: not in the horizon) costs its promise.
+
+        ``promise_penalty x priority x gpus`` per step of delay past the promised step; a
+        job left out of the horizon is charged as if it started at the horizon's end.
+        """
+        if job.promise_step is None or not self.promise_penalty:
+            return 0.0
+        begin = self.horizon_steps if start_step is None else start_step
+        return self.promise_penalty * job.priority * job.gpus * max(0, begin - job.promise_step)
 
     @cached_property
     def weights(self) -> tuple[float, ...]:

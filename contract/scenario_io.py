@@ -33,11 +33,12 @@ TOP_KEYS = {
     "step_minutes",
     "decay",
     "rt_penalty",
+    "promise_penalty",
     "jobs",
     "running",
     "down",
 }
-BATCH_KEYS = {"id", "kind", "priority", "gpus", "duration", "release", "order"}
+BATCH_KEYS = {"id", "kind", "priority", "gpus", "duration", "release", "order", "promise"}
 REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap"}
 RUNNING_KEYS = {"id", "gpus", "remaining"}
 DOWN_KEYS = {"gpu", "start", "end"}
@@ -60,6 +61,8 @@ MAX_JOBS = 10_000
 #: far inside CP-SAT's 64-bit arithmetic.
 MAX_PRIORITY = 1e6
 MAX_RT_PENALTY = 1e3
+#: Per GPU-step of delay past a promise, times priority: bounded like the penalty ratio.
+MAX_PROMISE_PENALTY = 1e3
 
 
 def load_scenario(path: Path) -> Instance:
@@ -145,6 +148,9 @@ def parse_scenario(
     rt_penalty = r.number(top.get("rt_penalty", 8.0), "rt_penalty")
     if not 0 <= rt_penalty <= MAX_RT_PENALTY:
         raise r.fail("rt_penalty", f"a number in [0, {MAX_RT_PENALTY:g}]", rt_penalty)
+    promise_penalty = r.number(top.get("promise_penalty", 0.0), "promise_penalty")
+    if not 0 <= promise_penalty <= MAX_PROMISE_PENALTY:
+        raise r.fail("promise_penalty", f"a number in [0, {MAX_PROMISE_PENALTY:g}]", promise_penalty)
 
     batch_jobs: list[BatchJob] = []
     realtime_jobs: list[RealtimeJob] = []
@@ -192,6 +198,9 @@ def parse_scenario(
                     duration_steps=r.integer(job_map["duration"], f"{field}.duration", minimum=1),
                     release_step=r.integer(job_map.get("release", 0), f"{field}.release", minimum=0),
                     order=r.integer(job_map.get("order", index), f"{field}.order"),
+                    promise_step=None
+                    if job_map.get("promise") is None
+                    else r.integer(job_map["promise"], f"{field}.promise", minimum=-MAX_HORIZON_STEPS),
                 )
             )
         else:
@@ -233,6 +242,7 @@ def parse_scenario(
         step_minutes=step_minutes,
         decay=decay,
         rt_penalty=rt_penalty,
+        promise_penalty=promise_penalty,
         batch_jobs=tuple(batch_jobs),
         realtime_jobs=tuple(realtime_jobs),
         running_batch=running_batch,

@@ -26,7 +26,16 @@ import numpy as np
 
 from contract.errors import InputError
 from forecasting.quantiles import conformal_quantile
-from forecasting.realtime import HOURS_PER_DAY, HOURS_PER_WEEK, FloatArray, HourArray, ProfileForecast
+from forecasting.realtime import (
+    HOURS_PER_DAY,
+    HOURS_PER_WEEK,
+    FloatArray,
+    HourArray,
+    ProfileForecast,
+    same_hour_median,
+)
+
+__all__ = ["BaselineForecaster", "SeasonalBaseline", "mstl_ets", "same_hour_median", "seasonal_naive"]
 
 #: The history the baselines look back over: four weeks.
 LOOKBACK_HOURS = 4 * HOURS_PER_WEEK
@@ -47,20 +56,6 @@ def seasonal_naive(requests: FloatArray, period: int, horizon: int) -> FloatArra
     start = requests.size - period
     forecast: FloatArray = requests[start + np.arange(horizon) % period]
     return forecast
-
-
-def same_hour_median(requests: FloatArray, horizon: int, weeks: int = 4) -> FloatArray:
-    """Median of the same hour of the week over the last ``weeks`` weeks there are."""
-    available = min(weeks, requests.size // HOURS_PER_WEEK)
-    if available == 0:
-        return seasonal_naive(requests, HOURS_PER_DAY, horizon)
-    ahead = np.arange(horizon)
-    # Whole weeks back from each forecast hour, starting with the first one observed.
-    first_back = ahead // HOURS_PER_WEEK + 1
-    back = first_back[None, :] + np.arange(available)[:, None]
-    index = requests.size + ahead[None, :] - HOURS_PER_WEEK * back
-    median: FloatArray = np.median(requests[np.clip(index, 0, None)], axis=0)
-    return median
 
 
 def _in_sample_errors(requests: FloatArray, kind: SeasonalBaseline) -> FloatArray:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from contract.errors import InputError, StoreError
 from contract.files import describe_os_error
+from gpuplan.app.slurm.client import SlurmError
 from gpuplan.options import FIELD_FLAGS
 
 # command name -> (module, one-line help)
@@ -62,9 +64,29 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: The exit code of a command stopped by Ctrl-C: the shell's 128 + SIGINT.
+EXIT_INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in arguments if not a.startswith("-")), None)
+    name = f"gpuplan {chosen}" if chosen in COMMANDS else "gpuplan"
+    try:
+        return _run(arguments, chosen, name)
+    except KeyboardInterrupt:
+        # Ctrl-C is the user's choice, not a bug: one line, no traceback. Every file is
+        # written all-or-nothing and every database change in one transaction, so nothing
+        # is left half-written.
+        print(f"{name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader closed our stdout (`gpuplan report ... | head -1`): it has what it wanted.
+        _silence_stdout()
+        return 0
+
+
+def _run(arguments: list[str], chosen: str | None, name: str) -> int:
     parser = build_parser(chosen if chosen in COMMANDS else None)
     args = parser.parse_args(arguments)
     logging.basicConfig(
@@ -78,13 +100,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags = FIELD_FLAGS | getattr(command_module, "FLAGS", {})
     try:
         code: int = args.run(args)
+        sys.stdout.flush()  # a closed stdout shows here, while the answer above still applies
+    except BrokenPipeError:
+        raise
     except InputError as error:
-        print(f"gpuplan {args.command}: error: {error.renamed(flags)}", file=sys.stderr)
+        print(f"{name}: error: {error.renamed(flags)}", file=sys.stderr)
         return 2
     except OSError as error:
-        print(f"gpuplan {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
+        print(f"{name}: error: {describe_os_error(error)}", file=sys.stderr)
         return 2
-    except StoreError as error:  # the database is unreachable, busy or refused: say so, exit 1
-        print(f"gpuplan {args.command}: error: {error}", file=sys.stderr)
+    except (StoreError, SlurmError) as error:  # the database or Slurm is unreachable or refused: exit 1
+        print(f"{name}: error: {error}", file=sys.stderr)
         return 1
     return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush finds no broken pipe."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's buffer)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)

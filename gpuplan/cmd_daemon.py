@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from gpuplan.app.config import demo_config, load_config
+    from gpuplan.app.seed import check_traffic
     from gpuplan.app.service import run_once, start_service
 
     if args.at is not None and not args.once:
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.models is not None:
         config = replace(config, models_dir=args.models)
     now = at_of(args)
+    check_traffic(config)  # the whole config is checked before the database is touched
     store = open_db(args, create=True)
     try:
         service = start_service(

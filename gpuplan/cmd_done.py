@@ -5,30 +5,27 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpuplan.app.jobs import OUTCOMES
 from gpuplan.options import add_at, add_db, at_of, open_db
 
-OUTCOMES = {"ok": "completed", "failed": "failed", "cancelled": "cancelled"}
-
-
 #: The finish use case's fields under this command's names.
-FLAGS = {"job_id": "JOB_ID"}
+FLAGS = {"job_id": "JOB_ID", "outcome": "--outcome"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", metavar="JOB_ID")
     add_db(parser)
     add_at(parser, "when it ended")
-    parser.add_argument("--outcome", choices=sorted(OUTCOMES), default="ok")
+    parser.add_argument("--outcome", choices=list(OUTCOMES), default="ok")
 
 
 def run(args: argparse.Namespace) -> int:
-    from contract.records import Outcome
     from gpuplan.app.jobs import finish
 
     at = at_of(args)
     store = open_db(args)
     try:
-        job = finish(store, args.job, at, Outcome(OUTCOMES[args.outcome]))
+        job = finish(store, args.job, at, OUTCOMES[args.outcome])
     finally:
         store.close()
     sys.stdout.write(f"{job.id}: {job.state.value} at {at.isoformat()} ({args.outcome})\n")

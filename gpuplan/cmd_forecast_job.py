@@ -1,9 +1,11 @@
 """``gpuplan forecast job``: one batch job's GPUs and hours (P50, P90), or the schema.
 
-The spec (YAML or JSON) holds ``kind`` (training or quantization) and the feature
-values by name. The estimators are read from ``--models`` (default ./models); when none
-is there the command stops and says to run ``gpuplan train`` rather than training
-silently: a forecast should come from a model whose provenance the user chose.
+The spec (YAML or JSON) is the one ``gpuplan submit`` takes: ``kind`` (training or
+quantization), the feature values by name, and optionally the queue's ``id`` and
+``priority`` (checked, not used here). The estimators are read from ``--models``
+(default ./models); when none is there the command stops and says to run ``gpuplan
+train`` rather than training silently: a forecast should come from a model whose
+provenance the user chose.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from contract.errors import InputError
+    from contract.files import read_mapping
     from features.job_features import SCHEMAS
-    from gpuplan.app.jobspec import read_job_spec
+    from gpuplan.app.forecasters import kind_and_features
+    from gpuplan.app.jobs import check_spec
+    from gpuplan.app.jobspec import parse_job_spec
     from gpuplan.app.models import load_job_estimator
 
     if args.schema:
@@ -47,9 +52,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.spec is None:
         raise InputError("JOB", "a job spec path (or --schema)", None)
-    kind, features = read_job_spec(args.spec)
+    # The spec `submit` takes: the forecast reads its kind and features, and its queue keys
+    # (id, priority, gpus, hours) are checked as `submit` checks them.
+    source = str(args.spec)
+    document = read_mapping(args.spec, "JOB", expected="a mapping of feature names to values")
+    kind, features = parse_job_spec(kind_and_features(document), source=source)
+    check_spec(document, source=source, default_id=args.spec.stem)
     estimator = load_job_estimator(args.models, kind)
-    forecast = estimator.forecast_spec(features, source=str(args.spec))
+    forecast = estimator.forecast_spec(features, source=source)
     if args.json:
         _say(json.dumps(forecast.to_json()))
         return 0

@@ -51,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from datetime import UTC
+
     from contract.errors import InputError
     from contract.scenario_io import MAX_CLUSTER_GPUS
     from features.traffic import MAX_REQUESTS_PER_HOUR, forecast_caveats, load_traffic, parse_hour
@@ -85,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     gpus = gpu_curve(forecast.p90, capacity)[: args.hours]
     rows = [
         {
-            "hour": str(hour.astype("datetime64[s]").item().isoformat()),
+            "hour": hour.astype("datetime64[s]").item().replace(tzinfo=UTC).isoformat(),
             "p50": round(float(p50), 3),
             "p90": round(float(p90), 3),
             "gpus": int(count),
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         f"requests_per_gpu_hour={requests_per_gpu_hour:g}, headroom={args.headroom:g}, "
         f"swap_cap={args.swap_cap}"
     )
-    _say(f"{'hour':20s} {'p50':>12s} {'p90':>12s} {'gpus':>5s}")
+    _say(f"{'hour':25s} {'p50':>12s} {'p90':>12s} {'gpus':>5s}")
     for row in rows:
-        _say(f"{row['hour']:20s} {row['p50']:12.1f} {row['p90']:12.1f} {row['gpus']:5d}")
+        _say(f"{row['hour']:25s} {row['p50']:12.1f} {row['p90']:12.1f} {row['gpus']:5d}")
     return 0

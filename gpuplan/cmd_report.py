@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from gpuplan.options import add_db, as_flags, print_json
-from gpuplan.table import cell_text, row_records, rows_table, write_rows_csv
+from gpuplan.table import cell_text, count_of, row_records, rows_table, write_rows_csv
 
 if TYPE_CHECKING:
     from contract.records import PlanRun
@@ -262,14 +262,18 @@ def _commits(args: argparse.Namespace) -> int:
     from gpuplan.app.report_inputs import commits_inputs
     from gpuplan.app.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
 
-    commits, cluster, apps = commits_inputs(args.db, args.since, cluster=bool(args.png), team=args.team)
-    rows = commit_rows(commits)
+    commits, amendments, cluster, apps = commits_inputs(
+        args.db, args.since, cluster=bool(args.png), team=args.team
+    )
+    rows = commit_rows(commits, amendments)
     first, last = commits[0].hour, commits[-1].hour
+    amended = f", {count_of(len(amendments), 'amendment')}" if amendments else ""
+    span = f"from {cell_text(first)} to {cell_text(last)}"
     _emit(
         CommitRow,
         rows,
         args,
-        title=f"{len(commits)} committed hours from {cell_text(first)} to {cell_text(last)}",
+        title=f"{count_of(len(commits), 'committed hour')} {span}{amended}",
         empty="no job was committed in these hours",
         footer=[],
     )

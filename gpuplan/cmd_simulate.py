@@ -64,6 +64,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOURS",
         help="run the daemon's full-mode review every HOURS hours before the cycle (fast only; default off)",
     )
+    parser.add_argument(
+        "--no-amend",
+        action="store_true",
+        help="cycles within a committed hour do not amend it (fast; default: they add real-time "
+        "GPUs for a surge seen so far and batch starts on idle GPUs)",
+    )
+    parser.add_argument(
+        "--promise-penalty",
+        type=float,
+        default=None,
+        metavar="P",
+        help="weight of the start promised at submit, per GPU-hour late times priority "
+        "(default 0.5; 0: promises weigh nothing)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the drawn workload (default 0)")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.add_argument("--png", type=Path, default=None, metavar="DIR", help="directory for the plots")
@@ -98,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from gpuplan.app.config import PlanWith
+    from gpuplan.app.config import PROMISE_PENALTY, PlanWith
     from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
 
     _check_options(args)
@@ -107,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         plan_with=PlanWith(args.plan_with),
         cycle_minutes=args.cycle_minutes,
         review_every_hours=args.review_every,
+        amend=not args.no_amend,
+        promise_penalty=PROMISE_PENALTY if args.promise_penalty is None else args.promise_penalty,
     )
     with tempfile.TemporaryDirectory(prefix="gpuplan-simulate-") as work:
         setup = prepare(
@@ -137,7 +153,8 @@ def _print(report: SimulationReport) -> None:
     _say(
         f"{setup.cluster.gpus} GPUs, {setup.hours // 24} simulated days, plans with "
         f"{report.options.plan_with.value.upper()} job durations, a cycle every "
-        f"{report.options.cycle_minutes} min"
+        f"{report.options.cycle_minutes} min; amendments {'on' if report.options.amend else 'off'}, "
+        f"promise penalty {report.options.promise_penalty:g}"
     )
     apps = ", ".join(
         f"{s.app.id} (swap cap {s.app.swap_cap}, {s.history_hours} h of history)" for s in setup.series
@@ -154,7 +171,11 @@ def _print(report: SimulationReport) -> None:
         "value",
         "rt served",
         "rt unmet GPU-h",
+        "worst h",
         "rt idle GPU-h",
+        "amend/day",
+        "promise kept",
+        "delay p50/p90 h",
         "rt moves",
         "wait p50/p99 h",
         *(f"{kind} wait p50/p99 h" for kind in kind_names),
@@ -172,7 +193,11 @@ def _print(report: SimulationReport) -> None:
                 f"{m.value:,.0f}",
                 f"{m.rt_served:.2%}",
                 f"{m.rt_unmet_gpu_hours:,.0f}",
+                f"{m.rt_unmet_gpu_hours_worst_hour:,.1f}",
                 f"{m.rt_idle_gpu_hours:,.0f}",
+                f"{m.amendments_per_day:.1f}",
+                f"{m.promise_kept:.1%} of {m.promised}",
+                f"{m.promise_delay_h_p50:.1f} / {m.promise_delay_h_p90:.1f}",
                 m.rt_moves,
                 f"{m.wait_p50_h:.1f} / {m.wait_p99_h:.1f}",
                 *(f"{p50:.1f} / {p99:.1f}" for p50, p99 in by_kind),
@@ -198,6 +223,7 @@ def _plot(report: SimulationReport, directory: Path) -> None:
 
     from gpuplan.app.simulate import busiest_day_grid, hourly
     from gpuplan.render import draw_grid, job_colours, legend_handles
+    from gpuplan.table import count_of
 
     setup = report.setup
     suffix = report.options.plan_with.value
@@ -215,7 +241,8 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     ax.set_ylabel(f"GPUs busy / GPUs ({SMOOTH_HOURS} h mean)")
     ax.set_ylim(0, 1.02)
     ax.set_title(
-        f"utilization over the week ({setup.cluster.gpus} GPUs, plans with {suffix.upper()} durations)"
+        f"utilization over {count_of(setup.hours // 24, 'day')} ({setup.cluster.gpus} GPUs, "
+        f"plans with {suffix.upper()} durations)"
     )
     ax.legend(loc="lower right")
     figure.tight_layout()

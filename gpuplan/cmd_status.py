@@ -31,15 +31,21 @@ def run(args: argparse.Namespace) -> int:
     say(f"status at {now.at.isoformat()}\n\nrunning:\n")
     say(
         format_table(
-            ["job", "gpus", "since"], [[r["job"], gpu_ranges(r["gpus"]), r["since"]] for r in now.running]
+            ["job", "kind", "gpus", "since"],
+            [[r["job"], r["kind"], gpu_ranges(r["gpus"]), r["since"]] for r in now.running],
         )
         + "\n"
     )
     say("\nqueue:\n")
     say(
-        format_table(["job", "planned_start"], [[q["job"], q["planned_start"] or "-"] for q in now.queue])
+        format_table(
+            ["job", "planned_start", "reason"],
+            [[q["job"], q["planned_start"] or "-", q["reason"] or ""] for q in now.queue],
+        )
         + "\n"
     )
     last = now.last_run
     say("\nlast run: " + ("none" if last is None else " ".join(f"{k}={v}" for k, v in last.items())) + "\n")
+    if now.leader is not None:
+        say(f"leader: {now.leader['host']} pid {now.leader['pid']}\n")
     return 0

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.as_dict())
         return 0
-    where = "does not fit in the next 24 hours"
+    where = f"no start in the plan: {result.reason}"
     if result.planned_start is not None and result.first_gpu is not None:
         last_gpu = result.first_gpu + result.gpus - 1
         where = f"planned at {result.planned_start.isoformat()} on GPUs {result.first_gpu}-{last_gpu}"

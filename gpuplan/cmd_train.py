@@ -66,10 +66,10 @@ def _table(title: str, rows: list[dict[str, object]]) -> str:
 
 
 def _stored_history(url: str) -> pd.DataFrame:
-    from storage.factory import open_store
+    from gpuplan.app.report_inputs import open_existing_store
     from training_data.history import validate_history
 
-    store = open_store(url)
+    store = open_existing_store(url)  # only the daemon creates a database
     try:
         frame = store.history()
     finally:
@@ -117,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     # Checked again by the retrain itself; here before the history is even read.
     check_writable_dir(args.models, MODELS_OPTION)
     history_path = args.history if args.history is not None else bundled_history_path()
+    # A stored history is read before the bar starts: a mistyped --db says so at once.
+    stored = _stored_history(args.db) if args.db is not None else None
     steps = tqdm(total=RETRAIN_STEPS, desc="train", unit="step", file=sys.stderr, leave=False)
     with steps:
 
@@ -124,8 +126,8 @@ def run(args: argparse.Namespace) -> int:
             steps.set_postfix_str(step)
             steps.update()
 
-        if args.db is not None:
-            history, source = _stored_history(args.db), "the job history in --db"
+        if stored is not None:
+            history, source = stored, "the job history in --db"
         else:
             history, source = load_history(history_path), str(history_path)
         progress("history read")

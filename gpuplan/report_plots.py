@@ -29,6 +29,7 @@ from gpuplan.app.reports import (
     UtilizationReport,
 )
 from gpuplan.render import draw_grid, job_colours, legend_handles
+from gpuplan.table import count_of
 
 KIND_COLOURS = {
     "training": "tab:blue",
@@ -199,7 +200,7 @@ def draw_coverage(
             ax.axvspan(x, x + width, color=colour, alpha=0.18, lw=0)
         reasons = sorted({r.reason.value for r in shortfall})
         ax.set_title(
-            f"{app}: {len(shortfall)} short hours at P{round(report.quantile * 100)}"
+            f"{app}: {count_of(len(shortfall), 'short hour')} at P{round(report.quantile * 100)}"
             + (f" ({', '.join(reasons)})" if reasons else ""),
             fontsize=9,
         )

@@ -147,3 +147,8 @@ def gpu_ranges(gpus: Sequence[int]) -> str:
         else:
             runs.append([gpu, gpu])
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def count_of(count: int, noun: str) -> str:
+    """``1 short hour``, ``2 short hours``: a count with its noun in the right number."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"

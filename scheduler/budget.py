@@ -75,6 +75,15 @@ class Budget:
         budget.deadline = math.inf
         return budget
 
+    @property
+    def work_only(self) -> bool:
+        """No wall-clock deadline: the budget counts estimated work alone."""
+        return math.isinf(self.deadline)
+
+    def sibling(self, budget_ms: float, *, started: float | None = None) -> Budget:
+        """A budget of ``budget_ms`` of the same kind: work-only, or with a deadline from ``started``."""
+        return Budget.of_work(budget_ms) if self.work_only else Budget(budget_ms, started=started)
+
     def charge(self, units: float) -> None:
         self.spent += units
 

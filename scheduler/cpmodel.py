@@ -230,8 +230,15 @@ def build_model(
     for key, option in v.options.items():
         job = option.job
         terms.append(v.place[key])
-        coefficients.append(scaled(job.priority * job.gpus * sum(weights[option.start : option.end])))
+        # A promise: placing the job here saves what leaving it out costs, less its delay's cost.
+        promise = instance.promise_cost(job, None) - instance.promise_cost(job, option.start)
+        coefficients.append(
+            scaled(job.priority * job.gpus * sum(weights[option.start : option.end]) + promise)
+        )
     constant = 0.0  # what stays fixed, and the penalty if nothing in the window were served
+    for job in instance.queued_jobs:
+        placed = fixed_batch.get(job.id)
+        constant -= instance.promise_cost(job, None if placed is None else placed.start_step)
     for running_job in instance.running_batch.values():
         steps = min(running_job.remaining_steps, horizon)
         constant += jobs[running_job.job_id].priority * running_job.gpus * sum(weights[:steps])

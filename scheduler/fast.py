@@ -714,6 +714,12 @@ def _job_orders(instance: Instance) -> list[list[BatchJob]]:
         # widest first (first-fit decreasing): keeps room for the blocks hardest to place
         lambda j: (-j.gpus, -j.priority, -j.duration_steps, j.order),
     ]
+    if instance.has_promises:
+        # promised jobs first, in the order of their promises: each keeps its start if it can
+        keys.insert(
+            0,
+            lambda j: (j.promise_step is None, j.promise_step or 0, -j.priority, j.order),
+        )
     orders: list[list[BatchJob]] = []
     for key in keys:
         order = sorted(instance.queued_jobs, key=key)
@@ -735,6 +741,7 @@ def _worth_at_earliest(instance: Instance) -> dict[str, float]:
 
 
 def batch_value(instance: Instance, placements: Mapping[str, Placement]) -> float:
+    """The placed jobs' value, less what delays past promises cost (the jobs left out included)."""
     weights = instance.weights
     jobs = instance.jobs_by_id
     total = 0.0
@@ -743,6 +750,10 @@ def batch_value(instance: Instance, placements: Mapping[str, Placement]) -> floa
         assert isinstance(job, BatchJob)
         end = job.end_step(placement.start_step, instance.horizon_steps)
         total += job.priority * job.gpus * sum(weights[placement.start_step : end])
+    if instance.has_promises:
+        for job in instance.queued_jobs:
+            placed = placements.get(job.id)
+            total -= instance.promise_cost(job, None if placed is None else placed.start_step)
     return total
 
 

@@ -16,12 +16,15 @@ more, or the same with fewer real-time moves.
 The search ends at the budget, when the whole grid is solved to optimality, or when it
 improves nothing. Each window's CP-SAT call runs on one worker with a deterministic-time
 limit, so the same plan and budget repeat the same steps wherever the wall clock does
-not cut in.
+not cut in. A work-only budget (:meth:`~scheduler.budget.Budget.of_work`) has no wall
+clock at all: its share of work is spent in CP-SAT's deterministic seconds, the whole
+grid's last window included, so the search repeats on any machine, however busy.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -86,18 +89,20 @@ def improve(
     best, best_objective = allocation, objective(instance, allocation)
     whole = Window.whole(instance)
     windows = improvements = 0
+    # A work-only budget is spent in CP-SAT's deterministic seconds, never in wall time.
+    work_left_s = budget.units / 1e6 if budget.work_only else math.inf
     stages = _stages(instance)
     stage = 0
     while stage < len(stages):
         improved = False
         for window in _worst_first(instance, best, _windows(instance, *stages[stage])):
-            left_s = budget.remaining_s() - FINISH_RESERVE_S
+            left_s = min(budget.remaining_s() - FINISH_RESERVE_S, work_left_s)
             if left_s < MIN_STEP_S:
                 return best, LnsReport(windows, improvements, proven_optimal=False)
             model = cp_model.CpModel()
             # The whole grid is the last resort: it gets all the time that is left.
             share = 1.0 if window == whole else STEP_WALL_SHARE
-            step_deadline = time.perf_counter() + share * left_s
+            step_deadline = math.inf if budget.work_only else time.perf_counter() + share * left_s
             try:
                 v, _ = build_model(model, instance, window, best, deadline=step_deadline)
             except BuildTimeoutError:
@@ -110,11 +115,15 @@ def improve(
             solver.parameters.num_workers = 1
             solver.parameters.random_seed = seed
             if window != whole:
-                solver.parameters.max_deterministic_time = STEP_DETERMINISTIC_TIME
+                solver.parameters.max_deterministic_time = min(STEP_DETERMINISTIC_TIME, work_left_s)
+            elif budget.work_only:
+                solver.parameters.max_deterministic_time = work_left_s
             for name, value in WINDOW_PARAMETERS.items():
                 setattr(solver.parameters, name, value)
-            solver.parameters.max_time_in_seconds = max(0.001, step_deadline - time.perf_counter())
+            if not budget.work_only:
+                solver.parameters.max_time_in_seconds = max(0.001, step_deadline - time.perf_counter())
             status = solver.solve(model)
+            work_left_s -= solver.deterministic_time
             windows += 1
             log.debug("window %s: %s", window, solver.status_name(status))
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

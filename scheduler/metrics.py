@@ -21,14 +21,21 @@ class Metrics:
     #: Real-time GPU moves: the sum over services and steps of |A(t) symmetric-difference A(t-1)|
     #: (t >= 1, and t = 0 against a running set), each a replica stopped or started.
     rt_moves: int = 0
+    #: What delays past promised starts cost; None for a scenario without promises (the
+    #: contract's scoring, whose plan files then carry no such key).
+    promise_cost: float | None = None
 
     def as_dict(self) -> dict[str, float | int]:
-        return asdict(self)
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
 
 def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
     """utilization, value, penalty, objective, rt_coverage, completed, unscheduled (CONTRACT.md),
-    and rt_moves."""
+    and rt_moves.
+
+    With promises (``instance.has_promises``) the objective also subtracts what the
+    delays past them cost (``Instance.promise_cost``), reported as ``promise_cost``.
+    """
     horizon = instance.horizon_steps
     weights = instance.weights
     batch = {job.id: job for job in instance.batch_jobs}
@@ -72,15 +79,19 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
         else:
             unscheduled += 1
     usable = instance.usable_cells
+    promise_cost = None
+    if instance.has_promises:
+        promise_cost = sum(instance.promise_cost(job, first_step.get(job.id)) for job in instance.queued_jobs)
     return Metrics(
         utilization=(batch_cells + served_cells) / usable if usable else 0.0,
         value=value,
         penalty=penalty,
-        objective=value - penalty,
+        objective=value - penalty - (promise_cost or 0.0),
         rt_coverage=served_cells / demand_cells if demand_cells else 1.0,
         completed=completed,
         unscheduled=unscheduled,
         rt_moves=moves(instance, held_sets),
+        promise_cost=promise_cost,
     )
 
 

@@ -112,8 +112,10 @@ class SolveOptions:
     workers: int = 2
     seed: int = 0
     budget_ms: float = HOT_PATH_BUDGET_MS
-    #: False: the fast mode's budget counts estimated work only, with no wall-clock backstop,
-    #: so a plan does not depend on how busy the machine is (simulations, experiments).
+    #: False: budgets count work only, with no wall-clock backstop, so a plan does not depend
+    #: on how busy the machine is (simulations, tests, experiments): the fast mode's budget is
+    #: estimated work and CP-SAT deterministic time, the full mode's ``time_limit_s`` is CP-SAT
+    #: deterministic time (repeatable with ``workers=1``).
     wall_clock: bool = True
     #: The fast mode's CP-SAT window search (budgets from ``scheduler.lns.MIN_BUDGET_MS`` on). False:
     #: the heuristic alone. Loading CP-SAT takes about a second: a caller with a tight budget calls

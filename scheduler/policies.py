@@ -97,7 +97,7 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
     budget = Budget(options.budget_ms) if options.wall_clock else Budget.of_work(options.budget_ms)
     if options.budget_ms < lns.MIN_BUDGET_MS or not options.cp_sat:
         return Solution(fast.allocate(instance, budget))
-    heuristic = Budget(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
+    heuristic = budget.sibling(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
     start = fast.allocate_at_least_hot_path(instance, heuristic)
     allocation, report = lns.improve(instance, start, budget, options.seed)
     settled = churn.settle(instance, allocation)
@@ -105,7 +105,13 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
 
 
 def _full(instance: Instance, options: SolveOptions) -> Solution:
-    return full.solve(instance, time_limit_s=options.time_limit_s, workers=options.workers, seed=options.seed)
+    return full.solve(
+        instance,
+        time_limit_s=options.time_limit_s,
+        workers=options.workers,
+        seed=options.seed,
+        wall_clock=options.wall_clock,
+    )
 
 
 POLICIES: dict[PolicyName, PolicyFn] = {

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from contract.records import (
+    Amendment,
     ApiToken,
     App,
     Cluster,
@@ -65,6 +66,21 @@ class Store(abc.ABC):
         process killed with -9 does not hold it forever.
         """
 
+    @abc.abstractmethod
+    def leadership(self, owner: str) -> AbstractContextManager[bool]:
+        """Try to become the one daemon that plans and acts, and stay it while the context is
+        open; yields False when another leads.
+
+        PostgreSQL: a session-level advisory lock on a connection of its own, which the server
+        frees when that connection ends, however the process ends; ``owner`` is recorded for
+        :meth:`leader`. SQLite: always True (daemons on one file share the work, one cycle at
+        a time under :meth:`cycle_lock`).
+        """
+
+    @abc.abstractmethod
+    def leader(self) -> str | None:
+        """The ``owner`` of the leading daemon, while one leads (always None on SQLite)."""
+
     # -- cluster and apps ----------------------------------------------------------------
     @abc.abstractmethod
     def cluster(self) -> Cluster | None: ...
@@ -104,7 +120,16 @@ class Store(abc.ABC):
         """Jobs in the given states (all when None), in submission order."""
 
     @abc.abstractmethod
+    def set_promise(self, job_id: str, promised_start: datetime) -> None:
+        """Keep ``promised_start`` (an hour) as the job's promise; a job keeps its first promise."""
+
+    @abc.abstractmethod
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...
+
+    @abc.abstractmethod
+    def requeue_job(self, job_id: str) -> Job:
+        """A running job back to the queue, holding no GPUs (it did not start where it was
+        committed); ``InputError`` for a job that is not running."""
 
     @abc.abstractmethod
     def finish_job(
@@ -173,6 +198,21 @@ class Store(abc.ABC):
         """The latest commit with ``hour < before`` (any when None)."""
 
     @abc.abstractmethod
+    def record_amendment(self, amendment: Amendment, *, deliver_to: str | None = None) -> Amendment:
+        """Store additions to a committed hour as its next amendment, one transaction.
+
+        ``amendment.seq`` is ignored: the store numbers the hour's amendments 1, 2, ...
+        The queued jobs it places move to running, started at ``made_at``, and, with
+        ``deliver_to``, its delivery to that executor is put in the outbox, pending, after
+        the hour's commit. An hour with no commit is refused. Legality against the hour is
+        the caller's (``gpuplan.app.amend``).
+        """
+
+    @abc.abstractmethod
+    def amendments(self, since: datetime | None = None, until: datetime | None = None) -> list[Amendment]:
+        """Amendments of the hours ``since <= hour < until``, by hour then ``seq``."""
+
+    @abc.abstractmethod
     def prune_runs(self, before: datetime) -> int:
         """Delete the runs created before ``before`` with their forecasts; returns how many.
 
@@ -182,11 +222,11 @@ class Store(abc.ABC):
     # -- the outbox: deliveries of commits to executors ----------------------------------
     @abc.abstractmethod
     def pending_deliveries(self, executor: str) -> list[Delivery]:
-        """The commits ``executor`` has not acknowledged yet, oldest first."""
+        """The commits and amendments ``executor`` has not acknowledged yet, by hour and seq."""
 
     @abc.abstractmethod
     def deliveries(self, since: datetime | None = None) -> list[Delivery]:
-        """Every delivery of commits from hour ``since`` on, by hour, seq and executor."""
+        """Every delivery of commits and amendments from hour ``since`` on, by hour, seq and executor."""
 
     @abc.abstractmethod
     def record_delivery(

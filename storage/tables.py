@@ -42,7 +42,7 @@ NAMING_CONVENTION = {
 
 # The newest migration in storage/migrations/versions (a test keeps the two equal): a
 # database already there opens without loading Alembic, which every command would pay for.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 ID_LENGTH = 200  # job and app ids; the scenario format puts no limit, a column must
 
 
@@ -155,6 +155,7 @@ class JobRow(Base):
     ended_at: Mapped[datetime | None]
     outcome: Mapped[Outcome | None] = mapped_column(_enum(Outcome))
     team: Mapped[str | None] = mapped_column(String(64), index=True)
+    promised_start: Mapped[datetime | None]
 
 
 class HistoryRow(Base):
@@ -243,6 +244,19 @@ class CommitAssignmentRow(Base):
     hour: Mapped[datetime] = mapped_column(ForeignKey("commits.hour", ondelete="CASCADE"), primary_key=True)
     job: Mapped[str] = mapped_column(primary_key=True)
     gpus: Mapped[list[int]] = mapped_column(JSON)
+
+
+class AmendmentRow(Base):
+    """Additions to a committed hour, numbered within the hour (``seq`` 1, 2, ...)."""
+
+    __tablename__ = "commit_amendments"
+
+    hour: Mapped[datetime] = mapped_column(ForeignKey("commits.hour", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("plan_runs.id", ondelete="SET NULL"), index=True)
+    created_at: Mapped[datetime]
+    #: ``[{"job": id, "gpus": [ids]}, ...]``: the additions.
+    assignments: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
 
 
 class DeliveryRow(Base):

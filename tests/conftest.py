@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.leaks import open_files
 from tests.pg import PgServer
+from tests.slurm import SlurmServer
 
 # CI runs the contract's 500 examples per property; locally set HYPOTHESIS_PROFILE=dev for speed.
 settings.register_profile(
@@ -63,3 +64,58 @@ def db_url(request: pytest.FixtureRequest) -> str:
     """The URL of an empty database on each back end in turn."""
     url: str = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
     return url
+
+
+# --- a machine that crawls: every look at the clock finds a second gone -----------------
+
+
+class CrawlingClock:
+    """A stand-in for the ``time`` module whose ``perf_counter`` jumps a second per call:
+    what a budget sees on a machine busy enough to starve it."""
+
+    def __init__(self) -> None:
+        import time
+
+        self._real = time
+        self._ticks = 0
+
+    def perf_counter(self) -> float:
+        self._ticks += 1
+        return self._real.perf_counter() + self._ticks
+
+
+@pytest.fixture
+def crawl(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``crawl(module, ...)``: those modules' ``time`` becomes a :class:`CrawlingClock`."""
+
+    def slow_down(*modules: object) -> None:
+        clock = CrawlingClock()
+        for module in modules:
+            monkeypatch.setattr(module, "time", clock)
+
+    return slow_down
+
+
+# --- Slurm: one cluster (two nodes of 8 fake GPUs) per session, reset after each test ----------
+
+
+@pytest.fixture(scope="session")
+def slurm_server() -> Iterator[SlurmServer]:
+    """munged, slurmctld and two slurmd on loopback (tests/slurm.py), stopped by PID at the end."""
+    server = SlurmServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def slurm(slurm_server: SlurmServer) -> Iterator[SlurmServer]:
+    """The session's cluster with no job, no reservation and every node idle, before and after."""
+    if slurm_server.controller is None or slurm_server.controller.poll() is not None:
+        slurm_server.start_controller()  # a test stopped it
+    slurm_server.reset()
+    yield slurm_server
+    if slurm_server.controller is None or slurm_server.controller.poll() is not None:
+        slurm_server.start_controller()
+    slurm_server.reset()

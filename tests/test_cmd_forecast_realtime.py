@@ -38,7 +38,7 @@ def test_json_lists_one_row_per_hour(capsys: pytest.CaptureFixture[str]) -> None
     )
     assert code == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [row["hour"] for row in rows][:2] == ["2024-12-02T00:00:00", "2024-12-02T01:00:00"]
+    assert [row["hour"] for row in rows][:2] == ["2024-12-02T00:00:00+00:00", "2024-12-02T01:00:00+00:00"]
     assert len(rows) == 6
     gpus = [row["gpus"] for row in rows]
     assert all(abs(a - b) <= 1 for a, b in itertools.pairwise(gpus))

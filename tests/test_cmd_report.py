@@ -41,6 +41,7 @@ CHAT = App("chat", priority=80, swap_cap=1, requests_per_gpu_hour=100.0)
 
 def planned_run(start: datetime) -> PlanRun:
     """The fast mode's plan of DOC, stored as the daemon stores a run starting at ``start``."""
+    # A work-only budget: the same plan however busy the machine (tests compare against it).
     result = plan(parse_scenario(DOC), PolicyName.FAST, SolveOptions(wall_clock=False))
     forecasts = tuple(
         AppForecast("chat", start + t * HOUR, p50=70.0 * gpus, p90=100.0 * gpus - 10, gpus=gpus)
@@ -203,7 +204,9 @@ def test_commits_json_is_one_row_per_hour_and_job(db: str) -> None:
     assert result.code == 0, result.err
     rows = json.loads(result.out)
     expected = column_commit(stored_grid(), START)
-    assert all(set(r) == {"hour", "job", "gpus"} for r in rows)
+    # A commit's own rows: no amendment number, no time of their own.
+    assert all(set(r) == {"hour", "job", "gpus", "amendment", "at"} for r in rows)
+    assert all(r["amendment"] is None and r["at"] is None for r in rows)
     assert [(r["job"], r["gpus"]) for r in rows if r["hour"] == START.isoformat()] == [
         (a.job, list(a.gpus)) for a in sorted(expected.assignments, key=lambda a: a.job)
     ]

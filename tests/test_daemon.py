@@ -146,7 +146,7 @@ def test_a_commit_whose_delivery_died_with_kill_9_is_delivered_once_at_restart(
     finally:
         store.close()
     assert commit is not None and commit.assignments
-    assert [d.commit.hour for d in pending] == [hour]
+    assert [d.item.hour for d in pending] == [hour]
     held = [line for line in _feed(feed) if line["hour"] == hour.isoformat()]
     assert len(held) == (0 if spot == "before-delivery" else len(commit.assignments))
 
@@ -161,7 +161,7 @@ def test_a_commit_whose_delivery_died_with_kill_9_is_delivered_once_at_restart(
     assert lines == [(a.job, list(a.gpus)) for a in commit.assignments]  # exactly once
     store = open_store(db)
     try:
-        deliveries = {d.commit.hour: d for d in store.deliveries()}
+        deliveries = {d.item.hour: d for d in store.deliveries()}
     finally:
         store.close()
     assert deliveries[hour].state is DeliveryState.ACKNOWLEDGED

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 
-from contract.scenario_io import parse_scenario
+from contract.scenario_io import load_scenario, parse_scenario
 from scheduler.check import check_plan
 from scheduler.policies import PolicyName, SolveOptions, plan
 from tests.strategies import instance_of, scenarios, solved_by_hand
+
+#: Plans that are compared or pinned count work, not wall time: the same plans on a busy machine.
+WORK_ONLY = SolveOptions(wall_clock=False)
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @settings(max_examples=25)
 @given(scenarios(max_gpus=8, max_jobs=6, horizon=8))
 def test_full_is_legal_and_never_below_fast(doc: dict[str, Any]) -> None:
     instance = parse_scenario(doc)
-    full = plan(instance, PolicyName.FULL, SolveOptions(time_limit_s=2.0, workers=1))
-    fast = plan(instance, PolicyName.FAST)
+    full = plan(instance, PolicyName.FULL, SolveOptions(time_limit_s=2.0, workers=1, wall_clock=False))
+    fast = plan(instance, PolicyName.FAST, WORK_ONLY)
     assert check_plan(instance, full.grid) == []
     assert full.metrics.objective >= fast.metrics.objective - 1e-6
     if full.bound is not None:
@@ -29,7 +35,7 @@ def test_full_is_legal_and_never_below_fast(doc: dict[str, Any]) -> None:
 
 def test_proves_the_optimum_of_a_case_solved_by_hand() -> None:
     inst = solved_by_hand()
-    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=10.0, workers=1))
+    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=10.0, workers=1, wall_clock=False))
     assert full.status == "OPTIMAL"
     assert full.metrics.objective == pytest.approx(41.0, abs=1e-9)
     assert full.bound == pytest.approx(41.0, abs=0.01)
@@ -48,7 +54,7 @@ def test_trades_a_low_priority_batch_job_for_realtime_demand() -> None:
             ],
         }
     )
-    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=10.0, workers=1))
+    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=10.0, workers=1, wall_clock=False))
     assert full.grid == (("rt",),)
     assert full.metrics.objective == pytest.approx(5.0, abs=1e-9)
 
@@ -61,8 +67,8 @@ def test_too_large_a_model_keeps_the_fast_plan_and_says_so() -> None:
     ]
     jobs.append({"id": "train", "kind": "training", "priority": 5, "gpus": 8, "duration": 6})
     inst = instance_of({"gpus": 1024, "jobs": jobs})
-    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=5.0))
-    fast = plan(inst, PolicyName.FAST)
+    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=5.0, wall_clock=False))
+    fast = plan(inst, PolicyName.FAST, WORK_ONLY)
     assert (full.status, full.bound) == ("MODEL_TOO_LARGE", None)
     assert full.grid == fast.grid
 
@@ -81,6 +87,19 @@ def test_a_limit_too_short_to_build_the_model_keeps_the_fast_plan_and_says_so() 
     assert full.metrics.objective >= plan(inst, PolicyName.PRIORITY_BACKFILL).metrics.objective - 1e-6
 
 
+def test_a_work_only_limit_plans_the_same_on_a_machine_that_crawls(crawl: Callable[..., None]) -> None:
+    """``wall_clock=False``: the hint, the model and CP-SAT's limit all count work, so a
+    machine too busy for any wall-clock deadline still gets the calm machine's plan."""
+    from scheduler import budget, cpmodel, full
+
+    inst = load_scenario(BENCHMARKS / "1-mixed-control.json")
+    options = SolveOptions(time_limit_s=1.0, workers=1, wall_clock=False)
+    calm = plan(inst, PolicyName.FULL, options)
+    crawl(budget, cpmodel, full)
+    crawled = plan(inst, PolicyName.FULL, options)
+    assert (crawled.grid, crawled.status, crawled.bound) == (calm.grid, calm.status, calm.bound)
+
+
 def test_moves_no_realtime_gpu_that_buys_nothing() -> None:
     # Two services on 16 GPUs with room to spare: at equal value the solver used to move their
     # GPUs all over the cluster; the tie-break keeps them where they run.
@@ -96,7 +115,7 @@ def test_moves_no_realtime_gpu_that_buys_nothing() -> None:
             "running": [{"id": "a", "gpus": [13, 14, 15]}, {"id": "b", "gpus": [0, 1, 2, 3]}],
         }
     )
-    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=10.0, workers=1))
+    full = plan(inst, PolicyName.FULL, SolveOptions(time_limit_s=10.0, workers=1, wall_clock=False))
     assert full.status == "OPTIMAL"
     assert full.metrics.rt_coverage == 1.0
     assert full.metrics.rt_moves == 2  # a grows from 3 to 5 GPUs; nothing else moves

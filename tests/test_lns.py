@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,7 +40,7 @@ def test_window_search_keeps_plans_legal_and_never_worse(doc: dict[str, Any]) ->
 def test_plan_cycle_proves_the_optimum_of_a_case_solved_by_hand() -> None:
     inst = solved_by_hand()  # optimum 41
     lns.warm_up()
-    cycle = plan(inst, PolicyName.FAST, SolveOptions(budget_ms=PLAN_CYCLE_BUDGET_MS))
+    cycle = plan(inst, PolicyName.FAST, SolveOptions(budget_ms=PLAN_CYCLE_BUDGET_MS, wall_clock=False))
     assert cycle.status == "OPTIMAL"
     assert cycle.metrics.objective == pytest.approx(41.0, abs=1e-9)
 
@@ -64,9 +65,24 @@ def test_window_search_improves_where_the_greedy_is_weakest() -> None:
     (inst,) = sample_instances([SHAPES["oversubscribed"]], [3])
     lns.warm_up()
     start = allocate(inst, Budget.of_work(2.0))
-    improved, report = lns.improve(inst, start, Budget(5_000.0))
+    improved, report = lns.improve(inst, start, Budget.of_work(5_000.0))  # work only: load-proof
     assert report.improvements >= 1
     assert objective(inst, improved) > objective(inst, start) + 100
+
+
+def test_a_work_only_plan_cycle_plans_the_same_on_a_machine_that_crawls(crawl: Callable[..., None]) -> None:
+    """``wall_clock=False`` with the plan cycle's budget: the heuristic counts estimated work
+    and the window search CP-SAT's deterministic time, so a crawling clock changes nothing."""
+    from gpuplan.app.bench import sample_instances
+    from gpuplan.app.synthetic import SHAPES
+    from scheduler import budget, cpmodel
+
+    (inst,) = sample_instances([SHAPES["oversubscribed"]], [3])
+    lns.warm_up()
+    options = SolveOptions(budget_ms=PLAN_CYCLE_BUDGET_MS, wall_clock=False)
+    calm = plan(inst, PolicyName.FAST, options)
+    crawl(budget, cpmodel, lns)
+    assert plan(inst, PolicyName.FAST, options).grid == calm.grid
 
 
 def test_windows_where_the_plan_leaves_gpus_idle_while_a_job_waits_come_first() -> None:

@@ -154,6 +154,13 @@ def test_submit_answers_with_a_planned_start_and_a_bad_spec_stores_nothing(
     assert answer["job"] == "bi-1" and answer["gpus"] == 4 and answer["hours_p90"] == 2
     assert answer["planned_start"] is not None and answer["first_gpu"] % 4 == 0
     assert datetime.fromisoformat(answer["planned_start"]) >= datetime(2026, 11, 30, 11, tzinfo=UTC)
+    store = open_store(db)
+    try:  # the planned start given at submit is the job's promise
+        promised = store.job("bi-1")
+        assert promised is not None
+        assert promised.promised_start == datetime.fromisoformat(answer["planned_start"])
+    finally:
+        store.close()
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(
@@ -231,8 +238,9 @@ def test_status_json_has_the_documented_shape(tmp_path: Path, models_dir: Path) 
     db = _db(tmp_path)
     _once(db, models_dir, T0)
     status = json.loads(run_cli("status", "--db", db, "--json", "--at", T0.isoformat()).out)
-    assert set(status) == {"at", "running", "queue", "last_run"}
-    assert all(set(r) == {"job", "team", "gpus", "since"} for r in status["running"])
+    assert set(status) == {"at", "running", "queue", "last_run", "leader"}
+    assert status["leader"] is None  # SQLite: no standby, so no leader to name
+    assert all(set(r) == {"job", "kind", "team", "gpus", "since"} for r in status["running"])
     assert all(
         set(q) == {"job", "team", "priority", "gpus", "planned_start", "reason"} for q in status["queue"]
     )
@@ -571,7 +579,7 @@ def test_a_failing_delivery_stays_pending_with_its_error_and_goes_out_once_the_e
         plan_cycle(store, T0, config, executor)
         plan_cycle(store, T0 + HOUR, config, executor)
         pending = store.pending_deliveries("jsonl")
-        assert [d.commit.hour.hour for d in pending] == [10, 11]
+        assert [d.item.hour.hour for d in pending] == [10, 11]
         assert pending[0].attempts == 2 and "IsADirectoryError" in (pending[0].last_error or "")
         assert pending[1].attempts == 0  # a later hour never overtakes an earlier one
         feed.rmdir()

@@ -94,6 +94,31 @@ def test_real_time_served_never_exceeds_what_the_traffic_needed(
         assert 0.0 < metrics.utilization <= 1.0
 
 
+def test_amendments_add_to_their_hour_and_promises_come_from_the_plan_at_submit(
+    setup: Setup, report: SimulationReport
+) -> None:
+    fast = report.runs[SimPolicy.FAST]
+    commits = {c.hour: {a.job: set(a.gpus) for a in c.assignments} for c in fast.commits}
+    for amendment in fast.amendments:
+        assert amendment.made_at == amendment.hour + timedelta(minutes=30)
+        held = commits[amendment.hour]
+        for a in amendment.assignments:  # additions only: GPUs nobody held in that hour
+            assert all(set(a.gpus).isdisjoint(gpus) for gpus in held.values())
+    # Only the fast policy amends; the others commit once an hour and nothing more.
+    for policy, run in report.runs.items():
+        assert run.amendments == [] or policy is SimPolicy.FAST
+    for policy, run in report.runs.items():
+        metrics = report.metrics[policy]
+        assert 0.0 <= metrics.promise_kept <= 1.0
+        assert metrics.promised == len(run.promised)
+        for job in setup.jobs:
+            promised = run.promised.get(job.id)
+            if promised is not None:  # promised at the first cycle after its submission
+                assert promised >= setup.start + timedelta(hours=job.submit_hour) - STEP
+    off = run_policy(setup, SimPolicy.FAST, SimOptions(amend=False))
+    assert off.amendments == []
+
+
 def test_the_same_setup_simulates_the_same_week(setup: Setup, report: SimulationReport) -> None:
     for policy in (SimPolicy.FAST, SimPolicy.COMMIT_ALL):
         again = run_policy(setup, policy, SimOptions())
@@ -242,6 +267,8 @@ def test_the_command_prints_json_and_draws_the_plots(tmp_path: Path) -> None:
     assert set(policies) == {"fast", "fifo"}
     keys = {"utilization", "value", "rt_served", "rt_unmet_gpu_hours", "wait_p50_h", "wait_p99_h"}
     keys |= {"completed", "cycle_ms_p50", "cycle_ms_p99", "rt_moves"}
+    keys |= {"rt_unmet_gpu_hours_worst_hour", "amendments_per_day", "promise_kept"}
+    keys |= {"promise_delay_h_p50", "promise_delay_h_p90"}
     for metrics in policies.values():
         assert keys <= set(metrics)
         assert isinstance(metrics["rt_moves"], int) and metrics["rt_moves"] >= 0

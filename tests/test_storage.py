@@ -28,6 +28,7 @@ from sqlalchemy import create_engine, event, inspect, text
 
 from contract.errors import InputError, StoreError
 from contract.records import (
+    Amendment,
     App,
     Assignment,
     Cluster,
@@ -63,6 +64,7 @@ TABLES = {
     "apps",
     "cluster",
     "cluster_down",
+    "commit_amendments",
     "commit_assignments",
     "commits",
     "deliveries",
@@ -580,7 +582,7 @@ def test_a_commit_and_its_delivery_are_stored_together_and_acknowledged_once(sto
     first = store.record_run(sample_run(), sample_commit(), deliver_to="jsonl")
     store.record_run(sample_run(HOUR + timedelta(hours=1)), sample_commit(HOUR + timedelta(hours=1)))
     pending = store.pending_deliveries("jsonl")
-    assert [(d.commit, d.state, d.attempts) for d in pending] == [
+    assert [(d.item, d.state, d.attempts) for d in pending] == [
         (replace(sample_commit(), run_id=first.id), DeliveryState.PENDING, 0)
     ]
     assert store.pending_deliveries("memory") == []
@@ -609,24 +611,77 @@ def test_pruning_deletes_old_runs_and_their_forecasts_and_keeps_every_commit(sto
         forecast_runs = {row[0] for row in connection.execute(text("SELECT run_id FROM run_forecasts"))}
     assert forecast_runs == {recent.id}
     assert store.commits() == [sample_commit(), replace(sample_commit(recent_hour), run_id=recent.id)]
-    assert [d.commit.hour for d in store.deliveries()] == [HOUR]
+    assert [d.item.hour for d in store.deliveries()] == [HOUR]
     assert store.prune_runs(before=HOUR + timedelta(days=30)) == 0
 
 
-def test_the_outbox_revision_keeps_every_commit_and_its_assignments(db_url: str) -> None:
+def test_the_outbox_revision_keeps_every_commit_its_assignments_and_amendments(db_url: str) -> None:
     store = SqlStore.open(db_url)
     try:
         stored = store.record_run(sample_run(), sample_commit())
+        amendment = store.record_amendment(_late_addition(stored.id))
     finally:
         store.close()
     engine = create_engine(db_url)
     try:
         with engine.begin() as connection:
-            command.downgrade(alembic_config(connection), "0002")  # the revision before the outbox's
+            command.downgrade(alembic_config(connection), "0003")  # the revision before the outbox's
     finally:
         engine.dispose()
-    store = SqlStore.open(db_url)  # upgraded again: commits are copied, assignments kept aside
+    store = SqlStore.open(db_url)  # upgraded again: commits are copied, their children kept aside
     try:
         assert store.commits() == [replace(sample_commit(), run_id=stored.id)]
+        assert store.amendments() == [amendment]
     finally:
         store.close()
+
+
+def _late_addition(run_id: int | None) -> Amendment:
+    """An amendment of HOUR at :30: GPU 7 for the commit's real-time app."""
+    return Amendment(HOUR, 0, HOUR + timedelta(minutes=30), run_id, (Assignment("job-late", (7,)),))
+
+
+def test_an_amendment_is_delivered_through_the_outbox_after_its_commit(store: SqlStore) -> None:
+    run = store.record_run(sample_run(), sample_commit(), deliver_to="jsonl")
+    amendment = store.record_amendment(_late_addition(run.id), deliver_to="jsonl")
+    pending = store.pending_deliveries("jsonl")
+    assert [d.item for d in pending] == [replace(sample_commit(), run_id=run.id), amendment]
+    assert [d.item.key for d in pending] == [f"{HOUR.isoformat()}#0", f"{HOUR.isoformat()}#1"]
+    store.record_delivery(pending[1], at=HOUR, acknowledged=True)
+    assert [d.item for d in store.pending_deliveries("jsonl")] == [replace(sample_commit(), run_id=run.id)]
+    # Pruned, the run's amendment stays with its hour, its run forgotten.
+    assert store.prune_runs(before=HOUR + timedelta(days=30)) == 1
+    assert store.amendments() == [replace(amendment, run_id=None)]
+
+
+def test_a_running_job_goes_back_to_the_queue_holding_nothing(store: SqlStore) -> None:
+    store.add_job(queued_job("job-a"))
+    store.record_run(sample_run(), sample_commit())
+    requeued = store.requeue_job("job-a")
+    assert requeued == store.job("job-a") == queued_job("job-a")
+    with pytest.raises(InputError, match=re.escape("`job_id` must be a running job; got 'job-a (queued)'.")):
+        store.requeue_job("job-a")
+    # Committed again in the next hour, it starts there.
+    next_hour = HOUR + timedelta(hours=1)
+    store.record_run(sample_run(next_hour), Commit(next_hour, None, (Assignment("job-a", (2, 3)),)))
+    job = store.job("job-a")
+    assert job is not None and (job.state, job.first_gpu, job.started_at) == (JobState.RUNNING, 2, next_hour)
+
+
+def test_one_store_leads_on_postgresql_until_it_lets_go(db_url: str) -> None:
+    first, second = SqlStore.open(db_url), SqlStore.open(db_url)
+    try:
+        postgres = first.dialect == "postgresql"
+        assert first.leader() is None
+        with first.leadership("host-a:1") as leads:
+            assert leads
+            with second.leadership("host-b:2") as also:
+                assert also is not postgres  # SQLite: every daemon works, under the cycle lock
+            assert second.leader() == ("host-a:1" if postgres else None)
+        assert second.leader() is None
+        with second.leadership("host-b:2") as leads:
+            assert leads
+            assert first.leader() == ("host-b:2" if postgres else None)
+    finally:
+        first.close()
+        second.close()

@@ -318,7 +318,11 @@ def test_a_prometheus_source_is_read_with_its_url_and_query(tmp_path: Path) -> N
         "requests_per_gpu_hour": 20.0,
         "prometheus": {"url": "http://10.0.0.5:9090/", "query": query},
     }
-    path.write_text(yaml.safe_dump({"cluster": {"gpus": 4}, "apps": [app, {"id": "batchy", "peak_gpus": 2}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {"cluster": {"gpus": 4}, "apps": [app, {"id": "batchy", "requests_per_gpu_hour": 5.0}]}
+        )
+    )
     config = load_config(path)
     assert config.prometheus == (PrometheusSource("chat", "http://10.0.0.5:9090", query),)
     assert [app.id for app in config.apps] == ["chat", "batchy"]

@@ -143,14 +143,18 @@ def run_scenario(
     cycle_budget_ms: float | None = None,
     workers: int = 2,
     hot_budget_ms: float = HOT_PATH_BUDGET_MS,
+    wall_clock: bool = True,
 ) -> ScenarioResult:
     """The three baselines and the hot path (at ``hot_budget_ms``: a slower or busier machine
     has less); the plan cycle with ``cycle_budget_ms``; the full mode with
-    ``full_time_limit_s`` (each left out when None)."""
+    ``full_time_limit_s`` (each left out when None). ``wall_clock=False``: the plans count
+    work, not time (:class:`SolveOptions`); the latency is measured all the same."""
     names = [PolicyName.FIFO, PolicyName.FIFO_BACKFILL, PolicyName.PRIORITY_BACKFILL, PolicyName.FAST]
     if full_time_limit_s is not None:
         names.append(PolicyName.FULL)
-    options = SolveOptions(time_limit_s=full_time_limit_s or 1.0, workers=workers, budget_ms=hot_budget_ms)
+    options = SolveOptions(
+        time_limit_s=full_time_limit_s or 1.0, workers=workers, budget_ms=hot_budget_ms, wall_clock=wall_clock
+    )
     plans = {name.value: plan(instance, name, options) for name in names}
     if cycle_budget_ms is not None:
         lns.warm_up()

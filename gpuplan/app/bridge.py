@@ -24,11 +24,25 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.curves import swap_capped_curve
-from contract.records import App, AppForecast, Assignment, Cluster, Commit, Job, JobEstimate, PlanRun, RunMode
+from contract.records import (
+    Amendment,
+    App,
+    AppForecast,
+    Assignment,
+    Cluster,
+    Commit,
+    Job,
+    JobEstimate,
+    PlanRun,
+    RunMode,
+)
 from gpuplan.app.config import PlanWith
+
+if TYPE_CHECKING:
+    from storage.store import Store
 
 STEP = timedelta(hours=1)
 
@@ -86,8 +100,15 @@ def gpu_demand(p90_requests: Sequence[float], app: App, horizon_steps: int) -> l
     return swap_capped_curve(need, app.swap_cap)[:horizon_steps]
 
 
-def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> dict[str, Any]:
-    """The contract scenario (CONTRACT.md) of a snapshot: what the planner sees."""
+def scenario_document(
+    snapshot: Snapshot, plan_with: PlanWith, *, name: str, promise_penalty: float = 0.0
+) -> dict[str, Any]:
+    """The contract scenario (CONTRACT.md) of a snapshot: what the planner sees.
+
+    With ``promise_penalty`` above 0, each queued job's promised start becomes its
+    ``promise`` (steps from the plan's start, negative once passed) and the scenario
+    carries the penalty; at 0 the scenario is the contract's as it always was.
+    """
     cluster, start = snapshot.cluster, snapshot.start
     horizon = cluster.horizon_steps
     jobs: list[dict[str, Any]] = []
@@ -114,7 +135,10 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
     for job in snapshot.queued:
         assert job.estimate is not None
         steps = duration_steps(planned_hours(job.estimate, plan_with), cluster.step_minutes)
-        jobs.append(_batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=len(jobs)))
+        entry = _batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=len(jobs))
+        if promise_penalty > 0 and job.promised_start is not None:
+            entry["promise"] = math.floor((job.promised_start - start) / STEP)
+        jobs.append(entry)
     for demand in snapshot.demand:
         app = demand.app
         jobs.append(
@@ -131,7 +155,7 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
         held = sheddable(snapshot.realtime_sets.get(demand.app.id, ()), down, demand.app.swap_cap)
         if held:
             running.append({"id": demand.app.id, "gpus": held})
-    return {
+    document = {
         "name": name,
         "gpus": cluster.gpus,
         "horizon": horizon,
@@ -142,6 +166,9 @@ def scenario_document(snapshot: Snapshot, plan_with: PlanWith, *, name: str) -> 
         "running": running,
         "down": down,
     }
+    if promise_penalty > 0:
+        document["promise_penalty"] = promise_penalty
+    return document
 
 
 def sheddable(held: Sequence[int], down: Sequence[Mapping[str, int]], swap_cap: int) -> list[int]:
@@ -291,6 +318,55 @@ def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | Non
     return None, None
 
 
+def no_start_reason(run: PlanRun, job_id: str, gpus: int | None) -> str:
+    """Why ``run`` gives ``job_id`` no start in its horizon, in an operator's words.
+
+    A job the run left out is explained by its estimated ``gpus`` (None: not estimated yet).
+    A job the run planned is set against what the run left to batch work: at each step, the GPUs
+    that are up and hold no real-time app. Too few of them, even at the best step, is the
+    job's own size (or, if they would do with every GPU up, the GPUs that are down);
+    enough of them means other batch work holds them.
+    """
+    planned = next((job for job in run.scenario.get("jobs", []) if job.get("id") == job_id), None)
+    if planned is None:  # the run left it out
+        cluster_gpus = int(run.scenario.get("gpus", 0))
+        if gpus is None:
+            return "no estimate yet: its forecast failed (the daemon's log says why)"
+        if gpus > cluster_gpus:
+            return f"needs {gpus} GPUs; the cluster has {cluster_gpus}"
+        return "submitted after the last plan run"
+    gpus = int(planned["gpus"])
+    horizon = len(run.grid[0]) if run.grid else 0
+    hours = f"{horizon * int(run.scenario.get('step_minutes', 60)) / 60:g} h"
+    realtime = {job["id"] for job in run.scenario.get("jobs", []) if job.get("kind") == "realtime"}
+    down = {
+        (int(window["gpu"]), step)
+        for window in run.scenario.get("down", [])
+        for step in range(int(window.get("start", 0)), int(window.get("end", horizon)))
+    }
+
+    def most_free(count_down: bool) -> int:
+        """The most GPUs free of real-time work at one step (down ones left out with ``count_down``)."""
+        return max(
+            (
+                sum(
+                    1
+                    for gpu, row in enumerate(run.grid)
+                    if row[step] not in realtime and not (count_down and (gpu, step) in down)
+                )
+                for step in range(horizon)
+            ),
+            default=0,
+        )
+
+    free = most_free(count_down=True)
+    if gpus > free:
+        if gpus <= most_free(count_down=False):
+            return f"GPUs down: needs {gpus} GPUs; at most {free} are up and free at once in the next {hours}"
+        return f"needs {gpus} GPUs; at most {free} are free at once in the next {hours}"
+    return "waits behind higher-priority work"
+
+
 def planned_places(run: PlanRun) -> dict[str, tuple[datetime, int]]:
     """Where a run plans each job first, (wall-clock start, first GPU), in one pass over the grid."""
     places: dict[str, tuple[datetime, int]] = {}
@@ -308,3 +384,21 @@ def realtime_sets(commit: Commit | None, app_ids: Sequence[str]) -> dict[str, tu
         return {}
     wanted = set(app_ids)
     return {a.job: a.gpus for a in commit.assignments if a.job in wanted}
+
+
+def merged_assignments(commit: Commit | None, amendments: Sequence[Amendment]) -> dict[str, tuple[int, ...]]:
+    """A commit with its amendments' additions: job -> GPUs held in the hour."""
+    held: dict[str, set[int]] = {}
+    for assignments in [commit.assignments if commit else ()] + [a.assignments for a in amendments]:
+        for a in assignments:
+            held.setdefault(a.job, set()).update(a.gpus)
+    return {job: tuple(sorted(gpus)) for job, gpus in held.items()}
+
+
+def hour_allocation(store: Store, hour: datetime) -> Commit | None:
+    """The hour's commit with its amendments added (None: the hour is not committed)."""
+    commit = store.commit(hour)
+    if commit is None:
+        return None
+    held = merged_assignments(commit, store.amendments(hour, hour + STEP))
+    return Commit(commit.hour, commit.run_id, tuple(Assignment(j, g) for j, g in sorted(held.items())))

@@ -17,9 +17,10 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import App, Cluster, DownWindowRecord
-from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_RT_PENALTY
+from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_PROMISE_PENALTY, MAX_RT_PENALTY
 from contract.times import parse_time
 from gpuplan.app.prune import checked_keep_days
+from gpuplan.app.slurm.settings import SlurmSettings
 from scheduler.model import checked_budget_ms
 
 #: The bundled real-time traffic the demo cluster's two apps follow.
@@ -49,6 +50,10 @@ class AppTraffic:
     peak_gpus: int | None = None  # when the app gives no requests_per_gpu_hour
 
 
+#: The default weight of a promise: an hour late costs half an hour of the job's own output.
+PROMISE_PENALTY = 0.5
+
+
 @dataclass(frozen=True)
 class PrometheusSource:
     """An app whose hourly requests the recalibration reads from Prometheus: ``query``
@@ -72,6 +77,9 @@ class ServiceConfig:
     plan_budget_ms: float = 1000.0
     submit_budget_ms: float | None = None  # None: the fast mode's hot-path default
     plan_with: PlanWith = PlanWith.P90
+    #: What a promised job's delay past its promised start costs the plan, per GPU-hour
+    #: times its priority (0: promises weigh nothing). README, "Promises".
+    promise_penalty: float = PROMISE_PENALTY
     #: False: plans count estimated work, not wall time (the simulation, reproducible per seed).
     plan_wall_clock: bool = True
     models_dir: Path = Path("models")
@@ -83,6 +91,9 @@ class ServiceConfig:
     demo_queue: bool = False  # seed a queue from the bundled job history on an empty database
     #: The daemon deletes runs older than this many days once a day (None: never).
     prune_keep_days: int | None = 30
+    slurm: SlurmSettings | None = None  # the Slurm partition this cluster is (the `slurm:` section)
+    #: app -> the command one real-time replica runs on one GPU (the Slurm executor's)
+    replica_commands: Mapping[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -119,13 +130,25 @@ TOP_KEYS = {
     "plan_budget_ms",
     "submit_budget_ms",
     "plan_with",
+    "plan_wall_clock",
+    "promise_penalty",
     "models_dir",
     "commits_file",
     "executor",
     "demo_queue",
     "prune_keep_days",
+    "slurm",
 }
 CLUSTER_KEYS = {"gpus", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
+SLURM_KEYS = {
+    "partition",
+    "bin_dir",
+    "slurm_conf",
+    "timeout_s",
+    "poll_seconds",
+    "gpu_models",
+    "start_grace_s",
+}
 APP_KEYS = {
     "id",
     "priority",
@@ -134,6 +157,7 @@ APP_KEYS = {
     "headroom",
     "traffic",
     "peak_gpus",
+    "replica_command",
     "prometheus",
 }
 PROMETHEUS_KEYS = {"url", "query"}
@@ -170,6 +194,11 @@ class _Fields:
             raise self.fail(name, f"an integer in [{low}, {high}]", value)
         return value
 
+    def boolean(self, value: object, name: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(name, "true or false", value)
+        return value
+
     def budget_ms(self, value: object, name: str) -> float:
         """A fast-mode budget in the one range every face shares (``scheduler.model.checked_budget_ms``)."""
         try:
@@ -200,6 +229,30 @@ class _Fields:
             return parse_time(value if isinstance(value, str) else str(value), name)
         except InputError as error:
             raise self.fail(name, error.expected, value) from error
+
+
+def _slurm(r: _Fields, raw: object, base: Path) -> SlurmSettings:
+    """The ``slurm:`` section; relative paths are read from the config file's folder."""
+    s = r.mapping(raw, "slurm", SLURM_KEYS)
+    if "partition" not in s:
+        raise r.fail("slurm.partition", "the name of the Slurm partition gpuplan plans", "missing")
+    models = s.get("gpu_models", [])
+    if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
+        raise r.fail("slurm.gpu_models", "a list of node features that name GPU models", models)
+
+    def path(key: str) -> Path | None:
+        value = s.get(key)
+        return None if value is None else (base / r.text(value, f"slurm.{key}")).resolve()
+
+    return SlurmSettings(
+        partition=r.text(s["partition"], "slurm.partition"),
+        bin_dir=path("bin_dir"),
+        slurm_conf=path("slurm_conf"),
+        timeout_s=r.number(s.get("timeout_s", 30.0), "slurm.timeout_s", 0.1, 600),
+        poll_seconds=r.number(s.get("poll_seconds", 60.0), "slurm.poll_seconds", 1, 3600),
+        gpu_models=tuple(models),
+        start_grace_s=r.number(s.get("start_grace_s", 120.0), "slurm.start_grace_s", 0, 86_400),
+    )
 
 
 def load_config(path: Path) -> ServiceConfig:
@@ -236,6 +289,7 @@ def load_config(path: Path) -> ServiceConfig:
             down=tuple(down),
         )
     apps, traffic, prometheus = base.apps, base.traffic, base.prometheus
+    replica_commands: dict[str, str] = {}
     if "apps" in top:
         if not isinstance(top["apps"], list):
             raise r.fail("apps", "a list of apps", type(top["apps"]).__name__)
@@ -246,8 +300,10 @@ def load_config(path: Path) -> ServiceConfig:
             app_id = r.text(a.get("id"), f"{name}.id")
             rate = a.get("requests_per_gpu_hour")
             peak = a.get("peak_gpus")
-            if rate is None and peak is None:
-                raise r.fail(f"{name}.requests_per_gpu_hour", "a number > 0 (or peak_gpus)", "missing")
+            if rate is None and (peak is None or "traffic" not in a):
+                raise r.fail(
+                    f"{name}.requests_per_gpu_hour", "a number > 0 (or peak_gpus with traffic)", "missing"
+                )
             app_list.append(
                 App(
                     id=app_id,
@@ -259,6 +315,8 @@ def load_config(path: Path) -> ServiceConfig:
                     headroom=r.number(a.get("headroom", 0.0), f"{name}.headroom", 0.0, 10.0),
                 )
             )
+            if "replica_command" in a:
+                replica_commands[app_id] = r.text(a["replica_command"], f"{name}.replica_command")
             if "traffic" in a:
                 traffic_list.append(
                     AppTraffic(
@@ -302,11 +360,17 @@ def load_config(path: Path) -> ServiceConfig:
         plan_budget_ms=r.budget_ms(top.get("plan_budget_ms", 1000.0), "plan_budget_ms"),
         submit_budget_ms=None if submit_budget is None else r.budget_ms(submit_budget, "submit_budget_ms"),
         plan_with=PlanWith(plan_with),
+        plan_wall_clock=r.boolean(top.get("plan_wall_clock", True), "plan_wall_clock"),
+        promise_penalty=r.number(
+            top.get("promise_penalty", PROMISE_PENALTY), "promise_penalty", 0.0, MAX_PROMISE_PENALTY
+        ),
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
         executor=None if top.get("executor") is None else r.text(top["executor"], "executor"),
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
         prune_keep_days=keep_days,
+        slurm=None if top.get("slurm") is None else _slurm(r, top["slurm"], path.parent),
+        replica_commands=replica_commands,
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +65,13 @@ class Forecasters:
 
 
 #: Keys of a job spec that are not forecaster features.
-SPEC_KEYS = frozenset({"id", "kind", "priority", "gpus", "hours"})
+SPEC_KEYS = frozenset({"id", "kind", "priority", "gpus", "hours", "slurm"})
+
+
+def kind_and_features(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A job spec without its queue keys (``id``, ``priority``, ``gpus``, ``hours``): the
+    document :func:`gpuplan.app.jobspec.parse_job_spec` checks against the kind's schema."""
+    return {k: v for k, v in spec.items() if k not in SPEC_KEYS - {"kind"}}
 
 
 def explicit_estimate(spec: dict[str, Any]) -> JobEstimate | None:

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
-from contract.records import ApiToken, Job, JobEstimate, JobState, Outcome, PlanRun, RunMode, Scope
+from contract.records import ApiToken, Cluster, Job, JobEstimate, JobState, Outcome, PlanRun, RunMode, Scope
 from contract.scenario import JobKind
 from contract.scenario_io import MAX_PRIORITY
 from gpuplan.app.bridge import planned_place
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import Executor
-from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate
+from gpuplan.app.executors.base import Executor
+from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate, kind_and_features
 from gpuplan.app.models import MODEL_FILES
 from gpuplan.app.status import placement_reason
 from gpuplan.app.tokens import NotFoundError, require, require_job, require_priority
@@ -110,12 +110,22 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
         ):
             raise InputError("hours", f"a number of hours in (0, {MAX_HOURS}]", hours, source=source)
         if "gpus" not in spec:
-            raise InputError("gpus", "given with `hours` (a power of two)", None, source=source)
+            raise InputError(
+                "gpus", "a power of two (1, 2, 4, 8, ...) when `hours` is given", "missing", source=source
+            )
+    elif "gpus" in spec:
+        raise InputError(
+            "hours",
+            f"a number of hours in (0, {MAX_HOURS}] when `gpus` is given",
+            "missing",
+            source=source,
+            hint="A spec states both `gpus` and `hours`, or neither (then they are forecast).",
+        )
     elif spec["kind"] in MODEL_FILES:
         from gpuplan.app.jobspec import parse_job_spec  # pandas: loaded only for a spec to check
 
         # The features are checked against their schema before any model is loaded.
-        parse_job_spec({k: v for k, v in spec.items() if k not in SPEC_KEYS - {"kind"}}, source=source)
+        parse_job_spec(kind_and_features(spec), source=source)
     else:
         raise InputError(
             "hours",
@@ -155,6 +165,7 @@ def submit(
     replan: bool = True,
     token: ApiToken | None = None,
     replanner: Callable[[], PlanRun | None] | None = None,
+    slurm_job: int | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
@@ -164,6 +175,10 @@ def submit(
     :class:`~gpuplan.app.replan.SharedReplan`: one plan for the submits that arrive
     together). A ``token`` (the API's caller) must hold ``submit`` and a cap at or above
     the job's priority; the job records the token's team.
+
+    A spec with a ``slurm:`` section is submitted to Slurm held (after every check, before
+    it is stored; a refused ``sbatch`` raises ``SlurmError`` and nothing is stored).
+    ``slurm_job``: the Slurm job of a spec adopted from Slurm (already submitted, held).
     """
     from gpuplan.app.tick import require_cluster
 
@@ -172,30 +187,47 @@ def submit(
     spec = check_spec(spec_document, source=source, default_id=default_id)
     if token is not None:
         require_priority(token, float(spec.get("priority", 1)))
+    section = None
+    if "slurm" in spec and slurm_job is None:
+        from gpuplan.app.slurm.batch import read_section
+
+        section = read_section(spec["slurm"], source=source)
+        if config.slurm is None:
+            raise InputError(
+                "slurm",
+                "a section only for a cluster that Slurm runs (the daemon's config, --config, has none)",
+                "a slurm section",
+                source=source,
+            )
+    cluster = require_cluster(store)
+    if store.job(spec["id"]) is not None:  # before the forecast: a refusal costs nothing
+        raise InputError("id", "an id no other job has", spec["id"], source=source)
     forecasters = forecasters or Forecasters(config.models_dir)
     estimate = estimate_spec(spec, forecasters, source=source)
-    cluster = require_cluster(store)
-    if estimate.gpus > cluster.gpus:
-        raise InputError(
-            "gpus",
-            f"at most the cluster's {cluster.gpus} GPUs",
-            estimate.gpus,
-            source=source,
-            hint="The forecast needs a larger cluster; give `gpus` (and `hours`) to override.",
-        )
-    if store.job(spec["id"]) is not None:
-        raise InputError("id", "an id no other job has", spec["id"], source=source)
-    store.add_job(
-        Job(
-            id=spec["id"],
-            kind=JobKind(spec["kind"]),
-            priority=float(spec.get("priority", 1)),
-            spec=spec,
-            submitted_at=now,
-            estimate=estimate,
-            team=None if token is None else token.team,
-        )
+    _check_fits(cluster, estimate.gpus, now, source=source)
+    job = Job(
+        id=spec["id"],
+        kind=JobKind(spec["kind"]),
+        priority=float(spec.get("priority", 1)),
+        spec=spec,
+        submitted_at=now,
+        estimate=estimate,
+        team=None if token is None else token.team,
     )
+    if section is not None and config.slurm is not None:
+        from gpuplan.app.slurm.client import SlurmClient
+
+        client = SlurmClient(config.slurm)
+        submitted = client.submit(section.request(job.id, config.slurm.partition))
+        try:
+            store.add_job(replace(job, spec={**spec, "slurm": {**spec["slurm"], "job_id": submitted}}))
+        except BaseException:
+            client.cancel(submitted)  # nothing is left in Slurm that the store does not know
+            raise
+    elif slurm_job is not None:
+        store.add_job(replace(job, spec={**spec, "slurm": {"job_id": slurm_job}}))
+    else:
+        store.add_job(job)
     planned_start: datetime | None = None
     first_gpu: int | None = None
     reason = "queued; the next plan cycle places it"
@@ -203,10 +235,55 @@ def submit(
         run = (replanner or (lambda: hot_path_plan(store, now, config, forecasters)))()
         if run is not None:
             planned_start, first_gpu = planned_place(run, spec["id"])
-            reason = placement_reason(run, estimate, planned_start)
+            promise(store, run, [spec["id"]])
+            reason = placement_reason(run, spec["id"], estimate, planned_start)
     return SubmitResult(
         spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu, reason
     )
+
+
+def _check_fits(cluster: Cluster, gpus: int, now: datetime, *, source: str) -> None:
+    """Refuse a job no aligned block of the cluster can ever hold: larger than the cluster,
+    or larger than every block whose GPUs are not all down for good (a down window with no end)."""
+    if gpus > cluster.gpus:
+        raise InputError(
+            "gpus",
+            f"at most the cluster's {cluster.gpus} GPUs",
+            gpus,
+            source=source,
+            hint="The forecast needs a larger cluster; give `gpus` (and `hours`) to override.",
+        )
+    gone = {w.gpu for w in cluster.down if w.end is None and w.start <= now}
+    if all(gone & set(range(first, first + gpus)) for first in range(0, cluster.gpus, gpus)):
+        size = cluster.gpus
+        while size and all(gone & set(range(a, a + size)) for a in range(0, cluster.gpus, size)):
+            size //= 2
+        down = ", ".join(map(str, sorted(gone)))
+        which = f"GPU {down} is" if len(gone) == 1 else f"GPUs {down} are"
+        raise InputError(
+            "gpus",
+            f"at most {size}: the largest aligned block of GPUs that are not down for good",
+            gpus,
+            source=source,
+            hint=f"{which} down with no end in the cluster's configuration.",
+        )
+
+
+#: How a submitter names a job's outcome (``gpuplan done --outcome``), and the history's names.
+OUTCOMES: dict[str, Outcome] = {"ok": Outcome.OK, "failed": Outcome.FAILED, "cancelled": Outcome.CANCELLED}
+
+
+def promise(store: Store, run: PlanRun, job_ids: Sequence[str]) -> dict[str, datetime]:
+    """The starts ``run`` plans for ``job_ids``, kept as their promises (the planned start
+    given at submit). A job the run does not place gets no promise; one already promised
+    keeps its first."""
+    promised = {}
+    for job_id in job_ids:
+        start, _ = planned_place(run, job_id)
+        if start is not None:
+            store.set_promise(job_id, start)
+            promised[job_id] = start
+    return promised
 
 
 def hot_path_plan(
@@ -218,8 +295,14 @@ def hot_path_plan(
     return plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT).run
 
 
-def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
-    """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle."""
+def finish(
+    store: Store, job_id: str, at: datetime, outcome: Outcome, *, started_at: datetime | None = None
+) -> Job:
+    """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle.
+
+    ``started_at``: when it really started (Slurm's start), for its history row; by default
+    the start of the hour it was committed in.
+    """
     job = store.job(job_id)
     if job is None:
         raise InputError("job_id", "the id of a submitted job", job_id)
@@ -229,7 +312,10 @@ def finish(store: Store, job_id: str, at: datetime, outcome: Outcome) -> Job:
         raise InputError(
             "at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
         )
-    return finish_job(store, job_id, at, outcome)
+    history: dict[str, object] | None = None
+    if started_at is not None and job.state is JobState.RUNNING:
+        history = {"start_time": max(started_at, job.submitted_at), "slurm": None}
+    return finish_job(store, job_id, at, outcome, history)
 
 
 def finish_job(
@@ -258,10 +344,11 @@ def finish_job(
                 hint=f"It already ended at {job.ended_at} ({job.outcome}).",
             )
         if job.started_at is None and outcome is Outcome.OK:
+            names = {value: name for name, value in OUTCOMES.items()}  # the submitter's words
             raise InputError(
                 "outcome",
-                f"{Outcome.FAILED.value!r} or {Outcome.CANCELLED.value!r} for a job that never started",
-                outcome.value,
+                f"{names[Outcome.FAILED]!r} or {names[Outcome.CANCELLED]!r} for a job that never started",
+                names[outcome],
                 hint=f"Job {job_id} is still queued.",
             )
         # A job committed for the hour it was submitted in starts at its submission, not before.

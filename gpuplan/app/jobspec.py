@@ -10,10 +10,8 @@ comes back from here has passed it, so no model is loaded for a spec that is wro
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 from contract.errors import InputError
-from contract.files import read_mapping
 from contract.scenario import JobKind
 from features.job_features import SCHEMAS
 
@@ -44,10 +42,3 @@ def parse_job_spec(document: object, *, source: str) -> tuple[JobKind, dict[str,
     job_kind = JobKind(str(kind))
     SCHEMAS[job_kind].validate_record(features, source=source)
     return job_kind, features
-
-
-def read_job_spec(path: Path) -> tuple[JobKind, dict[str, object]]:
-    """``(kind, feature values)`` from a YAML or JSON spec file."""
-    return parse_job_spec(
-        read_mapping(path, "JOB", expected="a mapping of feature names to values"), source=str(path)
-    )

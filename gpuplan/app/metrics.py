@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from gpuplan.app.tick import CycleReport
@@ -33,14 +34,25 @@ class Metrics:
         )
         self.queue = Gauge("gpuplan_queue_length", "Queued batch jobs", registry=self.registry)
         self.failures = Counter("gpuplan_cycle_failures", "Plan cycles that failed", registry=self.registry)
+        self.replicas = Gauge(
+            "gpuplan_replicas",
+            "Running real-time replicas per app (executors that run them)",
+            ["app"],
+            registry=self.registry,
+        )
         self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
 
-    def observe(self, report: CycleReport, now: datetime) -> None:
+    def observe(self, report: CycleReport, now: datetime, replicas: Mapping[str, int] | None = None) -> None:
+        self.observe_replicas(replicas or {})
         self.latency.observe(report.latency_ms / 1000)
         self.last_success.set(now.timestamp())
         self.utilization.set(report.utilization)
         self.coverage.set(report.rt_coverage)
         self.queue.set(report.queue_length)
+
+    def observe_replicas(self, replicas: Mapping[str, int]) -> None:
+        for app, count in replicas.items():
+            self.replicas.labels(app=app).set(count)
 
     def close(self) -> None:
         self.server.shutdown()

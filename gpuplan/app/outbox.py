@@ -1,4 +1,4 @@
-"""The outbox: every commit is delivered to the executor until the executor acknowledges it.
+"""The outbox: every commit and amendment is delivered to the executor until it acknowledges it.
 
 A commit and its pending delivery are stored in one transaction (``Store.record_run(...,
 deliver_to=executor.name)``); :func:`deliver_pending` then hands each pending commit to the
@@ -18,9 +18,13 @@ import os
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpuplan.app.executors import Executor
-from storage.store import Store
+from contract.records import Amendment, Commit
+
+if TYPE_CHECKING:
+    from gpuplan.app.executors import Executor
+    from storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +48,21 @@ def _fault_point(name: str) -> None:
         time.sleep(1.0)
 
 
+def _named(item: Commit | Amendment) -> str:
+    return f"the {'commit' if isinstance(item, Commit) else 'amendment'} {item.key}"
+
+
 def deliver_pending(store: Store, executor: Executor, now: datetime) -> int:
-    """Hand ``executor`` every commit it has not acknowledged, oldest first; returns how many it
+    """Hand ``executor`` every commit and amendment it has not acknowledged, oldest first; returns how many it
     acknowledged. A failure is recorded with the delivery (attempts, last error) and ends the round."""
     acknowledged = 0
     for delivery in store.pending_deliveries(executor.name):
         _fault_point("before-delivery")
+        item = delivery.item
         try:
-            done = executor.deliver(delivery.commit)
+            done = executor.deliver(item) if isinstance(item, Commit) else executor.amend(item)
         except Exception as error:  # any executor failure: the delivery stays pending
-            log.exception("executor %s failed on the commit %s", executor.name, delivery.commit.key)
+            log.exception("executor %s failed on %s", executor.name, _named(item))
             store.record_delivery(
                 delivery, at=now, acknowledged=False, error=f"{type(error).__name__}: {error}"
             )
@@ -63,14 +72,11 @@ def deliver_pending(store: Store, executor: Executor, now: datetime) -> int:
             delivery, at=now, acknowledged=done, error=None if done else "not acknowledged"
         )
         if not done:
-            log.warning("executor %s did not acknowledge the commit %s", executor.name, delivery.commit.key)
+            log.warning("executor %s did not acknowledge %s", executor.name, _named(item))
             return acknowledged
         if recorded.attempts > 1:
             log.info(
-                "commit %s acknowledged by %s after %d attempts",
-                delivery.commit.key,
-                executor.name,
-                recorded.attempts,
+                "%s acknowledged by %s after %d attempts", _named(item), executor.name, recorded.attempts
             )
         acknowledged += 1
     return acknowledged

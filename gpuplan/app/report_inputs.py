@@ -10,12 +10,12 @@ functions read the same from a store that is already open (the HTTP API's).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from contract.errors import InputError
-from contract.records import App, Cluster, Commit, PlanRun, TrafficHour
+from contract.records import Amendment, App, Cluster, Commit, PlanRun, TrafficHour
 from contract.scenario import Instance, JobKind
 from storage.factory import open_store
 from storage.store import Store
@@ -148,9 +148,9 @@ def utilization_inputs_in(
 
 def commits_inputs(
     url: str, since: str | None, *, cluster: bool, team: str | None = None
-) -> tuple[list[Commit], Cluster | None, set[str]]:
-    """The committed hours from ``since`` on (``team``'s jobs only, when given); with
-    ``cluster``, also the cluster and the app ids."""
+) -> tuple[list[Commit], list[Amendment], Cluster | None, set[str]]:
+    """The committed hours from ``since`` on and their amendments (``team``'s jobs only, when
+    given); with ``cluster``, also the cluster and the app ids."""
     store = open_existing_store(url)
     try:
         return commits_inputs_in(store, since, cluster=cluster, team=team)
@@ -160,16 +160,25 @@ def commits_inputs(
 
 def commits_inputs_in(
     store: Store, since: str | None, *, cluster: bool, team: str | None = None
-) -> tuple[list[Commit], Cluster | None, set[str]]:
-    commits = team_commits(store, stored_commits(store, parse_since(since)), team)
+) -> tuple[list[Commit], list[Amendment], Cluster | None, set[str]]:
+    since_at = parse_since(since)
+    stored = stored_commits(store, since_at)
+    commits, amendments = team_commits(store, stored, store.amendments(since_at), team)
     if not cluster:
-        return commits, None, set()
-    return commits, stored_cluster(store), {app.id for app in store.apps()}
+        return commits, amendments, None, set()
+    return commits, amendments, stored_cluster(store), {app.id for app in store.apps()}
 
 
-def team_commits(store: Store, commits: list[Commit], team: str | None) -> list[Commit]:
-    """The commits with only ``team``'s jobs in them (all when None)."""
+def team_commits(
+    store: Store, commits: list[Commit], amendments: list[Amendment], team: str | None
+) -> tuple[list[Commit], list[Amendment]]:
+    """The commits with only ``team``'s jobs in them, and the amendments that add any (all when None)."""
     if team is None:
-        return commits
+        return commits, amendments
     ours = {job.id for job in store.jobs() if job.team == team}
-    return [Commit(c.hour, c.run_id, tuple(a for a in c.assignments if a.job in ours)) for c in commits]
+    kept = [Commit(c.hour, c.run_id, tuple(a for a in c.assignments if a.job in ours)) for c in commits]
+    added = [
+        replace(amendment, assignments=tuple(a for a in amendment.assignments if a.job in ours))
+        for amendment in amendments
+    ]
+    return kept, [amendment for amendment in added if amendment.assignments]

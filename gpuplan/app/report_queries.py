@@ -104,4 +104,5 @@ def utilization_query(store: Store, *, since: str | None = None) -> UtilizationR
 
 def commits_query(store: Store, *, since: str | None = None, team: str | None = None) -> list[CommitRow]:
     """Every committed hour from ``since``: which job holds which GPUs (``team``'s jobs only)."""
-    return commit_rows(commits_inputs_in(store, since, cluster=False, team=team)[0])
+    commits, amendments, _, _ = commits_inputs_in(store, since, cluster=False, team=team)
+    return commit_rows(commits, amendments)

@@ -22,7 +22,7 @@ from statistics import NormalDist
 
 from contract.curves import swap_capped_curve
 from contract.errors import InputError
-from contract.records import App, Cluster, Commit, PlanRun, TrafficHour
+from contract.records import Amendment, App, Cluster, Commit, PlanRun, TrafficHour
 from contract.scenario import Cell, Instance, JobKind, gpus_of
 from contract.scenario_io import parse_scenario
 from forecasting.gpu_mapping import gpus_needed
@@ -664,20 +664,29 @@ def utilization(
 
 @dataclass(frozen=True, slots=True)
 class CommitRow:
-    """One job in one committed hour, on GPUs ``gpus``."""
+    """One job in one committed hour, on GPUs ``gpus``; for an amendment's addition, the
+    amendment's number within the hour and when it was made (the commit's own rows: none)."""
 
     hour: datetime
     job: str
     gpus: tuple[int, ...]
+    amendment: int | None = None
+    at: datetime | None = None
 
 
-def commit_rows(commits: Sequence[Commit]) -> list[CommitRow]:
-    """One row per committed hour and job, by hour then job."""
-    return [
+def commit_rows(commits: Sequence[Commit], amendments: Sequence[Amendment] = ()) -> list[CommitRow]:
+    """One row per committed hour and job, by hour then job; then each amendment's additions."""
+    rows = [
         CommitRow(commit.hour, a.job, tuple(sorted(a.gpus)))
-        for commit in sorted(commits, key=lambda c: c.hour)
+        for commit in commits
         for a in sorted(commit.assignments, key=lambda a: a.job)
     ]
+    rows += [
+        CommitRow(amendment.hour, a.job, tuple(sorted(a.gpus)), amendment.seq, amendment.made_at)
+        for amendment in amendments
+        for a in sorted(amendment.assignments, key=lambda a: a.job)
+    ]
+    return sorted(rows, key=lambda r: (r.hour, r.amendment or 0, r.job))
 
 
 def commits_grid(commits: Sequence[Commit], cluster_gpus: int) -> list[list[str | None]]:

@@ -48,6 +48,22 @@ def ensure_models(config: ServiceConfig) -> bool:
     return True
 
 
+def check_traffic(config: ServiceConfig) -> None:
+    """Read every traffic file the config names, before a database is opened: a config that
+    would fail half-way through :func:`ensure_service` fails here, with nothing written."""
+    from features.traffic import load_traffic
+
+    for source in config.traffic:
+        try:
+            load_traffic(source.path)
+        except InputError as error:
+            if error.field != "traffic":  # a field of the file itself: its own message says where
+                raise
+            raise InputError(
+                f"apps[{source.app}].traffic", error.expected, error.got, hint=error.hint
+            ) from None
+
+
 def ensure_service(store: Store, config: ServiceConfig, now: datetime, *, from_file: bool = False) -> None:
     """Cluster, apps, traffic and profiles, and the demo queue, where the database lacks them.
 

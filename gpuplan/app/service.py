@@ -7,6 +7,8 @@ runs one cycle through the same functions.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,13 +18,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import StoreError
+from contract.records import Job
+from gpuplan.app.amend import amend_cycle
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import Executor, make_executor
+from gpuplan.app.executors import Executor, Reconciler, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.outbox import deliver_pending
-from gpuplan.app.tick import CycleReport, plan_cycle, recalibrate
+from gpuplan.app.tick import CycleReport, recalibrate
 from gpuplan.app.traffic_sources import pull_traffic
 from storage.store import Store
 
@@ -34,6 +38,8 @@ log = logging.getLogger("gpuplan.daemon")
 #: How long a cycle waits for another daemon's cycle on the same database, and how often it looks.
 LOCK_WAIT_S = 300.0
 LOCK_POLL_S = 0.2
+#: How often a standby daemon tries to take the lead (well inside the shortest cycle period).
+STANDBY_POLL_S = 2.0
 
 Clock = Callable[[], datetime]
 
@@ -55,8 +61,12 @@ class Service:
     speed: float = 1.0
     #: The demo's cluster and traffic (gpuplan/app/demo.py), advanced before each cycle.
     world: DemoWorld | None = None
+    #: The executor, when its cluster reports back (Slurm): reconciled before each plan, polled between.
+    reconciler: Reconciler | None = None
     forecasters: Forecasters = field(init=False)
     metrics: Any = None  # a Metrics when --metrics-port is given
+    #: How ``status`` names this daemon when it leads.
+    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     health: Health = field(init=False)
     plan_mutex: threading.Lock = field(init=False, default_factory=threading.Lock)
 
@@ -87,7 +97,9 @@ def plan_lock(service: Service) -> Iterator[None]:
 
 
 def run_once(service: Service, now: datetime | None = None) -> CycleReport:
-    """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit.
+    """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit, or
+    within an hour already committed, plan from the next and amend this one
+    (:func:`gpuplan.app.amend.amend_cycle`: the plan's next-hour starts on GPUs idle now).
 
     A second daemon on the same database waits for the first one's cycle, then plans on
     what it committed (the hour is committed once). The cycle also re-sends every commit
@@ -98,12 +110,14 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     with plan_lock(service):
         if service.world is not None:
             service.world.advance(service.store, now)
+        if service.reconciler is not None:  # Slurm's truth first; a failure fails the cycle
+            service.reconciler.reconcile(service.store, now, service.config)
         recalibrate(service.store, now, service.config, skip=failed)
-        report = plan_cycle(
+        report, _ = amend_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
         )
     if service.metrics is not None:
-        service.metrics.observe(report, now)
+        service.metrics.observe(report, now, _replicas(service))
     return report
 
 
@@ -112,6 +126,42 @@ def recalibrate_now(service: Service) -> list[str]:
     now = service.clock()
     failed = pull_traffic(service.store, now, service.config)
     return recalibrate(service.store, now, service.config, skip=failed)
+
+
+def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
+    """Between plans: the executor's completions into the history (a no-op without a reconciler)."""
+    if service.reconciler is None:
+        return []
+    with plan_lock(service):
+        finished = service.reconciler.poll(service.store, now or service.clock())
+    if service.metrics is not None:
+        service.metrics.observe_replicas(_replicas(service))
+    return finished
+
+
+def _replicas(service: Service) -> dict[str, int]:
+    if service.reconciler is None:
+        return {}
+    running = service.reconciler.replicas_running
+    return {app.id: running.get(app.id, 0) for app in service.config.apps}
+
+
+@contextmanager
+def leading(service: Service, stop: threading.Event, poll_s: float = STANDBY_POLL_S) -> Iterator[bool]:
+    """Lead for as long as the context is open: at once, or after waiting as the standby until
+    the leader is gone (``stop`` set while waiting: yields False). Only the leader plans and acts."""
+    waiting = False
+    while not stop.is_set():
+        with service.store.leadership(service.owner) as held:
+            if held:
+                log.info("%s takes the lead%s", service.owner, " from the standby" if waiting else "")
+                yield True
+                return
+        if not waiting:
+            log.info("%s is the standby: %s leads", service.owner, service.store.leader())
+            waiting = True
+        stop.wait(poll_s)
+    yield False
 
 
 def make_service(
@@ -128,6 +178,7 @@ def make_service(
     warm_up()
 
     executor = make_executor(config, store)
+    reconciler = executor if isinstance(executor, Reconciler) else None
     world = None
     if demo_speed is not None:
         from gpuplan.app.demo import checked_demo_speed, demo_world
@@ -138,7 +189,7 @@ def make_service(
     if print_commits:
         executor = PrintingExecutor(executor)
     log.info("commits go to %s", executor.target)
-    service = Service(store=store, config=config, executor=executor, world=world)
+    service = Service(store=store, config=config, executor=executor, world=world, reconciler=reconciler)
     if demo_speed is not None:
         from gpuplan.app.demo import demo_clock
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import Job, JobEstimate, JobState, PlanRun, RunMode
-from gpuplan.app.bridge import planned_place, planned_places
+from gpuplan.app.bridge import STEP, floor_hour, no_start_reason, planned_place, planned_places, realtime_sets
 from gpuplan.app.tokens import NotFoundError
 from storage.store import Store
 
@@ -20,11 +20,11 @@ def run_summary(run: PlanRun) -> dict[str, Any]:
         "id": run.id,
         "start": run.start.isoformat(),
         "policy": run.policy,
-        "objective": run.objective,
+        "objective": round(run.objective, 3),
         "status": run.status,
         "mode": run.mode.value,
         "committed": run.committed,
-        "bound": run.bound,
+        "bound": None if run.bound is None else round(run.bound, 3),
         "latency_ms": round(run.latency_ms, 3),
         "created_at": run.created_at.isoformat(),
     }
@@ -36,6 +36,7 @@ class Status:
     running: list[dict[str, Any]]
     queue: list[dict[str, Any]]
     last_run: dict[str, Any] | None
+    leader: dict[str, Any] | None = None  # the leading daemon (PostgreSQL): host, pid
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -43,16 +44,28 @@ class Status:
             "running": self.running,
             "queue": self.queue,
             "last_run": self.last_run,
+            "leader": self.leader,
         }
 
 
-def placement_reason(run: PlanRun, estimate: JobEstimate | None, planned_start: datetime | None) -> str:
-    """Why a queued job starts when ``run`` plans it, in one short line."""
+def leader_of(owner: str | None) -> dict[str, Any] | None:
+    """A daemon's ``host:pid`` as status shows it."""
+    if owner is None:
+        return None
+    host, _, pid = owner.rpartition(":")
+    return {"host": host, "pid": int(pid)} if pid.isdigit() else {"host": owner, "pid": None}
+
+
+def placement_reason(
+    run: PlanRun, job_id: str, estimate: JobEstimate | None, planned_start: datetime | None
+) -> str:
+    """Why a queued job starts when ``run`` plans it, in one short line (with no start in the
+    horizon: :func:`gpuplan.app.bridge.no_start_reason`)."""
     if estimate is None:
         return "no forecast (the model cannot read its spec)"
     block = f"{estimate.gpus}-GPU block"
     if planned_start is None:
-        return f"no free {block} for its {estimate.hours_p90:g} h (P90) in the horizon"
+        return no_start_reason(run, job_id, estimate.gpus)
     if planned_start <= run.start:
         return f"starts in the first open hour on a free {block}"
     wait = (planned_start - run.start).total_seconds() / 3600
@@ -67,7 +80,7 @@ def _queue_row(job: Job, newest: PlanRun | None, places: dict[str, tuple[datetim
         "priority": job.priority,
         "gpus": None if job.estimate is None else job.estimate.gpus,
         "planned_start": None if start is None else start.isoformat(),
-        "reason": "no plan yet" if newest is None else placement_reason(newest, job.estimate, start),
+        "reason": "no plan yet" if newest is None else placement_reason(newest, job.id, job.estimate, start),
     }
 
 
@@ -79,7 +92,7 @@ def job_view(store: Store, job: Job) -> dict[str, Any]:
         newest = _newest_plan(store)
         if newest is not None:
             planned = planned_place(newest, job.id)[0]
-            reason = placement_reason(newest, job.estimate, planned)
+            reason = placement_reason(newest, job.id, job.estimate, planned)
     estimate = job.estimate
     return {
         "job": job.id,
@@ -112,14 +125,16 @@ def _newest_plan(store: Store, last: PlanRun | None = None) -> PlanRun | None:
 
 
 def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
-    """Running jobs with their GPUs, the queue with planned starts from the latest plan, the last run.
-
-    ``team`` keeps that team's jobs only."""
+    """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
+    hour placed them), the queue by planned start from the latest plan with each job's reason,
+    the last run, and the leading daemon (on PostgreSQL, where a standby may wait). ``team``
+    keeps that team's jobs only (and leaves the apps out)."""
     last = store.run()
     newest = _newest_plan(store, last)
     running = [
         {
             "job": job.id,
+            "kind": job.kind.value,
             "team": job.team,
             "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
             "since": job.started_at.isoformat(),
@@ -130,11 +145,27 @@ def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
         and job.started_at is not None
         and team in (None, job.team)
     ]
+    commit = store.last_commit(before=floor_hour(now) + STEP)
+    if commit is not None and team is None:  # the real-time apps, as the latest committed hour placed them
+        held = realtime_sets(commit, [app.id for app in store.apps()])
+        running += [
+            {
+                "job": app,
+                "kind": "realtime",
+                "team": None,
+                "gpus": list(gpus),
+                "since": commit.hour.isoformat(),
+            }
+            for app, gpus in held.items()
+        ]
     places = {} if newest is None else planned_places(newest)
     queue = [
         _queue_row(job, newest, places) for job in store.jobs([JobState.QUEUED]) if team in (None, job.team)
     ]
-    return Status(now, running, queue, None if last is None else run_summary(last))
+    # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
+    queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
+    summary = None if last is None else run_summary(last)
+    return Status(now, running, queue, summary, leader_of(store.leader()))
 
 
 def find_run(store: Store, which: str) -> PlanRun:

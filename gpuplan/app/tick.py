@@ -32,12 +32,13 @@ from gpuplan.app.bridge import (
     app_forecasts,
     column_commit,
     floor_hour,
+    hour_allocation,
     realtime_sets,
     run_record,
     scenario_document,
 )
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import Executor
+from gpuplan.app.executors.base import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tokens import NotFoundError
@@ -45,6 +46,8 @@ from gpuplan.app.traffic_sources import store_traffic
 from storage.store import Store
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from features.traffic import HourlyTraffic
     from forecasting.realtime import FloatArray, HourArray, RealtimeProfile
     from scheduler.policies import Plan, PolicyName
@@ -107,11 +110,15 @@ def load_profile(store: Store, app: str) -> RealtimeProfile | None:
     )
 
 
-def app_demand(store: Store, app: App, start: datetime, hours: int) -> AppDemand:
+def app_demand(
+    store: Store, app: App, start: datetime, hours: int, *, partial_rate: float | None = None
+) -> AppDemand:
     """P50 and P90 requests for ``hours`` hours from ``start`` from the app's stored profile.
 
     Hours the profile has already seen (a cycle replayed in the past) take the stored
     traffic instead; an app with no profile and no traffic gets no demand (logged).
+    ``partial_rate`` is the hour in progress's requests at the rate seen so far: the
+    nowcast reads it as the latest hour.
     """
     import numpy as np
 
@@ -131,7 +138,7 @@ def app_demand(store: Store, app: App, start: datetime, hours: int) -> AppDemand
             p90.append(value)
     first = np.datetime64(start.replace(tzinfo=None) + known * STEP, "h")
     if hours > known:
-        forecast = profile.predict(first, hours - known)
+        forecast = profile.predict(first, hours - known, partial=partial_rate)
         p50 += [float(v) for v in forecast.p50]
         p90 += [float(v) for v in forecast.p90]
     return AppDemand(app, p50, p90)
@@ -145,8 +152,25 @@ def require_cluster(store: Store) -> Cluster:
     return cluster
 
 
-def load_snapshot(store: Store, start: datetime, config: ServiceConfig, forecasters: Forecasters) -> Snapshot:
-    """The state the plan starting at ``start`` sees; queued jobs without an estimate get one."""
+def down_gpus(cluster: Cluster, hour: datetime) -> frozenset[int]:
+    """GPUs down at any moment of ``hour``."""
+    return frozenset(w.gpu for w in cluster.down if w.start < hour + STEP and (w.end is None or w.end > hour))
+
+
+def load_snapshot(
+    store: Store,
+    start: datetime,
+    config: ServiceConfig,
+    forecasters: Forecasters,
+    *,
+    partial_rates: Mapping[str, float] | None = None,
+) -> Snapshot:
+    """The state the plan starting at ``start`` sees; queued jobs without an estimate get one.
+
+    The hour before ``start``, when committed, is taken with its amendments: the plan
+    starts from what really holds the GPUs. ``partial_rates`` (app -> requests at the rate
+    seen so far in the hour in progress) feed the apps' nowcasts.
+    """
     cluster = require_cluster(store)
     waiting = store.jobs([JobState.QUEUED])
     new_estimates = forecasters.estimates([job for job in waiting if job.estimate is None])
@@ -164,10 +188,13 @@ def load_snapshot(store: Store, start: datetime, config: ServiceConfig, forecast
             log.warning("job %s needs more GPUs than the cluster has; left queued", job.id)
     running = store.jobs([JobState.RUNNING])
     apps = store.apps()
-    previous = store.last_commit(before=start)
-    held = realtime_sets(previous, [a.id for a in apps]) if previous and previous.hour == start - STEP else {}
+    previous = hour_allocation(store, start - STEP)
+    held = realtime_sets(previous, [a.id for a in apps]) if previous else {}
     horizon = cluster.horizon_steps
-    demand = [app_demand(store, app, start, LOOKAHEAD * horizon) for app in apps]
+    rates = partial_rates or {}
+    demand = [
+        app_demand(store, app, start, LOOKAHEAD * horizon, partial_rate=rates.get(app.id)) for app in apps
+    ]
     return Snapshot(
         start=start, cluster=cluster, queued=queued, running=running, demand=demand, realtime_sets=held
     )
@@ -190,13 +217,17 @@ def plan_snapshot(
     from scheduler.policies import plan
 
     name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
-    document = scenario_document(snapshot, config.plan_with, name=name)
+    document = scenario_document(
+        snapshot, config.plan_with, name=name, promise_penalty=config.promise_penalty
+    )
     instance = parse_scenario(document, source=name)
     options = SolveOptions(
         time_limit_s=time_limit_s,
         budget_ms=HOT_PATH_BUDGET_MS if budget_ms is None else budget_ms,
         wall_clock=config.plan_wall_clock,
     )
+    if not config.plan_wall_clock:  # work-only plans repeat, the full mode's too: one CP-SAT worker
+        options = replace(options, workers=1)
     return document, plan(instance, policy, options)
 
 
@@ -261,6 +292,7 @@ def plan_cycle(
     forecasters: Forecasters | None = None,
     mode: RunMode = RunMode.PLAN,
     policy: PolicyName | None = None,
+    partial_rates: Mapping[str, float] | None = None,
 ) -> CycleReport:
     """Plan 24 hours from the current hour, store the run, commit the hour once, execute it.
 
@@ -274,7 +306,7 @@ def plan_cycle(
     forecasters = forecasters or Forecasters(config.models_dir)
     hour = floor_hour(now)
     start = _first_open_hour(store, now)
-    snapshot = load_snapshot(store, start, config, forecasters)
+    snapshot = load_snapshot(store, start, config, forecasters, partial_rates=partial_rates)
     budget = config.plan_budget_ms if mode is RunMode.PLAN else config.submit_budget_ms
     document, result = plan_snapshot(snapshot, config, policy or PolicyName.FAST, budget_ms=budget)
     run = _run_of(snapshot, document, result, now=now, mode=mode, started=started)
@@ -315,7 +347,7 @@ def plan_cycle(
         status=run.status,
         utilization=float(run.metrics.get("utilization", 0.0)),
         rt_coverage=float(run.metrics.get("rt_coverage", 1.0)),
-        queue_length=len(snapshot.queued),
+        queue_length=len(store.jobs([JobState.QUEUED])),  # after the commit: what `status` shows
         run=stored,
     )
     log.info(report.log_line())

@@ -31,7 +31,7 @@ from storage.tables import (
 if TYPE_CHECKING:
     import pandas as pd
 
-from storage.sql.engine import SqlBase, _chunks, _plain
+from storage.sql.engine import SqlBase, _chunks, _plain, _require_hour
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ class JobStore(SqlBase):
             started_at=row.started_at,
             ended_at=row.ended_at,
             outcome=row.outcome,
+            promised_start=row.promised_start,
             team=row.team,
         )
 
@@ -94,6 +95,7 @@ class JobStore(SqlBase):
                     started_at=job.started_at,
                     ended_at=job.ended_at,
                     outcome=job.outcome,
+                    promised_start=job.promised_start,
                     team=job.team,
                 )
             )
@@ -114,12 +116,28 @@ class JobStore(SqlBase):
         with self._session(read_only=True) as session:
             return [self._job(row) for row in session.scalars(query)]
 
+    def set_promise(self, job_id: str, promised_start: datetime) -> None:
+        _require_hour(promised_start, "promised_start")
+        with self._session() as session:
+            row = self._job_row(session, job_id)
+            if row.promised_start is None:
+                row.promised_start = promised_start
+
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None:
         with self._session() as session:
             row = self._job_row(session, job_id)
             row.estimate_gpus = estimate.gpus
             row.estimate_hours_p50 = estimate.hours_p50
             row.estimate_hours_p90 = estimate.hours_p90
+
+    def requeue_job(self, job_id: str) -> Job:
+        with self._session() as session:
+            row = self._job_row(session, job_id)
+            if row.state is not JobState.RUNNING:
+                raise InputError("job_id", "a running job", f"{job_id} ({row.state.value})")
+            row.state, row.first_gpu, row.gpus, row.started_at = JobState.QUEUED, None, None, None
+            session.flush()
+            return self._job(row)
 
     def finish_job(
         self, job_id: str, at: datetime, outcome: Outcome, history: Callable[[Job], pd.DataFrame | None]

@@ -55,8 +55,46 @@ def _owner_alive(owner: str) -> bool:
     return True
 
 
+#: The advisory lock (and the locks-table row naming its owner) of the leading daemon.
+LEADER = "leader"
+
+
 class LockStore(SqlBase):
-    """The named cross-process lock a cycle holds."""
+    """The named cross-process lock a cycle holds, and the leading daemon's lock."""
+
+    # -- leadership ----------------------------------------------------------------------
+    @contextmanager
+    def leadership(self, owner: str) -> Iterator[bool]:
+        if self.dialect != "postgresql":
+            yield True
+            return
+        with self._advisory_lock(LEADER) as held:
+            if held:
+                # The row only names the owner; the lock is what leads (status checks both).
+                with self._session() as session:
+                    row = session.get(LockRow, LEADER)
+                    now = datetime.now(UTC)
+                    if row is None:
+                        session.add(LockRow(name=LEADER, owner=owner, expires_at=now))
+                    else:
+                        row.owner, row.expires_at = owner, now
+            yield held
+
+    def leader(self) -> str | None:
+        if self.dialect != "postgresql":
+            return None
+        # pg_try_advisory_lock(bigint) keys a lock by (classid, objid) = (high, low) 32 bits.
+        held = text(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND classid::bigint = ((hashtext(:name)::bigint >> 32) & 4294967295)"
+            " AND objid::bigint = (hashtext(:name)::bigint & 4294967295)"
+        )
+        with self._session(read_only=True) as session:
+            if not session.scalar(held, {"name": LEADER}):
+                return None
+            row = session.get(LockRow, LEADER)
+            return None if row is None else row.owner
 
     # -- the cycle lock ------------------------------------------------------------------
     @contextmanager

@@ -1,4 +1,4 @@
-"""The outbox: each commit's delivery to an executor, until the executor acknowledges it."""
+"""The outbox: each commit's and amendment's delivery to an executor, until it is acknowledged."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from contract.errors import InputError
-from contract.records import Delivery, DeliveryState
-from storage.sql.runs import RunStore
-from storage.tables import CommitRow, DeliveryRow
+from contract.records import Amendment, Commit, Delivery, DeliveryState
+from storage.sql.runs import RunStore, amendment_from_row
+from storage.tables import AmendmentRow, CommitRow, DeliveryRow
 
 #: The longest error text kept with a delivery (a traceback's last line is what an operator needs).
 MAX_ERROR_CHARS = 2000
@@ -41,10 +41,15 @@ class OutboxStore(RunStore):
         commit_rows = list(
             session.scalars(select(CommitRow).where(CommitRow.hour.in_(hours)).order_by(CommitRow.hour))
         )
-        commits = {c.hour: c for c in self._commits(session, commit_rows)}
+        items: dict[tuple[datetime, int], Commit | Amendment] = {
+            (c.hour, c.seq): c for c in self._commits(session, commit_rows)
+        }
+        if any(row.seq > 0 for row in rows):
+            amendment_rows = session.scalars(select(AmendmentRow).where(AmendmentRow.hour.in_(hours)))
+            items.update({(row.hour, row.seq): amendment_from_row(row) for row in amendment_rows})
         return [
             Delivery(
-                commit=commits[row.hour],
+                item=items[(row.hour, row.seq)],
                 executor=row.executor,
                 state=row.state,
                 attempts=row.attempts,
@@ -58,14 +63,13 @@ class OutboxStore(RunStore):
         self, delivery: Delivery, *, at: datetime, acknowledged: bool, error: str | None = None
     ) -> Delivery:
         with self._session() as session:
-            row = session.get(DeliveryRow, (delivery.commit.hour, delivery.commit.seq, delivery.executor))
+            item = delivery.item
+            row = session.get(DeliveryRow, (item.hour, item.seq, delivery.executor))
             if row is None:
-                raise InputError("delivery", "a delivery the store holds", delivery.commit.key)
+                raise InputError("delivery", "a delivery the store holds", item.key)
             row.attempts += 1
             if acknowledged:
                 row.state, row.acknowledged_at, row.last_error = DeliveryState.ACKNOWLEDGED, at, None
             else:
                 row.last_error = None if error is None else error[:MAX_ERROR_CHARS]
-            return Delivery(
-                delivery.commit, row.executor, row.state, row.attempts, row.last_error, row.acknowledged_at
-            )
+            return Delivery(item, row.executor, row.state, row.attempts, row.last_error, row.acknowledged_at)

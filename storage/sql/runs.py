@@ -10,6 +10,7 @@ from datetime import datetime
 from sqlalchemy import (
     delete,
     exc,
+    func,
     insert,
     select,
 )
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from contract.errors import InputError
 from contract.records import (
+    Amendment,
     AppForecast,
     Assignment,
     Commit,
@@ -27,6 +29,7 @@ from contract.records import (
 )
 from storage.sql.engine import SqlBase, _require_finite, _require_hour
 from storage.tables import (
+    AmendmentRow,
     CommitAssignmentRow,
     CommitRow,
     DeliveryRow,
@@ -52,12 +55,7 @@ class RunStore(SqlBase):
         if commit is None:
             return
         _require_hour(commit.hour, "commit.hour")
-        jobs = [a.job for a in commit.assignments]
-        if len(set(jobs)) != len(jobs):
-            raise InputError("commit.assignments", "one entry per job", sorted(jobs))
-        for assignment in commit.assignments:
-            if not assignment.gpus:
-                raise InputError(f"commit.assignments[{assignment.job}].gpus", "at least one GPU", [])
+        _check_assignments(commit.assignments, "commit.assignments")
 
     def record_run(
         self, run: PlanRun, commit: Commit | None = None, *, deliver_to: str | None = None
@@ -102,18 +100,7 @@ class RunStore(SqlBase):
                 row.committed = True
                 if deliver_to is not None:
                     assert commit is not None
-                    session.add(
-                        DeliveryRow(
-                            hour=commit.hour,
-                            seq=commit.seq,
-                            executor=deliver_to,
-                            state=DeliveryState.PENDING,
-                            attempts=0,
-                            last_error=None,
-                            created_at=run.created_at,
-                            acknowledged_at=None,
-                        )
-                    )
+                    session.add(_pending(commit.hour, commit.seq, deliver_to, run.created_at))
             session.flush()
             return replace(run, id=row.id, committed=committed)
 
@@ -154,18 +141,7 @@ class RunStore(SqlBase):
                 )
                 return False
             raise
-        by_job = {a.job: a.gpus for a in commit.assignments}
-        queued = session.scalars(
-            select(JobRow).where(JobRow.id.in_(list(by_job)), JobRow.state == JobState.QUEUED)
-        )
-        for job in queued:
-            gpus = by_job[job.id]
-            job.state, job.first_gpu, job.gpus, job.started_at = (
-                JobState.RUNNING,
-                min(gpus),
-                len(gpus),
-                commit.hour,
-            )
+        _start_queued(session, commit.assignments, commit.hour)
         return True
 
     def prune_runs(self, before: datetime) -> int:
@@ -272,3 +248,84 @@ class RunStore(SqlBase):
         with self._session(read_only=True) as session:
             rows = list(session.scalars(query))
             return self._commits(session, rows)[0] if rows else None
+
+    # -- amendments ----------------------------------------------------------------------
+    def record_amendment(self, amendment: Amendment, *, deliver_to: str | None = None) -> Amendment:
+        _require_hour(amendment.hour, "amendment.hour")
+        _check_assignments(amendment.assignments, "amendment.assignments")
+        with self._session() as session:
+            if session.get(CommitRow, amendment.hour) is None:
+                raise InputError("amendment.hour", "an hour that is committed", amendment.hour.isoformat())
+            last = session.scalar(
+                select(func.max(AmendmentRow.seq)).where(AmendmentRow.hour == amendment.hour)
+            )
+            seq = (last or 0) + 1
+            session.add(
+                AmendmentRow(
+                    hour=amendment.hour,
+                    seq=seq,
+                    run_id=amendment.run_id,
+                    created_at=amendment.made_at,
+                    assignments=[{"job": a.job, "gpus": list(a.gpus)} for a in amendment.assignments],
+                )
+            )
+            _start_queued(session, amendment.assignments, amendment.made_at)
+            if deliver_to is not None:
+                session.add(_pending(amendment.hour, seq, deliver_to, amendment.made_at))
+            session.flush()
+            return replace(amendment, seq=seq)
+
+    def amendments(self, since: datetime | None = None, until: datetime | None = None) -> list[Amendment]:
+        query = select(AmendmentRow).order_by(AmendmentRow.hour, AmendmentRow.seq)
+        if since is not None:
+            query = query.where(AmendmentRow.hour >= since)
+        if until is not None:
+            query = query.where(AmendmentRow.hour < until)
+        with self._session(read_only=True) as session:
+            return [amendment_from_row(row) for row in session.scalars(query)]
+
+
+def amendment_from_row(row: AmendmentRow) -> Amendment:
+    return Amendment(
+        hour=row.hour,
+        seq=row.seq,
+        made_at=row.created_at,
+        run_id=row.run_id,
+        assignments=tuple(
+            Assignment(str(a["job"]), tuple(sorted(int(g) for g in a["gpus"]))) for a in row.assignments
+        ),
+    )
+
+
+def _check_assignments(assignments: Sequence[Assignment], field: str) -> None:
+    jobs = [a.job for a in assignments]
+    if len(set(jobs)) != len(jobs):
+        raise InputError(field, "one entry per job", sorted(jobs))
+    for assignment in assignments:
+        if not assignment.gpus:
+            raise InputError(f"{field}[{assignment.job}].gpus", "at least one GPU", [])
+
+
+def _start_queued(session: Session, assignments: Sequence[Assignment], at: datetime) -> None:
+    """The queued jobs ``assignments`` place move to running on their GPUs, started ``at``."""
+    by_job = {a.job: a.gpus for a in assignments}
+    queued = session.scalars(
+        select(JobRow).where(JobRow.id.in_(list(by_job)), JobRow.state == JobState.QUEUED)
+    )
+    for job in queued:
+        gpus = by_job[job.id]
+        job.state, job.first_gpu, job.gpus, job.started_at = (JobState.RUNNING, min(gpus), len(gpus), at)
+
+
+def _pending(hour: datetime, seq: int, executor: str, at: datetime) -> DeliveryRow:
+    """An outbox row: the delivery of the hour's commit (``seq`` 0) or amendment ``seq``, pending."""
+    return DeliveryRow(
+        hour=hour,
+        seq=seq,
+        executor=executor,
+        state=DeliveryState.PENDING,
+        attempts=0,
+        last_error=None,
+        created_at=at,
+        acknowledged_at=None,
+    )

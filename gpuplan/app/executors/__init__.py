@@ -2,8 +2,9 @@
 
 ``memory`` keeps the commits (tests, the simulation); ``jsonl`` appends them to the
 database's feed (the config's ``commits_file``, by default one beside the database: see
-:func:`default_feed`). A new executor is a module here and one entry in :data:`EXECUTORS`:
-a function of the config and the store that builds it.
+:func:`default_feed`); ``slurm`` runs them on the config's Slurm partition (and reads the
+cluster back: a :class:`Reconciler`). A new executor is a module here and one entry in
+:data:`EXECUTORS`: a function of the config and the store that builds it.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
-from gpuplan.app.executors.base import Executor, commit_lines
+from gpuplan.app.executors.base import Executor, Reconciler, amendment_lines, commit_lines
 from gpuplan.app.executors.jsonl import JsonLinesExecutor, default_feed
 from gpuplan.app.executors.memory import InMemoryExecutor
+from gpuplan.app.executors.slurm import SlurmExecutor
 
 if TYPE_CHECKING:
     from gpuplan.app.config import ServiceConfig
@@ -25,6 +27,9 @@ __all__ = [
     "Executor",
     "InMemoryExecutor",
     "JsonLinesExecutor",
+    "Reconciler",
+    "SlurmExecutor",
+    "amendment_lines",
     "commit_lines",
     "default_feed",
     "make_executor",
@@ -44,6 +49,7 @@ def _jsonl(config: ServiceConfig, store: Store) -> Executor:
 EXECUTORS: dict[str, Callable[[ServiceConfig, Store], Executor]] = {
     "memory": lambda _config, _store: InMemoryExecutor(),
     "jsonl": _jsonl,
+    "slurm": lambda config, _store: SlurmExecutor.from_config(config),
 }
 
 

@@ -1,6 +1,7 @@
-"""The JSON-lines executor: one line per job and hour (``{"hour", "seq", "job", "gpus"}``),
-and one per stopped job (``{"at", "job", "stop": true}``), appended to a file that other tools
-can follow (``tail -F``).
+"""The JSON-lines executor: one line per job and hour (``{"hour", "seq", "job", "gpus"}``,
+``seq`` 0), one per job of an amendment (``seq`` its number within the hour, with
+``"amendment": seq`` and ``"at"``, when it was made), and one per stopped job (``{"at",
+"job", "stop": true}``), appended to a file that other tools can follow (``tail -F``).
 
 Each database has its own feed (:func:`default_feed`): beside a SQLite file, under ``var/feeds``
 named by a hash of a server's URL, so two databases never share one by default.
@@ -15,8 +16,8 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from contract.records import Commit
-from gpuplan.app.executors.base import commit_lines
+from contract.records import Amendment, Commit
+from gpuplan.app.executors.base import amendment_lines, commit_lines
 from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -37,9 +38,9 @@ def default_feed(store: Store) -> Path | None:
 
 
 class JsonLinesExecutor:
-    """Appends each commit to ``path``, one JSON object per job, flushed and synced.
+    """Appends each commit and amendment to ``path``, one JSON object per job, flushed and synced.
 
-    Idempotent: a (commit, job) line already in the file is not written again, so a commit
+    Idempotent: a (hour, seq, job) line already in the file is not written again, so a commit
     re-sent by the outbox, even one cut off half-written, ends up in the file exactly once.
     """
 
@@ -76,24 +77,29 @@ class JsonLinesExecutor:
         self._read_to += len(whole)
 
     def deliver(self, commit: Commit) -> bool:
+        return self._write(commit.seq, commit_lines(commit))
+
+    def amend(self, amendment: Amendment) -> bool:
+        return self._write(amendment.seq, amendment_lines(amendment))
+
+    def _write(self, seq: int, lines: list[dict[str, object]]) -> bool:
+        """Append the lines of one commit or amendment not in the file yet (idempotent)."""
         self._scan()
-        lines = [
-            {"hour": line["hour"], "seq": commit.seq, "job": line["job"], "gpus": line["gpus"]}
-            for line in commit_lines(commit)
-        ]
         fresh = [
-            line for line in lines if (str(line["hour"]), commit.seq, str(line["job"])) not in self._held
+            {"hour": line["hour"], "seq": seq, **line}
+            for line in lines
+            if (str(line["hour"]), seq, str(line["job"])) not in self._held
         ]
-        if not fresh:
-            return True
-        self._append("".join(json.dumps(line) + "\n" for line in fresh))
+        if fresh:
+            self._append(fresh)
         return True
 
     def stop(self, job: str, at: datetime) -> None:
-        self._append(json.dumps({"at": at.isoformat(), "job": job, "stop": True}) + "\n")
+        self._append([{"at": at.isoformat(), "job": job, "stop": True}])
 
-    def _append(self, text: str) -> None:
+    def _append(self, lines: list[dict[str, object]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(json.dumps(line) + "\n" for line in lines)
         # A line cut off by a crash is closed first, so that it cannot swallow the next one.
         if self.path.exists() and self.path.stat().st_size:
             with self.path.open("rb") as tail:

@@ -6,12 +6,12 @@ import sys
 from datetime import datetime
 from typing import TextIO
 
-from contract.records import Commit
-from gpuplan.app.executors.base import Executor, commit_lines
+from contract.records import Amendment, Commit
+from gpuplan.app.executors.base import Executor, amendment_lines, commit_lines
 
 
 class PrintingExecutor:
-    """Passes each commit on to ``inner``, then writes it to ``stream`` (stdout by default)."""
+    """Passes each commit and amendment on to ``inner``, then writes it to ``stream`` (stdout by default)."""
 
     def __init__(self, inner: Executor, stream: TextIO | None = None) -> None:
         self.inner = inner
@@ -25,6 +25,18 @@ class PrintingExecutor:
             stream = self.stream or sys.stdout
             for line in commit_lines(commit):
                 stream.write(f"commit {line['hour']} {line['job']} gpus={line['gpus']}\n")
+            stream.flush()
+        return acknowledged
+
+    def amend(self, amendment: Amendment) -> bool:
+        acknowledged = self.inner.amend(amendment)
+        if acknowledged:
+            stream = self.stream or sys.stdout
+            for line in amendment_lines(amendment):
+                stream.write(
+                    f"amend {line['hour']} #{line['amendment']} at {line['at']} "
+                    f"{line['job']} gpus={line['gpus']}\n"
+                )
             stream.flush()
         return acknowledged
 

@@ -1,7 +1,7 @@
 """The simulated cluster: the in-memory cluster that ``gpuplan simulate`` and the demo daemon run on.
 
-It is an executor: it starts each job a commit places (once: a job already started keeps
-running) and knows when the job will really end, ``actual(job).hours`` after its start,
+It is an executor: it starts each job a commit or an amendment places (once: a job already
+started keeps running) and knows when the job will really end, ``actual(job).hours`` after its start,
 whatever its forecast said. Whoever drives the clock asks it which jobs have ended by
 now (:meth:`SimulatedCluster.ended`) and reports them done. Real-time apps' GPUs and
 jobs it knows nothing of are kept in the commits and never end.
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from contract.records import Commit, Outcome
+from contract.records import Amendment, Commit, Outcome
 from gpuplan.app.executors.base import Executor
 from gpuplan.app.executors.memory import InMemoryExecutor
 
@@ -53,6 +53,17 @@ class SimulatedCluster(InMemoryExecutor):
         if fresh:
             for assignment in commit.assignments:
                 self.start(assignment.job, commit.hour, len(assignment.gpus))
+        return True
+
+    def amend(self, amendment: Amendment) -> bool:
+        """The batch jobs an amendment places start at its ``made_at``, within the hour."""
+        if self.inner is not None and not self.inner.amend(amendment):
+            return False
+        fresh = amendment.key not in self._keys
+        super().amend(amendment)
+        if fresh:
+            for assignment in amendment.assignments:
+                self.start(assignment.job, amendment.made_at, len(assignment.gpus))
         return True
 
     def stop(self, job: str, at: datetime) -> None:

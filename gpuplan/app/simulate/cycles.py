@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,6 +16,7 @@ from contract.records import (
     PlanRun,
     RunMode,
 )
+from gpuplan.app.amend import ObservedTraffic, amend_hour, hourly_rates
 from gpuplan.app.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors.simulated import SimulatedCluster
@@ -43,19 +44,31 @@ class SimService:
     executor: SimulatedCluster
     forecasters: Forecasters
     setup: Setup
+    #: Whether a cycle in a committed hour amends it (the fast policy only).
+    amend: bool = True
+    #: Milliseconds each amendment step took in a committed hour (the plan before it not included).
+    amend_ms: list[float] = field(default_factory=list)
 
 
 class Cycle(Protocol):
-    def __call__(self, service: SimService, now: datetime) -> bool:
-        """Run the policy's cycle at ``now``; True when it planned (its latency counts)."""
+    def __call__(self, service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
+        """Run the policy's cycle at ``now`` with the traffic seen so far in the hour;
+        True when it planned (its latency counts)."""
 
 
-def _fast_cycle(service: SimService, now: datetime) -> bool:
-    plan_cycle(service.store, now, service.config, service.executor, forecasters=service.forecasters)
+def _fast_cycle(service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
+    """The daemon's cycle (``amend_cycle``), its amendment step timed on its own."""
+    store, config, executor = service.store, service.config, service.executor
+    rates = hourly_rates(observed, now)
+    report = plan_cycle(store, now, config, executor, forecasters=service.forecasters, partial_rates=rates)
+    if service.amend and report.start != floor_hour(now):  # within a committed hour
+        started = time.perf_counter()
+        amend_hour(store, now, report, executor, observed=observed)
+        service.amend_ms.append((time.perf_counter() - started) * 1000)
     return True
 
 
-def _priority_backfill_cycle(service: SimService, now: datetime) -> bool:
+def _priority_backfill_cycle(service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
     from scheduler.policies import PolicyName
 
     plan_cycle(
@@ -65,29 +78,36 @@ def _priority_backfill_cycle(service: SimService, now: datetime) -> bool:
         service.executor,
         forecasters=service.forecasters,
         policy=PolicyName.PRIORITY_BACKFILL,
+        partial_rates=hourly_rates(observed, now),
     )
     return True
 
 
-def _fifo_cycle(service: SimService, now: datetime) -> bool:
-    """The contract's FIFO on the hour's state, with last week's peaks reserved; commits the hour."""
+def _fifo_cycle(service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
+    """The contract's FIFO on the hour's state, with last week's peaks reserved; commits the hour.
+
+    Within a committed hour it only plans (from the next hour, stored, not committed), so
+    that a job submitted since gets FIFO's own plan as its promise.
+    """
     from contract.scenario_io import parse_scenario
     from scheduler.policies import PolicyName, plan
 
     store, config = service.store, service.config
     hour = floor_hour(now)
-    if now != hour or store.commit(hour) is not None:
-        return False  # a FIFO cluster decides when the hour starts, and only then
+    committed = store.commit(hour) is not None
+    if now == hour and committed:
+        return False
+    start = hour + STEP if committed else hour
     started = time.perf_counter()
-    snapshot = load_snapshot(store, hour, config, service.forecasters)
-    name = f"fifo-{hour:%Y%m%dT%H%M}"
+    snapshot = load_snapshot(store, start, config, service.forecasters)
+    name = f"fifo-{start:%Y%m%dT%H%M}"
     document = scenario_document(snapshot, config.plan_with, name=name)
-    peaks = service.setup.peak_last_week(hour)
+    peaks = service.setup.peak_last_week(start)
     for entry in document["jobs"]:
         if entry["kind"] == "realtime":
             entry["demand"] = [peaks[entry["id"]]] * config.cluster.horizon_steps
     result = plan(parse_scenario(document, source=name), PolicyName.FIFO)
-    commit = column_commit(result.grid, hour)
+    commit = column_commit(result.grid, start)
     _record(
         service,
         commit,
@@ -97,8 +117,9 @@ def _fifo_cycle(service: SimService, now: datetime) -> bool:
         metrics=result.metrics.as_dict(),
         policy=SimPolicy.FIFO.value,
         started=started,
+        commits=not committed,
     )
-    return True
+    return not committed  # a FIFO cluster decides when the hour starts: only that is its cycle
 
 
 @dataclass
@@ -107,7 +128,7 @@ class _CommitAll:
 
     run: PlanRun | None = None
 
-    def __call__(self, service: SimService, now: datetime) -> bool:
+    def __call__(self, service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
         hour = floor_hour(now)
         if now != hour:
             return False
@@ -207,8 +228,10 @@ def _record(
     metrics: Mapping[str, float],
     policy: str,
     started: float,
+    commits: bool = True,
 ) -> None:
-    """Store a baseline's run with its commit and hand the commit to the executor, as the cycle does."""
+    """Store a baseline's run with its commit (unless ``commits`` is False) and hand the
+    commit to the executor, as the cycle does."""
     run = run_record(
         scenario,
         start=commit.hour,
@@ -219,7 +242,7 @@ def _record(
         metrics=metrics,
         latency_ms=(time.perf_counter() - started) * 1000,
     )
-    service.store.record_run(run, commit, deliver_to=service.executor.name)
+    service.store.record_run(run, commit if commits else None, deliver_to=service.executor.name)
     deliver_pending(service.store, service.executor, now)
 
 

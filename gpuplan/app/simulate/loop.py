@@ -12,18 +12,20 @@ from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from contract.records import (
+    Amendment,
     Commit,
     TrafficHour,
 )
+from gpuplan.app.amend import ObservedTraffic
 from gpuplan.app.bridge import STEP, floor_hour
-from gpuplan.app.config import PlanWith, ServiceConfig
+from gpuplan.app.config import PROMISE_PENALTY, PlanWith, ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
-from gpuplan.app.jobs import finish, submit
+from gpuplan.app.jobs import finish, promise, submit
 from gpuplan.app.tick import recalibrate, review
 
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Sequence
 
 from gpuplan.app.simulate.cycles import CYCLES, Cycle, SimService
 from gpuplan.app.simulate.setup import STORE_URL, PrecomputedForecasters, Setup, SimPolicy, seed_store
@@ -43,6 +45,10 @@ class SimOptions:
     cycle_minutes: int = 30
     review_every_hours: int | None = None
     review_time_limit_s: float = 10.0
+    #: A cycle within a committed hour amends it (the fast policy; ``--no-amend`` turns it off).
+    amend: bool = True
+    #: The plan's weight on promised starts (``--promise-penalty``; 0: promises weigh nothing).
+    promise_penalty: float = PROMISE_PENALTY
 
     def __post_init__(self) -> None:
         # Cycles must land on every hour, where commits are made.
@@ -52,25 +58,32 @@ class SimOptions:
             )
         if self.review_every_hours is not None and self.review_every_hours < 1:
             raise InputError("--review-every", "a whole number of hours >= 1", self.review_every_hours)
+        if not 0 <= self.promise_penalty <= 1e3:
+            raise InputError("--promise-penalty", "a number in [0, 1000]", self.promise_penalty)
 
 
 @dataclass
 class PolicyRun:
-    """What one policy did: every committed hour, when each job started, how long cycles took."""
+    """What one policy did: every committed hour and amendment, when each job was promised
+    to start and started, how long cycles took."""
 
     policy: SimPolicy
     commits: list[Commit]
+    amendments: list[Amendment] = field(default_factory=list)
+    promised: dict[str, datetime] = field(default_factory=dict)
     started: dict[str, datetime] = field(default_factory=dict)
     gpus: dict[str, int] = field(default_factory=dict)
     cycle_ms: list[float] = field(default_factory=list)
+    amend_ms: list[float] = field(default_factory=list)  # the amendment steps within cycle_ms
 
     def committed_hours(self, setup: Setup) -> dict[str, int]:
-        """Per job, how many simulated hours it was committed."""
+        """Per job, how many simulated hours it was committed (an amended hour counts)."""
+        held = {(c.hour, a.job) for c in self.commits for a in c.assignments}
+        held |= {(m.hour, a.job) for m in self.amendments for a in m.assignments}
         counts: dict[str, int] = {}
-        for commit in self.commits:
-            if setup.start <= commit.hour < setup.end:
-                for assignment in commit.assignments:
-                    counts[assignment.job] = counts.get(assignment.job, 0) + 1
+        for hour, job in held:
+            if setup.start <= hour < setup.end:
+                counts[job] = counts.get(job, 0) + 1
         return counts
 
 
@@ -96,6 +109,7 @@ def run_policy(
             plan_budget_ms=options.plan_budget_ms,
             plan_wall_clock=False,  # the same plans however busy the machine: results repeat per seed
             plan_with=options.plan_with,
+            promise_penalty=options.promise_penalty,
             models_dir=setup.models_dir,
             executor=InMemoryExecutor.name,
         )
@@ -106,8 +120,11 @@ def run_policy(
             job = by_id.get(job_id)
             return None if job is None else ActualRun(job.actual_hours, job.outcome)
 
-        service = SimService(store, config, SimulatedCluster(actual), forecasters, setup)
-        return _loop(service, policy, CYCLES[policy](), options, progress)
+        amend = options.amend and policy is SimPolicy.FAST
+        service = SimService(store, config, SimulatedCluster(actual), forecasters, setup, amend=amend)
+        result = _loop(service, policy, CYCLES[policy](), options, progress)
+        result.amend_ms = service.amend_ms
+        return result
     finally:
         store.close()
 
@@ -121,8 +138,11 @@ def _loop(
 ) -> PolicyRun:
     setup, store, config = service.setup, service.store, service.config
     cluster = service.executor  # starts each committed job, knows when it really ends
-    result = PolicyRun(policy, cluster.commits, cluster.started, cluster.gpus)
+    result = PolicyRun(
+        policy, cluster.commits, cluster.amendments, started=cluster.started, gpus=cluster.gpus
+    )
     arrivals = deque(sorted(setup.jobs, key=lambda job: job.submit_hour))
+    awaiting: list[str] = []  # submitted since the last cycle: promised by its plan
     step = timedelta(minutes=options.cycle_minutes)
     review_every = options.review_every_hours
     for k in range(setup.hours * 60 // options.cycle_minutes):
@@ -145,6 +165,7 @@ def _loop(
                     forecasters=service.forecasters,
                     replan=False,
                 )
+                awaiting.append(job.id)
             else:
                 break
         # 2. the hour that just ended joins the traffic; the profiles recalibrate
@@ -161,9 +182,28 @@ def _loop(
             if policy is SimPolicy.FAST and review_every and index % review_every == 0:
                 review(store, now, config, forecasters=service.forecasters)
             progress(1)
-        # 3. the policy's cycle
+        # 3. the policy's cycle, having seen the hour so far (at :30, its first half)
         started = time.perf_counter()
-        planned = cycle(service, now)
+        planned = cycle(service, now, _observed(setup, now))
         if planned:
             result.cycle_ms.append((time.perf_counter() - started) * 1000)
+        # 4. what the cycle's plan gave the jobs submitted since the last is their promise
+        run = store.run()
+        if awaiting and run is not None and run.created_at == now:
+            result.promised.update(promise(store, run, awaiting))
+        awaiting = []
     return result
+
+
+def _observed(setup: Setup, now: datetime) -> Sequence[ObservedTraffic]:
+    """Each app's traffic so far in the hour of ``now``: its share of the hour's actual
+    requests at the hour's rate (none on the hour)."""
+    hour = floor_hour(now)
+    minutes = (now - hour) / timedelta(minutes=1)
+    if minutes <= 0:
+        return ()
+    index = (hour - setup.start) // STEP
+    return [
+        ObservedTraffic(s.app.id, hour, float(s.requests[s.history_hours + index]) * minutes / 60.0, minutes)
+        for s in setup.series
+    ]

@@ -1,4 +1,10 @@
-"""The measures of a simulated week: utilization, waiting, real-time served, and the committed grids."""
+"""The measures of a simulated week: utilization, waiting, real-time served, promises kept,
+and the committed grids.
+
+An hour's allocation is its commit, and from the moment each amendment was made, the
+amendment's additions too: a real-time GPU added at :30 serves the second half of the hour
+(half a GPU-hour), a batch job started at :30 runs from then on.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import numpy as np
 from gpuplan.app.bridge import STEP
 
 if TYPE_CHECKING:
+    from contract.records import Amendment, Commit
     from contract.scenario import Grid, Instance
 
 from gpuplan.app.simulate.loop import PolicyRun
@@ -21,6 +28,9 @@ from gpuplan.app.simulate.setup import HOURS_PER_DAY, FloatArray, IntArray, Setu
 from scheduler.metrics import realtime_moves
 
 log = logging.getLogger(__name__)
+
+#: A promise is kept when the job starts no later than this after its promised start.
+PROMISE_SLACK_HOURS = 1.0
 
 # --- measuring ---------------------------------------------------------------------------------
 
@@ -34,7 +44,13 @@ class PolicyMetrics:
     value: float  # priority x (batch GPU-hours run + real-time GPU-hours served)
     rt_served: float  # share of the real-time GPU-demand served
     rt_unmet_gpu_hours: float
+    rt_unmet_gpu_hours_worst_hour: float  # the most GPU-hours of need unmet in one hour
     rt_idle_gpu_hours: float  # GPU-hours real-time apps held beyond what their traffic needed
+    amendments_per_day: float
+    promised: int  # jobs whose plan at submit gave a start
+    promise_kept: float  # share of those started no later than 1 h after it (1 with none)
+    promise_delay_h_p50: float  # actual start - promised start, hours
+    promise_delay_h_p90: float
     rt_moves: int  # GPUs the apps gained or lost from one committed hour to the next
     wait_p50_h: float
     wait_p99_h: float
@@ -44,6 +60,8 @@ class PolicyMetrics:
     submitted: int
     cycle_ms_p50: float
     cycle_ms_p99: float
+    amend_ms_p50: float
+    amend_ms_p99: float
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -56,7 +74,15 @@ class PolicyMetrics:
             "completed": self.completed,
             "cycle_ms_p50": round(self.cycle_ms_p50, 3),
             "cycle_ms_p99": round(self.cycle_ms_p99, 3),
+            "amend_ms_p50": round(self.amend_ms_p50, 3),
+            "amend_ms_p99": round(self.amend_ms_p99, 3),
             "rt_idle_gpu_hours": round(self.rt_idle_gpu_hours, 3),
+            "rt_unmet_gpu_hours_worst_hour": round(self.rt_unmet_gpu_hours_worst_hour, 3),
+            "amendments_per_day": round(self.amendments_per_day, 3),
+            "promised": self.promised,
+            "promise_kept": round(self.promise_kept, 6),
+            "promise_delay_h_p50": round(self.promise_delay_h_p50, 4),
+            "promise_delay_h_p90": round(self.promise_delay_h_p90, 4),
             "rt_moves": self.rt_moves,
             "started": self.started,
             "submitted": self.submitted,
@@ -72,32 +98,65 @@ class Hourly:
 
     batch_gpus: FloatArray
     rt_demand: IntArray
-    rt_held: IntArray
-    rt_served: IntArray
+    rt_held: FloatArray  # GPU-hours held in the hour (an amendment's GPUs from when it was made)
+    rt_served: FloatArray
 
     def utilization(self, gpus: int) -> FloatArray:
         used: FloatArray = (self.batch_gpus + self.rt_served) / gpus
         return used
 
 
-def realtime_sets(setup: Setup, run: PolicyRun) -> dict[str, list[int]]:
-    """Per app, the bitmask of GPUs it was committed in each simulated hour."""
-    held = {s.app.id: [0] * setup.hours for s in setup.series}
+@dataclass(frozen=True, eq=False)
+class AppHours:
+    """One app's simulated hours: GPUs held and demand served, in GPU-hours."""
+
+    held: FloatArray
+    served: FloatArray
+
+
+def realtime_hours(setup: Setup, run: PolicyRun) -> dict[str, AppHours]:
+    """Per app and simulated hour, GPU-hours held and served: the commit's GPUs all hour,
+    each amendment's from when it was made."""
+    demand = setup.demand()
+    segments: dict[str, dict[int, list[tuple[float, int]]]] = {s.app.id: {} for s in setup.series}
     for commit in run.commits:
         h = (commit.hour - setup.start) // STEP
+        for assignment in commit.assignments:
+            if assignment.job in segments and 0 <= h < setup.hours:
+                segments[assignment.job].setdefault(h, []).append((0.0, len(assignment.gpus)))
+    for amendment in run.amendments:
+        h = (amendment.hour - setup.start) // STEP
+        at = (amendment.made_at - amendment.hour) / STEP
+        for assignment in amendment.assignments:
+            if assignment.job in segments and 0 <= h < setup.hours:
+                segments[assignment.job].setdefault(h, []).append((at, len(assignment.gpus)))
+    hours: dict[str, AppHours] = {}
+    for app, by_hour in segments.items():
+        held, served = np.zeros(setup.hours), np.zeros(setup.hours)
+        for h, parts in by_hour.items():
+            parts.sort()
+            bounds = [at for at, _ in parts] + [1.0]
+            count = 0
+            for (at, added), end in zip(parts, bounds[1:], strict=True):
+                count += added
+                held[h] += count * (end - at)
+                served[h] += min(count, int(demand[app][h])) * (end - at)
+        hours[app] = AppHours(held, served)
+    return hours
+
+
+def realtime_sets(setup: Setup, run: PolicyRun) -> dict[str, list[int]]:
+    """Per app, the bitmask of GPUs it held in each simulated hour: its commit's, with every
+    amendment's additions."""
+    held = {s.app.id: [0] * setup.hours for s in setup.series}
+    committed: list[Commit | Amendment] = [*run.commits, *run.amendments]
+    for hour in committed:
+        h = (hour.hour - setup.start) // STEP
         if 0 <= h < setup.hours:
-            for assignment in commit.assignments:
+            for assignment in hour.assignments:
                 if assignment.job in held:
-                    held[assignment.job][h] = sum(1 << gpu for gpu in set(assignment.gpus))
+                    held[assignment.job][h] |= sum(1 << gpu for gpu in set(assignment.gpus))
     return held
-
-
-def realtime_held(setup: Setup, run: PolicyRun) -> dict[str, IntArray]:
-    """Per app, how many GPUs it was committed in each simulated hour."""
-    return {
-        app: np.array([mask.bit_count() for mask in masks], dtype=np.int64)
-        for app, masks in realtime_sets(setup, run).items()
-    }
 
 
 def hourly(setup: Setup, run: PolicyRun) -> Hourly:
@@ -110,33 +169,37 @@ def hourly(setup: Setup, run: PolicyRun) -> Hourly:
         end = begin + job.actual_hours
         for h in range(int(begin), min(setup.hours, math.ceil(end))):
             batch[h] += run.gpus[job.id] * (min(end, h + 1) - max(begin, h))
-    held = realtime_held(setup, run)
+    apps = realtime_hours(setup, run)
     demand = setup.demand()
-    zeros = np.zeros(setup.hours, dtype=np.int64)
+    zeros = np.zeros(setup.hours)
     return Hourly(
         batch_gpus=batch,
-        rt_demand=sum(demand.values(), zeros),
-        rt_held=sum(held.values(), zeros),
-        rt_served=sum((np.minimum(held[app], need) for app, need in demand.items()), zeros),
+        rt_demand=sum(demand.values(), np.zeros(setup.hours, dtype=np.int64)),
+        rt_held=sum((a.held for a in apps.values()), zeros),
+        rt_served=sum((a.served for a in apps.values()), zeros),
     )
 
 
 def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
     per_hour = hourly(setup, run)
     gpu_hours = setup.cluster.gpus * setup.hours
-    held = realtime_held(setup, run)
-    demand_of = setup.demand()
-    value = sum(
-        s.app.priority * float(np.minimum(held[s.app.id], demand_of[s.app.id]).sum()) for s in setup.series
-    )
+    apps = realtime_hours(setup, run)
+    value = sum(s.app.priority * float(apps[s.app.id].served.sum()) for s in setup.series)
     completed = 0
     waits: dict[str, list[float]] = {}
+    delays: list[float] = []
+    kept = 0
     for job in setup.jobs:
         start = run.started.get(job.id)
         submitted = setup.start + timedelta(hours=job.submit_hour)
         # A job still waiting at the end has waited at least until the end.
         wait = ((start or setup.end) - submitted) / STEP
         waits.setdefault(job.kind.value, []).append(max(0.0, wait))
+        promised = run.promised.get(job.id)
+        if promised is not None:
+            delay = ((start or setup.end) - promised) / STEP
+            delays.append(delay)
+            kept += start is not None and delay <= PROMISE_SLACK_HOURS
         if start is None:
             continue
         ran_hours = min(job.actual_hours, (setup.end - start) / STEP)
@@ -145,13 +208,20 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
     every_wait = [w for kind in waits.values() for w in kind]
     demand = float(per_hour.rt_demand.sum())
     served = float(per_hour.rt_served.sum())
+    unmet = per_hour.rt_demand - per_hour.rt_served
     return PolicyMetrics(
         policy=run.policy.value,
         utilization=float(per_hour.batch_gpus.sum() + served) / gpu_hours,
         value=value,
         rt_served=served / demand if demand else 1.0,
         rt_unmet_gpu_hours=demand - served,
+        rt_unmet_gpu_hours_worst_hour=float(unmet.max(initial=0.0)),
         rt_idle_gpu_hours=float(per_hour.rt_held.sum()) - served,
+        amendments_per_day=len(run.amendments) * HOURS_PER_DAY / setup.hours,
+        promised=len(delays),
+        promise_kept=kept / len(delays) if delays else 1.0,
+        promise_delay_h_p50=_percentile(delays, 50),
+        promise_delay_h_p90=_percentile(delays, 90),
         rt_moves=sum(realtime_moves(masks) for masks in realtime_sets(setup, run).values()),
         wait_p50_h=_percentile(every_wait, 50),
         wait_p99_h=_percentile(every_wait, 99),
@@ -161,6 +231,8 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         submitted=len(setup.jobs),
         cycle_ms_p50=_percentile(run.cycle_ms, 50),
         cycle_ms_p99=_percentile(run.cycle_ms, 99),
+        amend_ms_p50=_percentile(run.amend_ms, 50),
+        amend_ms_p99=_percentile(run.amend_ms, 99),
     )
 
 
@@ -183,6 +255,8 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
 
     grid = committed_grid(setup, run)
     committed_hours = run.committed_hours(setup)
+    # A job an amendment started may start within the hour it was submitted in.
+    amended = {a.job for amendment in run.amendments for a in amendment.assignments}
     demand = setup.demand()
     instance = Instance(
         name=f"simulated-{run.policy.value}",
@@ -195,7 +269,9 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
                 priority=job.priority,
                 gpus=run.gpus.get(job.id, setup.estimates[job.id].gpus),
                 duration_steps=max(1, committed_hours.get(job.id, 1)),
-                release_step=max(0, math.ceil(job.submit_hour - 1e-9)),
+                release_step=max(
+                    0, math.floor(job.submit_hour) if job.id in amended else math.ceil(job.submit_hour - 1e-9)
+                ),
                 order=n,
             )
             for n, job in enumerate(setup.jobs)
@@ -214,13 +290,14 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
 
 
 def committed_grid(setup: Setup, run: PolicyRun) -> list[list[str | None]]:
-    """GPU x simulated hour -> the job committed there (None: idle)."""
+    """GPU x simulated hour -> the job committed there, or added by an amendment (None: idle)."""
     grid: list[list[str | None]] = [[None] * setup.hours for _ in range(setup.cluster.gpus)]
-    for commit in run.commits:
-        h = (commit.hour - setup.start) // STEP
+    hours = [(c.hour, c.assignments) for c in run.commits] + [(a.hour, a.assignments) for a in run.amendments]
+    for hour, assignments in hours:
+        h = (hour - setup.start) // STEP
         if not 0 <= h < setup.hours:
             continue
-        for assignment in commit.assignments:
+        for assignment in assignments:
             for gpu in assignment.gpus:
                 if grid[gpu][h] is not None:
                     raise IllegalCommitError(

@@ -1,16 +1,17 @@
 """The outbox and pruning: a ``deliveries`` table; a commit outlives the run it came from.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 
 - ``deliveries``: each commit's delivery to an executor (state, attempts, last error,
   acknowledged time), written with the commit, so a commit the executor never received is
   re-sent. Commits made before this revision have none: their executors got them then.
 - ``commits.run_id`` may be null, and pruning a run sets it so (``ON DELETE SET NULL``):
-  ``gpuplan prune`` deletes old runs, never commits.
+  ``gpuplan prune`` deletes old runs, never commits. ``commit_amendments.run_id`` too.
 
 SQLite changes a foreign key by copying the table (batch mode), and dropping the old
-``commits`` table would cascade to its assignments: they are kept aside and put back.
+``commits`` table would cascade to its assignments and amendments: they are kept aside and
+put back.
 """
 
 from __future__ import annotations
@@ -18,32 +19,46 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision: str | None = "0002"
+revision = "0004"
+down_revision: str | None = "0003"
 branch_labels: str | None = None
 depends_on: str | None = None
 
-_KEEP = "_gpuplan_commit_assignments_kept"
+#: The tables that cascade from ``commits``, kept aside while SQLite copies it.
+_CHILDREN = ("commit_assignments", "commit_amendments")
+
+
+def _kept(table: str) -> str:
+    return f"_gpuplan_{table}_kept"
 
 
 def _time(name: str, *, nullable: bool = False) -> sa.Column[object]:
     return sa.Column(name, sa.DateTime(timezone=True), nullable=nullable)
 
 
+def _run_id(table: str, *, nullable: bool, ondelete: str | None) -> None:
+    sqlite = op.get_bind().dialect.name == "sqlite"
+    with op.batch_alter_table(table, recreate="always" if sqlite else "auto") as batch:
+        batch.drop_constraint(f"fk_{table}_run_id_plan_runs", type_="foreignkey")
+        batch.alter_column("run_id", existing_type=sa.Integer(), nullable=nullable)
+        batch.create_foreign_key(
+            f"fk_{table}_run_id_plan_runs", "plan_runs", ["run_id"], ["id"], ondelete=ondelete
+        )
+
+
 def _commits_run_id(*, nullable: bool, ondelete: str | None) -> None:
     sqlite = op.get_bind().dialect.name == "sqlite"
     if sqlite:
-        op.execute(f"CREATE TABLE {_KEEP} AS SELECT * FROM commit_assignments")
-    with op.batch_alter_table("commits", recreate="always" if sqlite else "auto") as batch:
-        batch.drop_constraint("fk_commits_run_id_plan_runs", type_="foreignkey")
-        batch.alter_column("run_id", existing_type=sa.Integer(), nullable=nullable)
-        batch.create_foreign_key(
-            "fk_commits_run_id_plan_runs", "plan_runs", ["run_id"], ["id"], ondelete=ondelete
-        )
+        for table in _CHILDREN:
+            op.execute(f"CREATE TABLE {_kept(table)} AS SELECT * FROM {table}")
+    _run_id("commits", nullable=nullable, ondelete=ondelete)
     if sqlite:
-        op.execute("DELETE FROM commit_assignments")
-        op.execute(f"INSERT INTO commit_assignments SELECT * FROM {_KEEP}")
-        op.execute(f"DROP TABLE {_KEEP}")
+        for table in _CHILDREN:
+            op.execute(f"DELETE FROM {table}")
+            op.execute(f"INSERT INTO {table} SELECT * FROM {_kept(table)}")
+            op.execute(f"DROP TABLE {_kept(table)}")
+    # An amendment outlives its run too (it was always nullable: made by hand, or pruned).
+    _run_id("commit_amendments", nullable=True, ondelete=ondelete)
 
 
 def upgrade() -> None:
