@@ -431,23 +431,27 @@ class TrainingEstimator(_JobEstimatorMixin, BaseEstimator):  # type: ignore[misc
 
         It trains fewer weights with fewer FLOPs per token (4N vs 6N, Hu et al. 2021) in
         less memory; a forecast saying otherwise learned the history's lower LoRA
-        utilisation, not physics. P50 and P90 shrink by one factor, keeping the job's
-        own margin between them.
+        utilisation, not physics. Each quantile is capped on its own, so what the boosted
+        models keep monotone (more tokens never shorten a job) the cap keeps too: a cap
+        that shrank the P50 by the P90's factor would shorten a job whose margin grew.
+        The P50 then stays at most the P90 / ``min_p90_ratio``.
         """
         gpus_p50 = np.minimum(lora["gpus_p50"].to_numpy(), full["gpus_p50"].to_numpy())
         gpus_p90 = np.maximum(gpus_p50, np.minimum(lora["gpus_p90"].to_numpy(), full["gpus_p90"].to_numpy()))
-        hours_p50 = lora["hours_p50"].to_numpy()
-        hours_p90 = lora["hours_p90"].to_numpy()
         full_gpu_hours_p50 = (full["gpus_p50"] * full["hours_p50"]).to_numpy()
-        factor = np.minimum(1.0, full_gpu_hours_p50 / (gpus_p50 * hours_p50))
-        if not calibrating:
+        hours_p50 = np.minimum(lora["hours_p50"].to_numpy(), full_gpu_hours_p50 / gpus_p50)
+        hours_p90 = lora["hours_p90"].to_numpy()
+        if calibrating:
+            # The first conformal scores are measured on the models' own margin.
+            hours_p90 = hours_p90 * hours_p50 / lora["hours_p50"].to_numpy()
+        else:
             # The P90 reservation too, however GPUs and hours are paired.
             bound = np.minimum(
                 (full["gpus_p90"] * full["hours_p90"]).to_numpy() / gpus_p90,
                 (full["gpus_p50"] * full["hours_p90"]).to_numpy() / gpus_p50,
             )
-            factor = np.minimum(factor, bound / hours_p90)
-        hours_p50, hours_p90 = hours_p50 * factor, hours_p90 * factor
+            hours_p90 = np.minimum(hours_p90, bound)
+            hours_p50 = np.minimum(hours_p50, hours_p90 / self.min_p90_ratio)
         return pd.DataFrame(
             {"gpus_p50": gpus_p50, "gpus_p90": gpus_p90, "hours_p50": hours_p50, "hours_p90": hours_p90},
             index=lora.index,
