@@ -377,6 +377,7 @@ class RealtimeProfile:
             "band_floor_fraction": self.band_floor_fraction,
             "level_shift_sigmas": self.level_shift_sigmas,
             "recent_level_hours": self.recent_level_hours,
+            "surge_decay": self.surge_decay,
         }
 
     # ---------------------------------------------------------- as data
@@ -387,7 +388,12 @@ class RealtimeProfile:
         state: dict[str, object] = {
             "method": self.method_.value,
             "validation_mae": {m.value: float(v) for m, v in self.validation_mae_.items()},
-            "band": {"power": self.band_.power, "floor": self.band_.floor, "shift": self.band_.shift},
+            "band": {
+                "power": self.band_.power,
+                "floor": self.band_.floor,
+                "shift": self.band_.shift,
+                "hourly": [float(v) for v in self.band_.hourly],
+            },
             "z": [float(v) for v in self.z_],
             "next_hour": str(self.next_hour_.astype("datetime64[h]")),
         }
@@ -404,7 +410,8 @@ class RealtimeProfile:
         assert isinstance(band, dict) and isinstance(mae, dict) and isinstance(state["z"], list)
         profile.method_ = ProfileMethod(state["method"])
         profile.validation_mae_ = {ProfileMethod(k): float(v) for k, v in mae.items()}
-        profile.band_ = Band(float(band["power"]), float(band["floor"]), float(band["shift"]))
+        hourly = tuple(float(v) for v in band.get("hourly", ()))  # a profile without per-hour headroom
+        profile.band_ = Band(float(band["power"]), float(band["floor"]), float(band["shift"]), hourly)
         profile.z_ = np.asarray(state["z"], dtype=float)
         profile.next_hour_ = np.datetime64(str(state["next_hour"]), "h")
         return profile
@@ -653,14 +660,6 @@ class RealtimeProfile:
         moved = band.inverse(band.transform(forecast) + excess * self.surge_decay**steps)
         result: FloatArray = np.maximum(forecast, moved)
         return result
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        """A profile stored before the nowcast and the hourly band gets their defaults: no
-        nowcast setting means the default decay; a band without hours keeps its one shift."""
-        self.__dict__.update({"surge_decay": SURGE_DECAY, **state})
-        band = self.__dict__.get("band_")
-        if isinstance(band, Band) and not hasattr(band, "hourly"):
-            self.band_ = Band(band.power, band.floor, band.shift)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "band_"):
