@@ -10,6 +10,7 @@ this module puts them on APScheduler's clock and loops:
   Prometheus has its finished hours read first: gpuplan/app/traffic_sources.py);
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
 - **retrain** nightly at ``retrain_at`` (off by default);
+- **prune** daily: plan runs older than ``prune_keep_days`` go (commits and history stay).
 - **poll** every ``slurm.poll_seconds`` when the executor's cluster reports back (Slurm):
   completions into the job history, dead replicas restarted.
 
@@ -33,10 +34,11 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
+from gpuplan.app.prune import DEFAULT_KEEP_DAYS, prune
 from gpuplan.app.service import Service, leading, plan_lock, poll_once, recalibrate_now, run_once, utc_now
 from gpuplan.app.tick import retrain_from_store, review
 
@@ -83,6 +85,10 @@ def retrain_job() -> None:
     _job("retrain", lambda s: retrain_from_store(s.store, s.config))
 
 
+def prune_job() -> None:
+    _job("prune", lambda s: prune(s.store, s.clock(), s.config.prune_keep_days or DEFAULT_KEEP_DAYS))
+
+
 def poll_job() -> None:
     _job("poll", poll_once)
 
@@ -124,21 +130,26 @@ def _run_schedule(
         timezone=UTC,
     )
     scheduler.start(paused=True)
-    now = service.clock()
+    speed = service.speed  # the demo's faster clock: every period shrinks by it
     scheduler.add_job(
         plan_job,
         "interval",
-        minutes=config.cycle_minutes,
+        seconds=config.cycle_minutes * 60 / speed,
         id="plan",
         replace_existing=True,
-        next_run_time=now,
+        next_run_time=datetime.now(UTC),  # APScheduler runs on the wall clock
     )
-    scheduler.add_job(recalibrate_job, "cron", minute=1, id="recalibrate", replace_existing=True)
+    if speed == 1.0:
+        scheduler.add_job(recalibrate_job, "cron", minute=1, id="recalibrate", replace_existing=True)
+    else:
+        scheduler.add_job(
+            recalibrate_job, "interval", seconds=3600 / speed, id="recalibrate", replace_existing=True
+        )
     if config.review_every_hours:
         scheduler.add_job(
             review_job,
             "interval",
-            minutes=round(config.review_every_hours * 60),
+            seconds=config.review_every_hours * 3600 / speed,
             id="review",
             replace_existing=True,
         )
@@ -151,6 +162,10 @@ def _run_schedule(
         )
     elif scheduler.get_job("retrain"):
         scheduler.remove_job("retrain")
+    if config.prune_keep_days is not None:
+        scheduler.add_job(prune_job, "cron", hour=0, minute=17, id="prune", replace_existing=True)
+    elif scheduler.get_job("prune"):
+        scheduler.remove_job("prune")
     if service.reconciler is not None:
         scheduler.add_job(
             poll_job, "interval", seconds=service.reconciler.poll_seconds, id="poll", replace_existing=True

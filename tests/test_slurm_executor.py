@@ -299,11 +299,14 @@ def test_slurmctld_stopped_during_a_cycle_fails_it_and_the_next_succeeds_with_no
     with caplog.at_level("ERROR"):
         report = plan_cycle(service.store, now, service.config, service.executor)
     assert report.committed  # the commit is stored; acting on it failed, and said so
-    assert any("executor failed" in r.message for r in caplog.records)
+    assert any("executor slurm failed on the commit" in r.message for r in caplog.records)
+    pending = service.store.pending_deliveries("slurm")  # the outbox keeps it, to be re-sent
+    assert [(d.item.hour, d.attempts) for d in pending] == [(now.replace(minute=0), 1)]
     with pytest.raises(SlurmError):
         service.cycle(now + timedelta(minutes=30))  # Slurm still away: the cycle fails
     service.slurm.start_controller()
     service.cycle(now + timedelta(minutes=31))
+    assert service.store.pending_deliveries("slurm") == []  # re-sent, done, acknowledged
     committed = service.committed(now.replace(minute=0))
     assert service.replicas("chat") == set(committed["chat"])
     ours = live_ours(service)

@@ -6,7 +6,7 @@ client, the cluster source and the job comments it uses are in ``gpuplan/app/slu
 Its entry points are idempotent, each one reading of ``squeue``/``sinfo`` and the fewest
 Slurm actions that make the cluster match:
 
-- :meth:`SlurmExecutor.deliver` (a commit; ``execute`` is the same): each batch job of the
+- :meth:`SlurmExecutor.deliver` (a commit, from the outbox): each batch job of the
   hour that is still held is placed on exactly its planned GPUs (typed GRES on its node,
   or whole nodes) and released; each app gets one replica job per committed GPU, new ones
   submitted before old ones are cancelled. A job already released, a replica already
@@ -109,9 +109,6 @@ class SlurmExecutor:
         return f"Slurm partition {self.settings.partition}"
 
     # -- the entry points ---------------------------------------------------------------------
-    def execute(self, commit: Commit) -> None:
-        self.deliver(commit)
-
     def deliver(self, commit: Commit) -> bool:
         """Enact ``commit``; True once Slurm took every action (a commit enacted before changes
         nothing). A commit older than one already enacted (handed over again after an outage)
@@ -122,9 +119,10 @@ class SlurmExecutor:
         self._delivered = {commit.hour: commit} if follow else self._delivered
         return True
 
-    def amend(self, amendment: Amendment) -> None:
+    def amend(self, amendment: Amendment) -> bool:
         """Enact the hour's allocation with ``amendment``'s additions: more replicas for an app,
-        a batch job released within the hour. Nothing already running is touched. With no
+        a batch job released within the hour; True once Slurm took every action. Nothing
+        already running is touched, and an amendment enacted before changes nothing. With no
         delivered commit of that hour to add to (a restarted daemon), only its batch jobs are
         released; the replicas follow at the next poll, which reads the hour's whole allocation."""
         base = self._delivered.get(amendment.hour)
@@ -133,8 +131,8 @@ class SlurmExecutor:
         merged = Commit(amendment.hour, amendment.run_id, assignments)
         if base is None:
             self.enact(merged, self.read(None, utc_now()), follow=False)
-            return
-        self.deliver(merged)
+            return True
+        return self.deliver(merged)
 
     def stop(self, job: str, at: datetime) -> None:
         """A running job was cancelled: ``scancel`` its Slurm job (gone already: nothing to do)."""
