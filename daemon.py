@@ -16,7 +16,9 @@ this module puts them on APScheduler's clock and loops:
 
 Several daemons may run on one PostgreSQL database: one leads (a session-level advisory
 lock) and alone schedules these jobs; the others wait as standbys and one takes over when
-the leader's connection ends (within ``STANDBY_POLL_S``).
+the leader's connection ends (within ``STANDBY_POLL_S``). A leader checks its lock as often:
+one that lost it (the server ended its connection, the network parted) stops acting, lets
+the job in flight finish, and waits as a standby again.
 
 With ``--http``, the HTTP face (:mod:`gpuplan.http`) is served from a thread of this process:
 its submits take the same plan lock as the cycle, so a submit never plans against a
@@ -33,13 +35,23 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
 from gpuplan.app.prune import DEFAULT_KEEP_DAYS, prune
-from gpuplan.app.service import Service, leading, plan_lock, poll_once, recalibrate_now, run_once, utc_now
+from gpuplan.app.service import (
+    STANDBY_POLL_S,
+    Service,
+    leading,
+    plan_lock,
+    poll_once,
+    recalibrate_now,
+    run_once,
+    utc_now,
+)
 from gpuplan.app.tick import retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
@@ -54,6 +66,9 @@ def _job(name: str, body: Callable[[Service], object]) -> None:
     service = _SERVICE
     if service is None:  # a job store restored before the service was set up
         log.error("job %s ran with no service configured", name)
+        return
+    if service.lead_lost.is_set():  # stepping down: nothing more is planned or done
+        log.error("%s skipped: %s no longer leads", name, service.owner)
         return
     try:
         body(service)
@@ -182,11 +197,25 @@ def _run_schedule(
             config.cycle_minutes,
             config.review_every_hours,
         )
-        stop.wait(timeout=max_seconds)
+        _watch_the_lead(service, stop, max_seconds)
     finally:
         if server is not None:
             server.stop()
         scheduler.shutdown(wait=True)  # the job in flight finishes
+
+
+def _watch_the_lead(service: Service, stop: threading.Event, max_seconds: float | None) -> None:
+    """Wait for ``stop`` (or ``max_seconds``), checking every ``STANDBY_POLL_S`` that this daemon
+    still leads; once it does not (its lock's connection ended), set ``service.lead_lost``."""
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    while True:
+        left = STANDBY_POLL_S if deadline is None else min(STANDBY_POLL_S, deadline - time.monotonic())
+        if left <= 0 or stop.wait(timeout=left):
+            return
+        if not service.store.still_leads():
+            log.error("%s lost the lead (its lock is gone): it stops acting", service.owner)
+            service.lead_lost.set()
+            return
 
 
 def serve(
@@ -207,11 +236,20 @@ def serve(
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     try:
-        with leading(service, stop) as leads:
-            if leads:
+        while not stop.is_set():
+            with leading(service, stop) as leads:
+                if not leads:
+                    break
                 _SERVICE = service
-                _run_schedule(service, db_url, stop, max_seconds, http)
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                _run_schedule(service, db_url, stop, left, http)
+                _SERVICE = None
+            if not service.lead_lost.is_set():
+                break
+            # A daemon that lost the lead waits as the standby again, and may lead again.
+            service.lead_lost.clear()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

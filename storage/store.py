@@ -78,6 +78,12 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    def still_leads(self) -> bool:
+        """Whether this store's :meth:`leadership` still holds: False once its lock is gone
+        (the server ended the lock's connection, the network parted), so a daemon that lost
+        the lead stops acting. SQLite: always True."""
+
+    @abc.abstractmethod
     def leader(self) -> str | None:
         """The ``owner`` of the leading daemon, while one leads (always None on SQLite)."""
 

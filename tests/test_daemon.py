@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,10 +42,8 @@ def _gpuplan(*argv: object, env: dict[str, str] | None = None, **kwargs: object)
         [sys.executable, "-m", "gpuplan", *map(str, argv)],
         cwd=Path.cwd(),
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
         text=True,
-        **kwargs,  # type: ignore[arg-type]
+        **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs},  # type: ignore[arg-type]
     )
 
 
@@ -227,6 +227,53 @@ def test_a_lost_database_fails_one_cycle_and_the_next_succeeds(
         with pg_server.admin() as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     assert any("plan failed; the next run will try again" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.postgres
+def test_a_leader_whose_lock_is_gone_stops_acting_and_leads_again_once_it_holds_it(
+    pg_server: PgServer, tmp_path: Path, models_dir: Path
+) -> None:
+    database = pg_server.create_database()
+    db = pg_server.database_url(database)
+    log_path = tmp_path / "daemon.log"
+    store = open_store(db)
+    try:
+        with log_path.open("w") as out:
+            process = _gpuplan("-v", "daemon", "--db", db, "--models", models_dir, stdout=out, stderr=out)
+        with process:
+            try:
+                _wait(lambda: store.leader() == f"{socket.gethostname()}:{process.pid}", "the daemon leads")
+                # The server ends the lock's connection (a network parted, an idle timeout).
+                with pg_server.admin() as admin:
+                    ended = admin.execute(
+                        "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                        " WHERE l.locktype = 'advisory' AND l.granted AND d.datname = %s"
+                        " AND l.objid::bigint = (hashtext('leader')::bigint & 4294967295)",
+                        (database,),
+                    ).fetchall()
+                assert ended == [(True,)]
+                _wait(lambda: "lost the lead" in log_path.read_text(), "the daemon sees it lost the lead")
+                _wait(lambda: store.leader() is not None, "the daemon leads again")
+                assert process.poll() is None  # it never exited
+            finally:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=120)
+        text = log_path.read_text()
+        assert process.returncode == 0, text
+        assert text.count("takes the lead") == 2, text
+        hours = [c.hour for c in store.commits()]
+        assert len(hours) == len(set(hours))  # nothing committed twice across the change
+    finally:
+        store.close()
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def _wait(condition: Callable[[], object], what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.2)
 
 
 def test_metrics_are_served_while_the_daemon_runs(tmp_path: Path, models_dir: Path) -> None:

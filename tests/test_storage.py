@@ -673,8 +673,9 @@ def test_one_store_leads_on_postgresql_until_it_lets_go(db_url: str) -> None:
     try:
         postgres = first.dialect == "postgresql"
         assert first.leader() is None
+        assert first.still_leads() is not postgres  # SQLite: every daemon may act
         with first.leadership("host-a:1") as leads:
-            assert leads
+            assert leads and first.still_leads()
             with second.leadership("host-b:2") as also:
                 assert also is not postgres  # SQLite: every daemon works, under the cycle lock
             assert second.leader() == ("host-a:1" if postgres else None)

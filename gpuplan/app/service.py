@@ -67,6 +67,8 @@ class Service:
     metrics: Any = None  # a Metrics when --metrics-port is given
     #: How ``status`` names this daemon when it leads.
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    #: Set when this daemon finds it no longer leads: its scheduled jobs stop acting.
+    lead_lost: threading.Event = field(default_factory=threading.Event)
     health: Health = field(init=False)
     plan_mutex: threading.Lock = field(init=False, default_factory=threading.Lock)
 

@@ -13,7 +13,8 @@ Slurm actions that make the cluster match:
   running, is left as it is: delivering a commit twice does nothing the second time.
 - :meth:`SlurmExecutor.reconcile` (before each plan): the cluster from Slurm (GPU ids,
   down hours, foreign work) replaces the stored one; finished jobs enter the history; a
-  job that failed to start returns to the queue; held ``gpuplan:`` jobs are adopted;
+  job that failed to start returns to the queue; a job that vanished from Slurm with no
+  completion ends (failed if it ran, cancelled if it was held); held ``gpuplan:`` jobs are adopted;
   drift is logged (a job running on GPUs other than planned has those GPUs pinned); the
   current hour's commit is enacted again (a daemon killed between its commit and its
   release releases at its next cycle).
@@ -307,8 +308,24 @@ class SlurmExecutor:
             log.info("job %s (Slurm %d) %s at %s", job.id, slurm_id, outcome.value, at.isoformat())
         for slurm_id in missing:
             if slurm_id not in ended:
-                log.warning("drift: job %s (Slurm %d) vanished from Slurm", bound[slurm_id].id, slurm_id)
+                finished.append(self._vanished(store, bound[slurm_id], slurm_id, now))
         return finished
+
+    @staticmethod
+    def _vanished(store: Store, job: Job, slurm_id: int, now: datetime) -> Job:
+        """A job Slurm neither runs nor has a completion for (its state lost, purged by hand)
+        is drift: Slurm's truth is that nothing runs, so it ends now, and the next plan
+        starts without it. A running one ends as failed (it ran and did not finish), a
+        queued one as cancelled (it can never be released)."""
+        outcome = Outcome.FAILED if job.state is JobState.RUNNING else Outcome.CANCELLED
+        log.warning(
+            "drift: job %s (Slurm %d) vanished from Slurm with no completion; it ends %s at %s",
+            job.id,
+            slurm_id,
+            outcome.value,
+            now.isoformat(),
+        )
+        return finish(store, job.id, now, outcome)
 
     def cancel_orphans(self, store: Store, view: ClusterView) -> list[int]:
         """Held Slurm jobs of gpuplan's that the store has ended (cancelled while queued) are
