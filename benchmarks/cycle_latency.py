@@ -85,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, default=Path("models"))
     parser.add_argument("--week", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args(argv)
-    demo = replace(demo_config(args.models), commits_file=None)
+    demo = replace(demo_config(args.models), executor="memory")
     ensure_models(demo)
     large = large_config(demo)
-    rows: list[list[object]] = []
+    rows: list[tuple[object, ...]] = []
     with tempfile.TemporaryDirectory() as folder:
         for name, config, is_large in (("demo (16 GPUs)", demo, False), ("256 GPUs, 100 jobs", large, True)):
             db = f"sqlite:///{folder}/{'large' if is_large else 'demo'}.db"

@@ -31,6 +31,7 @@ import argparse
 import logging
 import sys
 import tempfile
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -131,7 +132,7 @@ def score(name: str, traffic: HourlyTraffic, variants: bool) -> list[str]:
             forecaster="median",
         )
     )
-    makers = {"profile": RealtimeProfile}
+    makers: dict[str, Callable[[], RealtimeProfile]] = {"profile": RealtimeProfile}
     if variants:
         makers["no nowcast"] = partial(RealtimeProfile, surge_decay=0.0)
     rows = []

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         surge = None
         if stored.observed is not None:
             with holding(store, "plan"):
-                surge = answer_surge(store, now, config, make_executor(config))
+                surge = answer_surge(store, now, config, make_executor(config, store))
     finally:
         store.close()
     sys.stdout.write(f"{args.app}: stored {stored.hours} hours from {args.traffic}\n")

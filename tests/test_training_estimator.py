@@ -5,6 +5,7 @@ generated history."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -109,11 +110,17 @@ def test_predictions_are_ordered_and_powers_of_two(fitted: TrainingEstimator, jo
 
 
 def test_save_and_load_round_trip(fitted: TrainingEstimator, tmp_path: Path) -> None:
-    path = save_model(fitted, tmp_path / "training_estimator.pkl")
+    path = save_model(fitted, tmp_path / "training_estimator.json")
     loaded = load_model(path, TrainingEstimator)
     spec = _frame(SPEC_7B_LORA)
     pd.testing.assert_frame_equal(loaded.predict(spec), fitted.predict(spec))
-    assert (tmp_path / "training_estimator.json").is_file()
+    # Data only: a JSON document and the boosters in LightGBM's text format, no pickle.
+    document = json.loads(path.read_text())
+    assert document["format_version"] == 2 and document["type"] == "TrainingEstimator"
+    boosters = sorted(p.name for p in tmp_path.glob("*.lgb.txt"))
+    assert boosters == sorted(document["boosters"].values()) and len(boosters) == 4
+    assert all((tmp_path / name).read_text().startswith("tree\n") for name in boosters)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, *boosters])
 
 
 def test_forecast_spec_returns_a_job_forecast(fitted: TrainingEstimator) -> None:

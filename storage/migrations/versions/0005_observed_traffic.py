@@ -1,7 +1,7 @@
 """The hour in progress: the requests each app served so far in it, and over how many minutes.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 
 ``traffic_observed`` holds one row per app, replaced by each newer observation; the
 finished hours stay in ``traffic``, which a partial count never enters.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision: str | None = "0003"
+revision = "0005"
+down_revision: str | None = "0004"
 branch_labels: str | None = None
 depends_on: str | None = None
 
