@@ -255,6 +255,17 @@ def test_the_blend_is_the_mean_of_the_best_family_and_the_median(lora: tuple[np.
     assert RealtimeProfile().fit(hours[:300], requests[:300]).blend_of_ is None
 
 
+def test_a_blended_profile_is_stored_with_its_partner(
+    lora: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    hours, requests = lora
+    profile = RealtimeProfile().fit(hours, requests)
+    profile.method_ = ProfileMethod.BLEND  # as a fit that chose it
+    loaded = load_model(save_model(profile, tmp_path / "lora.json"), RealtimeProfile)
+    assert loaded.method_ is ProfileMethod.BLEND and loaded.blend_of_ is profile.blend_of_
+    np.testing.assert_allclose(loaded.predict(hours[-1] + 1, 24).p50, profile.predict(hours[-1] + 1, 24).p50)
+
+
 def test_update_fills_a_gap_with_the_p50(philly: tuple[np.ndarray, np.ndarray]) -> None:
     hours, requests = philly
     profile = RealtimeProfile(method="flat").fit(hours[:900], requests[:900])
