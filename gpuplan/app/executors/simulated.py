@@ -24,10 +24,14 @@ from gpuplan.app.executors.memory import InMemoryExecutor
 
 @dataclass(frozen=True, slots=True)
 class ActualRun:
-    """How a job really runs once started: for ``hours``, then it ends with ``outcome``."""
+    """How a job really runs once started: for ``hours``, then it ends with ``outcome``.
+
+    It starts no earlier than ``not_before`` (its submission): an hour committed late, after
+    the job came in, starts it when it came in, as the store counts it (``jobs.finish``)."""
 
     hours: float
     outcome: Outcome = Outcome.OK
+    not_before: datetime | None = None
 
 
 class SimulatedCluster(InMemoryExecutor):
@@ -78,6 +82,8 @@ class SimulatedCluster(InMemoryExecutor):
         run = self.actual(job_id)
         if run is None:
             return False
+        if run.not_before is not None:
+            at = max(at, run.not_before)
         self.started[job_id] = at
         self.gpus[job_id] = gpus
         heapq.heappush(self._ends, (at + timedelta(hours=run.hours), job_id, run.outcome))
