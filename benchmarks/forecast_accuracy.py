@@ -7,14 +7,16 @@ each forecasting the next 24 hours. Per series: the profile's P50 MASE and that 
 same-hour median of the previous four weeks (the ratio below 1 is the goal), the P90
 coverage over all hours (goal 0.85-0.95) and in each day's busiest quarter (goal >= 0.80).
 
-Two sets of series:
+Two sets of series, three of them from the pod trace of Alibaba's production GPU cluster
+(``alibaba_openb_pods_v2023.csv`` in the shared data, its last five weeks, when pods
+arrive all day):
 
-- **tuning**: the bundled series (training_data/traffic); the profile's constants
-  (surge decay, the hourly band's window) were chosen on these;
-- **held out**: never read while tuning: the hourly GPU-job submissions of Alibaba's
-  production GPU cluster (pod creation times of ``alibaba_openb_pods_v2023.csv`` in the
-  shared data, counted per hour over its last five weeks, when submissions run all day),
-  a bursty series. (The shared data's other hourly series are the bundled ones.)
+- **tuning**: the bundled series (training_data/traffic) and the trace's pod submissions
+  per hour (bursty); the profile's constants (surge decay, the hourly band's window, the
+  median's margin, the blend) were chosen on these;
+- **held out**: never read while tuning: the trace's GPUs requested per hour (each pod
+  created in the hour weighed by its GPUs, ``num_gpu x gpu_milli / 1000``) and its GPUs
+  in use per hour (the scheduled pods alive in the hour, weighed the same way).
 
 ``--variants`` also scores the profile without the nowcast (``surge_decay=0``), the
 effect of the nowcast on day-ahead accuracy. ``--nowcast`` scores what the nowcast is for,
@@ -46,19 +48,44 @@ PODS = "workloads/alibaba_openb_pods_v2023.csv"
 POD_WEEKS = 5
 
 
-def write_pod_series(pods: Path, out: Path, weeks: int = POD_WEEKS) -> Path:
-    """Hourly pod submissions of the production cluster, its last ``weeks`` weeks, as a
-    traffic CSV (``hour,requests``), for the backtest and ``gpuplan simulate --traffic``."""
+#: The pod trace's hourly series: what each hour counts.
+POD_MEASURES = ("pods", "gpus requested", "gpus in use")
+
+
+def write_pod_series(pods: Path, out: Path, weeks: int = POD_WEEKS, measure: str = "pods") -> Path:
+    """An hourly series of the production cluster's pod trace, its last ``weeks`` weeks, as a
+    traffic CSV (``hour,requests``), for the backtest and ``gpuplan simulate --traffic``:
+    pods created per hour (``pods``), their GPUs (``gpus requested``), or the GPUs of the
+    scheduled pods alive in the hour (``gpus in use``)."""
+    import numpy as np
     import pandas as pd
 
-    created = pd.read_csv(pods, usecols=["creation_time"])["creation_time"]
-    hour = (created // 3600).astype(int)
-    counts = hour.value_counts().sort_index()
-    counts = counts.reindex(range(int(counts.index.min()), int(counts.index.max()) + 1), fill_value=0)
-    last = counts.to_numpy(dtype=int)[-weeks * HOURS_PER_WEEK :]
+    trace = pd.read_csv(
+        pods, usecols=["creation_time", "scheduled_time", "deletion_time", "num_gpu", "gpu_milli"]
+    )
+    gpus = (trace["num_gpu"] * trace["gpu_milli"] / 1000).to_numpy(dtype=float)
+    end = int(trace["creation_time"].max() // 3600) + 1  # through the hour the last pod arrived
+    first = end - weeks * HOURS_PER_WEEK
+    created = (trace["creation_time"] // 3600).to_numpy(dtype=int) - first
+    inside = (created >= 0) & (created < end - first)
+    values: np.ndarray  # counts for pods, GPUs (fractional) otherwise
+    if measure == "pods":
+        values = np.bincount(created[inside], minlength=end - first)
+    elif measure == "gpus requested":
+        values = np.bincount(created[inside], weights=gpus[inside], minlength=end - first)
+    elif measure == "gpus in use":
+        scheduled = trace["scheduled_time"].notna().to_numpy()
+        since = (trace["scheduled_time"].fillna(0) // 3600).to_numpy(dtype=int) - first
+        until = (trace["deletion_time"] // 3600).to_numpy(dtype=int) - first
+        change = np.zeros(end - first + 1)
+        np.add.at(change, np.clip(since[scheduled], 0, end - first), gpus[scheduled])
+        np.add.at(change, np.clip(until[scheduled], 0, end - first), -gpus[scheduled])
+        values = np.cumsum(change)[:-1]
+    else:
+        raise ValueError(f"measure must be one of {POD_MEASURES}; got {measure!r}")
     # The trace's clock starts at 0 s; put it on a Monday so that weeks have their usual phase.
-    hours = pd.date_range("2023-01-02", periods=last.size, freq="h")
-    pd.DataFrame({"hour": hours, "requests": last}).to_csv(out, index=False)
+    hours = pd.date_range("2023-01-02", periods=values.size, freq="h")
+    pd.DataFrame({"hour": hours, "requests": np.round(values, 3)}).to_csv(out, index=False)
     return out
 
 
@@ -125,21 +152,29 @@ def main() -> None:
     parser.add_argument("--held-out-only", action="store_true")
     parser.add_argument("--variants", action="store_true")
     parser.add_argument("--nowcast", action="store_true", help="score the next hours with and without it")
-    parser.add_argument("--write-pods", type=Path, help="write the held-out pod series as a CSV and stop")
+    parser.add_argument("--write-pods", type=Path, help="write a pod series (--measure) as a CSV and stop")
+    parser.add_argument("--measure", choices=POD_MEASURES, default="pods", help="what --write-pods counts")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.write_pods:
-        sys.stdout.write(f"wrote {write_pod_series(args.data / PODS, args.write_pods)}\n")
+        written = write_pod_series(args.data / PODS, args.write_pods, measure=args.measure)
+        sys.stdout.write(f"wrote {written}\n")
         return
     if args.nowcast:
         sys.stdout.write("\n".join(nowcast_rows()) + "\n")
         return
     series: list[tuple[str, str, HourlyTraffic]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        pods = {
+            measure: load_traffic(
+                write_pod_series(args.data / PODS, Path(folder) / "pods.csv", measure=measure)
+            )
+            for measure in POD_MEASURES
+        }
     if not args.held_out_only:
         series += [("tuning", p.name, load_traffic(p)) for p in bundled_traffic_paths()]
-    with tempfile.TemporaryDirectory() as folder:
-        pods = load_traffic(write_pod_series(args.data / PODS, Path(folder) / "openb_pods_hourly.csv"))
-    series.append(("held out", "openb pod submissions (5 weeks)", pods))
+        series.append(("tuning", "openb pods submitted (5 weeks)", pods["pods"]))
+    series += [("held out", f"openb {m} (5 weeks)", pods[m]) for m in POD_MEASURES[1:]]
     header = (
         f"{'set':9} {'series':38} {'forecaster':11} {'n':>3} {'MASE':>6} {'median':>6} "
         f"{'ratio':>6} {'P90cov':>6} {'busy':>6}  chosen"

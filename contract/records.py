@@ -105,6 +105,20 @@ class TrafficHour:
 
 
 @dataclass(frozen=True, slots=True)
+class ObservedTraffic:
+    """Requests an app served in the first ``minutes`` of ``hour``: the hour in progress."""
+
+    app: str
+    hour: datetime
+    requests: float
+    minutes: float
+
+    def hourly_rate(self) -> float:
+        """The hour's requests at the rate seen so far."""
+        return self.requests * 60.0 / self.minutes
+
+
+@dataclass(frozen=True, slots=True)
 class AppForecast:
     """One hour of one app's demand forecast that a run planned with."""
 

@@ -29,7 +29,13 @@ being averaged over weeks.
   weeks, alone, a candidate of its own (from two weeks of history) so that a series where
   that simple forecast is best can have it; it is chosen only when its validation error
   is ``MEDIAN_MARGIN`` (20%) below the best other family's, because on the bundled series
-  its narrow wins over seven validation days did not hold on the days after.
+  its narrow wins over seven validation days did not hold on the days after;
+- **blend**: the mean of the best other family's forecast and the same-hour median's,
+  validated on the two families' own validation days (no refit). A combination of two
+  forecasts that err differently is often better than either (Bates and Granger 1969);
+  it keeps the profile near the median on series whose shape the families do not find
+  (the pod submissions of a production GPU cluster), and the validation leaves it out
+  where a family is clearly better (the bundled series, mostly).
 
 **Rolling-origin validation** (Tashman 2000; FPP3 §5.10) chooses the family each time the
 profile is fitted: every allowed family forecasts the 24 hours after each of the last
@@ -124,6 +130,8 @@ class ProfileMethod(Enum):
     #: The median of the same hour of the week over the last four weeks, alone: a
     #: candidate of its own, so that validation can pick it where it is best.
     SAME_HOUR_MEDIAN = "same-hour median"
+    #: The mean of the best other family and the same-hour median (``blend_of_`` names it).
+    BLEND = "blend"
 
 
 MethodChoice = Literal["auto", "flat", "daily", "weekly"]
@@ -387,6 +395,7 @@ class RealtimeProfile:
         self._check_fitted()
         state: dict[str, object] = {
             "method": self.method_.value,
+            "blend_of": None if self.blend_of_ is None else self.blend_of_.value,
             "validation_mae": {m.value: float(v) for m, v in self.validation_mae_.items()},
             "band": {
                 "power": self.band_.power,
@@ -409,6 +418,8 @@ class RealtimeProfile:
         mae = state["validation_mae"]
         assert isinstance(band, dict) and isinstance(mae, dict) and isinstance(state["z"], list)
         profile.method_ = ProfileMethod(state["method"])
+        blend_of = state.get("blend_of")  # a profile stored before the blend has none
+        profile.blend_of_ = None if blend_of is None else ProfileMethod(blend_of)
         profile.validation_mae_ = {ProfileMethod(k): float(v) for k, v in mae.items()}
         hourly = tuple(float(v) for v in band.get("hourly", ()))  # a profile without per-hour headroom
         profile.band_ = Band(float(band["power"]), float(band["floor"]), float(band["shift"]), hourly)
@@ -424,6 +435,11 @@ class RealtimeProfile:
         z = np.log1p(requests)
         allowed = self._allowed(z.size)
         days = {method: self._validation_days(z, method) for method in allowed}
+        self.blend_of_ = _best_family(_compare(days))
+        if self.blend_of_ is not None:
+            days[ProfileMethod.BLEND] = _blend_days(
+                days[self.blend_of_], days[ProfileMethod.SAME_HOUR_MEDIAN]
+            )
         self.validation_mae_ = _compare(days)
         method = _choose(self.validation_mae_, default=allowed[0])
         self.method_ = method
@@ -518,7 +534,16 @@ class RealtimeProfile:
         return shaped
 
     def _forecast_requests(self, z: FloatArray, method: ProfileMethod, horizon: int) -> FloatArray | None:
-        """The family's forecast in requests: the median of its settings' forecasts."""
+        """The family's forecast in requests: the median of its settings' forecasts (the
+        blend: the mean of its two families' forecasts)."""
+        if method is ProfileMethod.BLEND:
+            assert self.blend_of_ is not None  # set by fit whenever BLEND can win
+            parts = [
+                self._forecast_requests(z, m, horizon)
+                for m in (self.blend_of_, ProfileMethod.SAME_HOUR_MEDIAN)
+            ]
+            present = [part for part in parts if part is not None]
+            return np.mean(present, axis=0) if present else None
         forecasts = [f for member in self._members(method) if (f := member(z, horizon)) is not None]
         if not forecasts:
             return None
@@ -672,6 +697,22 @@ def busiest_quarter(actual: FloatArray) -> npt.NDArray[np.bool_]:
     busy = np.zeros(actual.shape, dtype=bool)
     np.put_along_axis(busy, np.argsort(actual, axis=1, kind="stable")[:, -count:], True, axis=1)
     return busy
+
+
+def _best_family(mae: dict[ProfileMethod, float]) -> ProfileMethod | None:
+    """The blend's partner: the family (flat, daily, weekly) with the lowest validation
+    error, when the same-hour median is validated too (None: no blend)."""
+    families = {m: v for m, v in mae.items() if m is not ProfileMethod.SAME_HOUR_MEDIAN}
+    if ProfileMethod.SAME_HOUR_MEDIAN not in mae or not families:
+        return None
+    return min(families, key=families.__getitem__)
+
+
+def _blend_days(family: list[ValidationDay], median: list[ValidationDay]) -> list[ValidationDay]:
+    """The blend's validation days: the mean of the two families' forecasts on their common days."""
+    return [
+        ValidationDay((f.forecast + m.forecast) / 2, f.actual) for f, m in zip(family, median, strict=False)
+    ]
 
 
 def _choose(mae: dict[ProfileMethod, float], *, default: ProfileMethod) -> ProfileMethod:

@@ -24,6 +24,7 @@ from contract.records import (
     Job,
     JobEstimate,
     JobState,
+    ObservedTraffic,
     Outcome,
     PlanRun,
     TrafficHour,
@@ -166,6 +167,14 @@ class Store(abc.ABC):
         self, app: str, since: datetime | None = None, until: datetime | None = None
     ) -> list[TrafficHour]:
         """Hours ``since <= hour < until``, ascending."""
+
+    @abc.abstractmethod
+    def observe_traffic(self, rows: Sequence[ObservedTraffic]) -> None:
+        """Insert or replace each app's count of the hour in progress (one per app, the last wins)."""
+
+    @abc.abstractmethod
+    def observed_traffic(self, hour: datetime) -> list[ObservedTraffic]:
+        """The apps' counts observed in ``hour`` (an app last seen in another hour has none), by app."""
 
     # -- plan runs and commits -----------------------------------------------------------
     @abc.abstractmethod

@@ -42,7 +42,7 @@ NAMING_CONVENTION = {
 
 # The newest migration in storage/migrations/versions (a test keeps the two equal): a
 # database already there opens without loading Alembic, which every command would pay for.
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 ID_LENGTH = 200  # job and app ids; the scenario format puts no limit, a column must
 
 
@@ -186,6 +186,17 @@ class TrafficRow(Base):
     app: Mapped[str] = mapped_column(primary_key=True)
     hour: Mapped[datetime] = mapped_column(primary_key=True)
     requests: Mapped[float] = mapped_column(Float)
+
+
+class ObservedTrafficRow(Base):
+    """The requests an app served so far in the hour in progress (one row per app, the latest)."""
+
+    __tablename__ = "traffic_observed"
+
+    app: Mapped[str] = mapped_column(primary_key=True)
+    hour: Mapped[datetime]
+    requests: Mapped[float] = mapped_column(Float)
+    minutes: Mapped[float] = mapped_column(Float)
 
 
 class PlanRunRow(Base):

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from contract.records import Assignment, Commit, RunMode
+from gpuplan.app.bridge import run_record
 from gpuplan.app.retrain import retrain
 from gpuplan.cli import main
+from storage.store import Store
 from training_data.history import generate_history, validate_history
 
 
@@ -43,3 +48,21 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     retrain(history, source="test", models_dir=directory, traffic_paths=None)
     return directory
+
+
+def commit_by_hand(
+    store: Store, hours: Sequence[datetime], assignments: tuple[Assignment, ...], gpus: int
+) -> None:
+    """Commit each of ``hours`` with ``assignments``, an empty plan run of ``gpus`` GPUs behind each."""
+    for hour in hours:
+        run = run_record(
+            {"name": "x", "gpus": gpus, "jobs": []},
+            start=hour,
+            created_at=hour,
+            mode=RunMode.PLAN,
+            policy="fast",
+            grid=[[None] * 24 for _ in range(gpus)],
+            metrics={},
+            latency_ms=1.0,
+        )
+        store.record_run(run, Commit(hour, None, assignments))

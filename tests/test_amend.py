@@ -14,16 +14,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contract.errors import InputError
-from contract.records import App, Assignment, Cluster, Commit, Job, JobEstimate, JobState, RunMode
+from contract.records import (
+    App,
+    Assignment,
+    Cluster,
+    Job,
+    JobEstimate,
+    JobState,
+    ObservedTraffic,
+)
 from contract.scenario import BatchJob, DownWindow, Instance, JobKind, RealtimeJob
-from gpuplan.app.amend import ObservedTraffic, amend, check_amendment, propose
-from gpuplan.app.bridge import STEP, hour_allocation, run_record
+from gpuplan.app.amend import amend, check_amendment, propose
+from gpuplan.app.bridge import STEP, hour_allocation
 from gpuplan.app.executors import InMemoryExecutor
 from scheduler.check import check_plan
 from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan
 from storage.factory import open_store
-from tests.service_fixtures import run_cli
+from tests.service_fixtures import commit_by_hand, run_cli
 from tests.strategies import instance_of, scenarios
 
 H0 = datetime(2026, 12, 2, 10, tzinfo=UTC)
@@ -145,18 +153,7 @@ def _store_with_committed_hour(tmp_path: Path) -> str:
                     team="ml" if job_id == "late" else None,
                 )
             )
-        for hour in (H0 - STEP, H0):
-            run = run_record(
-                {"name": "x", "gpus": 8, "jobs": []},
-                start=hour,
-                created_at=hour,
-                mode=RunMode.PLAN,
-                policy="fast",
-                grid=[[None] * 24 for _ in range(8)],
-                metrics={},
-                latency_ms=1.0,
-            )
-            store.record_run(run, Commit(hour, None, (Assignment("chat", (6, 7)),)))
+        commit_by_hand(store, (H0 - STEP, H0), (Assignment("chat", (6, 7)),), gpus=8)
     finally:
         store.close()
     return url
@@ -250,6 +247,28 @@ def test_promises_off_score_and_plan_as_the_contract() -> None:
     assert cost is not None and cost >= 0
     m = result.metrics
     assert m.objective == pytest.approx(m.value - m.penalty - cost)
+
+
+def test_a_promised_job_is_weighed_against_later_higher_priority_work() -> None:
+    """Two jobs for the same 4 GPUs: the promised one first only when promises weigh.
+
+    Without a penalty the higher-priority arrival goes first (its value decays less);
+    with one, delaying the promised job two steps costs more than the order gains."""
+    promised = BatchJob("promised", JobKind.TRAINING, priority=10.0, gpus=4, duration_steps=2, promise_step=0)
+    urgent = BatchJob("urgent", JobKind.TRAINING, priority=12.0, gpus=4, duration_steps=2)
+    instance = Instance("w", gpus=4, horizon_steps=6, batch_jobs=(promised, urgent), realtime_jobs=())
+    options = SolveOptions(budget_ms=5.0, wall_clock=False)
+    for policy in (PolicyName.FAST, PolicyName.FULL):
+        plain = plan(instance, policy, options)
+        weighed = plan(replace(instance, promise_penalty=1.0), policy, options)
+        assert plain.grid[0][0] == "urgent", policy
+        assert weighed.grid[0][0] == "promised" and weighed.metrics.promise_cost == 0, policy
+    # Arriving work worth more than the penalty still goes first.
+    precious = replace(urgent, priority=1000.0)
+    first = plan(
+        replace(instance, batch_jobs=(promised, precious), promise_penalty=1.0), PolicyName.FAST, options
+    )
+    assert first.grid[0][0] == "urgent"
 
 
 def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_path: Path) -> None:

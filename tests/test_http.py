@@ -315,6 +315,29 @@ def test_reports_json_and_csv_match_the_use_cases(api: tuple[httpx.Client, Serve
     assert bad_q.status_code == 422 and bad_q.json()["errors"][0]["field"] == "quantile"
 
 
+def test_a_push_of_the_hour_in_progress_above_its_gpus_re_plans_at_once(
+    api: tuple[httpx.Client, Served],
+) -> None:
+    client, service = api
+    app = service.store.apps()[0].id
+    hour = T0.replace(minute=0)  # the clock stands at T0, 5 minutes into the hour
+    before = service.store.commit(hour)
+    response = client.post(
+        f"/v1/apps/{app}/traffic",
+        json=[{"hour": hour.isoformat(), "requests": 1e9}],
+        headers=service.auth("admin"),
+    )
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["hours"] == 0 and answer["observed_minutes"] == 5.0 and answer["replanned"] is True
+    assert service.store.traffic(app, hour, hour + HOUR) == []  # not a finished hour
+    assert service.store.commit(hour) == before  # amended, if at all, by additions only
+    if answer["amendment"] is not None:
+        assert answer["amendment"]["hour"] == hour.isoformat()
+        held = {gpu for a in before.assignments for gpu in a.gpus} if before else set()
+        assert not held & {gpu for gpus in answer["amendment"]["additions"].values() for gpu in gpus}
+
+
 def test_traffic_push_is_idempotent_per_hour_and_checks_every_row_first(
     api: tuple[httpx.Client, Served],
 ) -> None:
@@ -322,7 +345,8 @@ def test_traffic_push_is_idempotent_per_hour_and_checks_every_row_first(
     app = service.store.apps()[0].id
     auth = service.auth("admin")
     hours = [{"hour": f"2026-12-01T0{h}:00:00Z", "requests": 100.0 + h} for h in range(3)]
-    assert client.post(f"/v1/apps/{app}/traffic", json=hours, headers=auth).json() == {"app": app, "hours": 3}
+    finished = {"app": app, "hours": 3, "observed_minutes": None, "replanned": False, "amendment": None}
+    assert client.post(f"/v1/apps/{app}/traffic", json=hours, headers=auth).json() == finished
     hours[1]["requests"] = 7.0
     client.post(f"/v1/apps/{app}/traffic", json=hours, headers=auth)
     stored = service.store.traffic(app, T0 + 12 * HOUR, T0 + 36 * HOUR)

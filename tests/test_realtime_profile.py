@@ -63,12 +63,13 @@ def test_the_history_decides_which_families_compete(lora: tuple[np.ndarray, np.n
     # Under two weeks: the daily fallback competes with the flat level, never weekly.
     short = RealtimeProfile().fit(hours[:300], requests[:300])
     assert set(short.validation_mae_) == {ProfileMethod.FLAT, ProfileMethod.DAILY}
-    # Two to three weeks: flat, weekly or the same-hour median; from three weeks, all four.
+    # Two to three weeks: flat, weekly, the same-hour median or the blend; from three weeks, all five.
     middle = RealtimeProfile().fit(hours[:400], requests[:400])
     assert set(middle.validation_mae_) == {
         ProfileMethod.FLAT,
         ProfileMethod.WEEKLY,
         ProfileMethod.SAME_HOUR_MEDIAN,
+        ProfileMethod.BLEND,
     }
     full = RealtimeProfile().fit(hours, requests)
     assert set(full.validation_mae_) == set(ProfileMethod)
@@ -229,6 +230,40 @@ def test_the_same_hour_median_competes_on_its_own(lora: tuple[np.ndarray, np.nda
     ours = forced._forecast_requests(z, ProfileMethod.SAME_HOUR_MEDIAN, 24)
     assert ours is not None
     np.testing.assert_allclose(ours, same_hour_median(requests, 24), rtol=1e-9, atol=1e-9)
+
+
+def test_the_blend_is_the_mean_of_the_best_family_and_the_median(lora: tuple[np.ndarray, np.ndarray]) -> None:
+    hours, requests = lora
+    profile = RealtimeProfile().fit(hours, requests)
+    mae = profile.validation_mae_
+    families = {
+        m: v for m, v in mae.items() if m not in (ProfileMethod.SAME_HOUR_MEDIAN, ProfileMethod.BLEND)
+    }
+    assert profile.blend_of_ is min(families, key=families.__getitem__)
+    z = np.log1p(requests)
+    parts = [
+        profile._forecast_requests(z, m, 24) for m in (profile.blend_of_, ProfileMethod.SAME_HOUR_MEDIAN)
+    ]
+    blend = profile._forecast_requests(z, ProfileMethod.BLEND, 24)
+    assert blend is not None and parts[0] is not None and parts[1] is not None
+    np.testing.assert_allclose(blend, (parts[0] + parts[1]) / 2)
+    # Validated on the two families' own days: the error of a mean is at most the mean error.
+    assert (
+        mae[ProfileMethod.BLEND] <= (mae[profile.blend_of_] + mae[ProfileMethod.SAME_HOUR_MEDIAN]) / 2 + 1e-9
+    )
+    # Under two weeks there is no median to blend with.
+    assert RealtimeProfile().fit(hours[:300], requests[:300]).blend_of_ is None
+
+
+def test_a_blended_profile_is_stored_with_its_partner(
+    lora: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    hours, requests = lora
+    profile = RealtimeProfile().fit(hours, requests)
+    profile.method_ = ProfileMethod.BLEND  # as a fit that chose it
+    loaded = load_model(save_model(profile, tmp_path / "lora.json"), RealtimeProfile)
+    assert loaded.method_ is ProfileMethod.BLEND and loaded.blend_of_ is profile.blend_of_
+    np.testing.assert_allclose(loaded.predict(hours[-1] + 1, 24).p50, profile.predict(hours[-1] + 1, 24).p50)
 
 
 def test_update_fills_a_gap_with_the_p50(philly: tuple[np.ndarray, np.ndarray]) -> None:

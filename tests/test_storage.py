@@ -38,6 +38,7 @@ from contract.records import (
     Job,
     JobEstimate,
     JobState,
+    ObservedTraffic,
     RunMode,
     TrafficHour,
 )
@@ -74,6 +75,7 @@ TABLES = {
     "plan_runs",
     "run_forecasts",
     "traffic",
+    "traffic_observed",
     "web_sessions",
 }
 
@@ -276,6 +278,23 @@ def test_apps_are_replaced_by_id_and_their_profiles_round_trip(store: SqlStore) 
     store.save_profile("chat", blob[::-1], through=HOUR + timedelta(hours=1))
     assert store.profile("chat") == blob[::-1]
     assert store.profile_through("chat") == HOUR + timedelta(hours=1)
+
+
+def test_the_hour_in_progress_is_kept_per_app_apart_from_the_finished_hours(store: SqlStore) -> None:
+    hour = datetime(2026, 3, 2, 9, tzinfo=UTC)
+    store.observe_traffic(
+        [ObservedTraffic("chat", hour, 10.0, 20.0), ObservedTraffic("other", hour, 1.0, 5.0)]
+    )
+    store.observe_traffic([ObservedTraffic("chat", hour, 30.0, 40.0)])  # later in the hour: replaced
+    assert store.observed_traffic(hour) == [
+        ObservedTraffic("chat", hour, 30.0, 40.0),
+        ObservedTraffic("other", hour, 1.0, 5.0),
+    ]
+    store.observe_traffic([ObservedTraffic("chat", hour + timedelta(hours=1), 2.0, 10.0)])  # the next hour
+    assert [o.app for o in store.observed_traffic(hour)] == ["other"]
+    assert store.traffic("chat") == []
+    with pytest.raises(InputError, match=re.escape("observed.minutes")):
+        store.observe_traffic([ObservedTraffic("chat", hour, 1.0, 0.0)])
 
 
 def test_traffic_is_replaced_by_app_and_hour_and_read_in_a_range(store: SqlStore) -> None:

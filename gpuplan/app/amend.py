@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
-from contract.records import Amendment, App, Assignment, JobState
-from gpuplan.app.bridge import STEP, floor_hour
+from contract.records import Amendment, App, Assignment, JobState, ObservedTraffic
+from gpuplan.app.bridge import STEP, floor_hour, gpus_for
 from gpuplan.app.outbox import deliver_pending
 
 if TYPE_CHECKING:
@@ -37,20 +36,6 @@ if TYPE_CHECKING:
     from storage.store import Store
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ObservedTraffic:
-    """Requests an app served in the first ``minutes`` of ``hour`` (a partial hour)."""
-
-    app: str
-    hour: datetime
-    requests: float
-    minutes: float
-
-    def hourly_rate(self) -> float:
-        """The hour's requests at the rate seen so far."""
-        return self.requests * 60.0 / self.minutes
 
 
 def check_amendment(
@@ -245,7 +230,6 @@ def amend_hour(
     to this hour what :func:`propose` finds: GPUs for apps whose ``observed`` traffic
     outruns their committed GPUs, and the plan's next-hour starts whose blocks are idle now.
     """
-    from forecasting.gpu_mapping import gpus_needed
     from gpuplan.app.bridge import hour_allocation, merged_assignments
     from gpuplan.app.tick import down_gpus, require_cluster
 
@@ -259,11 +243,7 @@ def amend_hour(
     apps = store.apps()
     previous = hour_allocation(store, hour - STEP)
     rates = hourly_rates(observed, now)
-    need = {
-        app.id: int(gpus_needed([rates[app.id]], app.requests_per_gpu_hour, app.headroom)[0])
-        for app in apps
-        if app.id in rates
-    }
+    need = {app.id: gpus_for(app, rates[app.id]) for app in apps if app.id in rates}
     next_hour: dict[str, list[int]] = {}
     for gpu, row in enumerate(run.grid):
         if row and row[0] is not None:

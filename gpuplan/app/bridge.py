@@ -100,6 +100,13 @@ def gpu_demand(p90_requests: Sequence[float], app: App, horizon_steps: int) -> l
     return swap_capped_curve(need, app.swap_cap)[:horizon_steps]
 
 
+def gpus_for(app: App, requests: float) -> int:
+    """GPUs ``app`` needs for ``requests`` in an hour, its headroom included."""
+    from forecasting.gpu_mapping import gpus_needed
+
+    return int(gpus_needed([requests], app.requests_per_gpu_hour, app.headroom)[0])
+
+
 def scenario_document(
     snapshot: Snapshot, plan_with: PlanWith, *, name: str, promise_penalty: float = 0.0
 ) -> dict[str, Any]:
@@ -147,7 +154,8 @@ def scenario_document(
                 "kind": "realtime",
                 "priority": app.priority,
                 "swap_cap": app.swap_cap,
-                "demand": list(demand.gpus[:horizon]),
+                # No more than the cluster: a surge far above it asks for all of it, not more.
+                "demand": [min(gpus, cluster.gpus) for gpus in demand.gpus[:horizon]],
             }
         )
     down = _down_steps(cluster, start, pinned={r["id"]: r for r in running})

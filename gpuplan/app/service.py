@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from contract.errors import StoreError
 from contract.records import Job
 from gpuplan.app.amend import amend_cycle
+from gpuplan.app.bridge import floor_hour
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, Reconciler, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
@@ -101,7 +102,8 @@ def plan_lock(service: Service) -> Iterator[None]:
 def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit, or
     within an hour already committed, plan from the next and amend this one
-    (:func:`gpuplan.app.amend.amend_cycle`: the plan's next-hour starts on GPUs idle now).
+    (:func:`gpuplan.app.amend.amend_cycle`: the plan's next-hour starts on GPUs idle now, and
+    real-time GPUs for the apps whose observed traffic of the hour outruns theirs).
 
     A second daemon on the same database waits for the first one's cycle, then plans on
     what it committed (the hour is committed once). The cycle also re-sends every commit
@@ -116,7 +118,12 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
             service.reconciler.reconcile(service.store, now, service.config)
         recalibrate(service.store, now, service.config, skip=failed)
         report, _ = amend_cycle(
-            service.store, now, service.config, service.executor, forecasters=service.forecasters
+            service.store,
+            now,
+            service.config,
+            service.executor,
+            forecasters=service.forecasters,
+            observed=service.store.observed_traffic(floor_hour(now)),
         )
     if service.metrics is not None:
         service.metrics.observe(report, now, _replicas(service))

@@ -16,9 +16,8 @@ decided yet and the swap cap holds across runs.
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -46,7 +45,7 @@ from gpuplan.app.traffic_sources import store_traffic
 from storage.store import Store
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
 
     from features.traffic import HourlyTraffic
     from forecasting.realtime import FloatArray, HourArray, RealtimeProfile
@@ -118,7 +117,8 @@ def app_demand(
     Hours the profile has already seen (a cycle replayed in the past) take the stored
     traffic instead; an app with no profile and no traffic gets no demand (logged).
     ``partial_rate`` is the hour in progress's requests at the rate seen so far: the
-    nowcast reads it as the latest hour.
+    nowcast reads it as the latest hour when the forecast starts after that hour (a plan
+    that starts at the hour in progress, before its commit, forecasts it as fitted).
     """
     import numpy as np
 
@@ -138,7 +138,8 @@ def app_demand(
             p90.append(value)
     first = np.datetime64(start.replace(tzinfo=None) + known * STEP, "h")
     if hours > known:
-        forecast = profile.predict(first, hours - known, partial=partial_rate)
+        partial = partial_rate if start + known * STEP > seen_until else None
+        forecast = profile.predict(first, hours - known, partial=partial)
         p50 += [float(v) for v in forecast.p50]
         p90 += [float(v) for v in forecast.p90]
     return AppDemand(app, p50, p90)
@@ -503,29 +504,6 @@ def known_app(store: Store, app: str) -> App:
         if stored.id == app:
             return stored
     raise NotFoundError("app", f"one of the stored apps {sorted(a.id for a in apps)}", app)
-
-
-def push_traffic(store: Store, app: str, rows: Sequence[tuple[datetime, float]]) -> int:
-    """Store hourly request counts pushed for ``app`` (the API's push) the way ``gpuplan ingest``
-    and the Prometheus pull store theirs (:func:`store_traffic`); a repeated hour replaces the
-    stored one. Every row is checked before anything is stored."""
-    known_app(store, app)
-    seen: set[datetime] = set()
-    hours = []
-    for index, (hour, requests) in enumerate(rows):
-        where = f"[{index}].hour"
-        if hour.tzinfo is None:
-            raise InputError(where, "an ISO 8601 time with a UTC offset", hour.isoformat())
-        at = hour.astimezone(UTC)
-        if at != floor_hour(at):
-            raise InputError(where, "a whole hour (minutes and seconds zero)", hour.isoformat())
-        if at in seen:
-            raise InputError(where, "each hour once per request", hour.isoformat())
-        if not (math.isfinite(requests) and requests >= 0):
-            raise InputError(f"[{index}].requests", "a finite count >= 0", requests)
-        seen.add(at)
-        hours.append((at, float(requests)))
-    return store_traffic(store, app, hours)
 
 
 def ingest_traffic(store: Store, app: str, traffic: HourlyTraffic, *, shift_hours: int = 0) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -14,6 +14,7 @@ from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.jobs import SubmitResult, cancel, hot_path_plan, submit
 from gpuplan.app.replan import SharedReplan
+from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from storage.store import Store
 
 
@@ -54,6 +55,20 @@ class ApiContext:
             token=token,
             replanner=self.replan,
         )
+
+    def push_traffic(
+        self, app: str, rows: Sequence[tuple[datetime, float]]
+    ) -> tuple[Stored, SurgeAnswer | None]:
+        """Store pushed hours; a count of the hour in progress that outruns the app's GPUs is a
+        surge, answered at once under the plan lock (a re-plan that amends the hour)."""
+        now = self.clock()
+        stored = push_traffic(self.store, app, rows, now)
+        if stored.observed is None:
+            return stored, None
+        with self.plan_lock():
+            return stored, answer_surge(
+                self.store, now, self.config, self.executor, forecasters=self.forecasters
+            )
 
     def cancel(self, token: ApiToken, job_id: str) -> Job:
         return cancel(self.store, job_id, self.clock(), self.executor, token=token)

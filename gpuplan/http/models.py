@@ -45,9 +45,18 @@ class TrafficHourIn(BaseModel):
     requests: float = Field(strict=True, ge=0, allow_inf_nan=False)
 
 
+class AmendmentOut(BaseModel):
+    hour: str
+    seq: int
+    additions: dict[str, list[int]] = Field(description="job or app -> the GPUs added in the hour")
+
+
 class TrafficOut(BaseModel):
     app: str
-    hours: int
+    hours: int = Field(description="finished hours stored")
+    observed_minutes: float | None = Field(None, description="the hour in progress: minutes its count covers")
+    replanned: bool = Field(False, description="the count outran the app's GPUs: the hot path re-planned")
+    amendment: AmendmentOut | None = None
 
 
 class FieldError(BaseModel):

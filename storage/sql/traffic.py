@@ -13,10 +13,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from contract.errors import InputError
 from contract.records import (
+    ObservedTraffic,
     TrafficHour,
 )
 from storage.tables import (
+    ObservedTrafficRow,
     TrafficRow,
 )
 
@@ -83,3 +86,32 @@ class TrafficStore(SqlBase):
             query = query.where(TrafficRow.hour < until)
         with self._session(read_only=True) as session:
             return [TrafficHour(r.app, r.hour, r.requests) for r in session.scalars(query)]
+
+    def observe_traffic(self, rows: Sequence[ObservedTraffic]) -> None:
+        for row in rows:
+            _require_hour(row.hour, "observed.hour")
+            if not 0 < row.minutes <= 60:
+                raise InputError("observed.minutes", "minutes of the hour seen, in (0, 60]", row.minutes)
+        latest = {r.app: r for r in rows}
+        with self._session() as session:
+            self._upsert(
+                session,
+                ObservedTrafficRow.__table__,  # type: ignore[arg-type]  # a declarative class's Table
+                [
+                    {
+                        "app": r.app,
+                        "hour": r.hour.astimezone(UTC),
+                        "requests": r.requests,
+                        "minutes": r.minutes,
+                    }
+                    for r in latest.values()
+                ],
+                ("app",),
+            )
+
+    def observed_traffic(self, hour: datetime) -> list[ObservedTraffic]:
+        query = (
+            select(ObservedTrafficRow).where(ObservedTrafficRow.hour == hour).order_by(ObservedTrafficRow.app)
+        )
+        with self._session(read_only=True) as session:
+            return [ObservedTraffic(r.app, r.hour, r.requests, r.minutes) for r in session.scalars(query)]

@@ -13,10 +13,11 @@ from contract.records import (
     Assignment,
     Commit,
     JobState,
+    ObservedTraffic,
     PlanRun,
     RunMode,
 )
-from gpuplan.app.amend import ObservedTraffic, amend_hour, hourly_rates
+from gpuplan.app.amend import amend_hour, hourly_rates
 from gpuplan.app.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors.simulated import SimulatedCluster

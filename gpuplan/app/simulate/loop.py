@@ -14,9 +14,9 @@ from contract.errors import InputError
 from contract.records import (
     Amendment,
     Commit,
+    ObservedTraffic,
     TrafficHour,
 )
-from gpuplan.app.amend import ObservedTraffic
 from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.config import PROMISE_PENALTY, PlanWith, ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 #: A promise is kept when the job starts no later than this after its promised start.
 PROMISE_SLACK_HOURS = 1.0
+PROMISE_SLACK = timedelta(hours=PROMISE_SLACK_HOURS)
 
 # --- measuring ---------------------------------------------------------------------------------
 
@@ -47,7 +48,7 @@ class PolicyMetrics:
     rt_unmet_gpu_hours_worst_hour: float  # the most GPU-hours of need unmet in one hour
     rt_idle_gpu_hours: float  # GPU-hours real-time apps held beyond what their traffic needed
     amendments_per_day: float
-    promised: int  # jobs whose plan at submit gave a start
+    promised: int  # jobs whose plan at submit gave a start, judged: started, or due before the end
     promise_kept: float  # share of those started no later than 1 h after it (1 with none)
     promise_delay_h_p50: float  # actual start - promised start, hours
     promise_delay_h_p90: float
@@ -196,7 +197,10 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         wait = ((start or setup.end) - submitted) / STEP
         waits.setdefault(job.kind.value, []).append(max(0.0, wait))
         promised = run.promised.get(job.id)
-        if promised is not None:
+        # A job not started whose promise falls due after the end (its promised start plus
+        # the slack) is not judged: nothing it was told has been broken yet.
+        due = promised is not None and (start is not None or promised + PROMISE_SLACK < setup.end)
+        if promised is not None and due:
             delay = ((start or setup.end) - promised) / STEP
             delays.append(delay)
             kept += start is not None and delay <= PROMISE_SLACK_HOURS
