@@ -172,6 +172,8 @@ def test_completions_come_from_the_jobcomp_log(client: SlurmClient) -> None:
     assert 0 <= (quick.end - quick.start).total_seconds() <= 30  # type: ignore[attr-defined]
     assert abs((quick.end - datetime.now(UTC)).total_seconds()) < 120  # type: ignore[attr-defined]
     assert found[bad].exit_code.startswith("3:")  # type: ignore[attr-defined]
+    # A plan's clock ahead of Slurm's (a replay, the first minute of an hour) asks from the future.
+    assert client.completions(datetime.now(UTC) + timedelta(hours=1)) is not None
 
 
 @pytest.mark.slurm

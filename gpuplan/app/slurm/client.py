@@ -352,6 +352,8 @@ class SlurmClient:
         columns = "JobID,JobName,State,ExitCode,Start,End,NodeList,Partition"
         args = ["-c", "--parsable2", "--noheader", f"--format={columns}"]
         if since is not None:
+            # sacct refuses a start after its end (now): the plan's clock may run ahead of Slurm's.
+            since = min(since, datetime.now(UTC))
             args.append(f"--starttime={since.astimezone(UTC):%Y-%m-%dT%H:%M:%S}")
         out = self.run("sacct", *args)
         completions = []
