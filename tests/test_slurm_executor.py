@@ -41,8 +41,19 @@ FEATURES = {
 }  # fmt: skip
 
 
+_PINNED_HOUR: list[datetime] = []  # the hour each test runs in, whatever the wall clock does meanwhile
+
+
+@pytest.fixture(autouse=True)
+def _one_hour_per_test() -> Iterator[None]:
+    """A test that starts at 12:59:50 plans in hour 12 throughout, not in 12 then 13."""
+    _PINNED_HOUR.append(datetime.now(UTC).replace(minute=0, second=0, microsecond=0))
+    yield
+    _PINNED_HOUR.clear()
+
+
 def this_hour() -> datetime:
-    return datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    return _PINNED_HOUR[0] if _PINNED_HOUR else datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
 
 
 def traffic_csv(path: Path, end: datetime) -> Path:
