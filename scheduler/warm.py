@@ -7,7 +7,7 @@ with local repair, as in the ruin-and-recreate family: Schrimpf et al., "Record 
 optimization results using the ruin and recreate principle", J. Comput. Phys. 2000):
 
 1. The stored plan's real-time holdings, running work and every placed job stay put.
-2. Each new job, highest priority first, goes to its earliest free aligned block (the
+2. Each new job, in the order given, goes to its earliest free aligned block (the
    plain insertion: legal, since it only fills free cells).
 3. While the budget lasts, earlier starts are tried on blocks that only queued batch
    jobs hold ("ruin"): those jobs leave, the new job takes the block, and they are placed
@@ -23,7 +23,7 @@ new job placed anywhere adds value, and a repair is kept only when it scores mor
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from contract.scenario import BatchJob, Cell, Instance, block_mask, iter_gpus
@@ -71,12 +71,17 @@ class _Placed:
 
 
 def insert(
-    instance: Instance, base: Allocation, new_ids: Sequence[str], budget: Budget | None = None
+    instance: Instance,
+    base: Allocation,
+    new_ids: Sequence[str],
+    budgets: Callable[[], Budget] | None = None,
 ) -> Allocation:
     """``base`` (a legal plan of ``instance`` without the jobs ``new_ids``) with those jobs
-    placed, repaired within ``budget`` (default: no searching, the plain insertion only)."""
+    placed, in the order given, each repaired within a budget of its own from ``budgets``
+    (None: no searching, the plain insertion only). Inserting several jobs at once is
+    inserting them one by one: each sees the plan the one before left."""
     jobs = instance.jobs_by_id
-    new_jobs = sorted((_batch(jobs[i]) for i in new_ids), key=lambda j: (-j.priority, j.order))
+    new_jobs = [_batch(jobs[i]) for i in new_ids]
     costs = WorkCosts.of(instance)
     fixed = Board(instance)  # down GPUs and running work
     for masks in base.realtime.values():
@@ -90,7 +95,9 @@ def insert(
     for job in new_jobs:
         if job.id in instance.running_batch:
             raise ValueError(f"{job.id} is not a queued batch job of {instance.name!r}")
-        placed = _insert_one(instance, fixed, placed, job, budget=budget, costs=costs)
+        placed = _insert_one(
+            instance, fixed, placed, job, budget=None if budgets is None else budgets(), costs=costs
+        )
     return Allocation(
         batch={job_id: p.placement for job_id, p in placed.items()}, realtime=dict(base.realtime)
     )
@@ -128,6 +135,12 @@ def _board(fixed: Board, placed: Mapping[str, _Placed], instance: Instance) -> B
     return board
 
 
+def _copy(board: Board, instance: Instance) -> Board:
+    copy = Board(instance)
+    copy.busy = list(board.busy)
+    return copy
+
+
 def _earliest(instance: Instance, board: Board, job: BatchJob) -> Placement | None:
     """``job`` at its earliest free run, on the lowest free block (marked taken on ``board``)."""
     run = board.earliest_run(job, job.release_step)
@@ -149,8 +162,8 @@ def _insert_one(
     costs: WorkCosts,
 ) -> dict[str, _Placed]:
     """``placed`` with ``job`` in: the plain insertion, or the best repair that beats it."""
-    board = _board(fixed, placed, instance)
-    plain = _earliest(instance, board, job)
+    full = _board(fixed, placed, instance)  # every cell of the plan so far
+    plain = _earliest(instance, _copy(full, instance), job)
     best = dict(placed)
     if plain is not None:
         best[job.id] = _placed(instance, job, plain)
@@ -176,8 +189,12 @@ def _insert_one(
             if not budget.affords(step_cost):
                 return best
             budget.charge(step_cost)
-            kept = {job_id: p for job_id, p in placed.items() if p not in ruined}
-            trial = _board(fixed, kept, instance)
+            trial = _copy(full, instance)
+            kept = dict(placed)
+            for p in ruined:  # cells never overlap: clearing a job's block frees exactly its cells
+                del kept[p.job.id]
+                for t in range(p.placement.start_step, p.end):
+                    trial.busy[t] &= ~p.mask
             trial.occupy(mask, start, end)
             kept[job.id] = _placed(instance, job, Placement(start_step=start, first_gpu=first_gpu))
             gain = _value(instance, job, start)

@@ -36,8 +36,8 @@ def test_insertion_is_legal_and_never_below_the_stored_plan(
     instance = parse_scenario(doc)
     base = read_allocation(instance, stored)
     assert base is not None  # the stored plan is a legal plan of the instance, new jobs left out
-    budget = Budget.of_work(HOT_PATH_BUDGET_MS) if repair else None
-    grid = build_grid(instance, insert(instance, base, new, budget))
+    budgets = (lambda: Budget.of_work(HOT_PATH_BUDGET_MS)) if repair else None
+    grid = build_grid(instance, insert(instance, base, new, budgets))
     assert check_plan(instance, grid) == []
     assert score(instance, grid).objective >= score(instance, stored).objective - 1e-6
     # nothing stored moves unless the repair buys more: the plain insertion keeps every block
@@ -71,7 +71,7 @@ def test_an_urgent_job_displaces_a_cheap_one_and_the_cheap_one_is_placed_again()
     assert base is not None
     plain = insert(instance, base, ["urgent"])
     assert plain.batch["urgent"].start_step == 3  # behind the cheap job
-    repaired = insert(instance, base, ["urgent"], Budget.of_work(HOT_PATH_BUDGET_MS))
+    repaired = insert(instance, base, ["urgent"], lambda: Budget.of_work(HOT_PATH_BUDGET_MS))
     assert repaired.batch["urgent"].start_step == 0
     assert repaired.batch["cheap"].start_step == 2  # after it, not dropped
     grid = build_grid(instance, repaired)

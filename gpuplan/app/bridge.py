@@ -133,9 +133,7 @@ def scenario_document(
             }
         )
     for job in snapshot.queued:
-        assert job.estimate is not None
-        steps = duration_steps(planned_hours(job.estimate, plan_with), cluster.step_minutes)
-        entry = _batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=len(jobs))
+        entry = queued_entry(job, plan_with, step_minutes=cluster.step_minutes, order=len(jobs))
         if promise_penalty > 0 and job.promised_start is not None:
             entry["promise"] = math.floor((job.promised_start - start) / STEP)
         jobs.append(entry)
@@ -215,6 +213,13 @@ def _down_steps(
         if first < last:
             down.append({"gpu": window.gpu, "start": first, "end": last})
     return down
+
+
+def queued_entry(job: Job, plan_with: PlanWith, *, step_minutes: int, order: int) -> dict[str, Any]:
+    """A queued job as the scenario's batch entry: its estimate's GPUs for its P50 or P90 hours."""
+    assert job.estimate is not None
+    steps = duration_steps(planned_hours(job.estimate, plan_with), step_minutes)
+    return _batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=order)
 
 
 def _batch_entry(job: Job, *, gpus: int, steps: int, order: int) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 from contract.errors import StoreError
 from contract.records import Job
 from gpuplan.app.amend import amend_cycle
+from gpuplan.app.changes import Changes
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, Reconciler, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
@@ -60,6 +61,8 @@ class Service:
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     health: Health = field(init=False)
     plan_mutex: threading.Lock = field(init=False, default_factory=threading.Lock)
+    #: What this process changed: the served API's caches and warm starts read it.
+    changes: Changes = field(init=False, default_factory=Changes)
 
     def __post_init__(self) -> None:
         self.forecasters = Forecasters(self.config.models_dir)
@@ -104,6 +107,10 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
         report, _ = amend_cycle(
             service.store, now, service.config, service.executor, forecasters=service.forecasters
         )
+        if report.run is not None:  # the plan the API's next submits start from
+            service.changes.planned(report.run, service.store.marks())
+        else:
+            service.changes.bump()
     if service.metrics is not None:
         service.metrics.observe(report, now, _replicas(service))
     return report
@@ -113,7 +120,10 @@ def recalibrate_now(service: Service) -> list[str]:
     """The hourly recalibration: Prometheus-fed apps' finished hours first, then every profile."""
     now = service.clock()
     failed = pull_traffic(service.store, now, service.config)
-    return recalibrate(service.store, now, service.config, skip=failed)
+    try:
+        return recalibrate(service.store, now, service.config, skip=failed)
+    finally:
+        service.changes.bump()
 
 
 def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
@@ -122,6 +132,7 @@ def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
         return []
     with plan_lock(service):
         finished = service.reconciler.poll(service.store, now or service.clock())
+        service.changes.bump()
     if service.metrics is not None:
         service.metrics.observe_replicas(_replicas(service))
     return finished

@@ -16,7 +16,7 @@ from fastapi.templating import Jinja2Templates
 
 from contract.errors import InputError
 from contract.records import ApiToken, Scope, WebSession
-from gpuplan.app.dashboard import CLASS_NAMES, dashboard
+from gpuplan.app.dashboard import CLASS_NAMES
 from gpuplan.app.tokens import (
     SESSION_HOURS,
     AccessDeniedError,
@@ -47,7 +47,7 @@ def _page(
     request: Request, ctx: Context, signed: Signed, *, message: str | None = None, status: int = 200
 ) -> HTMLResponse:
     session, token = signed
-    data: dict[str, Any] = dashboard(ctx.store, ctx.clock(), ctx.health)
+    data: dict[str, Any] = ctx.dashboard()
     data.update(
         token=token,
         csrf=session.csrf,

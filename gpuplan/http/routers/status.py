@@ -6,7 +6,6 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from gpuplan.app.status import status
 from gpuplan.http.deps import Context, Reader
 
 router = APIRouter(tags=["status"])
@@ -15,7 +14,7 @@ router = APIRouter(tags=["status"])
 @router.get("/v1/status")
 def get_status(token: Reader, ctx: Context, team: str | None = None) -> dict[str, Any]:
     """The document of ``gpuplan status --json``; ``?team=`` keeps one team's jobs."""
-    return status(ctx.store, ctx.clock(), team=team).as_dict()
+    return ctx.status(team)
 
 
 @router.get("/healthz")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gpuplan.app.tick import push_traffic
 from gpuplan.http.deps import Admin, Context
 from gpuplan.http.models import TrafficHourIn, TrafficOut
 
@@ -15,5 +14,5 @@ router = APIRouter(prefix="/v1/apps", tags=["traffic"])
 def post_traffic(app: str, body: list[TrafficHourIn], token: Admin, ctx: Context) -> dict[str, object]:
     """Store ``[{"hour", "requests"}]``; a repeated hour replaces the stored count. The hourly
     recalibration feeds the finished hours to the app's demand profile."""
-    hours = push_traffic(ctx.store, app, [(row.hour, row.requests) for row in body])
+    hours = ctx.push_traffic(app, [(row.hour, row.requests) for row in body])
     return {"app": app, "hours": hours}
