@@ -20,9 +20,10 @@ in flight and its own, however many arrive together.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -30,7 +31,7 @@ from datetime import datetime, timedelta
 from contract.errors import InputError
 from contract.records import Job, PlanRun, RunMode
 from contract.scenario import Instance
-from gpuplan.app.bridge import queued_entry, run_record
+from gpuplan.app.bridge import STEP, floor_hour, queued_entry, run_record
 from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
@@ -125,13 +126,15 @@ class SubmitBatcher:
                 stored = self._store_jobs(batch)
                 if stored:
                     run, instance, allocation = self._plan(base, [t.job for t in stored], now)
-                    promise(self.store, run, [t.job.id for t in stored])
+                    promised = promise(self.store, run, [t.job.id for t in stored])
                     for ticket in stored:
                         ticket.result = answer(run, ticket.job)
                     # The next batch's base: this run, while nothing moves (the marks read after it).
                     stamp, marks = self.changes.bump(), self.store.marks()
                     self._base = (
-                        None if allocation is None else WarmBase(run, instance, allocation, marks, stamp)
+                        None
+                        if allocation is None
+                        else self._promised(WarmBase(run, instance, allocation, marks, stamp), promised)
                     )
                     self.stats.batches += 1
                     self.stats.jobs += len(stored)
@@ -181,28 +184,58 @@ class SubmitBatcher:
     def _warm_base(self, now: datetime) -> WarmBase | None:
         """The stored plan to insert into, if one still holds: the previous batch's, or the one
         the cycle stored since; None when nothing holds (then the queue is planned afresh)."""
-        from gpuplan.app.tick import first_open_hour
-
         cycle = self.changes.cycle_plan
         base = self._base
         if cycle is not None and cycle is not self._cycle_seen:
             self._cycle_seen = cycle
             if base is None or cycle.stamp > base.stamp:
-                base = self._adopted(cycle)
+                base = self._adopted(cycle, now)
         if base is None or base.stamp != self.changes.stamp:
             return None
         max_age = timedelta(minutes=self.config.cycle_minutes)
         if not (base.run.created_at <= now <= base.run.created_at + max_age):
             return None
-        if base.run.start != first_open_hour(self.store, now) or base.marks != self.store.marks():
+        # Within the hour it was made in, its start is still the first open hour: a commit since
+        # would have moved the marks.
+        hour = floor_hour(now)
+        if floor_hour(base.run.created_at) != hour or base.marks != self.store.marks():
             return None
         return base
 
-    def _adopted(self, cycle: CyclePlan) -> WarmBase | None:
+    def _adopted(self, cycle: CyclePlan, now: datetime) -> WarmBase | None:
+        """The cycle's plan as the base, unless it starts in the hour it committed (a plan made
+        now starts an hour later; a batch's plan starts, by construction, where one made at
+        its marks would)."""
+        from gpuplan.app.tick import first_open_hour
+
+        if cycle.run.start != first_open_hour(self.store, now):
+            return None
         instance, allocation = self._decisions(cycle.run)
         if allocation is None:
             return None
         return WarmBase(cycle.run, instance, allocation, cycle.marks, cycle.stamp)
+
+    def _promised(self, base: WarmBase, promised: Mapping[str, datetime]) -> WarmBase:
+        """``base`` with the promises just made in its scenario, as the next cycle's snapshot
+        will have them (the promised jobs weigh their promises in the next repair)."""
+        if self.config.promise_penalty <= 0 or not promised:
+            return base
+        steps = {job: math.floor((start - base.run.start) / STEP) for job, start in promised.items()}
+        jobs = [
+            {**entry, "promise": steps[entry["id"]]}
+            if entry["id"] in steps and entry.get("promise") is None
+            else entry
+            for entry in base.run.scenario["jobs"]
+        ]
+        batch_jobs = tuple(
+            replace(job, promise_step=steps[job.id]) if job.id in steps and job.promise_step is None else job
+            for job in base.instance.batch_jobs
+        )
+        return replace(
+            base,
+            run=replace(base.run, scenario={**base.run.scenario, "jobs": jobs}),
+            instance=replace(base.instance, batch_jobs=batch_jobs),
+        )
 
     @staticmethod
     def _decisions(run: PlanRun) -> tuple[Instance, Allocation | None]:

@@ -63,13 +63,18 @@ class Changes:
 
 
 class ReadCache:
-    """Reads served from memory, each rebuilt once after a change (see the module's docstring)."""
+    """Reads served from memory, each rebuilt once after a change (see the module's docstring).
+
+    Readers that find the same read stale together wait for one build of it (single flight):
+    under load a change is followed by one rebuild, not one per reader.
+    """
 
     def __init__(self, store: Store, changes: Changes) -> None:
         self.store = store
         self.changes = changes
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._entries: dict[Hashable, tuple[tuple[Any, ...], Any]] = {}
+        self._building: set[tuple[Hashable, tuple[Any, ...]]] = set()
         self.builds = 0  # how many reads were rebuilt (the tests count them)
 
     def get(self, key: Hashable, build: Callable[[], T]) -> T:
@@ -77,15 +82,25 @@ class ReadCache:
         # Taken before the build: a change made while it builds leaves an entry already stale.
         version = (self.changes.stamp, self.store.marks())
         with self._lock:
-            entry = self._entries.get(key)
-        if entry is not None and entry[0] == version:
-            value: T = entry[1]
+            while True:
+                entry = self._entries.get(key)
+                if entry is not None and entry[0] == version:
+                    value: T = entry[1]
+                    return value
+                if (key, version) not in self._building:
+                    self._building.add((key, version))
+                    break
+                self._lock.wait()
+        try:
+            value = build()
+            with self._lock:
+                self.builds += 1
+                self._entries.pop(key, None)
+                self._entries[key] = (version, value)
+                while len(self._entries) > MAX_ENTRIES:
+                    del self._entries[next(iter(self._entries))]
             return value
-        value = build()
-        with self._lock:
-            self.builds += 1
-            self._entries.pop(key, None)
-            self._entries[key] = (version, value)
-            while len(self._entries) > MAX_ENTRIES:
-                del self._entries[next(iter(self._entries))]
-        return value
+        finally:
+            with self._lock:
+                self._building.discard((key, version))
+                self._lock.notify_all()

@@ -117,18 +117,19 @@ class JobStore(SqlBase):
                     row.promised_start = promised_start
 
     def marks(self) -> tuple[int, ...]:
+        def count(table: Any, *where: Any) -> Any:
+            return select(func.count()).select_from(table).where(*where).scalar_subquery()
+
+        query = select(
+            select(func.coalesce(func.max(PlanRunRow.id), 0)).scalar_subquery(),
+            count(JobRow),
+            count(JobRow, JobRow.state == JobState.RUNNING),
+            count(JobRow, JobRow.state == JobState.DONE),
+            count(CommitRow),
+            count(AmendmentRow),
+        )
         with self._session(read_only=True) as session:
-            jobs = session.execute(
-                select(
-                    func.count(),
-                    func.count().filter(JobRow.state == JobState.RUNNING),
-                    func.count().filter(JobRow.state == JobState.DONE),
-                )
-            ).one()
-            runs = session.scalar(select(func.coalesce(func.max(PlanRunRow.id), 0)))
-            commits = session.scalar(select(func.count()).select_from(CommitRow))
-            amendments = session.scalar(select(func.count()).select_from(AmendmentRow))
-        return (int(runs or 0), *(int(n) for n in jobs), int(commits or 0), int(amendments or 0))
+            return tuple(int(n or 0) for n in session.execute(query).one())
 
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None:
         with self._session() as session:
