@@ -315,6 +315,23 @@ def test_reports_json_and_csv_match_the_use_cases(api: tuple[httpx.Client, Serve
     assert bad_q.status_code == 422 and bad_q.json()["errors"][0]["field"] == "quantile"
 
 
+def test_utilization_keeps_one_teams_jobs_with_the_team_filter(api: tuple[httpx.Client, Served]) -> None:
+    client, service = api
+    urgent = {"id": "ops-1", "kind": "batch_inference", "gpus": 1, "hours": 1, "priority": 100_000}
+    assert client.post("/v1/jobs", json=urgent, headers=service.auth("admin")).status_code == 201
+    service.cycle(T0 + HOUR)
+    auth = service.auth("reader")
+    everyone = client.get("/v1/reports/utilization", headers=auth).json()
+    ops = client.get("/v1/reports/utilization?team=ops", headers=auth).json()
+    nobody = client.get("/v1/reports/utilization?team=nobody", headers=auth).json()
+    held = ("training", "batch_inference", "quantization", "realtime", "other")
+    assert [r["hour"] for r in ops] == [r["hour"] for r in everyone] == [r["hour"] for r in nobody]
+    assert all(sum(r[k] for k in held) == 0 for r in nobody)
+    assert [sum(r[k] for k in held) for r in ops] == [0, 1]  # ops-1 runs in the second hour
+    assert sum(everyone[1][k] for k in held) > 1
+    assert all(r["idle"] + r["down"] + sum(r[k] for k in held) == 16 for r in (*ops, *nobody))
+
+
 def test_traffic_push_is_idempotent_per_hour_and_checks_every_row_first(
     api: tuple[httpx.Client, Served],
 ) -> None:

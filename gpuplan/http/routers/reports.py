@@ -86,14 +86,20 @@ def get_coverage_risk(
 
 @router.get("/utilization")
 def get_utilization(
-    token: Reader, ctx: Context, since: str | None = None, format: Format = Format.JSON
+    *,
+    token: Reader,
+    ctx: Context,
+    since: str | None = None,
+    team: str | None = None,
+    format: Format = Format.JSON,
 ) -> Response:
-    """GPUs of each committed hour by job kind, idle and down."""
+    """GPUs of each committed hour by job kind, idle and down (``team``: that team's jobs alone,
+    every other GPU idle)."""
 
     def build() -> tuple[bytes, str]:
-        return _rows("utilization", utilization_query(ctx.store, since=since).rows, format)
+        return _rows("utilization", utilization_query(ctx.store, since=since, team=team).rows, format)
 
-    return _cached(ctx, ("utilization", since, format), build)
+    return _cached(ctx, ("utilization", since, team, format), build)
 
 
 @router.get("/commits")
