@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from contract.scenario import BatchJob, Cell, Instance, block_mask, iter_gpus
+from scheduler.baselines import first_fit
 from scheduler.board import Board
 from scheduler.budget import Budget, WorkCosts
 from scheduler.check import check_plan
@@ -141,17 +142,6 @@ def _copy(board: Board, instance: Instance) -> Board:
     return copy
 
 
-def _earliest(instance: Instance, board: Board, job: BatchJob) -> Placement | None:
-    """``job`` at its earliest free run, on the lowest free block (marked taken on ``board``)."""
-    run = board.earliest_run(job, job.release_step)
-    if run is None:
-        return None
-    start, end, starts = run
-    first_gpu = (starts & -starts).bit_length() - 1
-    board.occupy_block(first_gpu, job.gpus, start, end)
-    return Placement(start_step=start, first_gpu=first_gpu)
-
-
 def _insert_one(
     instance: Instance,
     fixed: Board,
@@ -163,7 +153,7 @@ def _insert_one(
 ) -> dict[str, _Placed]:
     """``placed`` with ``job`` in: the plain insertion, or the best repair that beats it."""
     full = _board(fixed, placed, instance)  # every cell of the plan so far
-    plain = _earliest(instance, _copy(full, instance), job)
+    plain = first_fit(_copy(full, instance), job, job.release_step)
     best = dict(placed)
     if plain is not None:
         best[job.id] = _placed(instance, job, plain)
@@ -199,7 +189,7 @@ def _insert_one(
             kept[job.id] = _placed(instance, job, Placement(start_step=start, first_gpu=first_gpu))
             gain = _value(instance, job, start)
             for other in sorted(ruined, key=lambda p: (-p.job.priority, p.job.order)):
-                again = _earliest(instance, trial, other.job)
+                again = first_fit(trial, other.job, other.job.release_step)
                 if again is not None:
                     kept[other.job.id] = _placed(instance, other.job, again)
                 gain += _value(instance, other.job, None if again is None else again.start_step)
