@@ -315,6 +315,25 @@ def test_reports_json_and_csv_match_the_use_cases(api: tuple[httpx.Client, Serve
     assert bad_q.status_code == 422 and bad_q.json()["errors"][0]["field"] == "quantile"
 
 
+def test_reports_and_the_dashboard_are_served_from_memory_until_a_change(
+    api: tuple[httpx.Client, Served],
+) -> None:
+    client, service = api
+    reads = service.context.reads
+    auth = service.auth("reader")
+    first = client.get("/v1/reports/idle-windows", headers=auth).json()
+    builds = reads.builds
+    assert client.get("/v1/reports/idle-windows", headers=auth).json() == first
+    assert reads.builds == builds  # from memory
+    answer = client.post("/v1/jobs", json=JOB, headers=service.auth("ml"))
+    assert answer.status_code == 201
+    after = client.get("/v1/reports/idle-windows", headers=auth).json()
+    assert reads.builds == builds + 1  # the submit's plan is the latest run now
+    assert after != first or answer.json()["planned_start"] is None
+    assert client.get("/v1/reports/idle-windows?format=csv", headers=auth).status_code == 200
+    assert reads.builds == builds + 2  # another query: an entry of its own
+
+
 def test_utilization_keeps_one_teams_jobs_with_the_team_filter(api: tuple[httpx.Client, Served]) -> None:
     client, service = api
     urgent = {"id": "ops-1", "kind": "batch_inference", "gpus": 1, "hours": 1, "priority": 100_000}
