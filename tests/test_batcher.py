@@ -49,6 +49,19 @@ def _service(
         yield service
 
 
+@contextmanager
+def _clocked(tmp_path: Path, models: Path) -> Iterator[tuple[Served, Callable[[], None]]]:
+    """A service on a clock of its own, and a plan cycle ten minutes on (within the hour)."""
+    now = [T0]
+    with _service(tmp_path, models, clock=lambda: now[0]) as service:
+
+        def cycle() -> None:
+            now[0] = T0 + timedelta(minutes=10)
+            service.cycle(now[0])
+
+        yield service, cycle
+
+
 def _token(service: Served, role: str = "admin") -> ApiToken:
     return authenticate(service.store, service.tokens[role])
 
@@ -152,13 +165,7 @@ def test_a_taken_id_in_a_batch_refuses_that_submit_alone(tmp_path: Path, models_
 def test_the_warm_start_falls_back_to_a_fresh_plan_when_anything_moved(
     tmp_path: Path, models_dir: Path
 ) -> None:
-    now = [T0]
-
-    def cycle() -> None:
-        now[0] = T0 + timedelta(minutes=10)
-        service.cycle(now[0])
-
-    with _service(tmp_path, models_dir, clock=lambda: now[0]) as service:
+    with _clocked(tmp_path, models_dir) as (service, cycle):
         ctx, token = service.context, _token(service)
         stats = ctx.batcher.stats
         moves = [
@@ -198,13 +205,7 @@ def test_a_plan_older_than_a_cycle_period_is_not_warmed(tmp_path: Path, models_d
 def test_reads_are_served_from_memory_and_rebuilt_after_each_kind_of_change(
     tmp_path: Path, models_dir: Path
 ) -> None:
-    now = [T0]
-
-    def cycle() -> None:
-        now[0] = T0 + timedelta(minutes=10)
-        service.cycle(now[0])
-
-    with _service(tmp_path, models_dir, clock=lambda: now[0]) as service:
+    with _clocked(tmp_path, models_dir) as (service, cycle):
         ctx, token = service.context, _token(service)
         changes: list[tuple[str, Callable[[], object], Callable[[set[str]], bool]]] = [
             ("a submit", lambda: ctx.submit(token, _spec(1), source="test"), lambda q: "job-1" in q),
