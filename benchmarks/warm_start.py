@@ -23,7 +23,7 @@ import statistics
 import sys
 import tempfile
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -107,8 +107,8 @@ class Watch:
         answered = score(instance, run.grid).objective
         if cycle.metrics.objective > 0:
             self.tally.ratios[kind].append(answered / cycle.metrics.objective)
-        job = answer.job  # type: ignore[attr-defined]
-        cycle_run = type(run)(**{**run.__dict__, "grid": [list(row) for row in cycle.grid]})
+        job = answer.job
+        cycle_run = replace(run, grid=[list(row) for row in cycle.grid])
         if planned_place(run, job)[0] != planned_place(cycle_run, job)[0]:
             self.tally.moved[kind] += 1
         self.tally.planning_ms[kind].append(run.latency_ms)
