@@ -121,6 +121,7 @@ def http_server(service: Service, host: str, port: int) -> Any:
         clock=service.clock,
         plan_lock=lambda: plan_lock(service),
         health=service.health,
+        changes=service.changes,
     )
     return HttpServer(context, host, port)
 

@@ -10,7 +10,8 @@ jobs in all (1-4 GPUs, 1-6 hours); after each submit the client reads ``GET /v1/
 
 Checks: every 201's job appears in that client's next status read, and, read back from
 the database after the run, every accepted job is stored exactly once and no refused one
-at all. Prints the median, p99 and max latency of submits and of status reads.
+at all. Prints the median, p99 and max latency of submits and of status reads, and how the
+submits were grouped (one stored submit run per batch) and answered (warm starts).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 base = f"http://127.0.0.1:{port}"
                 wait_for_cycle(base, daemon, log_path)
+                began = datetime.now(UTC)
                 tally = Tally()
                 shares = [list(range(c, args.jobs, args.clients)) for c in range(args.clients)]
                 threads = [
@@ -125,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         store = open_store(db)
         try:
             stored = Counter(job.id for job in store.jobs() if job.team in set(teams))
+            # one submit run per batch: how the submits were grouped, and how many were warm starts
+            batches = [r for r in store.runs(mode="submit", limit=100_000) if r.created_at >= began]
         finally:
             store.close()
     finally:
@@ -145,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         f"stored once: {len(stored) - len(twice)}, twice or more: {len(twice)}, accepted but missing: "
         f"{len(missing)}, stored but not accepted: {len(extra)}; 201 not in the next status: "
         f"{len(tally.unseen)}\n"
+        f"batches (submit runs): {len(batches)}, "
+        f"{len(tally.accepted) / max(1, len(batches)):.1f} submits each; "
+        f"warm starts: {sum('warm_from' in r.extra for r in batches)}\n"
     )
     return 0 if not (twice or missing or extra or tally.unseen or tally.refused) else 1
 

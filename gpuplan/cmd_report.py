@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     util = add("utilization", "GPUs of each committed hour by job kind, idle and down", _utilization)
     util.add_argument("--since", metavar="TIME", help="committed hours from TIME on (default all)")
+    util.add_argument(
+        "--team", metavar="TEAM", help="only the GPUs this team's jobs held (the rest count as idle)"
+    )
 
     commits = add("commits", "every committed hour: which job holds which GPUs", _commits)
     commits.add_argument("--since", metavar="TIME", help="committed hours from TIME on (default all)")
@@ -234,7 +237,7 @@ def _utilization(args: argparse.Namespace) -> int:
     from gpuplan.app.report_inputs import utilization_inputs
     from gpuplan.app.reports import UtilizationRow, utilization
 
-    cluster, commits, kinds = utilization_inputs(args.db, args.since)
+    cluster, commits, kinds = utilization_inputs(args.db, args.since, team=args.team)
     report = utilization(commits, cluster, kinds)
     totals = ", ".join(f"{name} {hours:g}" for name, hours in report.gpu_hours.items() if hours)
     period = f"{cell_text(report.rows[0].hour)} to {cell_text(report.rows[-1].hour + timedelta(hours=1))}"

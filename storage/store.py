@@ -8,7 +8,7 @@ opens one by URL and upgrades its schema (Alembic) before anything else happens.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -120,6 +120,11 @@ class Store(abc.ABC):
         """Insert a new job; a duplicate id raises ``contract.errors.InputError`` naming ``id``."""
 
     @abc.abstractmethod
+    def add_jobs(self, jobs: Sequence[Job]) -> None:
+        """Insert new jobs in one transaction (a batch of submits): all of them, or, when an id
+        is taken or repeated, none (``InputError`` naming ``id`` and the first such id)."""
+
+    @abc.abstractmethod
     def job(self, job_id: str) -> Job | None: ...
 
     @abc.abstractmethod
@@ -127,8 +132,16 @@ class Store(abc.ABC):
         """Jobs in the given states (all when None), in submission order."""
 
     @abc.abstractmethod
-    def set_promise(self, job_id: str, promised_start: datetime) -> None:
-        """Keep ``promised_start`` (an hour) as the job's promise; a job keeps its first promise."""
+    def set_promises(self, promises: Mapping[str, datetime]) -> None:
+        """Keep each ``promised_start`` (an hour) as its job's promise, in one transaction; a job
+        keeps its first promise."""
+
+    @abc.abstractmethod
+    def marks(self) -> tuple[int, ...]:
+        """A cheap token of the stored state that moves whenever a run, a job, a job's state,
+        a commit or an amendment is stored (the latest run id, the jobs and the running and
+        done ones counted, the commits and amendments counted): what a cache of reads, or a
+        warm start from a stored plan, compares to know that nothing moved under it."""
 
     @abc.abstractmethod
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,10 +38,13 @@ class Served:
         return {"Authorization": f"Bearer {self.tokens[role]}"}
 
     def cycle(self, at: datetime) -> None:
+        """One plan cycle at ``at``, handed to the API as the daemon's cycle hands it."""
         with self.context.plan_lock():
-            plan_cycle(
+            report = plan_cycle(
                 self.store, at, self.context.config, self.executor, forecasters=self.context.forecasters
             )
+            assert report.run is not None
+            self.context.changes.planned(report.run, self.store.marks())
         self.context.health.record(at, None)
 
 
@@ -55,7 +58,12 @@ ROLES = {
 
 @contextmanager
 def served(
-    db: str, models: Path, *, now: datetime = T0, config: ServiceConfig | None = None
+    db: str,
+    models: Path,
+    *,
+    now: datetime = T0,
+    config: ServiceConfig | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> Iterator[Served]:
     config = config or demo_config(models_dir=models)
     store = open_store(db)
@@ -63,7 +71,7 @@ def served(
         ensure_service(store, config, now)
         executor = InMemoryExecutor()
         forecasters = Forecasters(config.models_dir)
-        plan_cycle(store, now, config, executor, forecasters=forecasters)
+        first = plan_cycle(store, now, config, executor, forecasters=forecasters)
         mutex = threading.Lock()
 
         @contextmanager
@@ -78,10 +86,12 @@ def served(
             config=config,
             executor=executor,
             forecasters=forecasters,
-            clock=lambda: now,
+            clock=clock or (lambda: now),
             plan_lock=lock,
             health=health,
         )
+        assert first.run is not None
+        context.changes.planned(first.run, store.marks())
         tokens, ids = {}, {}
         for role, (team, scopes, cap) in ROLES.items():
             made = create_token(store, team, parse_scopes(scopes), cap, now)

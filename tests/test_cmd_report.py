@@ -199,6 +199,15 @@ def test_utilization_counts_each_committed_hour_by_kind(db: str) -> None:
         assert r["idle"] == 8 - sum(cell is not None for cell in column)
 
 
+def test_utilization_with_a_team_counts_only_its_jobs(db: str) -> None:
+    # the jobs of this database were stored without a team: a team's hours hold nothing
+    result = run_cli("report", "utilization", "--db", db, "--json", "--team", "ml")
+    assert result.code == 0, result.err
+    rows = json.loads(result.out)
+    assert len(rows) == 3
+    assert all(r["training"] == r["quantization"] == r["realtime"] == 0 and r["idle"] == 8 for r in rows)
+
+
 def test_commits_json_is_one_row_per_hour_and_job(db: str) -> None:
     result = run_cli("report", "commits", "--db", db, "--json", "--since", (START - HOUR).isoformat())
     assert result.code == 0, result.err

@@ -3,6 +3,7 @@ system's headless Chromium, the page a person uses (grid, idle windows, submit, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,6 +47,14 @@ def test_beyond_the_limit_rows_aggregate_by_node_with_busy_counts_and_down_marks
     assert sum(r.cells[0].share * NODE_GPUS for r in rows) == 12
 
 
+def _signin_csrf(client: httpx.Client) -> str:
+    """The CSRF token of a fresh sign-in page (its cookie is kept by the client)."""
+    page = client.get("/signin")
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found is not None and client.cookies.get("gpuplan_signin") == found.group(1)
+    return found.group(1)
+
+
 @pytest.fixture
 def site(tmp_path: Path, models_dir: Path) -> Iterator[tuple[str, Served]]:
     with served(f"sqlite:///{tmp_path / 'gpuplan.db'}", models_dir) as service:
@@ -62,8 +71,17 @@ def test_sign_in_sets_an_httponly_samesite_strict_cookie_and_forms_need_the_csrf
     base, service = site
     with httpx.Client(base_url=base) as client:
         assert client.get("/").status_code == 303
-        assert client.post("/signin", data={"token": "wrong"}).status_code == 401
-        answer = client.post("/signin", data={"token": service.tokens["ml"]})
+        # the sign-in form needs the CSRF token its page set (a page elsewhere cannot sign one in)
+        assert client.post("/signin", data={"token": service.tokens["ml"]}).status_code == 403
+        csrf = _signin_csrf(client)
+        assert (
+            client.post("/signin", data={"token": service.tokens["ml"], "csrf": "forged"}).status_code == 403
+        )
+        assert (
+            client.post("/signin", data={"token": "wrong", "csrf": _signin_csrf(client)}).status_code == 401
+        )
+        csrf = _signin_csrf(client)
+        answer = client.post("/signin", data={"token": service.tokens["ml"], "csrf": csrf})
         assert answer.status_code == 303
         cookie = answer.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie
@@ -82,7 +100,7 @@ def test_sign_in_sets_an_httponly_samesite_strict_cookie_and_forms_need_the_csrf
 def test_revoking_the_token_ends_its_dashboard_session(site: tuple[str, Served]) -> None:
     base, service = site
     with httpx.Client(base_url=base) as client:
-        client.post("/signin", data={"token": service.tokens["reader"]})
+        client.post("/signin", data={"token": service.tokens["reader"], "csrf": _signin_csrf(client)})
         assert client.get("/").status_code == 200
         service.store.revoke_token(service.token_ids["reader"], T0)
         assert client.get("/").status_code == 303

@@ -338,6 +338,47 @@ def test_a_push_of_the_hour_in_progress_above_its_gpus_re_plans_at_once(
         assert not held & {gpu for gpus in answer["amendment"]["additions"].values() for gpu in gpus}
 
 
+def test_reports_and_the_dashboard_are_served_from_memory_until_a_change(
+    api: tuple[httpx.Client, Served],
+) -> None:
+    client, service = api
+    reads = service.context.reads
+    auth = service.auth("reader")
+    first = client.get("/v1/reports/idle-windows", headers=auth).json()
+    builds = reads.builds
+    assert client.get("/v1/reports/idle-windows", headers=auth).json() == first
+    assert reads.builds == builds  # from memory
+    answer = client.post("/v1/jobs", json=JOB, headers=service.auth("ml"))
+    assert answer.status_code == 201
+    after = client.get("/v1/reports/idle-windows", headers=auth).json()
+    assert reads.builds == builds + 1  # the submit's plan is the latest run now
+    assert after != first or answer.json()["planned_start"] is None
+    assert client.get("/v1/reports/idle-windows?format=csv", headers=auth).status_code == 200
+    assert reads.builds == builds + 2  # another query: an entry of its own
+
+
+def test_utilization_keeps_one_teams_jobs_with_the_team_filter(api: tuple[httpx.Client, Served]) -> None:
+    client, service = api
+    urgent = {"id": "ops-1", "kind": "batch_inference", "gpus": 1, "hours": 1, "priority": 100_000}
+    answer = client.post("/v1/jobs", json=urgent, headers=service.auth("admin")).json()
+    assert answer["planned_start"] is not None
+    for _ in range(3):  # the cycles up to the hour it was planned in
+        if service.store.job("ops-1").state is not JobState.QUEUED:  # type: ignore[union-attr]
+            break
+        service.cycle(service.store.commits()[-1].hour + HOUR + timedelta(minutes=5))
+    assert service.store.job("ops-1").state is not JobState.QUEUED  # type: ignore[union-attr]
+    auth = service.auth("reader")
+    everyone = client.get("/v1/reports/utilization", headers=auth).json()
+    ops = client.get("/v1/reports/utilization?team=ops", headers=auth).json()
+    nobody = client.get("/v1/reports/utilization?team=nobody", headers=auth).json()
+    held = ("training", "batch_inference", "quantization", "realtime", "other")
+    assert [r["hour"] for r in ops] == [r["hour"] for r in everyone] == [r["hour"] for r in nobody]
+    assert all(sum(r[k] for k in held) == 0 for r in nobody)
+    assert [sum(r[k] for k in held) for r in ops] == [0] * (len(ops) - 1) + [1]  # ops-1's hour
+    assert sum(everyone[-1][k] for k in held) > 1
+    assert all(r["idle"] + r["down"] + sum(r[k] for k in held) == 16 for r in (*ops, *nobody))
+
+
 def test_traffic_push_is_idempotent_per_hour_and_checks_every_row_first(
     api: tuple[httpx.Client, Served],
 ) -> None:

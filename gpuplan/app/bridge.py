@@ -140,9 +140,7 @@ def scenario_document(
             }
         )
     for job in snapshot.queued:
-        assert job.estimate is not None
-        steps = duration_steps(planned_hours(job.estimate, plan_with), cluster.step_minutes)
-        entry = _batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=len(jobs))
+        entry = queued_entry(job, plan_with, step_minutes=cluster.step_minutes, order=len(jobs))
         if promise_penalty > 0 and job.promised_start is not None:
             entry["promise"] = math.floor((job.promised_start - start) / STEP)
         jobs.append(entry)
@@ -223,6 +221,13 @@ def _down_steps(
         if first < last:
             down.append({"gpu": window.gpu, "start": first, "end": last})
     return down
+
+
+def queued_entry(job: Job, plan_with: PlanWith, *, step_minutes: int, order: int) -> dict[str, Any]:
+    """A queued job as the scenario's batch entry: its estimate's GPUs for its P50 or P90 hours."""
+    assert job.estimate is not None
+    steps = duration_steps(planned_hours(job.estimate, plan_with), step_minutes)
+    return _batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=order)
 
 
 def _batch_entry(job: Job, *, gpus: int, steps: int, order: int) -> dict[str, Any]:
@@ -326,6 +331,61 @@ def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | Non
     return None, None
 
 
+@dataclass(frozen=True)
+class _RunFacts:
+    """What :func:`no_start_reason` reads of a run, worked out once per run (a status lists
+    every queued job of one run)."""
+
+    run: PlanRun
+    sizes: Mapping[str, int]  # each batch job's GPUs, as the run planned it
+    hours: str
+    most_free_up: int  # the most GPUs up and free of real-time work at one step
+    most_free: int  # the same, down GPUs counted as up
+
+    @classmethod
+    def of(cls, run: PlanRun) -> _RunFacts:
+        jobs = run.scenario.get("jobs", [])
+        horizon = len(run.grid[0]) if run.grid else 0
+        realtime = {job["id"] for job in jobs if job.get("kind") == "realtime"}
+        down = {
+            (int(window["gpu"]), step)
+            for window in run.scenario.get("down", [])
+            for step in range(int(window.get("start", 0)), int(window.get("end", horizon)))
+        }
+
+        def most_free(count_down: bool) -> int:
+            return max(
+                (
+                    sum(
+                        1
+                        for gpu, row in enumerate(run.grid)
+                        if row[step] not in realtime and not (count_down and (gpu, step) in down)
+                    )
+                    for step in range(horizon)
+                ),
+                default=0,
+            )
+
+        return cls(
+            run,
+            {job["id"]: int(job["gpus"]) for job in jobs if job.get("kind") != "realtime"},
+            f"{horizon * int(run.scenario.get('step_minutes', 60)) / 60:g} h",
+            most_free(count_down=True),
+            most_free(count_down=False),
+        )
+
+
+_last_facts: list[_RunFacts] = []  # the last run's, kept while that run is asked about
+
+
+def _facts(run: PlanRun) -> _RunFacts:
+    if _last_facts and _last_facts[0].run is run:
+        return _last_facts[0]
+    facts = _RunFacts.of(run)
+    _last_facts[:] = [facts]
+    return facts
+
+
 def no_start_reason(run: PlanRun, job_id: str, gpus: int | None) -> str:
     """Why ``run`` gives ``job_id`` no start in its horizon, in an operator's words.
 
@@ -335,7 +395,8 @@ def no_start_reason(run: PlanRun, job_id: str, gpus: int | None) -> str:
     job's own size (or, if they would do with every GPU up, the GPUs that are down);
     enough of them means other batch work holds them.
     """
-    planned = next((job for job in run.scenario.get("jobs", []) if job.get("id") == job_id), None)
+    facts = _facts(run)
+    planned = facts.sizes.get(job_id)
     if planned is None:  # the run left it out
         cluster_gpus = int(run.scenario.get("gpus", 0))
         if gpus is None:
@@ -343,35 +404,11 @@ def no_start_reason(run: PlanRun, job_id: str, gpus: int | None) -> str:
         if gpus > cluster_gpus:
             return f"needs {gpus} GPUs; the cluster has {cluster_gpus}"
         return "submitted after the last plan run"
-    gpus = int(planned["gpus"])
-    horizon = len(run.grid[0]) if run.grid else 0
-    hours = f"{horizon * int(run.scenario.get('step_minutes', 60)) / 60:g} h"
-    realtime = {job["id"] for job in run.scenario.get("jobs", []) if job.get("kind") == "realtime"}
-    down = {
-        (int(window["gpu"]), step)
-        for window in run.scenario.get("down", [])
-        for step in range(int(window.get("start", 0)), int(window.get("end", horizon)))
-    }
-
-    def most_free(count_down: bool) -> int:
-        """The most GPUs free of real-time work at one step (down ones left out with ``count_down``)."""
-        return max(
-            (
-                sum(
-                    1
-                    for gpu, row in enumerate(run.grid)
-                    if row[step] not in realtime and not (count_down and (gpu, step) in down)
-                )
-                for step in range(horizon)
-            ),
-            default=0,
-        )
-
-    free = most_free(count_down=True)
-    if gpus > free:
-        if gpus <= most_free(count_down=False):
-            return f"GPUs down: needs {gpus} GPUs; at most {free} are up and free at once in the next {hours}"
-        return f"needs {gpus} GPUs; at most {free} are free at once in the next {hours}"
+    free, within = facts.most_free_up, f"in the next {facts.hours}"
+    if planned > free:
+        if planned <= facts.most_free:
+            return f"GPUs down: needs {planned} GPUs; at most {free} are up and free at once {within}"
+        return f"needs {planned} GPUs; at most {free} are free at once {within}"
     return "waits behind higher-priority work"
 
 

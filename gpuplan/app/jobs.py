@@ -23,7 +23,6 @@ from contract.scenario import JobKind
 from contract.scenario_io import MAX_PRIORITY
 from gpuplan.app.bridge import planned_place
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors.base import Executor
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate, kind_and_features
 from gpuplan.app.models import MODEL_FILES
 from gpuplan.app.status import placement_reason
@@ -32,6 +31,8 @@ from storage.store import Store
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from gpuplan.app.executors.base import Executor
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_HOURS = 24 * 365
@@ -164,24 +165,23 @@ def submit(
     forecasters: Forecasters | None = None,
     replan: bool = True,
     token: ApiToken | None = None,
-    replanner: Callable[[], PlanRun | None] | None = None,
+    batcher: Callable[[Job], SubmitResult] | None = None,
     slurm_job: int | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
     ``replan=False`` skips the hot-path plan (the answer then has no planned start): the
     simulation submits hundreds of jobs and only the cycle's plans change what runs.
-    ``replanner`` makes the hot-path plan instead (the served API's
-    :class:`~gpuplan.app.replan.SharedReplan`: one plan for the submits that arrive
-    together). A ``token`` (the API's caller) must hold ``submit`` and a cap at or above
-    the job's priority; the job records the token's team.
+    ``batcher`` stores and plans the checked job instead (the served API's
+    :class:`~gpuplan.app.batcher.SubmitBatcher`: the submits that arrive together stored in
+    one transaction and planned once); a spec with a ``slurm:`` section does not take it.
+    A ``token`` (the API's caller) must hold ``submit`` and a cap at or above the job's
+    priority; the job records the token's team.
 
     A spec with a ``slurm:`` section is submitted to Slurm held (after every check, before
     it is stored; a refused ``sbatch`` raises ``SlurmError`` and nothing is stored).
     ``slurm_job``: the Slurm job of a spec adopted from Slurm (already submitted, held).
     """
-    from gpuplan.app.tick import require_cluster
-
     if token is not None:
         require(token, Scope.SUBMIT)
     spec = check_spec(spec_document, source=source, default_id=default_id)
@@ -199,21 +199,10 @@ def submit(
                 "a slurm section",
                 source=source,
             )
-    cluster = require_cluster(store)
-    if store.job(spec["id"]) is not None:  # before the forecast: a refusal costs nothing
-        raise InputError("id", "an id no other job has", spec["id"], source=source)
     forecasters = forecasters or Forecasters(config.models_dir)
-    estimate = estimate_spec(spec, forecasters, source=source)
-    _check_fits(cluster, estimate.gpus, now, source=source)
-    job = Job(
-        id=spec["id"],
-        kind=JobKind(spec["kind"]),
-        priority=float(spec.get("priority", 1)),
-        spec=spec,
-        submitted_at=now,
-        estimate=estimate,
-        team=None if token is None else token.team,
-    )
+    job = checked_job(store, spec, now, forecasters, source=source, token=token)
+    if batcher is not None and section is None and slurm_job is None:
+        return batcher(job)
     if section is not None and config.slurm is not None:
         from gpuplan.app.slurm.client import SlurmClient
 
@@ -228,17 +217,59 @@ def submit(
         store.add_job(replace(job, spec={**spec, "slurm": {"job_id": slurm_job}}))
     else:
         store.add_job(job)
-    planned_start: datetime | None = None
-    first_gpu: int | None = None
-    reason = "queued; the next plan cycle places it"
-    if replan:
-        run = (replanner or (lambda: hot_path_plan(store, now, config, forecasters)))()
-        if run is not None:
-            planned_start, first_gpu = planned_place(run, spec["id"])
-            promise(store, run, [spec["id"]])
-            reason = placement_reason(run, spec["id"], estimate, planned_start)
+    run = hot_path_plan(store, now, config, forecasters) if replan else None
+    if run is not None:
+        promise(store, run, [job.id])
+    return answer(run, job)
+
+
+def checked_job(
+    store: Store,
+    spec: dict[str, Any],
+    now: datetime,
+    forecasters: Forecasters,
+    *,
+    source: str,
+    token: ApiToken | None = None,
+) -> Job:
+    """A checked spec as the job to queue: its id free, its forecast made, its size one the
+    cluster can hold (nothing is stored)."""
+    from gpuplan.app.tick import require_cluster
+
+    cluster = require_cluster(store)
+    if store.job(spec["id"]) is not None:  # before the forecast: a refusal costs nothing
+        raise InputError("id", "an id no other job has", spec["id"], source=source)
+    estimate = estimate_spec(spec, forecasters, source=source)
+    _check_fits(cluster, estimate.gpus, now, source=source)
+    return Job(
+        id=spec["id"],
+        kind=JobKind(spec["kind"]),
+        priority=float(spec.get("priority", 1)),
+        spec=spec,
+        submitted_at=now,
+        estimate=estimate,
+        team=None if token is None else token.team,
+    )
+
+
+def answer(run: PlanRun | None, job: Job) -> SubmitResult:
+    """The submit's answer from the plan that placed ``job`` (None: no plan was made)."""
+    assert job.estimate is not None
+    estimate = job.estimate
+    if run is None:
+        return SubmitResult(
+            job.id,
+            estimate.gpus,
+            estimate.hours_p50,
+            estimate.hours_p90,
+            None,
+            None,
+            "queued; the next plan cycle places it",
+        )
+    planned_start, first_gpu = planned_place(run, job.id)
+    reason = placement_reason(run, job.id, estimate, planned_start)
     return SubmitResult(
-        spec["id"], estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu, reason
+        job.id, estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu, reason
     )
 
 
@@ -281,8 +312,9 @@ def promise(store: Store, run: PlanRun, job_ids: Sequence[str]) -> dict[str, dat
     for job_id in job_ids:
         start, _ = planned_place(run, job_id)
         if start is not None:
-            store.set_promise(job_id, start)
             promised[job_id] = start
+    if promised:
+        store.set_promises(promised)
     return promised
 
 

@@ -130,20 +130,24 @@ def coverage_inputs_in(store: Store, run_ref: str, since: str | None) -> Coverag
     return CoverageInputs(run, instance, apps, commits, traffic, window_since)
 
 
-def utilization_inputs(url: str, since: str | None) -> tuple[Cluster, list[Commit], dict[str, JobKind]]:
-    """The cluster, the committed hours from ``since`` on (at least one), and every job's kind."""
+def utilization_inputs(
+    url: str, since: str | None, *, team: str | None = None
+) -> tuple[Cluster, list[Commit], dict[str, JobKind]]:
+    """The cluster, the committed hours from ``since`` on (at least one; ``team``'s jobs only,
+    when given), and every job's kind."""
     store = open_existing_store(url)
     try:
-        return utilization_inputs_in(store, since)
+        return utilization_inputs_in(store, since, team=team)
     finally:
         store.close()
 
 
 def utilization_inputs_in(
-    store: Store, since: str | None
+    store: Store, since: str | None, *, team: str | None = None
 ) -> tuple[Cluster, list[Commit], dict[str, JobKind]]:
     since_at = parse_since(since)
-    return stored_cluster(store), stored_commits(store, since_at), job_kinds(store)
+    commits, _ = team_commits(store, stored_commits(store, since_at), [], team)
+    return stored_cluster(store), commits, job_kinds(store)
 
 
 def commits_inputs(

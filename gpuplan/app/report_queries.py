@@ -96,9 +96,11 @@ def coverage_query(
     return inputs, report
 
 
-def utilization_query(store: Store, *, since: str | None = None) -> UtilizationReport:
-    """GPUs of each committed hour by kind, idle and down."""
-    cluster, commits, kinds = utilization_inputs_in(store, since)
+def utilization_query(
+    store: Store, *, since: str | None = None, team: str | None = None
+) -> UtilizationReport:
+    """GPUs of each committed hour by kind, idle and down (``team``: that team's jobs alone)."""
+    cluster, commits, kinds = utilization_inputs_in(store, since, team=team)
     return utilization(commits, cluster, kinds)
 
 

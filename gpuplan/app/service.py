@@ -21,6 +21,7 @@ from contract.errors import StoreError
 from contract.records import Job
 from gpuplan.app.amend import amend_cycle
 from gpuplan.app.bridge import floor_hour
+from gpuplan.app.changes import Changes
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import Executor, Reconciler, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
@@ -72,6 +73,8 @@ class Service:
     lead_lost: threading.Event = field(default_factory=threading.Event)
     health: Health = field(init=False)
     plan_mutex: threading.Lock = field(init=False, default_factory=threading.Lock)
+    #: What this process changed: the served API's caches and warm starts read it.
+    changes: Changes = field(init=False, default_factory=Changes)
 
     def __post_init__(self) -> None:
         self.forecasters = Forecasters(self.config.models_dir)
@@ -125,6 +128,10 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
             forecasters=service.forecasters,
             observed=service.store.observed_traffic(floor_hour(now)),
         )
+        if report.run is not None:  # the plan the API's next submits start from
+            service.changes.planned(report.run, service.store.marks())
+        else:
+            service.changes.bump()
     if service.metrics is not None:
         service.metrics.observe(report, now, _replicas(service))
     return report
@@ -138,7 +145,10 @@ def recalibrate_now(service: Service) -> list[str]:
     if service.world is not None:
         with plan_lock(service):
             service.world.advance(service.store, now)
-    return recalibrate(service.store, now, service.config, skip=failed)
+    try:
+        return recalibrate(service.store, now, service.config, skip=failed)
+    finally:
+        service.changes.bump()
 
 
 def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
@@ -147,6 +157,7 @@ def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
         return []
     with plan_lock(service):
         finished = service.reconciler.poll(service.store, now or service.clock())
+        service.changes.bump()
     if service.metrics is not None:
         service.metrics.observe_replicas(_replicas(service))
     return finished

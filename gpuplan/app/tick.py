@@ -240,7 +240,7 @@ def _better_review(store: Store, start: datetime, digest: str, objective: float)
     return None
 
 
-def _first_open_hour(store: Store, now: datetime) -> datetime:
+def first_open_hour(store: Store, now: datetime) -> datetime:
     """Step 0 of a plan made at ``now``: this hour, or the hour after the latest committed one
     when that is this hour or later (commits only move forward: a clock stepped back plans
     from the latest committed state and commits nothing)."""
@@ -306,7 +306,7 @@ def plan_cycle(
     started = time.perf_counter()
     forecasters = forecasters or Forecasters(config.models_dir)
     hour = floor_hour(now)
-    start = _first_open_hour(store, now)
+    start = first_open_hour(store, now)
     snapshot = load_snapshot(store, start, config, forecasters, partial_rates=partial_rates)
     budget = config.plan_budget_ms if mode is RunMode.PLAN else config.submit_budget_ms
     document, result = plan_snapshot(snapshot, config, policy or PolicyName.FAST, budget_ms=budget)
@@ -363,7 +363,7 @@ def review(
 
     started = time.perf_counter()
     forecasters = forecasters or Forecasters(config.models_dir)
-    start = _first_open_hour(store, now)
+    start = first_open_hour(store, now)
     snapshot = load_snapshot(store, start, config, forecasters)
     document, result = plan_snapshot(
         snapshot,

@@ -174,6 +174,18 @@ def session_of(store: Store, cookie: str | None, now: datetime) -> tuple[WebSess
     return session, token
 
 
+def signin_csrf() -> str:
+    """A fresh CSRF token for the sign-in form, sent twice: in a cookie and in the form."""
+    return secrets.token_urlsafe(24)
+
+
+def check_signin_csrf(cookie: str | None, presented: str | None) -> None:
+    """The sign-in form's CSRF token must match the one its page set in the cookie (a page
+    elsewhere can post a form, but cannot read or set this site's cookie)."""
+    if not cookie or not presented or not hmac.compare_digest(cookie, presented):
+        raise AccessDeniedError("the sign-in form's CSRF token does not match; reload the page")
+
+
 def check_csrf(session: WebSession, presented: str | None) -> None:
     if not presented or not hmac.compare_digest(session.csrf, presented):
         raise AccessDeniedError("the form's CSRF token does not match this session; reload the page")

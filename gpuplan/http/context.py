@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeVar
 
-from contract.records import ApiToken, Job, PlanRun
+from contract.records import ApiToken, Job
+from gpuplan.app.batcher import SubmitBatcher
+from gpuplan.app.bridge import floor_hour
+from gpuplan.app.changes import Changes, ReadCache
 from gpuplan.app.config import ServiceConfig
+from gpuplan.app.dashboard import dashboard
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
-from gpuplan.app.jobs import SubmitResult, cancel, hot_path_plan, submit
-from gpuplan.app.replan import SharedReplan
+from gpuplan.app.jobs import SubmitResult, cancel, submit
+from gpuplan.app.status import status
 from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from storage.store import Store
+
+T = TypeVar("T")
 
 
 @dataclass
 class ApiContext:
-    """The store, config, executor and forecasters of the serving process, its clock, and
-    the plan lock it shares with the daemon's cycle."""
+    """The store, config, executor and forecasters of the serving process, its clock, the
+    plan lock it shares with the daemon's cycle, and the changes it shares with the cycle
+    (the plan the cycle stored last, which the submits start from)."""
 
     store: Store
     config: ServiceConfig
@@ -30,19 +39,25 @@ class ApiContext:
     clock: Callable[[], datetime]
     plan_lock: Callable[[], AbstractContextManager[None]]
     health: Health
+    changes: Changes = field(default_factory=Changes)
     max_body_bytes: int = 64 * 1024
-    replan: SharedReplan = field(init=False)
+    batcher: SubmitBatcher = field(init=False)
+    reads: ReadCache = field(init=False)
 
     def __post_init__(self) -> None:
-        self.replan = SharedReplan(self._hot_path)
-
-    def _hot_path(self) -> PlanRun | None:
-        with self.plan_lock():
-            return hot_path_plan(self.store, self.clock(), self.config, self.forecasters)
+        self.batcher = SubmitBatcher(
+            self.store,
+            config=self.config,
+            forecasters=self.forecasters,
+            clock=self.clock,
+            plan_lock=self.plan_lock,
+            changes=self.changes,
+        )
+        self.reads = ReadCache(self.store, self.changes)
 
     def submit(self, token: ApiToken, document: object, *, source: str) -> SubmitResult:
-        """The submit use case as this token's team (the API and the page); the replan that
-        answers it is shared with the submits that arrive meanwhile, under the plan lock."""
+        """The submit use case as this token's team (the API and the page); the submits that
+        arrive together are stored in one transaction and planned once, under the plan lock."""
         now = self.clock()
         return submit(
             self.store,
@@ -53,7 +68,7 @@ class ApiContext:
             default_id=f"{token.team}-{now:%Y%m%dT%H%M%S%f}",
             forecasters=self.forecasters,
             token=token,
-            replanner=self.replan,
+            batcher=self.batcher.submit,
         )
 
     def push_traffic(
@@ -62,13 +77,46 @@ class ApiContext:
         """Store pushed hours; a count of the hour in progress that outruns the app's GPUs is a
         surge, answered at once under the plan lock (a re-plan that amends the hour)."""
         now = self.clock()
-        stored = push_traffic(self.store, app, rows, now)
-        if stored.observed is None:
-            return stored, None
-        with self.plan_lock():
-            return stored, answer_surge(
-                self.store, now, self.config, self.executor, forecasters=self.forecasters
-            )
+        try:
+            stored = push_traffic(self.store, app, rows, now)
+            if stored.observed is None:
+                return stored, None
+            with self.plan_lock():
+                return stored, answer_surge(
+                    self.store, now, self.config, self.executor, forecasters=self.forecasters
+                )
+        finally:
+            self.changes.bump()
 
     def cancel(self, token: ApiToken, job_id: str) -> Job:
-        return cancel(self.store, job_id, self.clock(), self.executor, token=token)
+        job = cancel(self.store, job_id, self.clock(), self.executor, token=token)
+        self.changes.bump()
+        return job
+
+    def cached(self, key: Hashable, build: Callable[[], T]) -> T:
+        """A read rebuilt once per change (:class:`gpuplan.app.changes.ReadCache`)."""
+        return self.reads.get(key, build)
+
+    def status(self, team: str | None) -> dict[str, Any]:
+        """``status --json``'s document as of the last change, ``at`` now."""
+        result: dict[str, Any] = json.loads(self.status_json(team))
+        return result
+
+    def status_json(self, team: str | None) -> bytes:
+        """:meth:`status` as JSON: the document is encoded once per change (a queue of a thousand
+        jobs takes longer to encode than to serve), and ``at`` put in front of it per request."""
+        now = self.clock()
+
+        def build() -> bytes:
+            document = status(self.store, now, team=team).as_dict()
+            del document["at"]
+            return json.dumps(document, separators=(",", ":")).encode()
+
+        rest = self.cached(("status", team, floor_hour(now)), build)
+        return b'{"at":' + json.dumps(now.isoformat()).encode() + b"," + rest[1:]
+
+    def dashboard(self) -> dict[str, Any]:
+        """The dashboard's data as of the last change, with the clock and health of now."""
+        now = self.clock()
+        page = self.cached(("dashboard", floor_hour(now)), lambda: dashboard(self.store, now, self.health))
+        return {**page, "now": now, "health": self.health.as_dict()}

@@ -81,13 +81,22 @@ def _sqlite_file(parsed: URL) -> Path | None:
     return Path(database)
 
 
+#: PostgreSQL connections kept open, and opened beyond them at a peak (the server's default
+#: ``max_connections`` is 100: two daemons on one database stay below it).
+POOL_SIZE = 20
+POOL_OVERFLOW = 20
+
+
 def _create_engine(parsed: URL) -> Engine:
     if parsed.get_backend_name() == "postgresql":
         try:
             return create_engine(
                 parsed,
                 pool_pre_ping=True,  # a restarted server leaves dead connections in the pool
-                pool_size=5,
+                # The served API's threads (up to 40) each hold a connection per transaction: a
+                # pool smaller than that opens and closes a connection per request under load.
+                pool_size=POOL_SIZE,
+                max_overflow=POOL_OVERFLOW,
                 connect_args={"connect_timeout": 10},
                 json_serializer=_json_dumps,
             )

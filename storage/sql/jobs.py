@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     exc,
+    func,
     insert,
     select,
 )
@@ -24,8 +25,11 @@ from contract.records import (
 from contract.scenario import JobKind
 from storage.tables import (
     HISTORY_COMMON,
+    AmendmentRow,
+    CommitRow,
     HistoryRow,
     JobRow,
+    PlanRunRow,
 )
 
 if TYPE_CHECKING:
@@ -72,37 +76,24 @@ class JobStore(SqlBase):
         return row
 
     def add_job(self, job: Job) -> None:
-        duplicate = InputError(
-            "id", "a job id not used before", job.id, hint="Every submitted job needs its own id."
-        )
+        self.add_jobs([job])
+
+    def add_jobs(self, jobs: Sequence[Job]) -> None:
+        ids = [job.id for job in jobs]
+        repeated = next((job_id for job_id in ids if ids.count(job_id) > 1), None)
+        if repeated is not None:
+            raise _duplicate(repeated)
         with self._session() as session:
-            if session.scalar(select(JobRow.seq).where(JobRow.id == job.id)) is not None:
-                raise duplicate
-            estimate = job.estimate
-            session.add(
-                JobRow(
-                    id=job.id,
-                    kind=job.kind,
-                    priority=job.priority,
-                    spec=dict(job.spec),
-                    submitted_at=job.submitted_at,
-                    state=job.state,
-                    estimate_gpus=None if estimate is None else estimate.gpus,
-                    estimate_hours_p50=None if estimate is None else estimate.hours_p50,
-                    estimate_hours_p90=None if estimate is None else estimate.hours_p90,
-                    first_gpu=job.first_gpu,
-                    gpus=job.gpus,
-                    started_at=job.started_at,
-                    ended_at=job.ended_at,
-                    outcome=job.outcome,
-                    promised_start=job.promised_start,
-                    team=job.team,
-                )
-            )
+            for chunk in _chunks(ids):
+                taken = session.scalar(select(JobRow.id).where(JobRow.id.in_(chunk)).limit(1))
+                if taken is not None:
+                    raise _duplicate(taken)
+            session.add_all(_job_row_of(job) for job in jobs)
             try:
                 session.flush()
             except exc.IntegrityError:
-                raise duplicate from None  # submitted by another process since the check
+                # submitted by another process since the check: which one, the caller asks again
+                raise _duplicate(ids[0] if len(ids) == 1 else "(one of the batch)") from None
 
     def job(self, job_id: str) -> Job | None:
         with self._session(read_only=True) as session:
@@ -116,12 +107,29 @@ class JobStore(SqlBase):
         with self._session(read_only=True) as session:
             return [self._job(row) for row in session.scalars(query)]
 
-    def set_promise(self, job_id: str, promised_start: datetime) -> None:
-        _require_hour(promised_start, "promised_start")
+    def set_promises(self, promises: Mapping[str, datetime]) -> None:
+        for promised_start in promises.values():
+            _require_hour(promised_start, "promised_start")
         with self._session() as session:
-            row = self._job_row(session, job_id)
-            if row.promised_start is None:
-                row.promised_start = promised_start
+            for job_id, promised_start in promises.items():
+                row = self._job_row(session, job_id)
+                if row.promised_start is None:
+                    row.promised_start = promised_start
+
+    def marks(self) -> tuple[int, ...]:
+        def count(table: Any, *where: Any) -> Any:
+            return select(func.count()).select_from(table).where(*where).scalar_subquery()
+
+        query = select(
+            select(func.coalesce(func.max(PlanRunRow.id), 0)).scalar_subquery(),
+            count(JobRow),
+            count(JobRow, JobRow.state == JobState.RUNNING),
+            count(JobRow, JobRow.state == JobState.DONE),
+            count(CommitRow),
+            count(AmendmentRow),
+        )
+        with self._session(read_only=True) as session:
+            return tuple(int(n or 0) for n in session.execute(query).one())
 
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None:
         with self._session() as session:
@@ -218,3 +226,29 @@ class JobStore(SqlBase):
         """Append validated rows; a job id already in the history is skipped (not counted)."""
         with self._session() as session:
             return self._insert_history(session, rows)
+
+
+def _duplicate(job_id: str) -> InputError:
+    return InputError("id", "a job id not used before", job_id, hint="Every submitted job needs its own id.")
+
+
+def _job_row_of(job: Job) -> JobRow:
+    estimate = job.estimate
+    return JobRow(
+        id=job.id,
+        kind=job.kind,
+        priority=job.priority,
+        spec=dict(job.spec),
+        submitted_at=job.submitted_at,
+        state=job.state,
+        estimate_gpus=None if estimate is None else estimate.gpus,
+        estimate_hours_p50=None if estimate is None else estimate.hours_p50,
+        estimate_hours_p90=None if estimate is None else estimate.hours_p90,
+        first_gpu=job.first_gpu,
+        gpus=job.gpus,
+        started_at=job.started_at,
+        ended_at=job.ended_at,
+        outcome=job.outcome,
+        promised_start=job.promised_start,
+        team=job.team,
+    )

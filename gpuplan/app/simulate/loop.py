@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
@@ -15,6 +16,7 @@ from contract.records import (
     Amendment,
     Commit,
     ObservedTraffic,
+    PlanRun,
     TrafficHour,
 )
 from gpuplan.app.bridge import STEP, floor_hour
@@ -26,6 +28,8 @@ from gpuplan.app.tick import recalibrate, review
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from storage.store import Store
 
 from gpuplan.app.simulate.cycles import CYCLES, Cycle, SimService
 from gpuplan.app.simulate.setup import STORE_URL, PrecomputedForecasters, Setup, SimPolicy, seed_store
@@ -62,6 +66,19 @@ class SimOptions:
             raise InputError("--promise-penalty", "a number in [0, 1000]", self.promise_penalty)
 
 
+@dataclass(frozen=True)
+class SimHooks:
+    """Ways in for a benchmark that watches the simulated service (none by default).
+
+    ``submit`` submits an arriving job in place of ``jobs.submit`` without a replan (it takes
+    the same arguments and may plan it, as the served API does); ``planned`` sees each run a
+    cycle stored, with the store right after it.
+    """
+
+    submit: Callable[..., object] | None = None
+    planned: Callable[[Store, PlanRun], None] | None = None
+
+
 @dataclass
 class PolicyRun:
     """What one policy did: every committed hour and amendment, when each job was promised
@@ -93,6 +110,7 @@ def run_policy(
     options: SimOptions,
     *,
     progress: Callable[[int], object] = lambda hours: None,
+    hooks: SimHooks | None = None,
 ) -> PolicyRun:
     """Simulate ``setup`` under ``policy``; ``progress(1)`` after each simulated hour."""
     from storage.factory import open_store
@@ -122,7 +140,9 @@ def run_policy(
 
         amend = options.amend and policy is SimPolicy.FAST
         service = SimService(store, config, SimulatedCluster(actual), forecasters, setup, amend=amend)
-        result = _loop(service, policy, CYCLES[policy](), options, progress)
+        result = _loop(
+            service, policy, CYCLES[policy](), options, progress=progress, hooks=hooks or SimHooks()
+        )
         result.amend_ms = service.amend_ms
         return result
     finally:
@@ -134,7 +154,9 @@ def _loop(
     policy: SimPolicy,
     cycle: Cycle,
     options: SimOptions,
+    *,
     progress: Callable[[int], object],
+    hooks: SimHooks,
 ) -> PolicyRun:
     setup, store, config = service.setup, service.store, service.config
     cluster = service.executor  # starts each committed job, knows when it really ends
@@ -156,14 +178,13 @@ def _loop(
                 finish(store, job_id, end, outcome)
             elif arrival is not None and arrival <= now:
                 job = arrivals.popleft()
-                submit(
+                (hooks.submit or partial(submit, replan=False))(
                     store,
                     job.spec(),
                     arrival,
                     config,
                     source=f"job {job.id}",
                     forecasters=service.forecasters,
-                    replan=False,
                 )
                 awaiting.append(job.id)
             else:
@@ -189,6 +210,8 @@ def _loop(
             result.cycle_ms.append((time.perf_counter() - started) * 1000)
         # 4. what the cycle's plan gave the jobs submitted since the last is their promise
         run = store.run()
+        if planned and run is not None and hooks.planned is not None:
+            hooks.planned(store, run)
         if awaiting and run is not None and run.created_at == now:
             result.promised.update(promise(store, run, awaiting))
         awaiting = []

@@ -1,8 +1,9 @@
 """``/``: the dashboard, server-rendered; sign-in with a token once, then a session cookie.
 
 The cookie is HttpOnly and SameSite=Strict and names a session kept in the database; every
-form carries the session's CSRF token. Submit and cancel go through the same use cases as
-``POST /v1/jobs`` and ``DELETE /v1/jobs/{id}``.
+form carries the session's CSRF token, and the sign-in form, before there is a session, a
+token of its own that its page also set in a cookie (the double-submit pattern). Submit and
+cancel go through the same use cases as ``POST /v1/jobs`` and ``DELETE /v1/jobs/{id}``.
 """
 
 from __future__ import annotations
@@ -16,22 +17,25 @@ from fastapi.templating import Jinja2Templates
 
 from contract.errors import InputError
 from contract.records import ApiToken, Scope, WebSession
-from gpuplan.app.dashboard import CLASS_NAMES, dashboard
+from gpuplan.app.dashboard import CLASS_NAMES
 from gpuplan.app.tokens import (
     SESSION_HOURS,
     AccessDeniedError,
     NotSignedInError,
     check_csrf,
+    check_signin_csrf,
     close_session,
     grants,
     open_session,
     session_of,
+    signin_csrf,
 )
 from gpuplan.http.deps import Context
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent.parent / "templates")
 COOKIE = "gpuplan_session"
+SIGNIN_COOKIE = "gpuplan_signin"
 
 Signed = tuple[WebSession, ApiToken]
 
@@ -47,7 +51,7 @@ def _page(
     request: Request, ctx: Context, signed: Signed, *, message: str | None = None, status: int = 200
 ) -> HTMLResponse:
     session, token = signed
-    data: dict[str, Any] = dashboard(ctx.store, ctx.clock(), ctx.health)
+    data: dict[str, Any] = ctx.dashboard()
     data.update(
         token=token,
         csrf=session.csrf,
@@ -66,21 +70,40 @@ def index(request: Request, ctx: Context, signed: Session) -> Response:
     return _page(request, ctx, signed)
 
 
+def _signin_page(request: Request, message: str | None = None, status: int = 200) -> Response:
+    """The sign-in form with a fresh CSRF token, in the form and in a cookie of its own."""
+    csrf = signin_csrf()
+    response = templates.TemplateResponse(
+        request, "signin.html", {"message": message, "csrf": csrf}, status_code=status
+    )
+    response.set_cookie(SIGNIN_COOKIE, csrf, max_age=3600, httponly=True, samesite="strict", path="/signin")
+    return response
+
+
 @router.get("/signin", response_class=HTMLResponse)
 def signin_form(request: Request) -> Response:
-    return templates.TemplateResponse(request, "signin.html", {"message": None})
+    return _signin_page(request)
 
 
 @router.post("/signin")
-def signin(request: Request, ctx: Context, token: Annotated[str, Form()]) -> Response:
+def signin(
+    request: Request,
+    ctx: Context,
+    token: Annotated[str, Form()],
+    csrf: Annotated[str | None, Form()] = None,
+) -> Response:
     try:
+        check_signin_csrf(request.cookies.get(SIGNIN_COOKIE), csrf)
         made = open_session(ctx.store, token.strip(), ctx.clock())
-    except (NotSignedInError, AccessDeniedError) as error:
-        return templates.TemplateResponse(request, "signin.html", {"message": str(error)}, status_code=401)
+    except NotSignedInError as error:
+        return _signin_page(request, str(error), status=401)
+    except AccessDeniedError as error:
+        return _signin_page(request, str(error), status=403)
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(
         COOKIE, made.cookie, max_age=SESSION_HOURS * 3600, httponly=True, samesite="strict", path="/"
     )
+    response.delete_cookie(SIGNIN_COOKIE, path="/signin")
     return response
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, Response
 
+from gpuplan.app.bridge import floor_hour
 from gpuplan.app.report_queries import ROW_TYPES, commits_query, coverage_query, idle_query, utilization_query
+from gpuplan.http.context import ApiContext
 from gpuplan.http.deps import Context, Reader
 from gpuplan.table import row_records, write_rows_csv
 
@@ -21,13 +24,19 @@ class Format(StrEnum):
     CSV = "csv"
 
 
-def _rows(name: str, rows: Any, output: Format) -> Response:
+def _rows(name: str, rows: Any, output: Format) -> tuple[bytes, str]:
     row_type = ROW_TYPES[name]
     if output is Format.CSV:
         text = io.StringIO()
         write_rows_csv(row_type, rows, text)
-        return Response(text.getvalue(), media_type="text/csv")
-    return JSONResponse(row_records(row_type, rows))
+        return text.getvalue().encode(), "text/csv"
+    return bytes(JSONResponse(row_records(row_type, rows)).body), "application/json"
+
+
+def _cached(ctx: ApiContext, key: tuple[Any, ...], build: Callable[[], tuple[bytes, str]]) -> Response:
+    """A report's answer, rebuilt once per change (a refused query is never kept)."""
+    body, media_type = ctx.cached(("report", floor_hour(ctx.clock()), *key), build)
+    return Response(body, media_type=media_type)
 
 
 @router.get("/idle-windows")
@@ -44,12 +53,16 @@ def get_idle_windows(
     format: Format = Format.JSON,
 ) -> Response:
     """Free aligned GPU blocks of a stored plan; with ``gpus`` and ``hours``, bookable starts."""
-    query = idle_query(
-        ctx.store, run_id, min_gpus=min_gpus, min_hours=min_hours, gpus=gpus, hours=hours, limit=limit
-    )
-    if query.windows is not None:
-        return _rows("idle-windows", query.windows.rows, format)
-    return _rows("bookable", query.bookable or [], format)
+
+    def build() -> tuple[bytes, str]:
+        query = idle_query(
+            ctx.store, run_id, min_gpus=min_gpus, min_hours=min_hours, gpus=gpus, hours=hours, limit=limit
+        )
+        if query.windows is not None:
+            return _rows("idle-windows", query.windows.rows, format)
+        return _rows("bookable", query.bookable or [], format)
+
+    return _cached(ctx, ("idle-windows", run_id, min_gpus, min_hours, gpus, hours, limit, format), build)
 
 
 @router.get("/coverage-risk")
@@ -63,17 +76,30 @@ def get_coverage_risk(
     format: Format = Format.JSON,
 ) -> Response:
     """Hours where a real-time app holds fewer GPUs than it needs."""
-    _, report = coverage_query(ctx.store, run_id, quantile=quantile, since=since)
-    return _rows("coverage-risk", report.rows, format)
+
+    def build() -> tuple[bytes, str]:
+        _, report = coverage_query(ctx.store, run_id, quantile=quantile, since=since)
+        return _rows("coverage-risk", report.rows, format)
+
+    return _cached(ctx, ("coverage-risk", run_id, quantile, since, format), build)
 
 
 @router.get("/utilization")
 def get_utilization(
-    token: Reader, ctx: Context, since: str | None = None, format: Format = Format.JSON
+    *,
+    token: Reader,
+    ctx: Context,
+    since: str | None = None,
+    team: str | None = None,
+    format: Format = Format.JSON,
 ) -> Response:
-    """GPUs of each committed hour by job kind, idle and down."""
-    report = utilization_query(ctx.store, since=since)
-    return _rows("utilization", report.rows, format)
+    """GPUs of each committed hour by job kind, idle and down (``team``: that team's jobs alone,
+    every other GPU idle)."""
+
+    def build() -> tuple[bytes, str]:
+        return _rows("utilization", utilization_query(ctx.store, since=since, team=team).rows, format)
+
+    return _cached(ctx, ("utilization", since, team, format), build)
 
 
 @router.get("/commits")
@@ -86,4 +112,8 @@ def get_commits(
     format: Format = Format.JSON,
 ) -> Response:
     """Every committed hour: which job holds which GPUs (``team``: that team's jobs only)."""
-    return _rows("commits", commits_query(ctx.store, since=since, team=team), format)
+
+    def build() -> tuple[bytes, str]:
+        return _rows("commits", commits_query(ctx.store, since=since, team=team), format)
+
+    return _cached(ctx, ("commits", since, team, format), build)

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
+from fastapi.responses import Response
 
-from gpuplan.app.status import status
 from gpuplan.http.deps import Context, Reader
 
 router = APIRouter(tags=["status"])
 
 
-@router.get("/v1/status")
-def get_status(token: Reader, ctx: Context, team: str | None = None) -> dict[str, Any]:
+@router.get("/v1/status", response_class=Response)
+def get_status(token: Reader, ctx: Context, team: str | None = None) -> Response:
     """The document of ``gpuplan status --json``; ``?team=`` keeps one team's jobs."""
-    return status(ctx.store, ctx.clock(), team=team).as_dict()
+    return Response(ctx.status_json(team), media_type="application/json")
 
 
 @router.get("/healthz")

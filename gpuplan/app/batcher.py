@@ -1,0 +1,302 @@
+"""Group commit of submits, answered by a warm start from the last stored plan.
+
+The served API's submits queue here once each is checked and forecast. One caller at a time
+takes every submit waiting and, under the plan lock it shares with the daemon's cycle:
+
+1. stores their jobs in one transaction (a taken id refuses that submit alone);
+2. plans them once: the last stored plan (the cycle's, or the previous batch's) with the
+   new jobs inserted and repaired (:func:`scheduler.warm.insert`, each job in arrival order
+   with a hot-path budget of its own, so a batch answers as its submits one by one
+   would); a fresh hot-path plan of the whole queue when there is no such plan, or it is
+   stale (anything stored since, by this process or another; a new hour; older than one
+   cycle period), or the repaired plan fails the checker;
+3. stores that run, keeps each job's planned start as its promise, and answers each caller
+   with its own job's start.
+
+Submits that arrive meanwhile wait for the next batch: a submit waits for at most the batch
+in flight and its own, however many arrive together.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from contract.errors import InputError
+from contract.records import Job, PlanRun, RunMode
+from contract.scenario import Instance
+from gpuplan.app.bridge import STEP, floor_hour, queued_entry, run_record
+from gpuplan.app.changes import Changes, CyclePlan
+from gpuplan.app.config import ServiceConfig
+from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan, promise
+from scheduler.model import Allocation
+from storage.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WarmBase:
+    """A stored plan to insert into: the run, its instance and decisions, and the store's marks
+    and the change stamp right after it was stored (it holds while neither moves)."""
+
+    run: PlanRun
+    instance: Instance
+    allocation: Allocation
+    marks: tuple[int, ...]
+    stamp: int
+
+
+@dataclass
+class _Ticket:
+    job: Job
+    done: bool = False
+    result: SubmitResult | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class BatchStats:
+    """How the batches were answered (the tests and the load benchmark read them)."""
+
+    batches: int = 0
+    jobs: int = 0
+    warm: int = 0  # batches answered by a warm start
+    fresh: int = 0  # batches answered by a fresh plan of the whole queue
+    sizes: list[int] = field(default_factory=list)
+
+
+class SubmitBatcher:
+    """See the module's docstring; :meth:`submit` blocks until its job is stored and planned."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        config: ServiceConfig,
+        forecasters: Forecasters,
+        clock: Callable[[], datetime],
+        plan_lock: Callable[[], AbstractContextManager[None]],
+        changes: Changes,
+    ) -> None:
+        self.store, self.config, self.forecasters = store, config, forecasters
+        self.clock, self.plan_lock, self.changes = clock, plan_lock, changes
+        self.stats = BatchStats()
+        self._base: WarmBase | None = None
+        self._cycle_seen: CyclePlan | None = None
+        self._changed = threading.Condition()
+        self._waiting: list[_Ticket] = []
+        self._running = False
+
+    def submit(self, job: Job) -> SubmitResult:
+        """Store ``job`` (checked and forecast) with the others waiting, plan them, answer it."""
+        ticket = _Ticket(job)
+        with self._changed:
+            self._waiting.append(ticket)
+            while not ticket.done:
+                if self._running:
+                    self._changed.wait()
+                    continue
+                self._running = True
+                batch, self._waiting = self._waiting, []
+                self._changed.release()
+                try:
+                    self._answer(batch)
+                finally:
+                    self._changed.acquire()
+                    self._running = False
+                    self._changed.notify_all()
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.result is not None
+        return ticket.result
+
+    def _answer(self, batch: list[_Ticket]) -> None:
+        try:
+            with self.plan_lock():
+                now = self.clock()
+                base = self._warm_base(now)  # before the batch's jobs move the marks
+                stored = self._store_jobs(batch)
+                if stored:
+                    run, instance, allocation = self._plan(base, [t.job for t in stored], now)
+                    promised = promise(self.store, run, [t.job.id for t in stored])
+                    for ticket in stored:
+                        ticket.result = answer(run, ticket.job)
+                    # The next batch's base: this run, while nothing moves (the marks read after it).
+                    stamp, marks = self.changes.bump(), self.store.marks()
+                    self._base = (
+                        None
+                        if allocation is None
+                        else self._promised(WarmBase(run, instance, allocation, marks, stamp), promised)
+                    )
+                    self.stats.batches += 1
+                    self.stats.jobs += len(stored)
+                    self.stats.sizes.append(len(stored))
+        except BaseException as error:
+            for ticket in batch:
+                if ticket.result is None and ticket.error is None:
+                    ticket.error = error
+        finally:
+            for ticket in batch:
+                ticket.done = True
+
+    def _store_jobs(self, batch: list[_Ticket]) -> list[_Ticket]:
+        """The batch's jobs stored in one transaction; when an id is taken, one by one, and the
+        submit whose id is taken is refused alone."""
+        try:
+            self.store.add_jobs([t.job for t in batch])
+            return batch
+        except InputError:
+            stored = []
+            for ticket in batch:
+                try:
+                    self.store.add_job(ticket.job)
+                except InputError as error:
+                    ticket.error = error
+                else:
+                    stored.append(ticket)
+            return stored
+
+    # -- planning --------------------------------------------------------------------------
+
+    def _plan(
+        self, base: WarmBase | None, jobs: list[Job], now: datetime
+    ) -> tuple[PlanRun, Instance, Allocation | None]:
+        """The stored run that answers ``jobs`` (inserted into ``base`` when there is one), its
+        instance and decisions."""
+        if base is not None:
+            warm = self._warm(base, jobs, now)
+            if warm is not None:
+                self.stats.warm += 1
+                return warm
+        self.stats.fresh += 1
+        run = hot_path_plan(self.store, now, self.config, self.forecasters)
+        assert run is not None
+        return (run, *self._decisions(run))
+
+    def _warm_base(self, now: datetime) -> WarmBase | None:
+        """The stored plan to insert into, if one still holds: the previous batch's, or the one
+        the cycle stored since; None when nothing holds (then the queue is planned afresh)."""
+        cycle = self.changes.cycle_plan
+        base = self._base
+        if cycle is not None and cycle is not self._cycle_seen:
+            self._cycle_seen = cycle
+            if base is None or cycle.stamp > base.stamp:
+                base = self._adopted(cycle, now)
+        if base is None or base.stamp != self.changes.stamp:
+            return None
+        max_age = timedelta(minutes=self.config.cycle_minutes)
+        if not (base.run.created_at <= now <= base.run.created_at + max_age):
+            return None
+        # Within the hour it was made in, its start is still the first open hour: a commit since
+        # would have moved the marks.
+        hour = floor_hour(now)
+        if floor_hour(base.run.created_at) != hour or base.marks != self.store.marks():
+            return None
+        return base
+
+    def _adopted(self, cycle: CyclePlan, now: datetime) -> WarmBase | None:
+        """The cycle's plan as the base, unless it starts in the hour it committed (a plan made
+        now starts an hour later; a batch's plan starts, by construction, where one made at
+        its marks would)."""
+        from gpuplan.app.tick import first_open_hour
+
+        if cycle.run.start != first_open_hour(self.store, now):
+            return None
+        instance, allocation = self._decisions(cycle.run)
+        if allocation is None:
+            return None
+        return WarmBase(cycle.run, instance, allocation, cycle.marks, cycle.stamp)
+
+    def _promised(self, base: WarmBase, promised: Mapping[str, datetime]) -> WarmBase:
+        """``base`` with the promises just made in its scenario, as the next cycle's snapshot
+        will have them (the promised jobs weigh their promises in the next repair)."""
+        if self.config.promise_penalty <= 0 or not promised:
+            return base
+        steps = {job: math.floor((start - base.run.start) / STEP) for job, start in promised.items()}
+        jobs = [
+            {**entry, "promise": steps[entry["id"]]}
+            if entry["id"] in steps and entry.get("promise") is None
+            else entry
+            for entry in base.run.scenario["jobs"]
+        ]
+        batch_jobs = tuple(
+            replace(job, promise_step=steps[job.id]) if job.id in steps and job.promise_step is None else job
+            for job in base.instance.batch_jobs
+        )
+        return replace(
+            base,
+            run=replace(base.run, scenario={**base.run.scenario, "jobs": jobs}),
+            instance=replace(base.instance, batch_jobs=batch_jobs),
+        )
+
+    @staticmethod
+    def _decisions(run: PlanRun) -> tuple[Instance, Allocation | None]:
+        """A stored run's instance, and its grid read back as decisions (None: not a legal plan)."""
+        from contract.scenario_io import parse_scenario
+        from scheduler.warm import read_allocation
+
+        instance = parse_scenario(run.scenario, source=f"run {run.id}")
+        return instance, read_allocation(instance, run.grid)
+
+    def _warm(
+        self, base: WarmBase, jobs: list[Job], now: datetime
+    ) -> tuple[PlanRun, Instance, Allocation] | None:
+        """``base`` with ``jobs`` inserted and repaired, stored; None when the checker refuses it."""
+        from contract.scenario_io import parse_scenario
+        from scheduler.budget import Budget
+        from scheduler.check import check_plan
+        from scheduler.metrics import score
+        from scheduler.model import HOT_PATH_BUDGET_MS, build_grid
+        from scheduler.warm import insert
+
+        started = time.perf_counter()
+        scenario = base.run.scenario
+        entries = [
+            queued_entry(
+                job,
+                self.config.plan_with,
+                step_minutes=base.instance.step_minutes,
+                order=len(scenario["jobs"]) + i,
+            )
+            for i, job in enumerate(jobs)
+        ]
+        added = parse_scenario(
+            {"gpus": base.instance.gpus, "horizon": base.instance.horizon_steps, "jobs": entries},
+            source="the submitted jobs",
+        ).batch_jobs
+        instance = replace(base.instance, batch_jobs=base.instance.batch_jobs + added)
+        budget_ms = self.config.submit_budget_ms or HOT_PATH_BUDGET_MS
+        wall_clock = self.config.plan_wall_clock
+        allocation = insert(
+            instance,
+            base.allocation,
+            [job.id for job in jobs],
+            lambda: Budget(budget_ms) if wall_clock else Budget.of_work(budget_ms),
+        )
+        grid = build_grid(instance, allocation)
+        violations = check_plan(instance, grid)
+        if violations:  # a bug in the repair: logged, and the queue planned afresh
+            log.error("warm start from run %s broke the contract: %s", base.run.id, violations[0])
+            return None
+        document = {**scenario, "jobs": [*scenario["jobs"], *entries]}
+        run = run_record(
+            document,
+            start=base.run.start,
+            created_at=now,
+            mode=RunMode.SUBMIT,
+            policy="fast",
+            grid=grid,
+            metrics=score(instance, grid).as_dict(),
+            latency_ms=(time.perf_counter() - started) * 1000,
+            forecasts=base.run.forecasts,
+        )
+        stored = self.store.record_run(replace(run, extra={"warm_from": base.run.id}))
+        return stored, instance, allocation

@@ -1,0 +1,106 @@
+"""What changed, and the reads rebuilt once per change: the serving process's memory of the store.
+
+:class:`Changes` is a stamp this process moves at every change it makes (a cycle, a batch of
+submits, a cancel, a traffic push, a recalibration, a poll), with the plan its last cycle
+stored. :class:`ReadCache` keeps each read (the status, a report, the dashboard's data) until
+the stamp or the store's :meth:`~storage.store.Store.marks` move: the stamp moves before a
+change is answered, and the marks move with any process's runs, jobs, commits and
+amendments, so a reader never gets a document older than a change already answered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from contract.records import PlanRun
+from storage.store import Store
+
+T = TypeVar("T")
+
+#: Distinct reads kept (status per team, reports per query); the oldest go first beyond it.
+MAX_ENTRIES = 256
+
+
+@dataclass(frozen=True)
+class CyclePlan:
+    """The plan a cycle stored, with the store's marks right after it and the stamp it set."""
+
+    run: PlanRun
+    marks: tuple[int, ...]
+    stamp: int
+
+
+class Changes:
+    """A stamp moved at every change this process makes, and the last cycle's plan."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stamp = 0
+        self._cycle_plan: CyclePlan | None = None
+
+    @property
+    def stamp(self) -> int:
+        return self._stamp
+
+    @property
+    def cycle_plan(self) -> CyclePlan | None:
+        return self._cycle_plan
+
+    def bump(self) -> int:
+        """A change was made (call it before the change is answered); returns the new stamp."""
+        with self._lock:
+            self._stamp += 1
+            return self._stamp
+
+    def planned(self, run: PlanRun, marks: tuple[int, ...]) -> None:
+        """A cycle stored ``run``; ``marks`` are the store's right after (under the plan lock)."""
+        with self._lock:
+            self._stamp += 1
+            self._cycle_plan = CyclePlan(run, marks, self._stamp)
+
+
+class ReadCache:
+    """Reads served from memory, each rebuilt once after a change (see the module's docstring).
+
+    Readers that find the same read stale together wait for one build of it (single flight):
+    under load a change is followed by one rebuild, not one per reader.
+    """
+
+    def __init__(self, store: Store, changes: Changes) -> None:
+        self.store = store
+        self.changes = changes
+        self._lock = threading.Condition()
+        self._entries: dict[Hashable, tuple[tuple[Any, ...], Any]] = {}
+        self._building: set[tuple[Hashable, tuple[Any, ...]]] = set()
+        self.builds = 0  # how many reads were rebuilt (the tests count them)
+
+    def get(self, key: Hashable, build: Callable[[], T]) -> T:
+        """The cached value of ``key``, or ``build()``'s when anything changed since it was built."""
+        # Taken before the build: a change made while it builds leaves an entry already stale.
+        version = (self.changes.stamp, self.store.marks())
+        with self._lock:
+            while True:
+                entry = self._entries.get(key)
+                if entry is not None and entry[0] == version:
+                    value: T = entry[1]
+                    return value
+                if (key, version) not in self._building:
+                    self._building.add((key, version))
+                    break
+                self._lock.wait()
+        try:
+            value = build()
+            with self._lock:
+                self.builds += 1
+                self._entries.pop(key, None)
+                self._entries[key] = (version, value)
+                while len(self._entries) > MAX_ENTRIES:
+                    del self._entries[next(iter(self._entries))]
+            return value
+        finally:
+            with self._lock:
+                self._building.discard((key, version))
+                self._lock.notify_all()

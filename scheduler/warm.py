@@ -1,0 +1,199 @@
+"""Warm starts: new jobs inserted into a stored plan, and the plan repaired around them.
+
+A submit arrives seconds or minutes after a plan cycle that spent a second near the
+optimum. Re-planning the whole queue from scratch on the hot path throws that plan away;
+:func:`insert` keeps it and changes only what the new jobs need (an insertion heuristic
+with local repair, as in the ruin-and-recreate family: Schrimpf et al., "Record breaking
+optimization results using the ruin and recreate principle", J. Comput. Phys. 2000):
+
+1. The stored plan's real-time holdings, running work and every placed job stay put.
+2. Each new job, in the order given, goes to its earliest free aligned block (the
+   plain insertion: legal, since it only fills free cells).
+3. While the budget lasts, earlier starts are tried on blocks that only queued batch
+   jobs hold ("ruin"): those jobs leave, the new job takes the block, and they are placed
+   again, highest priority first, each at its earliest free block ("recreate"). The best
+   of these by the exact objective replaces the plain insertion when it scores more.
+
+Legal by construction: every job is placed on an aligned block free over its whole run
+of down GPUs, running work, real-time holdings and every other job, at or after its
+release; the real-time holdings are the stored plan's, so the swap caps hold as they
+did. The objective never falls below the stored plan's with the new jobs left out: a
+new job placed anywhere adds value, and a repair is kept only when it scores more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from contract.scenario import BatchJob, Cell, Instance, block_mask, iter_gpus
+from scheduler.baselines import first_fit
+from scheduler.board import Board
+from scheduler.budget import Budget, WorkCosts
+from scheduler.check import check_plan
+from scheduler.model import Allocation, Placement
+
+EPSILON = 1e-9
+#: Earlier starts tried per new job, and blocks per start (the lowest first): enough to reach
+#: the front of a busy plan, bounded so that a repair costs a few packs of the displaced jobs.
+MAX_STARTS = 12
+MAX_BLOCKS = 4
+
+
+def read_allocation(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Allocation | None:
+    """A stored plan's grid as decisions on ``instance``, or None when it is not a legal plan
+    of it (a job the instance lacks, a running job moved, any breach of the contract)."""
+    if check_plan(instance, grid):
+        return None
+    queued = {job.id for job in instance.queued_jobs}
+    placements: dict[str, Placement] = {}
+    realtime = {job.id: [0] * instance.horizon_steps for job in instance.realtime_jobs}
+    for gpu, row in enumerate(grid):
+        for t, cell in enumerate(row):
+            if cell in queued:
+                placed = placements.get(cell)
+                if (
+                    placed is None
+                    or t < placed.start_step
+                    or (t == placed.start_step and gpu < placed.first_gpu)
+                ):
+                    placements[cell] = Placement(start_step=t, first_gpu=gpu)
+            elif cell in realtime:
+                realtime[cell][t] |= 1 << gpu
+    return Allocation(batch=placements, realtime={job_id: tuple(m) for job_id, m in realtime.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    job: BatchJob
+    placement: Placement
+    mask: int
+    end: int
+
+
+def insert(
+    instance: Instance,
+    base: Allocation,
+    new_ids: Sequence[str],
+    budgets: Callable[[], Budget] | None = None,
+) -> Allocation:
+    """``base`` (a legal plan of ``instance`` without the jobs ``new_ids``) with those jobs
+    placed, in the order given, each repaired within a budget of its own from ``budgets``
+    (None: no searching, the plain insertion only). Inserting several jobs at once is
+    inserting them one by one: each sees the plan the one before left."""
+    jobs = instance.jobs_by_id
+    new_jobs = [_batch(jobs[i]) for i in new_ids]
+    costs = WorkCosts.of(instance)
+    fixed = Board(instance)  # down GPUs and running work
+    for masks in base.realtime.values():
+        for t, mask in enumerate(masks):
+            fixed.busy[t] |= mask
+    placed = {
+        job_id: _placed(instance, _batch(jobs[job_id]), p)
+        for job_id, p in base.batch.items()
+        if job_id not in new_ids
+    }
+    for job in new_jobs:
+        if job.id in instance.running_batch:
+            raise ValueError(f"{job.id} is not a queued batch job of {instance.name!r}")
+        placed = _insert_one(
+            instance, fixed, placed, job, budget=None if budgets is None else budgets(), costs=costs
+        )
+    return Allocation(
+        batch={job_id: p.placement for job_id, p in placed.items()}, realtime=dict(base.realtime)
+    )
+
+
+def _batch(job: object) -> BatchJob:
+    if not isinstance(job, BatchJob):
+        raise TypeError(f"{job!r} is not a batch job")
+    return job
+
+
+def _placed(instance: Instance, job: BatchJob, placement: Placement) -> _Placed:
+    return _Placed(
+        job,
+        placement,
+        block_mask(placement.first_gpu, job.gpus),
+        job.end_step(placement.start_step, instance.horizon_steps),
+    )
+
+
+def _value(instance: Instance, job: BatchJob, start: int | None) -> float:
+    """What ``job`` adds to the objective started at ``start`` (None: left out)."""
+    if start is None:
+        return -instance.promise_cost(job, None)
+    end = job.end_step(start, instance.horizon_steps)
+    value = job.priority * job.gpus * sum(instance.weights[start:end])
+    return value - instance.promise_cost(job, start)
+
+
+def _board(fixed: Board, placed: Mapping[str, _Placed], instance: Instance) -> Board:
+    board = Board(instance)
+    board.busy = list(fixed.busy)
+    for p in placed.values():
+        board.occupy(p.mask, p.placement.start_step, p.end)
+    return board
+
+
+def _copy(board: Board, instance: Instance) -> Board:
+    copy = Board(instance)
+    copy.busy = list(board.busy)
+    return copy
+
+
+def _insert_one(
+    instance: Instance,
+    fixed: Board,
+    placed: dict[str, _Placed],
+    job: BatchJob,
+    *,
+    budget: Budget | None,
+    costs: WorkCosts,
+) -> dict[str, _Placed]:
+    """``placed`` with ``job`` in: the plain insertion, or the best repair that beats it."""
+    full = _board(fixed, placed, instance)  # every cell of the plan so far
+    plain = first_fit(_copy(full, instance), job, job.release_step)
+    best = dict(placed)
+    if plain is not None:
+        best[job.id] = _placed(instance, job, plain)
+    best_gain = _value(instance, job, None if plain is None else plain.start_step)
+    if budget is None:
+        return best
+    latest = instance.horizon_steps if plain is None else plain.start_step
+    tried = 0
+    for start in range(job.release_step, latest):
+        if tried >= MAX_STARTS:
+            break
+        end = job.end_step(start, instance.horizon_steps)
+        free_of_fixed = fixed.free_starts(job.gpus, start, end)
+        if not free_of_fixed:
+            continue
+        tried += 1
+        for first_gpu in list(iter_gpus(free_of_fixed))[:MAX_BLOCKS]:
+            mask = block_mask(first_gpu, job.gpus)
+            ruined = [
+                p for p in placed.values() if p.mask & mask and p.placement.start_step < end and start < p.end
+            ]
+            step_cost = costs.slots + costs.pack * (len(ruined) + 1) / max(1, len(instance.queued_jobs))
+            if not budget.affords(step_cost):
+                return best
+            budget.charge(step_cost)
+            trial = _copy(full, instance)
+            kept = dict(placed)
+            for p in ruined:  # cells never overlap: clearing a job's block frees exactly its cells
+                del kept[p.job.id]
+                for t in range(p.placement.start_step, p.end):
+                    trial.busy[t] &= ~p.mask
+            trial.occupy(mask, start, end)
+            kept[job.id] = _placed(instance, job, Placement(start_step=start, first_gpu=first_gpu))
+            gain = _value(instance, job, start)
+            for other in sorted(ruined, key=lambda p: (-p.job.priority, p.job.order)):
+                again = first_fit(trial, other.job, other.job.release_step)
+                if again is not None:
+                    kept[other.job.id] = _placed(instance, other.job, again)
+                gain += _value(instance, other.job, None if again is None else again.start_step)
+                gain -= _value(instance, other.job, other.placement.start_step)
+            if gain > best_gain + EPSILON:
+                best, best_gain = kept, gain
+    return best

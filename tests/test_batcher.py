@@ -1,0 +1,235 @@
+"""Group commit and warm starts on the served submit path, and the reads served from memory.
+
+Real SQLite files and the demo service after one cycle (tests/http_fixtures.py); plans made
+on work-only budgets, so that two services given the same submits plan the same.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from contract.errors import InputError
+from contract.records import ApiToken, JobState, Outcome, RunMode
+from contract.scenario_io import parse_scenario
+from gpuplan.app.config import demo_config
+from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
+from gpuplan.app.tokens import authenticate
+from scheduler.check import check_plan
+from tests.http_fixtures import T0, Served, served
+from tests.service_fixtures import _in_tmp_path, models_dir
+
+__all__ = ["_in_tmp_path", "models_dir"]
+
+CALLERS = 10
+
+
+def _spec(n: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": f"job-{n}",
+        "kind": "batch_inference",
+        "gpus": (1, 2, 4)[n % 3],
+        "hours": 1 + n % 5,
+        **extra,
+    }
+
+
+@contextmanager
+def _service(
+    tmp_path: Path, models: Path, name: str = "gpuplan", clock: Callable[[], datetime] | None = None
+) -> Iterator[Served]:
+    config = replace(demo_config(models_dir=models), plan_wall_clock=False)
+    with served(f"sqlite:///{tmp_path / f'{name}.db'}", models, config=config, clock=clock) as service:
+        yield service
+
+
+@contextmanager
+def _clocked(tmp_path: Path, models: Path) -> Iterator[tuple[Served, Callable[[], None]]]:
+    """A service on a clock of its own, and a plan cycle ten minutes on (within the hour)."""
+    now = [T0]
+    with _service(tmp_path, models, clock=lambda: now[0]) as service:
+
+        def cycle() -> None:
+            now[0] = T0 + timedelta(minutes=10)
+            service.cycle(now[0])
+
+        yield service, cycle
+
+
+def _token(service: Served, role: str = "admin") -> ApiToken:
+    return authenticate(service.store, service.tokens[role])
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def _submit_together(service: Served, specs: list[dict[str, Any]]) -> list[SubmitResult | BaseException]:
+    """Submit ``specs`` from one thread each while the plan lock is held, so that the first
+    waits for the lock and the rest wait for it: two batches, the first one job, then the rest."""
+    ctx = service.context
+    token = _token(service)
+    answers: list[SubmitResult | BaseException] = [InputError("-", "an answer", "none")] * len(specs)
+
+    def one(i: int) -> None:
+        try:
+            answers[i] = ctx.submit(token, specs[i], source="test")
+        except BaseException as error:  # the test reads it
+            answers[i] = error
+
+    with ctx.plan_lock():
+        threads = [threading.Thread(target=one, args=(0,))]
+        threads[0].start()
+        _wait_until(lambda: ctx.batcher._running)
+        for i in range(1, len(specs)):  # one at a time: the batch keeps their order
+            threads.append(threading.Thread(target=one, args=(i,)))
+            threads[-1].start()
+            _wait_until(lambda i=i: len(ctx.batcher._waiting) == i)
+    for thread in threads:
+        thread.join(60)
+    return answers
+
+
+def test_concurrent_submits_are_stored_once_in_two_batches_and_each_is_in_the_next_status(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    with _service(tmp_path, models_dir) as service:
+        answers = _submit_together(service, [_spec(n) for n in range(CALLERS)])
+        assert all(isinstance(a, SubmitResult) for a in answers), answers
+        stats = service.context.batcher.stats
+        assert stats.sizes == [1, CALLERS - 1]  # the rest waited and went in one batch
+        # the cycle committed this hour: the first batch plans afresh from the next, the second
+        # is inserted into that plan
+        assert (stats.fresh, stats.warm) == (1, 1)
+        stored = [job.id for job in service.store.jobs() if job.id.startswith("job-")]
+        assert sorted(stored) == sorted(f"job-{n}" for n in range(CALLERS))
+        queue = {row["job"]: row for row in service.context.status(None)["queue"]}
+        run = service.store.run()
+        assert run is not None and run.mode is RunMode.SUBMIT and run.extra.get("warm_from") is not None
+        for answer in answers:
+            assert isinstance(answer, SubmitResult)
+            expected = None if answer.planned_start is None else answer.planned_start.isoformat()
+            assert queue[answer.job]["planned_start"] == expected
+        # the warm run is a legal plan of the scenario stored with it
+        assert check_plan(parse_scenario(run.scenario), run.grid) == []
+
+
+def test_a_batch_plans_as_its_submits_one_by_one_would(tmp_path: Path, models_dir: Path) -> None:
+    """A batch leaves the plan that its submits, one by one, leave; each answer is its job's
+    start in that plan (one by one, a later submit may still move an earlier one's start:
+    a batch answers with where each job stands once all of them are in)."""
+    specs = [_spec(n, priority=10 + 7 * n) for n in range(6)]
+    with (
+        _service(tmp_path, models_dir, "together") as together,
+        _service(tmp_path, models_dir, "alone") as alone,
+    ):
+        batched = _submit_together(together, specs)
+        token = _token(alone)
+        for spec in specs:
+            alone.context.submit(token, spec, source="test")
+        assert alone.context.batcher.stats.sizes == [1] * len(specs)
+        assert alone.context.batcher.stats.warm == len(specs) - 1
+        planned_together, planned_alone = together.store.run(), alone.store.run()
+        assert planned_together is not None and planned_alone is not None
+        assert planned_together.grid == planned_alone.grid
+        assert planned_together.objective == planned_alone.objective
+        # the second batch (job-1 .. job-5) answers from the plan it leaves, the final one
+        final = {
+            job.id: answer(planned_alone, job) for job in alone.store.jobs() if job.id.startswith("job-")
+        }
+    assert batched[1:] == [final[spec["id"]] for spec in specs[1:]]
+    assert any(a.planned_start is not None for a in final.values())
+
+
+def test_a_taken_id_in_a_batch_refuses_that_submit_alone(tmp_path: Path, models_dir: Path) -> None:
+    with _service(tmp_path, models_dir) as service:
+        answers = _submit_together(service, [_spec(0), _spec(1), _spec(1), _spec(2)])
+        refused = [a for a in answers if isinstance(a, InputError)]
+        assert len(refused) == 1 and "job-1" in str(refused[0])
+        assert sorted(j.id for j in service.store.jobs() if j.id.startswith("job-")) == [
+            "job-0",
+            "job-1",
+            "job-2",
+        ]
+
+
+def test_the_warm_start_falls_back_to_a_fresh_plan_when_anything_moved(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    with _clocked(tmp_path, models_dir) as (service, cycle):
+        ctx, token = service.context, _token(service)
+        stats = ctx.batcher.stats
+        moves = [
+            ("first", lambda: None, (0, 1)),  # the cycle's plan starts in the hour it committed
+            ("none", lambda: None, (1, 1)),
+            ("a cancel", lambda: ctx.cancel(token, "job-1"), (1, 2)),
+            ("none", lambda: None, (2, 2)),
+            (
+                "a traffic push",
+                lambda: ctx.push_traffic("lora-serving", [(T0.replace(minute=0), 100.0)]),
+                (2, 3),
+            ),
+            (
+                "another process's run",
+                lambda: hot_path_plan(service.store, T0, ctx.config, ctx.forecasters),
+                (2, 4),
+            ),
+            ("a cycle within the hour", cycle, (3, 4)),
+        ]
+        for n, (change, make, expected) in enumerate(moves):
+            make()
+            ctx.submit(token, _spec(n), source="test")
+            assert (stats.warm, stats.fresh) == expected, change
+
+
+def test_a_plan_older_than_a_cycle_period_is_not_warmed(tmp_path: Path, models_dir: Path) -> None:
+    now = [T0]
+    config = replace(demo_config(models_dir=models_dir), plan_wall_clock=False)
+    with served(f"sqlite:///{tmp_path / 'g.db'}", models_dir, config=config, clock=lambda: now[0]) as service:
+        ctx, token = service.context, _token(service)
+        ctx.submit(token, _spec(0), source="test")
+        now[0] = T0 + timedelta(minutes=config.cycle_minutes + 1)
+        ctx.submit(token, _spec(1), source="test")
+        assert (ctx.batcher.stats.warm, ctx.batcher.stats.fresh) == (0, 2)
+
+
+def test_reads_are_served_from_memory_and_rebuilt_after_each_kind_of_change(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    with _clocked(tmp_path, models_dir) as (service, cycle):
+        ctx, token = service.context, _token(service)
+        changes: list[tuple[str, Callable[[], object], Callable[[set[str]], bool]]] = [
+            ("a submit", lambda: ctx.submit(token, _spec(1), source="test"), lambda q: "job-1" in q),
+            ("a cancel", lambda: ctx.cancel(token, "job-1"), lambda q: "job-1" not in q),
+            (
+                "a traffic push",
+                lambda: ctx.push_traffic("lora-serving", [(T0.replace(minute=0), 100.0)]),
+                lambda q: True,
+            ),
+            ("a cycle", cycle, lambda q: True),
+            (
+                "another process's change",
+                lambda: service.store.finish_job("job-0", T0, Outcome.CANCELLED, lambda job: None),
+                lambda q: "job-0" not in q,
+            ),
+        ]
+        ctx.submit(token, _spec(0), source="test")
+        for change, make, holds in changes:
+            first = ctx.status(None)
+            builds = ctx.reads.builds
+            assert ctx.status(None)["queue"] == first["queue"]
+            assert ctx.reads.builds == builds, change  # served from memory
+            make()
+            after = ctx.status(None)
+            assert ctx.reads.builds == builds + 1, change  # rebuilt once
+            assert holds({row["job"] for row in after["queue"]}), change
+        assert service.store.job("job-0").state is JobState.DONE  # type: ignore[union-attr]

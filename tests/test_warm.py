@@ -1,0 +1,92 @@
+"""Warm starts (scheduler/warm.py): new jobs inserted into a stored plan, legal and never worse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contract.scenario import Instance
+from contract.scenario_io import parse_scenario
+from scheduler.budget import Budget
+from scheduler.check import check_plan
+from scheduler.fast import allocate
+from scheduler.metrics import score
+from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement, build_grid
+from scheduler.warm import insert, read_allocation
+from tests.strategies import scenarios
+
+
+def _split(doc: dict[str, Any], count: int) -> tuple[dict[str, Any], list[str]]:
+    """``doc`` without up to ``count`` of its queued batch jobs (the new ones), and their ids."""
+    running = {r["id"] for r in doc.get("running", [])}
+    queued = [j["id"] for j in doc["jobs"] if j["kind"] != "realtime" and j["id"] not in running]
+    new = queued[-count:] if count else []
+    return {**doc, "jobs": [j for j in doc["jobs"] if j["id"] not in new]}, new
+
+
+@given(scenarios(max_gpus=32, max_jobs=14), st.integers(1, 3), st.booleans())
+def test_insertion_is_legal_and_never_below_the_stored_plan(
+    doc: dict[str, Any], count: int, repair: bool
+) -> None:
+    base_doc, new = _split(doc, count)
+    base_instance = parse_scenario(base_doc)
+    stored = build_grid(base_instance, allocate(base_instance, Budget.of_work(HOT_PATH_BUDGET_MS)))
+    instance = parse_scenario(doc)
+    base = read_allocation(instance, stored)
+    assert base is not None  # the stored plan is a legal plan of the instance, new jobs left out
+    budgets = (lambda: Budget.of_work(HOT_PATH_BUDGET_MS)) if repair else None
+    grid = build_grid(instance, insert(instance, base, new, budgets))
+    assert check_plan(instance, grid) == []
+    assert score(instance, grid).objective >= score(instance, stored).objective - 1e-6
+    # nothing stored moves unless the repair buys more: the plain insertion keeps every block
+    if not repair:
+        for before, after in zip(stored, grid, strict=True):
+            assert all(cell is None or after[t] == cell for t, cell in enumerate(before))
+
+
+def _doc(*jobs: dict[str, Any], gpus: int = 2, horizon: int = 6) -> dict[str, Any]:
+    return {"name": "warm", "gpus": gpus, "horizon": horizon, "jobs": list(jobs)}
+
+
+def test_a_new_job_takes_the_earliest_free_block() -> None:
+    doc = _doc(
+        {"id": "old", "kind": "training", "priority": 5, "gpus": 1, "duration": 3},
+        {"id": "new", "kind": "training", "priority": 5, "gpus": 1, "duration": 2},
+    )
+    instance = parse_scenario(doc)
+    base = read_allocation(instance, build_grid(instance, _alloc(instance, old=(0, 0))))
+    assert base is not None
+    assert insert(instance, base, ["new"]).batch["new"] == Placement(start_step=0, first_gpu=1)
+
+
+def test_an_urgent_job_displaces_a_cheap_one_and_the_cheap_one_is_placed_again() -> None:
+    doc = _doc(
+        {"id": "cheap", "kind": "batch_inference", "priority": 1, "gpus": 2, "duration": 3},
+        {"id": "urgent", "kind": "training", "priority": 50, "gpus": 2, "duration": 2},
+    )
+    instance = parse_scenario(doc)
+    base = read_allocation(instance, build_grid(instance, _alloc(instance, cheap=(0, 0))))
+    assert base is not None
+    plain = insert(instance, base, ["urgent"])
+    assert plain.batch["urgent"].start_step == 3  # behind the cheap job
+    repaired = insert(instance, base, ["urgent"], lambda: Budget.of_work(HOT_PATH_BUDGET_MS))
+    assert repaired.batch["urgent"].start_step == 0
+    assert repaired.batch["cheap"].start_step == 2  # after it, not dropped
+    grid = build_grid(instance, repaired)
+    assert check_plan(instance, grid) == []
+    assert score(instance, grid).objective > score(instance, build_grid(instance, plain)).objective
+
+
+def test_a_grid_that_is_not_a_plan_of_the_instance_reads_as_none() -> None:
+    instance = parse_scenario(_doc({"id": "a", "kind": "training", "priority": 1, "gpus": 1, "duration": 1}))
+    stale: list[list[str | None]] = [["gone", None, None, None, None, None], [None] * 6]
+    assert read_allocation(instance, stale) is None
+
+
+def _alloc(instance: Instance, **starts: tuple[int, int]) -> Allocation:
+    return Allocation(
+        batch={job: Placement(start_step=s, first_gpu=g) for job, (s, g) in starts.items()},
+        realtime={job.id: (0,) * instance.horizon_steps for job in instance.realtime_jobs},
+    )
