@@ -116,6 +116,10 @@ class BlockedSchedule:
         for mask in blocked_masks:
             ever |= mask
         self.ever_down = ever
+        # Per step, the GPUs blocked at that step or any later one (suffix unions).
+        self.blocked_from: list[int] = [0] * (len(blocked_masks) + 1)
+        for t in range(len(blocked_masks) - 1, -1, -1):
+            self.blocked_from[t] = self.blocked_from[t + 1] | blocked_masks[t]
         # Each GPU's blocked steps, listed the first time it is asked about: a search asks
         # about few of a large cluster's GPUs.
         self.down_steps: dict[int, list[int]] = {}
@@ -123,6 +127,10 @@ class BlockedSchedule:
     @classmethod
     def of_down_windows(cls, instance: Instance) -> BlockedSchedule:
         return cls(instance.down_masks)
+
+    def never_blocked_after(self, step: int) -> int:
+        """Mask of the GPUs that no down window or promise takes from ``step`` on."""
+        return ~self.blocked_from[min(step, len(self.masks))]
 
     def next_down(self, gpu: int, step: int) -> int | None:
         if not self.ever_down >> gpu & 1:

@@ -639,8 +639,12 @@ def _step_realtime(
             room -= 1
             budget -= 1
     if previous is not None and budget > 0:
-        current, budget = _evacuate_early(current, free & ~downs.ever_down, budget, t, downs)
-        current = _compact(current, free & ~downs.ever_down, budget)
+        # GPUs that stay up (and unpromised) for the rest of the horizon: a GPU whose down
+        # window is over is as good as one never down (treating it as doomed all day pushed
+        # the services down into the batch blocks).
+        safe = free & downs.never_blocked_after(t)
+        current, budget = _evacuate_early(current, safe, budget, t, downs)
+        current = _compact(current, safe, budget)
     return current
 
 
