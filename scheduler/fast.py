@@ -627,7 +627,8 @@ def _step_realtime(
     elif have < want and budget > 0:
         level_end = _level_end(curve, t, have + 1)
         room = min(want - have, budget)
-        for gpu in iter_gpus_down((free if grow_into is None else grow_into) & ~current):
+        candidates = (free if grow_into is None else grow_into) & ~current
+        for gpu in iter_gpus_down(candidates):
             if room == 0:
                 break
             bit = 1 << gpu
@@ -638,6 +639,16 @@ def _step_realtime(
             current |= bit
             room -= 1
             budget -= 1
+        # Still short: GPUs taken away (down, or promised) before the level ends, for as
+        # long as they are up, if they can still be shed in time; demand is served meanwhile.
+        for gpu in iter_gpus_down(candidates & downs.ever_down & ~current if room else 0):
+            if room == 0:
+                break
+            bit = 1 << gpu
+            if downs.still_reachable(current | bit, t, job.swap_cap):
+                current |= bit
+                room -= 1
+                budget -= 1
     if previous is not None and budget > 0:
         # GPUs that stay up (and unpromised) for the rest of the horizon: a GPU whose down
         # window is over is as good as one never down (treating it as doomed all day pushed
