@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from functools import cache
 
-from contract.scenario import BatchJob, Instance, block_mask
+from contract.scenario import BatchJob, Instance, block_mask, gpus_of
 
 
 @cache
@@ -156,15 +156,7 @@ class BlockedSchedule:
         at_risk = held & self.ever_down
         if not at_risk:
             return 0
-        deadlines = []
-        g = 0
-        while at_risk >> g:
-            if at_risk >> g & 1:
-                nxt = self.next_down(g, step)
-                if nxt is not None:
-                    deadlines.append((nxt, g))
-            g += 1
-        deadlines.sort()
+        deadlines = sorted((nxt, g) for g in gpus_of(at_risk) if (nxt := self.next_down(g, step)) is not None)
         needed = 0
         for count, (deadline, _) in enumerate(deadlines, start=1):
             needed = max(needed, count - swap_cap * (deadline - step))
@@ -176,8 +168,6 @@ class BlockedSchedule:
     def still_reachable(self, held: int, step: int, swap_cap: int) -> bool:
         """Whether ``held`` at ``step`` can still shed its GPUs before they go down (from step+1 on)."""
         deadlines = sorted(
-            d
-            for g in range(held.bit_length())
-            if held >> g & 1 and (d := self.next_down(g, step + 1)) is not None
+            d for g in gpus_of(held & self.ever_down) if (d := self.next_down(g, step + 1)) is not None
         )
         return all(count <= swap_cap * (d - step) for count, d in enumerate(deadlines, start=1))

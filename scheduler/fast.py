@@ -121,7 +121,7 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     # the other orientation's, then with promotions in priority order instead; last, the
     # order search's wider moves on the best of them.
     found: list[tuple[Instance, _Candidate]] = []
-    for (oriented, _, start), targets in [*((s, _most_delayed) for s in starts), (starts[0], _by_priority)]:
+    for (oriented, _, start), targets in [*((s, most_delayed) for s in starts), (starts[0], _by_priority)]:
         if found and not budget.affords(costs.build):
             break
         found.append((oriented, _search(oriented, start, budget, costs, targets)))
@@ -130,7 +130,7 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
         wider = _reorder(oriented, searched, budget, costs, _far_moves)
         if wider is searched:
             break
-        searched = _search(oriented, wider, budget, costs, _most_delayed)
+        searched = _search(oriented, wider, budget, costs, most_delayed)
     allocations = [
         c.allocation if o is instance else _unmirror(instance, c.allocation)
         for o, c in [*found, (oriented, searched)]
@@ -181,10 +181,13 @@ def objective(instance: Instance, allocation: Allocation) -> float:
 def _first_pass(
     instance: Instance, orders: Sequence[Sequence[BatchJob]], budget: Budget, costs: WorkCosts
 ) -> _Candidate:
-    """Real-time, then the best packing of ``orders`` (always completes)."""
+    """Real-time, then the best packing of ``orders``: it completes unless the wall clock
+    has run out before an order after the first (a large cluster on a tight budget)."""
     best = _build(instance, {}, orders[:1])
     budget.charge(costs.build)
     for order in orders[1:]:
+        if budget.overdue():
+            break
         budget.charge(costs.pack)
         best = _with_batch(instance, best, *_pack(instance, best.busy_before_batch, {}, order), order)
     return best
@@ -285,7 +288,7 @@ def _value_lost(instance: Instance, job: BatchJob, earliest: int, start: int) ->
     return job.priority * job.gpus * (at - later)
 
 
-def _most_delayed(instance: Instance, allocation: Allocation) -> list[BatchJob]:
+def most_delayed(instance: Instance, allocation: Allocation) -> list[BatchJob]:
     """Queued jobs that start later than the fixed load (down GPUs, running jobs) allows, the
     one whose delay costs the most value first."""
     fixed = Board(instance)

@@ -128,7 +128,7 @@ def test_realtime_leaves_a_gpu_early_when_it_will_go_down() -> None:
 @given(scenarios(max_gpus=32))
 def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) -> None:
     from scheduler.budget import Budget, WorkCosts
-    from scheduler.fast import _build, _job_orders, _most_delayed, _search, _unmirror, mirrored
+    from scheduler.fast import _build, _job_orders, _search, _unmirror, mirrored, most_delayed
 
     instance = parse_scenario(doc)
     flipped = mirrored(instance)
@@ -139,7 +139,7 @@ def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) 
         return
     costs = WorkCosts.of(flipped)
     allocation = _search(
-        flipped, _build(flipped, {}, _job_orders(flipped)), Budget(50.0), costs, _most_delayed
+        flipped, _build(flipped, {}, _job_orders(flipped)), Budget(50.0), costs, most_delayed
     ).allocation
     assert check_plan(instance, build_grid(instance, _unmirror(instance, allocation))) == []
 
