@@ -61,6 +61,9 @@ MAX_BLOCK_CANDIDATES = 12
 # Starts tried per delayed job and pass, as offsets from its earliest free start; the first
 # that improves is kept. Later starts let real-time services move out of the way in time.
 PROMISE_OFFSETS: tuple[int, ...] = (0, 2, 5, 9)
+# A start the services cannot make room for in time (infeasible, or demand left unserved) is
+# followed by the one a step later, this many times per job and round.
+PROMISE_RETRIES = 1
 EPSILON = 1e-9
 # Job orders every first pass packs (the rest are tried while the budget lasts): priority
 # with larger rectangles first, and each job's value from its earliest start. Over the 58
@@ -126,10 +129,15 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
             break
         found.append((oriented, _search(oriented, start, budget, costs, targets)))
     oriented, searched = max(found, key=lambda f: f[1].objective)
+    every_start = tuple(range(oriented.horizon_steps))
     while budget.affords(costs.pack):
         wider = _reorder(oriented, searched, budget, costs, _far_moves)
         if wider is searched:
-            break
+            # No early stop while the budget lasts and a move is untried: every earlier start
+            # of each delayed job, not only the few offsets the rounds try.
+            wider = _promote(oriented, searched, budget, costs, most_delayed, offsets=every_start)
+            if wider is searched:
+                break
         searched = _search(oriented, wider, budget, costs, most_delayed)
     allocations = [
         c.allocation if o is instance else _unmirror(instance, c.allocation)
@@ -341,20 +349,33 @@ def _promote(
             if not budget.affords(costs.slots) or budget.spent > until:
                 return best
             budget.charge(costs.slots)  # finding the slots reads the real-time holdings
-            for promise in _earlier_slots(
-                instance, best.allocation, job, promises, before=latest, offsets=offsets
-            ):
+            slots = _earlier_slots(instance, best.allocation, job, promises, before=latest, offsets=offsets)
+            tried: set[int] = set()
+            retries = PROMISE_RETRIES
+            while slots:
+                promise = slots.pop(0)
+                tried.add(promise.start_step)
                 if not budget.affords(costs.build) or budget.spent > until:
                     return best
                 budget.charge(costs.build)
                 committed = {**promises, job.id: promise}
                 try:
-                    trial = _build(instance, committed, [best.order])
+                    trial: _Candidate | None = _build(instance, committed, [best.order])
                 except InfeasiblePromiseError:
-                    continue
+                    trial = None
                 # A promotion may not buy batch value with real-time demand the first pass
                 # served: inference latency targets are not for sale, whatever the penalty says.
-                if trial.objective > best.objective + EPSILON and trial.rt_shortfall <= best.rt_shortfall:
+                if trial is None or trial.rt_shortfall > best.rt_shortfall:
+                    # Too early for the services to move out of the way within their caps:
+                    # the next step may be early enough to gain and late enough for them.
+                    later = promise.start_step + 1
+                    if retries and later < latest and later not in tried and budget.affords(costs.slots):
+                        retries -= 1
+                        budget.charge(costs.slots)
+                        slot = _slot_at(_promise_board(instance, job, promises), best.allocation, job, later)
+                        slots = slots if slot is None else [slot, *slots]
+                    continue
+                if trial.objective > best.objective + EPSILON:
                     best, promises, improved = trial, committed, True
                     break
     return best
@@ -456,23 +477,37 @@ def _earlier_slots(
     """Starts before ``before`` that running jobs, down GPUs and the other promises leave
     ``job`` (the earliest, then ``offsets`` later), each on the block real-time
     uses least there (the fewest GPUs it must move)."""
-    fixed = Board(instance)
-    others = {job_id: p for job_id, p in promises.items() if job_id != job.id}
-    fixed.busy = [
-        busy | mask for busy, mask in zip(fixed.busy, placement_masks(instance, others), strict=True)
-    ]
+    fixed = _promise_board(instance, job, promises)
     slots: list[Placement] = []
     earliest: int | None = None
     for start in range(job.release_step, min(before, instance.horizon_steps)):
         if earliest is not None and start - earliest not in offsets:
             continue
-        end = job.end_step(start, instance.horizon_steps)
-        starts = fixed.free_starts(job.gpus, start, end)
-        if starts:
+        slot = _slot_at(fixed, allocation, job, start)
+        if slot is not None:
             earliest = start if earliest is None else earliest
-            moved = {a: _realtime_cells(allocation, a, job.gpus, start, end) for a in gpus_of(starts)}
-            slots.append(Placement(start_step=start, first_gpu=min(moved, key=moved.__getitem__)))
+            slots.append(slot)
     return slots
+
+
+def _promise_board(instance: Instance, job: BatchJob, promises: Mapping[str, Placement]) -> Board:
+    """Down GPUs, running jobs and the promises other than ``job``'s."""
+    fixed = Board(instance)
+    others = {job_id: p for job_id, p in promises.items() if job_id != job.id}
+    fixed.busy = [
+        busy | mask for busy, mask in zip(fixed.busy, placement_masks(instance, others), strict=True)
+    ]
+    return fixed
+
+
+def _slot_at(fixed: Board, allocation: Allocation, job: BatchJob, start: int) -> Placement | None:
+    """``job`` from ``start`` on the free block of ``fixed`` that real-time uses least, if any."""
+    end = job.end_step(start, fixed.horizon)
+    starts = fixed.free_starts(job.gpus, start, end)
+    if not starts:
+        return None
+    moved = {a: _realtime_cells(allocation, a, job.gpus, start, end) for a in gpus_of(starts)}
+    return Placement(start_step=start, first_gpu=min(moved, key=moved.__getitem__))
 
 
 # --- real-time -------------------------------------------------------------------------------
