@@ -10,12 +10,15 @@ this module puts them on APScheduler's clock and loops:
   Prometheus has its finished hours read first: gpuplan/app/traffic_sources.py);
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
 - **retrain** nightly at ``retrain_at`` (off by default);
+- **prune** daily: plan runs older than ``prune_keep_days`` go (commits and history stay).
 - **poll** every ``slurm.poll_seconds`` when the executor's cluster reports back (Slurm):
   completions into the job history, dead replicas restarted.
 
 Several daemons may run on one PostgreSQL database: one leads (a session-level advisory
 lock) and alone schedules these jobs; the others wait as standbys and one takes over when
-the leader's connection ends (within ``STANDBY_POLL_S``).
+the leader's connection ends (within ``STANDBY_POLL_S``). A leader checks its lock as often:
+one that lost it (the server ended its connection, the network parted) stops acting, lets
+the job in flight finish, and waits as a standby again.
 
 With ``--http``, the HTTP face (:mod:`gpuplan.http`) is served from a thread of this process:
 its submits take the same plan lock as the cycle, so a submit never plans against a
@@ -32,12 +35,23 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
-from gpuplan.app.service import Service, leading, plan_lock, poll_once, recalibrate_now, run_once, utc_now
+from gpuplan.app.prune import DEFAULT_KEEP_DAYS, prune
+from gpuplan.app.service import (
+    STANDBY_POLL_S,
+    Service,
+    leading,
+    plan_lock,
+    poll_once,
+    recalibrate_now,
+    run_once,
+    utc_now,
+)
 from gpuplan.app.tick import retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
@@ -52,6 +66,9 @@ def _job(name: str, body: Callable[[Service], object]) -> None:
     service = _SERVICE
     if service is None:  # a job store restored before the service was set up
         log.error("job %s ran with no service configured", name)
+        return
+    if service.lead_lost.is_set():  # stepping down: nothing more is planned or done
+        log.error("%s skipped: %s no longer leads", name, service.owner)
         return
     try:
         body(service)
@@ -81,6 +98,10 @@ def review_job() -> None:
 
 def retrain_job() -> None:
     _job("retrain", lambda s: retrain_from_store(s.store, s.config))
+
+
+def prune_job() -> None:
+    _job("prune", lambda s: prune(s.store, s.clock(), s.config.prune_keep_days or DEFAULT_KEEP_DAYS))
 
 
 def poll_job() -> None:
@@ -124,21 +145,26 @@ def _run_schedule(
         timezone=UTC,
     )
     scheduler.start(paused=True)
-    now = service.clock()
+    speed = service.speed  # the demo's faster clock: every period shrinks by it
     scheduler.add_job(
         plan_job,
         "interval",
-        minutes=config.cycle_minutes,
+        seconds=config.cycle_minutes * 60 / speed,
         id="plan",
         replace_existing=True,
-        next_run_time=now,
+        next_run_time=datetime.now(UTC),  # APScheduler runs on the wall clock
     )
-    scheduler.add_job(recalibrate_job, "cron", minute=1, id="recalibrate", replace_existing=True)
+    if speed == 1.0:
+        scheduler.add_job(recalibrate_job, "cron", minute=1, id="recalibrate", replace_existing=True)
+    else:
+        scheduler.add_job(
+            recalibrate_job, "interval", seconds=3600 / speed, id="recalibrate", replace_existing=True
+        )
     if config.review_every_hours:
         scheduler.add_job(
             review_job,
             "interval",
-            minutes=round(config.review_every_hours * 60),
+            seconds=config.review_every_hours * 3600 / speed,
             id="review",
             replace_existing=True,
         )
@@ -151,6 +177,10 @@ def _run_schedule(
         )
     elif scheduler.get_job("retrain"):
         scheduler.remove_job("retrain")
+    if config.prune_keep_days is not None:
+        scheduler.add_job(prune_job, "cron", hour=0, minute=17, id="prune", replace_existing=True)
+    elif scheduler.get_job("prune"):
+        scheduler.remove_job("prune")
     if service.reconciler is not None:
         scheduler.add_job(
             poll_job, "interval", seconds=service.reconciler.poll_seconds, id="poll", replace_existing=True
@@ -167,11 +197,25 @@ def _run_schedule(
             config.cycle_minutes,
             config.review_every_hours,
         )
-        stop.wait(timeout=max_seconds)
+        _watch_the_lead(service, stop, max_seconds)
     finally:
         if server is not None:
             server.stop()
         scheduler.shutdown(wait=True)  # the job in flight finishes
+
+
+def _watch_the_lead(service: Service, stop: threading.Event, max_seconds: float | None) -> None:
+    """Wait for ``stop`` (or ``max_seconds``), checking every ``STANDBY_POLL_S`` that this daemon
+    still leads; once it does not (its lock's connection ended), set ``service.lead_lost``."""
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    while True:
+        left = STANDBY_POLL_S if deadline is None else min(STANDBY_POLL_S, deadline - time.monotonic())
+        if left <= 0 or stop.wait(timeout=left):
+            return
+        if not service.store.still_leads():
+            log.error("%s lost the lead (its lock is gone): it stops acting", service.owner)
+            service.lead_lost.set()
+            return
 
 
 def serve(
@@ -192,11 +236,20 @@ def serve(
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     try:
-        with leading(service, stop) as leads:
-            if leads:
+        while not stop.is_set():
+            with leading(service, stop) as leads:
+                if not leads:
+                    break
                 _SERVICE = service
-                _run_schedule(service, db_url, stop, max_seconds, http)
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                _run_schedule(service, db_url, stop, left, http)
+                _SERVICE = None
+            if not service.lead_lost.is_set():
+                break
+            # A daemon that lost the lead waits as the standby again, and may lead again.
+            service.lead_lost.clear()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, default=Path("models"))
     parser.add_argument("--week", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args(argv)
-    demo = replace(demo_config(args.models), commits_file=None)
+    demo = replace(demo_config(args.models), executor="memory")
     ensure_models(demo)
     large = large_config(demo)
     rows: list[list[object]] = []

@@ -6,8 +6,14 @@ forecast per real-time app and hour, and the commit of its first hour. ``RUNS`` 
 go into a fresh database; the growth divided by ``RUNS`` is the cost of one cycle.
 
     PYTHONPATH=. .venv/bin/python benchmarks/storage_size.py [RUNS]
+    PYTHONPATH=. .venv/bin/python benchmarks/storage_size.py --month [KEEP_DAYS]
 
 PostgreSQL comes from tests/pg.py's throwaway server (Debian's postgresql package).
+
+``--month``: a simulated month of the daemon at 256 GPUs on SQLite (a run every 30 minutes,
+each hour committed once), stored twice: with no pruning, and pruned once a day as the
+daemon does (``gpuplan.app.prune``, keeping ``KEEP_DAYS`` days, 7 by default: the
+daemon's default of 30 would not prune within one month). Prints the file sizes.
 """
 
 from __future__ import annotations
@@ -86,7 +92,40 @@ def measure(url: str, path: Path | None, run: PlanRun, commit: Commit, runs: int
         store.close()
 
 
+def month(keep_days: int | None, path: Path, run: PlanRun, commit: Commit, days: int = 30) -> int:
+    """The SQLite file's size after ``days`` days of cycles, pruned daily when ``keep_days`` is set."""
+    from gpuplan.app.prune import prune
+
+    store = SqlStore.open(f"sqlite:///{path}")
+    try:
+        for half_hour in range(days * 48):
+            now = START + timedelta(minutes=30 * half_hour)
+            hour = now.replace(minute=0)
+            committed = now.minute == 0
+            store.record_run(
+                replace(run, start=hour if committed else hour + timedelta(hours=1), created_at=now),
+                replace(commit, hour=hour) if committed else None,
+            )
+            if keep_days is not None and now.hour == 0 and committed:
+                prune(store, now, keep_days)
+        return size_bytes(store, path)
+    finally:
+        store.close()
+
+
+def main_month(keep_days: int) -> int:
+    run, commit = sample(256)
+    with tempfile.TemporaryDirectory() as tmp:
+        print("30 days at 256 GPUs, 48 runs and 24 commits a day, SQLite")
+        for label, keep in (("no pruning", None), (f"pruned daily, keep {keep_days} days", keep_days)):
+            size = month(keep, Path(tmp) / f"month-{keep}.db", run, commit)
+            print(f"  {label:<28} {size / 1e6:8.1f} MB")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--month":
+        return main_month(int(argv[1]) if len(argv) > 1 else 7)
     runs = int(argv[0]) if argv else 100
     server = PgServer.start()
     try:

@@ -125,11 +125,48 @@ class Assignment:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """The allocation of one wall-clock hour, committed once."""
+    """The allocation of one wall-clock hour, committed once.
+
+    A commit is known by its hour and ``seq``: ``seq`` 0 is the hour's commit, and the
+    amendments that a later version may make within the hour will count up from 1. An
+    executor keys what it has done by this pair (:attr:`key`), so a resent commit is a no-op.
+    ``run_id`` is the run it came from (None once ``gpuplan prune`` has removed that run).
+    """
 
     hour: datetime
     run_id: int | None
     assignments: tuple[Assignment, ...]
+    seq: int = 0
+
+    @property
+    def key(self) -> str:
+        """The commit's id in an executor's records: ``<hour ISO>#<seq>``."""
+        return delivery_key(self.hour, self.seq)
+
+
+def delivery_key(hour: datetime, seq: int) -> str:
+    """What an executor knows a commit (``seq`` 0) or an amendment (``seq`` >= 1) by."""
+    return f"{hour.isoformat()}#{seq}"
+
+
+class DeliveryState(StrEnum):
+    """Where a commit stands with one executor (the outbox, ``storage`` table ``deliveries``)."""
+
+    PENDING = "pending"
+    ACKNOWLEDGED = "acknowledged"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One commit's or amendment's delivery to one executor: sent until the executor
+    acknowledges it."""
+
+    item: Commit | Amendment
+    executor: str
+    state: DeliveryState
+    attempts: int
+    last_error: str | None
+    acknowledged_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +183,11 @@ class Amendment:
     made_at: datetime
     run_id: int | None
     assignments: tuple[Assignment, ...]
+
+    @property
+    def key(self) -> str:
+        """The amendment's id in an executor's records: ``<hour ISO>#<seq>``, as a commit's."""
+        return delivery_key(self.hour, self.seq)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -203,6 +203,37 @@ class QuantizationEstimator(BaseEstimator):  # type: ignore[misc]  # sklearn is 
         self.pooled_ = pooled
         self.provenance_ = job_model_provenance(type(self).__name__, features, y, submit_times, now)
         return self
+
+    # ------------------------------------------------------------------ as data
+    def to_state(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The fitted cells as JSON-ready values (no boosters): what
+        :func:`forecasting.persistence.save_model` writes."""
+        require_fitted(self, "cells_")
+        state = {
+            "cells": [{"algorithm": a, "tier": t, **asdict(cell)} for (a, t), cell in self.cells_.items()],
+            "pooled": [{"algorithm": a, **asdict(cell)} for a, cell in self.pooled_.items()],
+        }
+        return state, {}
+
+    @classmethod
+    def from_state(cls, params: dict[str, Any], state: dict[str, Any], boosters: dict[str, str]) -> Self:
+        """The estimator :meth:`to_state` described."""
+        params = {**params, "tier_bounds_billion": tuple(map(float, params["tier_bounds_billion"]))}
+        estimator = cls(**params)
+
+        def cell(entry: dict[str, Any]) -> CellModel:
+            return CellModel(
+                coefficients=tuple(map(float, entry["coefficients"])),
+                margin=float(entry["margin"]),
+                gpus_log2_p50=float(entry["gpus_log2_p50"]),
+                gpus_log2_p90=float(entry["gpus_log2_p90"]),
+                jobs=int(entry["jobs"]),
+                pooled=bool(entry["pooled"]),
+            )
+
+        estimator.cells_ = {(str(e["algorithm"]), int(e["tier"])): cell(e) for e in state["cells"]}
+        estimator.pooled_ = {str(e["algorithm"]): cell(e) for e in state["pooled"]}
+        return estimator
 
     def cell(self, algorithm: str, tier: int) -> CellModel:
         """The model for one algorithm and tier, or the algorithm's all-tier fallback."""

@@ -74,7 +74,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Literal
+from typing import Literal, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -367,6 +367,55 @@ class RealtimeProfile:
         self.recent_level_hours = recent_level_hours
         self.surge_decay = surge_decay
 
+    def get_params(self, deep: bool = True) -> dict[str, object]:
+        """The constructor's parameters (scikit-learn's contract)."""
+        return {
+            "method": self.method,
+            "validation_days": self.validation_days,
+            "quantile": self.quantile,
+            "busy_quantile": self.busy_quantile,
+            "band_floor_fraction": self.band_floor_fraction,
+            "level_shift_sigmas": self.level_shift_sigmas,
+            "recent_level_hours": self.recent_level_hours,
+            "surge_decay": self.surge_decay,
+        }
+
+    # ---------------------------------------------------------- as data
+    def to_state(self) -> tuple[dict[str, object], dict[str, str]]:
+        """The fitted numbers as JSON-ready values (no boosters): what
+        :func:`forecasting.persistence.model_bytes` stores."""
+        self._check_fitted()
+        state: dict[str, object] = {
+            "method": self.method_.value,
+            "validation_mae": {m.value: float(v) for m, v in self.validation_mae_.items()},
+            "band": {
+                "power": self.band_.power,
+                "floor": self.band_.floor,
+                "shift": self.band_.shift,
+                "hourly": [float(v) for v in self.band_.hourly],
+            },
+            "z": [float(v) for v in self.z_],
+            "next_hour": str(self.next_hour_.astype("datetime64[h]")),
+        }
+        return state, {}
+
+    @classmethod
+    def from_state(
+        cls, params: dict[str, object], state: dict[str, object], boosters: dict[str, str]
+    ) -> Self:
+        """The profile :meth:`to_state` described."""
+        profile = cls(**params)  # type: ignore[arg-type]  # the names get_params gave
+        band = state["band"]
+        mae = state["validation_mae"]
+        assert isinstance(band, dict) and isinstance(mae, dict) and isinstance(state["z"], list)
+        profile.method_ = ProfileMethod(state["method"])
+        profile.validation_mae_ = {ProfileMethod(k): float(v) for k, v in mae.items()}
+        hourly = tuple(float(v) for v in band.get("hourly", ()))  # a profile without per-hour headroom
+        profile.band_ = Band(float(band["power"]), float(band["floor"]), float(band["shift"]), hourly)
+        profile.z_ = np.asarray(state["z"], dtype=float)
+        profile.next_hour_ = np.datetime64(str(state["next_hour"]), "h")
+        return profile
+
     # ------------------------------------------------------------------ fit
     def fit(self, hours: HourArray, requests: FloatArray) -> RealtimeProfile:
         """Choose the family by rolling-origin validation, calibrate the P90, keep the
@@ -611,14 +660,6 @@ class RealtimeProfile:
         moved = band.inverse(band.transform(forecast) + excess * self.surge_decay**steps)
         result: FloatArray = np.maximum(forecast, moved)
         return result
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        """A profile stored before the nowcast and the hourly band gets their defaults: no
-        nowcast setting means the default decay; a band without hours keeps its one shift."""
-        self.__dict__.update({"surge_decay": SURGE_DECAY, **state})
-        band = self.__dict__.get("band_")
-        if isinstance(band, Band) and not hasattr(band, "hourly"):
-            self.band_ = Band(band.power, band.floor, band.shift)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "band_"):

@@ -43,7 +43,7 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from lightgbm import LGBMRegressor
+from lightgbm import Booster, LGBMRegressor
 from sklearn.base import BaseEstimator
 
 from contract.errors import InputError
@@ -160,9 +160,10 @@ def _to_forecasts(predictions: pd.DataFrame) -> list[JobForecast]:
 
 @dataclass(frozen=True, slots=True)
 class _QuantileModel:
-    """One boosted quantile: the trees and the constant added to the start they boost from."""
+    """One boosted quantile: the trees (a LightGBM booster, saved in its text format) and the
+    constant added to the start they boost from."""
 
-    regressor: LGBMRegressor
+    booster: Booster
     offset: float
 
 
@@ -351,11 +352,12 @@ class TrainingEstimator(_JobEstimatorMixin, BaseEstimator):  # type: ignore[misc
         regressor = self._regressor(target, alpha, list(design.columns), n_estimators or self.n_estimators)
         regressor.fit(design, residual - offset)
         logger.info("fitted %s at quantile %.2f on %d jobs", target, alpha, len(design))
-        return _QuantileModel(regressor, offset)
+        return _QuantileModel(regressor.booster_, offset)
 
     @staticmethod
     def _predict_quantile(model: _QuantileModel, design: pd.DataFrame, start: FloatArray) -> FloatArray:
-        return np.asarray(model.regressor.predict(design), dtype=float) + model.offset + start
+        # A custom objective's booster predicts the raw score, as the fitted regressor did.
+        return np.asarray(model.booster.predict(design), dtype=float) + model.offset + start
 
     def _fit_gpus(self, design: pd.DataFrame, log2_gpus: FloatArray) -> dict[float, _QuantileModel]:
         # GPUs start from the analytic memory count, so the trees only learn over-asks.
@@ -429,23 +431,27 @@ class TrainingEstimator(_JobEstimatorMixin, BaseEstimator):  # type: ignore[misc
 
         It trains fewer weights with fewer FLOPs per token (4N vs 6N, Hu et al. 2021) in
         less memory; a forecast saying otherwise learned the history's lower LoRA
-        utilisation, not physics. P50 and P90 shrink by one factor, keeping the job's
-        own margin between them.
+        utilisation, not physics. Each quantile is capped on its own, so what the boosted
+        models keep monotone (more tokens never shorten a job) the cap keeps too: a cap
+        that shrank the P50 by the P90's factor would shorten a job whose margin grew.
+        The P50 then stays at most the P90 / ``min_p90_ratio``.
         """
         gpus_p50 = np.minimum(lora["gpus_p50"].to_numpy(), full["gpus_p50"].to_numpy())
         gpus_p90 = np.maximum(gpus_p50, np.minimum(lora["gpus_p90"].to_numpy(), full["gpus_p90"].to_numpy()))
-        hours_p50 = lora["hours_p50"].to_numpy()
-        hours_p90 = lora["hours_p90"].to_numpy()
         full_gpu_hours_p50 = (full["gpus_p50"] * full["hours_p50"]).to_numpy()
-        factor = np.minimum(1.0, full_gpu_hours_p50 / (gpus_p50 * hours_p50))
-        if not calibrating:
+        hours_p50 = np.minimum(lora["hours_p50"].to_numpy(), full_gpu_hours_p50 / gpus_p50)
+        hours_p90 = lora["hours_p90"].to_numpy()
+        if calibrating:
+            # The first conformal scores are measured on the models' own margin.
+            hours_p90 = hours_p90 * hours_p50 / lora["hours_p50"].to_numpy()
+        else:
             # The P90 reservation too, however GPUs and hours are paired.
             bound = np.minimum(
                 (full["gpus_p90"] * full["hours_p90"]).to_numpy() / gpus_p90,
                 (full["gpus_p50"] * full["hours_p90"]).to_numpy() / gpus_p50,
             )
-            factor = np.minimum(factor, bound / hours_p90)
-        hours_p50, hours_p90 = hours_p50 * factor, hours_p90 * factor
+            hours_p90 = np.minimum(hours_p90, bound)
+            hours_p50 = np.minimum(hours_p50, hours_p90 / self.min_p90_ratio)
         return pd.DataFrame(
             {"gpus_p50": gpus_p50, "gpus_p90": gpus_p90, "hours_p50": hours_p50, "hours_p90": hours_p90},
             index=lora.index,
@@ -515,6 +521,47 @@ class TrainingEstimator(_JobEstimatorMixin, BaseEstimator):  # type: ignore[misc
         self.feature_names_in_ = np.array(TRAINING_SCHEMA.names, dtype=object)
         self.provenance_ = job_model_provenance(type(self).__name__, features, y, submit_times, now)
         return self
+
+    # ------------------------------------------------------------------ as data
+    def to_state(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The fitted numbers (offsets, the P90 shift) and the boosters in LightGBM's text
+        format, by name: what :func:`forecasting.persistence.save_model` writes."""
+        require_fitted(self, "hours_models_")
+        models = {
+            **{f"gpus_p{round(alpha * 100)}": model for alpha, model in self.gpu_models_.items()},
+            "hours_p50": self.hours_models_.p50,
+            "hours_margin_p90": self.hours_models_.margin_p90,
+        }
+        shift = self.p90_shift_
+        state = {
+            "offsets": {name: model.offset for name, model in models.items()},
+            "p90_shift": {
+                "edges_log_hours": list(shift.edges_log_hours),
+                "centres_log_hours": list(shift.centres_log_hours),
+                "shifts_log_hours": list(shift.shifts_log_hours),
+            },
+            "feature_names": [str(name) for name in self.feature_names_in_],
+        }
+        return state, {name: model.booster.model_to_string() for name, model in models.items()}
+
+    @classmethod
+    def from_state(cls, params: dict[str, Any], state: dict[str, Any], boosters: dict[str, str]) -> Self:
+        """The estimator :meth:`to_state` described."""
+        estimator = cls(**params)
+
+        def model(name: str) -> _QuantileModel:
+            return _QuantileModel(Booster(model_str=boosters[name]), float(state["offsets"][name]))
+
+        estimator.gpu_models_ = {alpha: model(f"gpus_p{round(alpha * 100)}") for alpha in QUANTILES}
+        estimator.hours_models_ = _HoursModels(model("hours_p50"), model("hours_margin_p90"))
+        shift = state["p90_shift"]
+        estimator.p90_shift_ = MondrianShift(
+            tuple(map(float, shift["edges_log_hours"])),
+            tuple(map(float, shift["centres_log_hours"])),
+            tuple(map(float, shift["shifts_log_hours"])),
+        )
+        estimator.feature_names_in_ = np.array(state["feature_names"], dtype=object)
+        return estimator
 
     def predict(self, x: pd.DataFrame) -> pd.DataFrame:
         """Columns ``gpus_p50``, ``gpus_p90`` (powers of two), ``hours_p50``, ``hours_p90``.

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("gpuplan.cmd_status", "what runs now, the queue, the last plan run"),
     "ingest": ("gpuplan.cmd_ingest", "store an app's hourly traffic (the daemon recalibrates on it)"),
     "export": ("gpuplan.cmd_export", "write a stored run as scenario.json and plan.json"),
+    "prune": ("gpuplan.cmd_prune", "delete plan runs older than N days (commits and history stay)"),
     "simulate": (
         "gpuplan.cmd_simulate",
         "a simulated week of the daemon's cycle against FIFO, priority-backfill and commit-all",

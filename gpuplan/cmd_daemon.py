@@ -40,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--models", type=Path, help="models folder (default: the config's, ./models)")
     parser.add_argument("--print-commits", action="store_true", help="print each commit as it happens")
+    parser.add_argument(
+        "--demo-speed",
+        type=float,
+        metavar="N",
+        help="the demo cluster (no --config) on a clock N times as fast, e.g. 60: a simulated hour "
+        "a minute (without it the live demo runs in real time)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,6 +60,16 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--at", "used with --once (a live daemon runs on the wall clock)", args.at)
     if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
         raise InputError("--metrics-port", "a TCP port in [1, 65535]", args.metrics_port)
+    if args.demo_speed is not None:
+        from gpuplan.app.demo import checked_demo_speed
+
+        if args.config is not None or args.once:
+            raise InputError(
+                "--demo-speed", "used with the live demo (no --config, no --once)", args.demo_speed
+            )
+        checked_demo_speed(args.demo_speed)
+    # The live demo runs on the simulated cluster: its jobs end, its traffic arrives.
+    demo_speed = (args.demo_speed or 1.0) if args.config is None and not args.once else None
     http = None if args.http is None else listen_address(args.http)
     if http is not None and args.once:
         raise InputError("--http", "used without --once (it serves while the daemon runs)", args.http)
@@ -64,8 +81,15 @@ def run(args: argparse.Namespace) -> int:
     store = open_db(args, create=True)
     try:
         service = start_service(
-            store, config, now, from_file=args.config is not None, print_commits=args.print_commits
+            store,
+            config,
+            now,
+            from_file=args.config is not None,
+            print_commits=args.print_commits,
+            demo_speed=demo_speed,
         )
+        # Which feed this database's commits go to, so that an operator sees it before any commit.
+        sys.stderr.write(f"gpuplan daemon: {store.url}: commits go to {service.executor.target}\n")
         if args.once:
             report = run_once(service, now)
             sys.stdout.write(report.log_line() + "\n")

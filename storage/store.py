@@ -11,6 +11,7 @@ import abc
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from contract.records import (
@@ -19,6 +20,7 @@ from contract.records import (
     App,
     Cluster,
     Commit,
+    Delivery,
     Job,
     JobEstimate,
     JobState,
@@ -36,6 +38,21 @@ class Store(abc.ABC):
     """Everything the service persists. Each method is one transaction unless it says otherwise."""
 
     # -- lifecycle -----------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """The database's URL, its password hidden."""
+
+    @property
+    @abc.abstractmethod
+    def dialect(self) -> str:
+        """The back end: ``sqlite`` or ``postgresql``."""
+
+    @property
+    @abc.abstractmethod
+    def file(self) -> Path | None:
+        """The database's file (SQLite); None in memory and on a server."""
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release every connection (the contract tests check none is left open)."""
@@ -61,6 +78,12 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    def still_leads(self) -> bool:
+        """Whether this store's :meth:`leadership` still holds: False once its lock is gone
+        (the server ended the lock's connection, the network parted), so a daemon that lost
+        the lead stops acting. SQLite: always True."""
+
+    @abc.abstractmethod
     def leader(self) -> str | None:
         """The ``owner`` of the leading daemon, while one leads (always None on SQLite)."""
 
@@ -81,7 +104,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def profile(self, app: str) -> bytes | None:
-        """The app's pickled demand profile, if one was saved."""
+        """The app's demand profile as saved (a JSON document of its fitted numbers), if any."""
 
     @abc.abstractmethod
     def save_profile(self, app: str, blob: bytes, *, through: datetime) -> None:
@@ -146,13 +169,17 @@ class Store(abc.ABC):
 
     # -- plan runs and commits -----------------------------------------------------------
     @abc.abstractmethod
-    def record_run(self, run: PlanRun, commit: Commit | None = None) -> PlanRun:
+    def record_run(
+        self, run: PlanRun, commit: Commit | None = None, *, deliver_to: str | None = None
+    ) -> PlanRun:
         """Store a run with its grid and forecasts and, if given, commit its hour: one transaction.
 
-        The commit is written only when no commit exists for ``commit.hour`` (checked inside
-        the transaction, with a unique key on the hour as the last guard); then the jobs it
-        starts move from queued to running on their GPUs. Returns the stored run with its
-        ``id`` and ``committed`` set.
+        The commit is written only when no commit exists for ``commit.hour`` and no later
+        hour is committed (checked inside the transaction, with a unique key on the hour as
+        the last guard): commits only move forward. Then the jobs it starts move from queued
+        to running on their GPUs and, with ``deliver_to``, the commit's delivery to that
+        executor is put in the outbox, pending. Returns the stored run with its ``id`` and
+        ``committed`` set.
         """
 
     @abc.abstractmethod
@@ -177,17 +204,41 @@ class Store(abc.ABC):
         """The latest commit with ``hour < before`` (any when None)."""
 
     @abc.abstractmethod
-    def record_amendment(self, amendment: Amendment) -> Amendment:
+    def record_amendment(self, amendment: Amendment, *, deliver_to: str | None = None) -> Amendment:
         """Store additions to a committed hour as its next amendment, one transaction.
 
         ``amendment.seq`` is ignored: the store numbers the hour's amendments 1, 2, ...
-        The queued jobs it places move to running, started at ``made_at``. An hour with
-        no commit is refused. Legality against the hour is the caller's (``gpuplan.app.amend``).
+        The queued jobs it places move to running, started at ``made_at``, and, with
+        ``deliver_to``, its delivery to that executor is put in the outbox, pending, after
+        the hour's commit. An hour with no commit is refused. Legality against the hour is
+        the caller's (``gpuplan.app.amend``).
         """
 
     @abc.abstractmethod
     def amendments(self, since: datetime | None = None, until: datetime | None = None) -> list[Amendment]:
         """Amendments of the hours ``since <= hour < until``, by hour then ``seq``."""
+
+    @abc.abstractmethod
+    def prune_runs(self, before: datetime) -> int:
+        """Delete the runs created before ``before`` with their forecasts; returns how many.
+
+        Commits and the job history stay: a commit of a pruned run keeps its hour and
+        assignments, and its ``run_id`` becomes None."""
+
+    # -- the outbox: deliveries of commits to executors ----------------------------------
+    @abc.abstractmethod
+    def pending_deliveries(self, executor: str) -> list[Delivery]:
+        """The commits and amendments ``executor`` has not acknowledged yet, by hour and seq."""
+
+    @abc.abstractmethod
+    def deliveries(self, since: datetime | None = None) -> list[Delivery]:
+        """Every delivery of commits and amendments from hour ``since`` on, by hour, seq and executor."""
+
+    @abc.abstractmethod
+    def record_delivery(
+        self, delivery: Delivery, *, at: datetime, acknowledged: bool, error: str | None = None
+    ) -> Delivery:
+        """Count one attempt of ``delivery``: acknowledged at ``at``, or failed with ``error``."""
 
     # -- API tokens and dashboard sessions (hashes only) ---------------------------------
     @abc.abstractmethod

@@ -9,6 +9,7 @@ ISO text, which :class:`UtcDateTime` turns back into timezone-aware values.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -22,12 +23,13 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Text,
     TypeDecorator,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from contract.records import JobState, Outcome, RunMode
+from contract.records import DeliveryState, JobState, Outcome, RunMode
 
 # Named constraints, so that later migrations (batch mode on SQLite) can address them.
 NAMING_CONVENTION = {
@@ -40,7 +42,7 @@ NAMING_CONVENTION = {
 
 # The newest migration in storage/migrations/versions (a test keeps the two equal): a
 # database already there opens without loading Alembic, which every command would pay for.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 ID_LENGTH = 200  # job and app ids; the scenario format puts no limit, a column must
 
 
@@ -70,13 +72,13 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
-def _values(enum: type[JobState] | type[Outcome] | type[RunMode]) -> list[str]:
+def _values(enum: type[StrEnum]) -> list[str]:
     return [member.value for member in enum]
 
 
-def _enum(enum: type[JobState] | type[Outcome] | type[RunMode]) -> Enum:
+def _enum(enum: type[StrEnum], length: int = 16) -> Enum:
     # Stored as the value text (no native PostgreSQL enum type, so a new member needs no DDL).
-    return Enum(enum, native_enum=False, values_callable=_values, length=16, validate_strings=True)
+    return Enum(enum, native_enum=False, values_callable=_values, length=length, validate_strings=True)
 
 
 class Base(DeclarativeBase):
@@ -122,7 +124,8 @@ class AppRow(Base):
 
 
 class ProfileRow(Base):
-    """An app's pickled demand profile and the last traffic hour it has seen."""
+    """An app's demand profile (a JSON document of its fitted numbers, never a pickle) and the
+    last traffic hour it has seen."""
 
     __tablename__ = "app_profiles"
 
@@ -222,12 +225,14 @@ class RunForecastRow(Base):
 
 
 class CommitRow(Base):
-    """The committed allocation of one wall-clock hour: the primary key makes it one per hour."""
+    """The committed allocation of one wall-clock hour: the primary key makes it one per hour.
+
+    ``run_id`` is the run it came from; pruning that run leaves the commit with none."""
 
     __tablename__ = "commits"
 
     hour: Mapped[datetime] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("plan_runs.id"), index=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("plan_runs.id", ondelete="SET NULL"), index=True)
     created_at: Mapped[datetime]
 
 
@@ -248,10 +253,27 @@ class AmendmentRow(Base):
 
     hour: Mapped[datetime] = mapped_column(ForeignKey("commits.hour", ondelete="CASCADE"), primary_key=True)
     seq: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    run_id: Mapped[int | None] = mapped_column(ForeignKey("plan_runs.id"), index=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("plan_runs.id", ondelete="SET NULL"), index=True)
     created_at: Mapped[datetime]
     #: ``[{"job": id, "gpus": [ids]}, ...]``: the additions.
     assignments: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+
+
+class DeliveryRow(Base):
+    """The outbox: one commit's delivery to one executor, re-sent until it is acknowledged.
+
+    Written in the commit's own transaction, so no commit is ever without its delivery."""
+
+    __tablename__ = "deliveries"
+
+    hour: Mapped[datetime] = mapped_column(ForeignKey("commits.hour", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    executor: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[DeliveryState] = mapped_column(_enum(DeliveryState, 16), index=True)
+    attempts: Mapped[int]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    acknowledged_at: Mapped[datetime | None]
 
 
 class LockRow(Base):

@@ -287,6 +287,7 @@ def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_pa
     lines = [json.loads(line) for line in feed.read_text().splitlines()]
     assert {
         "hour": H0.isoformat(),
+        "seq": 1,
         "job": "bi-1",
         "gpus": list(amendment.assignments[0].gpus),
         "amendment": 1,

@@ -54,8 +54,9 @@ def test_train_writes_every_model_and_prints_the_evaluation(
     models, result = trained
     assert result.code == 0, result.err
     for name in ("training_estimator", "quantization_estimator", "realtime_servegen_m-mid_hourly"):
-        assert (models / f"{name}.pkl").is_file()
-        assert json.loads((models / f"{name}.json").read_text())["rows"] > 0
+        document = json.loads((models / f"{name}.json").read_text())
+        assert document["rows"] > 0 and document["format_version"] == 2
+    assert not list(models.glob("*.pkl"))  # data, never code
     for text in (
         "log_mae_hours",
         "p90_coverage",
@@ -79,7 +80,7 @@ def test_train_writes_every_model_and_prints_the_evaluation(
 def test_bad_history_exits_2_names_line_and_keeps_the_old_model(history_csv: Path, tmp_path: Path) -> None:
     models = tmp_path / "models"
     models.mkdir()
-    old_model = models / "training_estimator.pkl"
+    old_model = models / "training_estimator.json"
     old_model.write_bytes(b"the model from last week")
     frame = pd.read_csv(history_csv)
     broken = _broken_history(history_csv, tmp_path / "bad.csv", 6, "end_time", frame.loc[6, "submit_time"])
@@ -92,7 +93,7 @@ def test_bad_history_exits_2_names_line_and_keeps_the_old_model(history_csv: Pat
     assert message in result.err
     assert "Broken at line 8." in result.err
     assert old_model.read_bytes() == b"the model from last week"
-    assert sorted(p.name for p in models.iterdir()) == ["training_estimator.pkl"]
+    assert sorted(p.name for p in models.iterdir()) == ["training_estimator.json"]
 
 
 def test_unknown_category_in_history_exits_2(history_csv: Path, tmp_path: Path) -> None:

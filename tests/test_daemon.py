@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,8 +18,11 @@ from pathlib import Path
 import pytest
 
 import daemon
+from contract.errors import StoreError
+from contract.records import DeliveryState, JobState
 from contract.scenario_io import parse_scenario
 from gpuplan.app.config import demo_config
+from gpuplan.app.outbox import FAULT_MARKER, FAULT_PAUSE, FAULT_POINTS
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.service import make_service
 from scheduler.check import check_plan
@@ -30,16 +36,14 @@ ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 11, 30, 10, 5, tzinfo=UTC)
 
 
-def _gpuplan(*argv: object, **kwargs: object) -> subprocess.Popen[str]:
+def _gpuplan(*argv: object, env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
     """``gpuplan ARGV`` in a child process, in the test's folder (where it writes var/)."""
     return subprocess.Popen(
         [sys.executable, "-m", "gpuplan", *map(str, argv)],
         cwd=Path.cwd(),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         text=True,
-        **kwargs,  # type: ignore[arg-type]
+        **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs},  # type: ignore[arg-type]
     )
 
 
@@ -115,6 +119,60 @@ def test_kill_9_mid_cycle_leaves_no_half_run_and_the_next_cycle_carries_on(
     _assert_store_consistent(db)
 
 
+@pytest.mark.parametrize("spot", FAULT_POINTS)
+def test_a_commit_whose_delivery_died_with_kill_9_is_delivered_once_at_restart(
+    tmp_path: Path, models_dir: Path, spot: str
+) -> None:
+    db = f"sqlite:///{tmp_path / 'o.db'}"
+    feed = tmp_path / "o.commits.jsonl"
+    _seed_once(db, models_dir)  # hour 10, delivered
+    marker = tmp_path / "paused"
+    at = T0 + timedelta(hours=1)
+    env = {FAULT_PAUSE: spot, FAULT_MARKER: str(marker)}
+    with _gpuplan(
+        "daemon", "--once", "--db", db, "--models", models_dir, "--at", at.isoformat(), env=env
+    ) as process:
+        deadline = time.monotonic() + 300
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), process.communicate()[1]
+        process.send_signal(signal.SIGKILL)  # between the database commit and its acknowledgement
+        process.communicate()
+    hour = datetime(2026, 11, 30, 11, tzinfo=UTC)
+    store = open_store(db)
+    try:
+        commit = store.commit(hour)
+        pending = store.pending_deliveries("jsonl")
+    finally:
+        store.close()
+    assert commit is not None and commit.assignments
+    assert [d.item.hour for d in pending] == [hour]
+    held = [line for line in _feed(feed) if line["hour"] == hour.isoformat()]
+    assert len(held) == (0 if spot == "before-delivery" else len(commit.assignments))
+
+    # Restarted in the same hour: nothing new to commit, the pending commit goes out at start.
+    later = (at + timedelta(minutes=20)).isoformat()
+    for _ in range(2):
+        with _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", later) as again:
+            out, err = again.communicate(timeout=300)
+        assert again.returncode == 0, err
+        assert "committed=false" in out
+    lines = [(line["job"], line["gpus"]) for line in _feed(feed) if line["hour"] == hour.isoformat()]
+    assert lines == [(a.job, list(a.gpus)) for a in commit.assignments]  # exactly once
+    store = open_store(db)
+    try:
+        deliveries = {d.item.hour: d for d in store.deliveries()}
+    finally:
+        store.close()
+    assert deliveries[hour].state is DeliveryState.ACKNOWLEDGED
+    assert deliveries[hour].attempts == 1
+    _assert_store_consistent(db)
+
+
+def _feed(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
 def test_two_daemons_on_one_database_commit_each_hour_once(tmp_path: Path, models_dir: Path) -> None:
     db = f"sqlite:///{tmp_path / 'two.db'}"
     for hour in (0, 1, 2):  # hour 0 on an empty database: both also race to create and seed it
@@ -149,7 +207,7 @@ def test_a_lost_database_fails_one_cycle_and_the_next_succeeds(
     try:
         config = demo_config(models_dir)
         ensure_service(store, config, T0)
-        service = make_service(store, replace(config, commits_file=None))
+        service = make_service(store, replace(config, executor="memory"))
         service.clock = lambda: next(clock)
         daemon._SERVICE = service
         daemon.plan_job()  # hour 10
@@ -169,6 +227,53 @@ def test_a_lost_database_fails_one_cycle_and_the_next_succeeds(
         with pg_server.admin() as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     assert any("plan failed; the next run will try again" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.postgres
+def test_a_leader_whose_lock_is_gone_stops_acting_and_leads_again_once_it_holds_it(
+    pg_server: PgServer, tmp_path: Path, models_dir: Path
+) -> None:
+    database = pg_server.create_database()
+    db = pg_server.database_url(database)
+    log_path = tmp_path / "daemon.log"
+    store = open_store(db)
+    try:
+        with log_path.open("w") as out:
+            process = _gpuplan("-v", "daemon", "--db", db, "--models", models_dir, stdout=out, stderr=out)
+        with process:
+            try:
+                _wait(lambda: store.leader() == f"{socket.gethostname()}:{process.pid}", "the daemon leads")
+                # The server ends the lock's connection (a network parted, an idle timeout).
+                with pg_server.admin() as admin:
+                    ended = admin.execute(
+                        "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                        " WHERE l.locktype = 'advisory' AND l.granted AND d.datname = %s"
+                        " AND l.objid::bigint = (hashtext('leader')::bigint & 4294967295)",
+                        (database,),
+                    ).fetchall()
+                assert ended == [(True,)]
+                _wait(lambda: "lost the lead" in log_path.read_text(), "the daemon sees it lost the lead")
+                _wait(lambda: store.leader() is not None, "the daemon leads again")
+                assert process.poll() is None  # it never exited
+            finally:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=120)
+        text = log_path.read_text()
+        assert process.returncode == 0, text
+        assert text.count("takes the lead") == 2, text
+        hours = [c.hour for c in store.commits()]
+        assert len(hours) == len(set(hours))  # nothing committed twice across the change
+    finally:
+        store.close()
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def _wait(condition: Callable[[], object], what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.2)
 
 
 def test_metrics_are_served_while_the_daemon_runs(tmp_path: Path, models_dir: Path) -> None:
@@ -212,4 +317,40 @@ def test_the_schedule_survives_a_restart(tmp_path: Path, models_dir: Path) -> No
             ids = {row[0] for row in connection.execute(sqlalchemy.text("SELECT id FROM apscheduler_jobs"))}
     finally:
         engine.dispose()
-    assert {"plan", "recalibrate", "review"} <= ids
+    assert {"plan", "recalibrate", "review", "prune"} <= ids
+
+
+def test_the_live_demo_on_a_fast_clock_finishes_jobs_and_starts_new_ones(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
+    argv = ("daemon", "--db", db, "--models", models_dir, "--demo-speed", "3600")
+    with _gpuplan(*argv) as process:
+        deadline = time.monotonic() + 300
+        ended: list[str] = []
+        started_later: list[str] = []
+        while time.monotonic() < deadline and process.poll() is None:
+            time.sleep(2)
+            if not Path(tmp_path / "demo.db").exists():
+                continue
+            try:
+                store = open_store(db)
+            except StoreError:
+                continue  # the daemon is still creating it
+            try:
+                ended = [job.id for job in store.jobs([JobState.DONE])]
+                commits = store.commits()
+                started_later = [
+                    job.id
+                    for job in store.jobs([JobState.RUNNING, JobState.DONE])
+                    if commits and job.started_at is not None and job.started_at > commits[0].hour
+                ]
+            finally:
+                store.close()
+            if ended and started_later:
+                break
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    assert ended and started_later, err
+    assert process.returncode == 0, err
+    _assert_store_consistent(db)

@@ -597,9 +597,16 @@ def _spec_cases() -> list[Case]:
     cases.append(Case("spec-directory", forecast, {"job.yaml": Dir()}, "`JOB` must be a regular file"))
     # The spec is valid; the models folder is not.
     models = [
-        ("garbage-pickle", Dir({"training_estimator.pkl": b"not a pickle"}), "does not unpickle"),
-        ("wrong-object", Dir({"training_estimator.pkl": b"\x80\x04K\x07."}), "It holds a int"),
-        ("a-file", b"x", "`--models` must be a directory holding training_estimator.pkl"),
+        ("old-pickle", Dir({"training_estimator.pkl": b"\x80\x04K\x07."}), "which is never loaded"),
+        ("pickle", Dir({"training_estimator.json": b"\x80\x04K\x07."}), "It is a pickle"),
+        ("garbage", Dir({"training_estimator.json": b"not json"}), "It is not a JSON model document"),
+        ("stale", Dir({"training_estimator.json": b'{"rows": 1}'}), "retrain with `gpuplan train`"),
+        (
+            "wrong-object",
+            Dir({"training_estimator.json": b'{"format_version": 2, "type": "int"}'}),
+            "holds a 'int'",
+        ),
+        ("a-file", b"x", "`--models` must be a directory holding training_estimator.json"),
         ("empty", Dir(), "Run `gpuplan train` first"),
     ]
     cases += [

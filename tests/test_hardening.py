@@ -179,11 +179,29 @@ def test_a_model_file_holding_something_else_is_an_input_error(tmp_path: Path) -
     from forecasting.persistence import load_model
     from forecasting.training_estimator import TrainingEstimator
 
-    path = tmp_path / "training_estimator.pkl"
-    path.write_bytes(pickle.dumps(TrainingEstimator()))  # never fitted: no provenance
-    with pytest.raises(
-        InputError, match=re.escape("must be a fitted TrainingEstimator saved by `gpuplan train`")
-    ):
+    path = tmp_path / "training_estimator.json"
+    path.write_bytes(pickle.dumps(TrainingEstimator()))  # a pickle under the model's name
+    with pytest.raises(InputError, match=re.escape("It is a pickle, which gpuplan never loads")):
+        load_model(path, TrainingEstimator)
+
+
+@pytest.mark.parametrize(
+    ("document", "why"),
+    [
+        ({"model": "TrainingEstimator", "rows": 10}, "It has no format version"),  # the old sidecar
+        ({"format_version": 1, "type": "TrainingEstimator"}, "It has format version 1"),
+        ({"format_version": 2, "type": "TrainingEstimator", "params": {}}, "It does not load"),
+    ],
+)
+def test_a_stale_or_damaged_model_document_says_to_retrain(
+    tmp_path: Path, document: dict[str, object], why: str
+) -> None:
+    from forecasting.persistence import load_model
+    from forecasting.training_estimator import TrainingEstimator
+
+    path = tmp_path / "training_estimator.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(InputError, match=re.escape(why) + ".*retrain with `gpuplan train`"):
         load_model(path, TrainingEstimator)
 
 
@@ -217,7 +235,9 @@ def test_a_training_only_history_without_quantization_columns_trains(
     assert "no quantization model written" in out
     assert sorted(p.name for p in models.iterdir()) == [
         "realtime_servegen_m-mid_hourly.json",
-        "realtime_servegen_m-mid_hourly.pkl",
+        "training_estimator.gpus_p50.lgb.txt",
+        "training_estimator.gpus_p90.lgb.txt",
+        "training_estimator.hours_margin_p90.lgb.txt",
+        "training_estimator.hours_p50.lgb.txt",
         "training_estimator.json",
-        "training_estimator.pkl",
     ]

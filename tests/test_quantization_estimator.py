@@ -119,7 +119,7 @@ def test_held_out_coverage_meets_the_goal(jobs: pd.DataFrame) -> None:
 
 
 def test_save_and_load_round_trip(fitted: QuantizationEstimator, tmp_path: Path) -> None:
-    path = save_model(fitted, tmp_path / "quantization_estimator.pkl")
+    path = save_model(fitted, tmp_path / "quantization_estimator.json")
     loaded = load_model(path, QuantizationEstimator)
     spec = pd.DataFrame([AWQ_70B])
     pd.testing.assert_frame_equal(loaded.predict(spec), fitted.predict(spec))

@@ -3,7 +3,6 @@ history allows, rolling-origin choice, level shifts, the P90 band, update."""
 
 from __future__ import annotations
 
-import pickle
 import re
 from pathlib import Path
 
@@ -252,9 +251,11 @@ def test_fit_rejects_gaps_and_bad_parameters(philly: tuple[np.ndarray, np.ndarra
 def test_saves_with_provenance(philly: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     hours, requests = philly
     profile = RealtimeProfile().fit(hours[:700], requests[:700])
-    path = save_model(profile, tmp_path / "philly.pkl")
+    path = save_model(profile, tmp_path / "philly.json")
     loaded = load_model(path, RealtimeProfile)
     assert loaded.provenance_.rows == 700
     assert loaded.provenance_.window_start == "2017-10-03T00"
     np.testing.assert_allclose(loaded.predict(hours[700]).p90, profile.predict(hours[700]).p90)
-    assert pickle.loads(pickle.dumps(profile)).method_ is profile.method_
+    assert loaded.method_ is profile.method_
+    np.testing.assert_array_equal(loaded.z_, profile.z_)  # JSON floats round-trip exactly
+    assert loaded.next_hour_ == profile.next_hour_

@@ -5,18 +5,25 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import pickle
+import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 
-from contract.records import JobState, TrafficHour
+from contract.errors import InputError
+from contract.records import Assignment, Commit, JobState, Outcome, TrafficHour
 from contract.scenario_io import parse_scenario
 from gpuplan.app.bridge import column_commit
 from gpuplan.app.config import demo_config
-from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor
-from gpuplan.app.seed import ensure_service
+from gpuplan.app.demo import demo_world
+from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor, default_feed, make_executor
+from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
+from gpuplan.app.outbox import deliver_pending
+from gpuplan.app.seed import demo_durations, ensure_service
 from gpuplan.app.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
 from scheduler.check import check_plan
 from storage.factory import open_store
@@ -256,8 +263,87 @@ def test_the_json_lines_executor_appends_one_line_per_job(tmp_path: Path, models
     lines = [json.loads(line) for line in (tmp_path / "commits.jsonl").read_text().splitlines()]
     assert commit is not None
     assert lines == [
-        {"hour": commit.hour.isoformat(), "job": a.job, "gpus": list(a.gpus)} for a in commit.assignments
+        {"hour": commit.hour.isoformat(), "seq": 0, "job": a.job, "gpus": list(a.gpus)}
+        for a in commit.assignments
     ]
+
+
+def test_the_json_lines_executor_skips_what_it_already_holds(tmp_path: Path) -> None:
+    feed = tmp_path / "feed.jsonl"
+    hour = datetime(2026, 11, 30, 10, tzinfo=UTC)
+    commit = Commit(hour, 1, (Assignment("job-a", (0, 1)), Assignment("job-b", (2,))))
+    # A crash cut the commit's write short: one whole line and half of the next.
+    whole = json.dumps({"hour": hour.isoformat(), "seq": 0, "job": "job-a", "gpus": [0, 1]})
+    feed.write_text(whole + "\n" + '{"hour": "2026-', encoding="utf-8")
+    assert JsonLinesExecutor(feed).deliver(commit)
+    executor = JsonLinesExecutor(feed)
+    assert executor.deliver(commit) and executor.deliver(commit)  # re-sent: nothing changes
+    later = Commit(hour + HOUR, 2, (Assignment("job-a", (0, 1)),))
+    assert executor.deliver(later)
+    lines = feed.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == whole and lines[1] == '{"hour": "2026-'
+    assert [json.loads(line)["job"] for line in lines[2:]] == ["job-b", "job-a"]
+    assert [json.loads(line)["hour"] for line in lines[2:]] == [hour.isoformat(), (hour + HOUR).isoformat()]
+
+
+def test_a_cycle_before_the_latest_committed_hour_commits_nothing_and_says_why(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)  # 10:05
+    _once(db, models_dir, T0 + HOUR)  # 11:05
+    with caplog.at_level(logging.WARNING):
+        back = run_cli("daemon", "--once", "--db", db, "--models", models_dir, "--at", "2026-11-30T09:00Z")
+    assert back.code == 0, back.err
+    assert "committed=false" in back.out
+    assert "start=2026-11-30T12:00:00+00:00" in back.out  # planned from the latest committed state
+    assert "before the latest committed hour 2026-11-30T11:00:00+00:00" in caplog.text
+    store = open_store(db)
+    try:
+        hours = [c.hour.hour for c in store.commits()]
+        running = {job.id: job.started_at for job in store.jobs([JobState.RUNNING])}
+    finally:
+        store.close()
+    assert hours == [10, 11]
+    assert all(started is not None and started.hour in (10, 11) for started in running.values())
+
+
+def test_each_database_has_its_own_feed_named_at_start(tmp_path: Path, models_dir: Path) -> None:
+    feeds = {}
+    for name in ("demo", "other"):
+        result = run_cli(
+            "daemon",
+            "--once",
+            "--db",
+            f"sqlite:///{tmp_path / name}.db",
+            "--models",
+            models_dir,
+            "--at",
+            T0.isoformat(),
+        )
+        assert result.code == 0, result.err
+        feed = tmp_path / f"{name}.commits.jsonl"
+        assert f"commits go to the JSON-lines feed {feed}" in result.err
+        feeds[name] = [json.loads(line) for line in feed.read_text(encoding="utf-8").splitlines()]
+    assert feeds["demo"] and feeds["other"]
+    assert not (tmp_path / "var" / "commits.jsonl").exists()
+    store = open_store(f"sqlite:///{tmp_path / 'other'}.db")
+    try:
+        other = store.commits()
+    finally:
+        store.close()
+    assert [(line["hour"], line["job"]) for line in feeds["other"]] == [
+        (c.hour.isoformat(), a.job) for c in other for a in c.assignments
+    ]
+
+
+def test_an_in_memory_or_server_database_gets_a_feed_of_its_own() -> None:
+    memory = open_store("sqlite://")
+    try:
+        assert default_feed(memory) is None
+        assert make_executor(demo_config(), memory).name == "memory"
+    finally:
+        memory.close()
 
 
 def test_a_missing_or_garbage_traffic_hour_is_skipped_and_logged(
@@ -344,6 +430,168 @@ def test_commands_on_a_missing_database_exit_2_and_create_none(tmp_path: Path, a
     assert result.code == 2
     assert "`--db` must be the URL of an existing database" in result.err
     assert not db.exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.postgres
+def test_a_server_database_feeds_a_file_named_by_its_url(pg_url: str) -> None:
+    store = open_store(pg_url)
+    try:
+        feed = default_feed(store)
+    finally:
+        store.close()
+    assert feed is not None and feed.parent == Path("var/feeds")
+    assert feed.name.startswith("postgresql-") and feed.name.endswith(".commits.jsonl")
+    # Another database on the same server is another feed.
+    other = open_store(pg_url.rsplit("/", 1)[0] + "/postgres")
+    try:
+        assert default_feed(other) != feed
+    finally:
+        other.close()
+
+
+def test_a_stored_profile_that_is_not_json_is_refused_and_refitted_never_loaded(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    store = open_store(db)
+    try:
+        app = store.apps()[0].id
+        profile = load_profile(store, app)
+        assert profile is not None and store.profile(app).startswith(b"{")  # type: ignore[union-attr]
+        through = store.profile_through(app)
+        assert through is not None
+        store.save_profile(app, pickle.dumps(profile), through=through)  # as an older version kept it
+        with pytest.raises(InputError, match=re.escape("It is a pickle, which gpuplan never loads")):
+            load_profile(store, app)
+    finally:
+        store.close()
+    # The next cycle never loads it: it fits a new profile on the stored traffic instead.
+    with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+        _once(db, models_dir, T0 + HOUR)
+    assert "It is a pickle, which gpuplan never loads" in caplog.text
+    assert "The next recalibration fits a new one on the app's stored traffic" in caplog.text
+    store = open_store(db)
+    try:
+        refitted = load_profile(store, app)
+        stored = store.profile(app)
+    finally:
+        store.close()
+    assert refitted is not None and stored is not None and stored.startswith(b"{")
+
+
+def test_prune_deletes_old_runs_and_keeps_commits_and_history(tmp_path: Path, models_dir: Path) -> None:
+    db = _db(tmp_path)
+    for hours in (0, 1, 2):
+        _once(db, models_dir, T0 + hours * HOUR)
+    assert run_cli("prune", "--db", db, "--keep-days", "0").code == 2  # refused before any work
+    store = open_store(db)
+    try:
+        commits, history = store.commits(), store.history()
+        runs = store.runs(limit=100)
+    finally:
+        store.close()
+    at = (T0 + timedelta(days=30, hours=1, minutes=30)).isoformat()
+    result = run_cli("prune", "--db", db, "--keep-days", "30", "--at", at)
+    assert result.code == 0, result.err
+    assert f"pruned {len(runs) - 1} plan run(s)" in result.out  # the runs of hours 10 and 11
+    store = open_store(db)
+    try:
+        kept = store.runs(limit=100)
+        after = store.commits()
+        assert store.history().equals(history)
+    finally:
+        store.close()
+    assert [r.id for r in kept] == [runs[0].id]
+    assert [(c.hour, c.assignments) for c in after] == [(c.hour, c.assignments) for c in commits]
+    assert [c.run_id for c in after] == [None, None, runs[0].id]
+    _once(db, models_dir, T0 + 3 * HOUR)  # the service goes on from the kept state
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prune_keep_days: 0\n")
+    refused = run_cli("daemon", "--once", "--db", db, "--config", bad)
+    assert (
+        refused.code == 2 and "`prune_keep_days` must be a whole number of days in [1, 36500]" in refused.err
+    )
+
+
+def test_the_simulated_cluster_starts_each_job_once_and_ends_it_after_its_actual_hours() -> None:
+    hour = datetime(2026, 11, 30, 10, tzinfo=UTC)
+    runs = {"a": ActualRun(1.5), "b": ActualRun(0.5, Outcome.FAILED)}
+    inner = InMemoryExecutor()
+    cluster = SimulatedCluster(runs.get, inner)
+    first = Commit(hour, 1, (Assignment("a", (0, 1)), Assignment("chat", (7,))))
+    assert cluster.deliver(first) and cluster.deliver(first)  # re-sent: nothing changes
+    second = Commit(hour + HOUR, 2, (Assignment("a", (0, 1)), Assignment("b", (2,))))
+    assert cluster.deliver(second)
+    assert cluster.name == "memory" and inner.commits == [first, second] == cluster.commits
+    assert cluster.started == {"a": hour, "b": hour + HOUR} and cluster.gpus == {"a": 2, "b": 1}
+    assert cluster.ended(hour + HOUR) == []
+    assert cluster.ended(hour + 2 * HOUR) == [
+        (hour + 1.5 * HOUR, "a", Outcome.OK),
+        (hour + 1.5 * HOUR, "b", Outcome.FAILED),
+    ]
+    assert cluster.next_end() is None and cluster.ended(hour + 9 * HOUR) == []
+
+
+def test_the_demo_world_ends_jobs_after_their_actual_hours_and_feeds_traffic_hourly(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    store = open_store(_db(tmp_path))
+    try:
+        # A work-only budget: the same plans however busy the machine is.
+        config = replace(demo_config(models_dir), plan_budget_ms=100.0, plan_wall_clock=False)
+        ensure_service(store, config, T0)
+        seeded = {app.id: store.traffic(app.id)[-1].hour for app in store.apps()}
+        world = demo_world(store, config)
+        durations = demo_durations()
+        for k in range(24):  # twelve hours, a cycle every 30 minutes
+            now = T0 + k * timedelta(minutes=30)
+            world.advance(store, now)
+            recalibrate(store, now, config)
+            plan_cycle(store, now, config, world.cluster)
+        done = store.jobs([JobState.DONE])
+        traffic = {app.id: store.traffic(app.id, since=seeded[app.id] + HOUR) for app in store.apps()}
+        profiles = {app.id: store.profile_through(app.id) for app in store.apps()}
+    finally:
+        store.close()
+    assert done, "no job ended in twelve simulated hours"
+    for job in done:
+        assert job.started_at is not None and job.ended_at is not None
+        assert job.ended_at - job.started_at == timedelta(hours=durations[job.id])
+    assert len(world.cluster.started) > len(done)  # jobs started after others ended
+    end = datetime(2026, 11, 30, 20, tzinfo=UTC)  # the last full hour before the last cycle (21:35)
+    for app, rows in traffic.items():
+        assert [row.hour for row in rows] == [seeded[app] + (n + 1) * HOUR for n in range(len(rows))]
+        assert rows[-1].hour == end and all(row.requests >= 0 for row in rows)
+        assert profiles[app] == end  # the profiles recalibrated on the arriving traffic
+
+
+def test_a_failing_delivery_stays_pending_with_its_error_and_goes_out_once_the_executor_is_back(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    store = open_store(_db(tmp_path))
+    feed = tmp_path / "feed.jsonl"
+    try:
+        config = replace(demo_config(models_dir), plan_budget_ms=100.0, plan_wall_clock=False)
+        ensure_service(store, config, T0)
+        feed.mkdir()  # the executor cannot write its feed
+        executor = JsonLinesExecutor(feed)
+        plan_cycle(store, T0, config, executor)
+        plan_cycle(store, T0 + HOUR, config, executor)
+        pending = store.pending_deliveries("jsonl")
+        assert [d.item.hour.hour for d in pending] == [10, 11]
+        assert pending[0].attempts == 2 and "IsADirectoryError" in (pending[0].last_error or "")
+        assert pending[1].attempts == 0  # a later hour never overtakes an earlier one
+        feed.rmdir()
+        assert deliver_pending(store, executor, T0 + HOUR) == 2
+        assert store.pending_deliveries("jsonl") == []
+        commits = store.commits()
+    finally:
+        store.close()
+    lines = [json.loads(line) for line in feed.read_text().splitlines()]
+    assert [(line["hour"], line["job"]) for line in lines] == [
+        (c.hour.isoformat(), a.job) for c in commits for a in c.assignments
+    ]
 
 
 def test_a_restart_on_a_config_whose_app_capacity_comes_from_its_traffic_keeps_that_capacity(

@@ -13,6 +13,7 @@ from contract.records import Cluster, DownWindowRecord
 from gpuplan.app.config import load_config
 from gpuplan.app.slurm.client import BatchRequest, Placement, SlurmClient
 from gpuplan.app.slurm.cluster import GpuMap, ceil_hour, read_cluster
+from storage.factory import open_store
 from tests.slurm import PARTITION, SlurmServer
 from tests.test_slurm_client import running, wait_for
 
@@ -193,7 +194,11 @@ def test_executor_slurm_needs_the_slurm_section(tmp_path: Path) -> None:
 
     config = tmp_path / "gpuplan.yaml"
     config.write_text("executor: slurm\ncluster:\n  gpus: 16\napps: []\n")
-    with pytest.raises(InputError, match=re.escape("`slurm` must be a section naming the partition")):
-        make_executor(load_config(config))
-    config.write_text("executor: slurm\ncluster:\n  gpus: 16\napps: []\nslurm:\n  partition: main\n")
-    assert type(make_executor(load_config(config))).__name__ == "SlurmExecutor"
+    store = open_store("sqlite://")
+    try:
+        with pytest.raises(InputError, match=re.escape("`slurm` must be a section naming the partition")):
+            make_executor(load_config(config), store)
+        config.write_text("executor: slurm\ncluster:\n  gpus: 16\napps: []\nslurm:\n  partition: main\n")
+        assert type(make_executor(load_config(config), store)).__name__ == "SlurmExecutor"
+    finally:
+        store.close()

@@ -286,6 +286,36 @@ def live_ours(service: SlurmService) -> list[SlurmJob]:
 
 
 @pytest.mark.slurm
+def test_a_job_that_vanished_from_slurm_ends_and_frees_its_gpus(
+    service: SlurmService, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = this_hour() + timedelta(minutes=1)
+    real = service.store.job(service.submit("real", 2, 3.0, now))
+    assert real is not None
+
+    def ghost(job_id: str, slurm_id: int) -> None:  # bound to a Slurm job no controller ever had
+        service.store.add_job(
+            replace(real, id=job_id, spec={**real.spec, "slurm": {**real.spec["slurm"], "job_id": slurm_id}})
+        )
+
+    ghost("ghost", 987_654)
+    report = plan_cycle(service.store, now, service.config, None)  # commits; nothing acts on Slurm
+    assert report.committed and service.committed(this_hour()).keys() >= {"real", "ghost"}
+    ghost("held-ghost", 987_655)  # still queued
+    with caplog.at_level("WARNING"):
+        service.executor.reconcile(service.store, now + timedelta(minutes=5), service.config)
+    for job_id, outcome in (("ghost", Outcome.FAILED), ("held-ghost", Outcome.CANCELLED)):
+        ended = service.store.job(job_id)
+        assert ended is not None and (ended.state, ended.outcome) == (JobState.DONE, outcome)
+    assert "drift: job ghost (Slurm 987654) vanished from Slurm" in caplog.text
+    still = service.store.job("real")
+    assert still is not None and still.state is JobState.RUNNING  # what Slurm does run stays
+    # The next plan starts without the ghost.
+    service.cycle(now + HOUR)
+    assert "ghost" not in service.committed(this_hour() + HOUR)
+
+
+@pytest.mark.slurm
 def test_slurmctld_stopped_during_a_cycle_fails_it_and_the_next_succeeds_with_nothing_doubled(
     service: SlurmService, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -299,11 +329,14 @@ def test_slurmctld_stopped_during_a_cycle_fails_it_and_the_next_succeeds_with_no
     with caplog.at_level("ERROR"):
         report = plan_cycle(service.store, now, service.config, service.executor)
     assert report.committed  # the commit is stored; acting on it failed, and said so
-    assert any("executor failed" in r.message for r in caplog.records)
+    assert any("executor slurm failed on the commit" in r.message for r in caplog.records)
+    pending = service.store.pending_deliveries("slurm")  # the outbox keeps it, to be re-sent
+    assert [(d.item.hour, d.attempts) for d in pending] == [(now.replace(minute=0), 1)]
     with pytest.raises(SlurmError):
         service.cycle(now + timedelta(minutes=30))  # Slurm still away: the cycle fails
     service.slurm.start_controller()
     service.cycle(now + timedelta(minutes=31))
+    assert service.store.pending_deliveries("slurm") == []  # re-sent, done, acknowledged
     committed = service.committed(now.replace(minute=0))
     assert service.replicas("chat") == set(committed["chat"])
     ours = live_ours(service)

@@ -28,10 +28,12 @@ from sqlalchemy import create_engine, event, inspect, text
 
 from contract.errors import InputError, StoreError
 from contract.records import (
+    Amendment,
     App,
     Assignment,
     Cluster,
     Commit,
+    DeliveryState,
     DownWindowRecord,
     Job,
     JobEstimate,
@@ -65,6 +67,7 @@ TABLES = {
     "commit_amendments",
     "commit_assignments",
     "commits",
+    "deliveries",
     "job_history",
     "jobs",
     "locks",
@@ -565,6 +568,92 @@ def test_kill_9_inside_a_record_leaves_no_half_written_run(db_url: str, statemen
         store.close()
 
 
+def test_a_commit_before_the_latest_committed_hour_is_refused(store: SqlStore) -> None:
+    later = HOUR + timedelta(hours=2)
+    assert store.record_run(sample_run(later), sample_commit(later)).committed
+    store.add_job(queued_job("job-a"))
+    back = store.record_run(sample_run(), sample_commit())  # a clock stepped back two hours
+    assert not back.committed
+    assert [c.hour for c in store.commits()] == [later]
+    assert store.job("job-a") == queued_job("job-a")  # the refused commit started nothing
+
+
+def test_a_commit_and_its_delivery_are_stored_together_and_acknowledged_once(store: SqlStore) -> None:
+    first = store.record_run(sample_run(), sample_commit(), deliver_to="jsonl")
+    store.record_run(sample_run(HOUR + timedelta(hours=1)), sample_commit(HOUR + timedelta(hours=1)))
+    pending = store.pending_deliveries("jsonl")
+    assert [(d.item, d.state, d.attempts) for d in pending] == [
+        (replace(sample_commit(), run_id=first.id), DeliveryState.PENDING, 0)
+    ]
+    assert store.pending_deliveries("memory") == []
+    failed = store.record_delivery(pending[0], at=HOUR, acknowledged=False, error="feed not writable")
+    assert (failed.state, failed.attempts, failed.last_error) == (
+        DeliveryState.PENDING,
+        1,
+        "feed not writable",
+    )
+    done = store.record_delivery(pending[0], at=HOUR + timedelta(minutes=5), acknowledged=True)
+    assert (done.state, done.attempts, done.last_error) == (DeliveryState.ACKNOWLEDGED, 2, None)
+    assert done.acknowledged_at == HOUR + timedelta(minutes=5)
+    assert store.pending_deliveries("jsonl") == []
+    assert store.deliveries() == [done]
+
+
+def test_pruning_deletes_old_runs_and_their_forecasts_and_keeps_every_commit(store: SqlStore) -> None:
+    old = store.record_run(sample_run(), sample_commit(), deliver_to="jsonl")
+    uncommitted = store.record_run(sample_run())
+    recent_hour = HOUR + timedelta(days=40)
+    recent = store.record_run(sample_run(recent_hour), sample_commit(recent_hour))
+    assert store.prune_runs(before=HOUR + timedelta(days=30)) == 2
+    assert [r.id for r in store.runs()] == [recent.id]
+    assert old.id is not None and store.run(old.id) is None and store.run(uncommitted.id) is None
+    with store.engine.connect() as connection:
+        forecast_runs = {row[0] for row in connection.execute(text("SELECT run_id FROM run_forecasts"))}
+    assert forecast_runs == {recent.id}
+    assert store.commits() == [sample_commit(), replace(sample_commit(recent_hour), run_id=recent.id)]
+    assert [d.item.hour for d in store.deliveries()] == [HOUR]
+    assert store.prune_runs(before=HOUR + timedelta(days=30)) == 0
+
+
+def test_the_outbox_revision_keeps_every_commit_its_assignments_and_amendments(db_url: str) -> None:
+    store = SqlStore.open(db_url)
+    try:
+        stored = store.record_run(sample_run(), sample_commit())
+        amendment = store.record_amendment(_late_addition(stored.id))
+    finally:
+        store.close()
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0003")  # the revision before the outbox's
+    finally:
+        engine.dispose()
+    store = SqlStore.open(db_url)  # upgraded again: commits are copied, their children kept aside
+    try:
+        assert store.commits() == [replace(sample_commit(), run_id=stored.id)]
+        assert store.amendments() == [amendment]
+    finally:
+        store.close()
+
+
+def _late_addition(run_id: int | None) -> Amendment:
+    """An amendment of HOUR at :30: GPU 7 for the commit's real-time app."""
+    return Amendment(HOUR, 0, HOUR + timedelta(minutes=30), run_id, (Assignment("job-late", (7,)),))
+
+
+def test_an_amendment_is_delivered_through_the_outbox_after_its_commit(store: SqlStore) -> None:
+    run = store.record_run(sample_run(), sample_commit(), deliver_to="jsonl")
+    amendment = store.record_amendment(_late_addition(run.id), deliver_to="jsonl")
+    pending = store.pending_deliveries("jsonl")
+    assert [d.item for d in pending] == [replace(sample_commit(), run_id=run.id), amendment]
+    assert [d.item.key for d in pending] == [f"{HOUR.isoformat()}#0", f"{HOUR.isoformat()}#1"]
+    store.record_delivery(pending[1], at=HOUR, acknowledged=True)
+    assert [d.item for d in store.pending_deliveries("jsonl")] == [replace(sample_commit(), run_id=run.id)]
+    # Pruned, the run's amendment stays with its hour, its run forgotten.
+    assert store.prune_runs(before=HOUR + timedelta(days=30)) == 1
+    assert store.amendments() == [replace(amendment, run_id=None)]
+
+
 def test_a_running_job_goes_back_to_the_queue_holding_nothing(store: SqlStore) -> None:
     store.add_job(queued_job("job-a"))
     store.record_run(sample_run(), sample_commit())
@@ -584,8 +673,9 @@ def test_one_store_leads_on_postgresql_until_it_lets_go(db_url: str) -> None:
     try:
         postgres = first.dialect == "postgresql"
         assert first.leader() is None
+        assert first.still_leads() is not postgres  # SQLite: every daemon may act
         with first.leadership("host-a:1") as leads:
-            assert leads
+            assert leads and first.still_leads()
             with second.leadership("host-b:2") as also:
                 assert also is not postgres  # SQLite: every daemon works, under the cycle lock
             assert second.leader() == ("host-a:1" if postgres else None)

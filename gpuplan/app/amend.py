@@ -12,7 +12,8 @@ one) may add to it, never move or remove anything:
 
 The hour's allocation is then its commit plus every amendment's additions, and the next
 plan starts from it (:func:`gpuplan.app.tick.hour_allocation`). :func:`check_amendment` is the legality
-rule, a pure function; :func:`amend` checks, stores and hands the amendment to the executor.
+rule, a pure function; :func:`amend` checks and stores the amendment and delivers it through
+the outbox (:mod:`gpuplan.app.outbox`), as a commit.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 from contract.errors import InputError
 from contract.records import Amendment, App, Assignment, JobState
 from gpuplan.app.bridge import STEP, floor_hour
+from gpuplan.app.outbox import deliver_pending
 
 if TYPE_CHECKING:
     from gpuplan.app.config import ServiceConfig
@@ -113,7 +115,8 @@ def amend(
     run_id: int | None = None,
     executor: Executor | None = None,
 ) -> Amendment | None:
-    """Check ``additions`` against the current hour, store them as its next amendment, execute.
+    """Check ``additions`` against the current hour, store them as its next amendment with its
+    delivery pending in the outbox, and deliver it.
 
     Refused (:class:`InputError`, nothing stored) when the hour is not committed, a later
     hour is, or an addition is illegal (:func:`check_amendment`). No additions: None.
@@ -146,7 +149,8 @@ def amend(
     )
     if problems:
         raise InputError("amendment", "additions legal in the committed hour", "; ".join(problems))
-    stored = store.record_amendment(Amendment(hour, 0, now, run_id, tuple(additions)))
+    deliver_to = None if executor is None else executor.name
+    stored = store.record_amendment(Amendment(hour, 0, now, run_id, tuple(additions)), deliver_to=deliver_to)
     log.info(
         "amendment %s #%d at %s: %s",
         hour.isoformat(),
@@ -155,10 +159,8 @@ def amend(
         ", ".join(f"{a.job}+{len(a.gpus)}" for a in stored.assignments),
     )
     if executor is not None:
-        try:
-            executor.amend(stored)
-        except Exception:  # stored; a failing executor must not stop the daemon
-            log.exception("executor failed on amendment %d of %s", stored.seq, hour.isoformat())
+        # The outbox, as a commit: a failing executor leaves it pending and the daemon goes on.
+        deliver_pending(store, executor, now)
     return stored
 
 

@@ -19,6 +19,7 @@ from contract.errors import InputError
 from contract.records import App, Cluster, DownWindowRecord
 from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_PROMISE_PENALTY, MAX_RT_PENALTY
 from contract.times import parse_time
+from gpuplan.app.prune import checked_keep_days
 from gpuplan.app.slurm.settings import SlurmSettings
 from scheduler.model import checked_budget_ms
 
@@ -82,21 +83,18 @@ class ServiceConfig:
     #: False: plans count estimated work, not wall time (the simulation, reproducible per seed).
     plan_wall_clock: bool = True
     models_dir: Path = Path("models")
-    commits_file: Path | None = Path("var/commits.jsonl")
-    #: The executor's name in gpuplan/app/executors' registry; None: jsonl with a commits file, else memory.
+    #: The jsonl executor's feed; None: the database's own (beside a SQLite file, see
+    #: gpuplan/app/executors/jsonl.py), so that two databases never share one.
+    commits_file: Path | None = None
+    #: The executor's name in gpuplan/app/executors' registry; None: jsonl on the database's feed.
     executor: str | None = None
     demo_queue: bool = False  # seed a queue from the bundled job history on an empty database
+    #: The daemon deletes runs older than this many days once a day (None: never).
+    prune_keep_days: int | None = 30
     slurm: SlurmSettings | None = None  # the Slurm partition this cluster is (the `slurm:` section)
     #: app -> the command one real-time replica runs on one GPU (the Slurm executor's)
     replica_commands: Mapping[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def executor_name(self) -> str:
-        """The executor that runs the commits: the one named, else by the commits file."""
-        if self.executor is not None:
-            return self.executor
-        return "jsonl" if self.commits_file is not None else "memory"
 
 
 def demo_config(models_dir: Path = Path("models")) -> ServiceConfig:
@@ -138,6 +136,7 @@ TOP_KEYS = {
     "commits_file",
     "executor",
     "demo_queue",
+    "prune_keep_days",
     "slurm",
 }
 CLUSTER_KEYS = {"gpus", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
@@ -342,7 +341,13 @@ def load_config(path: Path) -> ServiceConfig:
     if plan_with not in {p.value for p in PlanWith}:
         raise r.fail("plan_with", "p50 or p90", plan_with)
     submit_budget = top.get("submit_budget_ms")
-    commits_file = top.get("commits_file", str(base.commits_file))
+    keep_days = top.get("prune_keep_days", base.prune_keep_days)
+    if keep_days is not None:
+        try:
+            keep_days = checked_keep_days(keep_days, "prune_keep_days")
+        except InputError as error:
+            raise r.fail("prune_keep_days", f"{error.expected}, or null (never)", keep_days) from None
+    commits_file = top.get("commits_file")
     return ServiceConfig(
         cluster=cluster,
         apps=apps,
@@ -363,6 +368,7 @@ def load_config(path: Path) -> ServiceConfig:
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
         executor=None if top.get("executor") is None else r.text(top["executor"], "executor"),
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
+        prune_keep_days=keep_days,
         slurm=None if top.get("slurm") is None else _slurm(r, top["slurm"], path.parent),
         replica_commands=replica_commands,
     )

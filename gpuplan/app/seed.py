@@ -10,7 +10,7 @@ import logging
 import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from contract.records import App, Job, JobEstimate
@@ -20,6 +20,9 @@ from gpuplan.app.config import AppTraffic, ServiceConfig
 from gpuplan.app.models import TRAINING_MODEL_FILE
 from gpuplan.app.tick import fit_profile, ingest_traffic
 from storage.store import Store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -115,19 +118,18 @@ def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime) -> 
     return app
 
 
-def _seed_demo_jobs(store: Store, now: datetime) -> None:
-    """A queue of real-looking jobs (features from the bundled history) and a slice of history."""
+def _demo_draw(history: pd.DataFrame) -> list[tuple[dict[str, Any], float]]:
+    """The demo queue's specs drawn from ``history``'s completed jobs, each with the hours it
+    really took (what the demo cluster runs it for)."""
     import numpy as np
 
     from features.job_features import SCHEMAS
-    from training_data.history import bundled_history_path, load_history
 
-    history = load_history(bundled_history_path())
-    store.append_history(history.tail(DEMO_HISTORY_ROWS))
     rng = np.random.default_rng(DEMO_SEED)
     done = history[history["outcome"] == "completed"]
     hours = (done["end_time"] - done["start_time"]).dt.total_seconds() / 3600
     fits = done[(done["gpus"] <= 8) & (hours <= 20) & (hours >= 0.5)]
+    drawn = []
     kind: JobKind
     for kind, count in DEMO_QUEUE.items():
         rows = fits[fits["kind"] == kind]
@@ -136,18 +138,44 @@ def _seed_demo_jobs(store: Store, now: datetime) -> None:
             spec: dict[str, Any] = {"id": f"demo-{kind}-{n}", "kind": kind}
             spec["priority"] = float(rng.choice(DEMO_PRIORITIES))
             spec.update({name: _plain(row[name]) for name in SCHEMAS[kind].names})
-            store.add_job(
-                Job(id=spec["id"], kind=kind, priority=spec["priority"], spec=spec, submitted_at=now)
-            )
+            drawn.append((spec, float(hours.loc[rows.index[int(index)]])))
+    return drawn
+
+
+def demo_durations() -> dict[str, float]:
+    """Job id -> the hours each job of the demo queue really runs (from the bundled history)."""
+    from training_data.history import bundled_history_path, load_history
+
+    drawn = {spec["id"]: actual for spec, actual in _demo_draw(load_history(bundled_history_path()))}
+    drawn.update({spec["id"]: spec["hours"] for spec in _demo_batch_specs()})
+    return drawn
+
+
+def _demo_batch_specs() -> list[dict[str, Any]]:
     # Batch inference has no forecaster: its spec states GPUs and hours.
-    for n, (gpus, hours_) in enumerate(((2, 3.0), (4, 5.0))):
-        spec = {
+    return [
+        {
             "id": f"demo-batch-inference-{n}",
             "kind": "batch_inference",
             "priority": 40.0,
-            "gpus": gpus,
-            "hours": hours_,
+            "gpus": g,
+            "hours": h,
         }
+        for n, (g, h) in enumerate(((2, 3.0), (4, 5.0)))
+    ]
+
+
+def _seed_demo_jobs(store: Store, now: datetime) -> None:
+    """A queue of real-looking jobs (features from the bundled history) and a slice of history."""
+    from training_data.history import bundled_history_path, load_history
+
+    history = load_history(bundled_history_path())
+    store.append_history(history.tail(DEMO_HISTORY_ROWS))
+    for spec, _ in _demo_draw(history):
+        kind = JobKind(spec["kind"])
+        store.add_job(Job(id=spec["id"], kind=kind, priority=spec["priority"], spec=spec, submitted_at=now))
+    for spec in _demo_batch_specs():
+        gpus, hours_ = spec["gpus"], spec["hours"]
         store.add_job(
             Job(
                 id=spec["id"],

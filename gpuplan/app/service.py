@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.errors import StoreError
 from contract.records import Job
@@ -25,9 +25,13 @@ from gpuplan.app.executors import Executor, Reconciler, make_executor
 from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
+from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import CycleReport, recalibrate
 from gpuplan.app.traffic_sources import pull_traffic
 from storage.store import Store
+
+if TYPE_CHECKING:
+    from gpuplan.app.demo import DemoWorld
 
 log = logging.getLogger("gpuplan.daemon")
 
@@ -52,12 +56,19 @@ class Service:
     config: ServiceConfig
     executor: Executor
     clock: Clock = utc_now
+    #: Simulated seconds per wall second of ``clock`` (the demo's --demo-speed); the daemon's
+    #: periods shrink by it.
+    speed: float = 1.0
+    #: The demo's cluster and traffic (gpuplan/app/demo.py), advanced before each cycle.
+    world: DemoWorld | None = None
     #: The executor, when its cluster reports back (Slurm): reconciled before each plan, polled between.
     reconciler: Reconciler | None = None
     forecasters: Forecasters = field(init=False)
     metrics: Any = None  # a Metrics when --metrics-port is given
     #: How ``status`` names this daemon when it leads.
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    #: Set when this daemon finds it no longer leads: its scheduled jobs stop acting.
+    lead_lost: threading.Event = field(default_factory=threading.Event)
     health: Health = field(init=False)
     plan_mutex: threading.Lock = field(init=False, default_factory=threading.Lock)
 
@@ -93,11 +104,14 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     (:func:`gpuplan.app.amend.amend_cycle`: the plan's next-hour starts on GPUs idle now).
 
     A second daemon on the same database waits for the first one's cycle, then plans on
-    what it committed (the hour is committed once).
+    what it committed (the hour is committed once). The cycle also re-sends every commit
+    the executor has not acknowledged (:mod:`gpuplan.app.outbox`).
     """
     now = now or service.clock()
     failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
     with plan_lock(service):
+        if service.world is not None:
+            service.world.advance(service.store, now)
         if service.reconciler is not None:  # Slurm's truth first; a failure fails the cycle
             service.reconciler.reconcile(service.store, now, service.config)
         recalibrate(service.store, now, service.config, skip=failed)
@@ -152,22 +166,47 @@ def leading(service: Service, stop: threading.Event, poll_s: float = STANDBY_POL
     yield False
 
 
-def make_service(store: Store, config: ServiceConfig, *, print_commits: bool = False) -> Service:
+def make_service(
+    store: Store, config: ServiceConfig, *, print_commits: bool = False, demo_speed: float | None = None
+) -> Service:
     """The service of one daemon process; CP-SAT is loaded now, so that the plan cycle's
-    budget goes to planning (the fast mode skips its CP-SAT search while it is not loaded)."""
+    budget goes to planning (the fast mode skips its CP-SAT search while it is not loaded).
+
+    With ``demo_speed`` the service runs the demo world (gpuplan/app/demo.py): commits go
+    to the simulated cluster as well as the executor, on a clock ``demo_speed`` times as fast.
+    """
     from scheduler.policies import warm_up
 
     warm_up()
 
-    executor = make_executor(config)
+    executor = make_executor(config, store)
     reconciler = executor if isinstance(executor, Reconciler) else None
+    world = None
+    if demo_speed is not None:
+        from gpuplan.app.demo import checked_demo_speed, demo_world
+
+        checked_demo_speed(demo_speed)
+        world = demo_world(store, config, executor)
+        executor = world.cluster
     if print_commits:
         executor = PrintingExecutor(executor)
-    return Service(store=store, config=config, executor=executor, reconciler=reconciler)
+    log.info("commits go to %s", executor.target)
+    service = Service(store=store, config=config, executor=executor, world=world, reconciler=reconciler)
+    if demo_speed is not None:
+        from gpuplan.app.demo import demo_clock
+
+        service.clock, service.speed = demo_clock(store, demo_speed), demo_speed
+    return service
 
 
 def start_service(
-    store: Store, config: ServiceConfig, now: datetime, *, from_file: bool, print_commits: bool = False
+    store: Store,
+    config: ServiceConfig,
+    now: datetime,
+    *,
+    from_file: bool,
+    print_commits: bool = False,
+    demo_speed: float | None = None,
 ) -> Service:
     """Seed an empty database (models, cluster, apps, traffic; once, under the seed lock) and
     build the service: what a daemon does before its first cycle."""
@@ -177,4 +216,11 @@ def start_service(
     with holding(store, "seed"):
         ensure_models(config)
         ensure_service(store, config, now, from_file=from_file)
-    return make_service(store, config, print_commits=print_commits)
+    service = make_service(store, config, print_commits=print_commits, demo_speed=demo_speed)
+    # The outbox: what the executor never acknowledged (the process died between the commit
+    # and its delivery) goes out before anything new is planned.
+    with holding(store, "plan"):
+        resent = deliver_pending(store, service.executor, now)
+    if resent:
+        log.info("delivered %d commit(s) left pending by an earlier run", resent)
+    return service

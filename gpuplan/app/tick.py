@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import pickle
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,15 +24,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
-from contract.records import (
-    App,
-    Cluster,
-    Commit,
-    JobState,
-    PlanRun,
-    RunMode,
-    TrafficHour,
-)
+from contract.records import App, Cluster, JobState, PlanRun, RunMode, TrafficHour
 from gpuplan.app.bridge import (
     STEP,
     AppDemand,
@@ -49,6 +40,7 @@ from gpuplan.app.bridge import (
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors.base import Executor
 from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tokens import NotFoundError
 from gpuplan.app.traffic_sources import store_traffic
 from storage.store import Store
@@ -101,15 +93,21 @@ class CycleReport:
 
 
 def load_profile(store: Store, app: str) -> RealtimeProfile | None:
+    from forecasting.persistence import model_from_bytes
     from forecasting.realtime import RealtimeProfile
 
     blob = store.profile(app)
     if blob is None:
         return None
-    profile = pickle.loads(blob)  # written by this service only (save_profile)
-    if not isinstance(profile, RealtimeProfile):
-        raise TypeError(f"the stored profile of {app!r} is a {type(profile).__name__}, not a RealtimeProfile")
-    return profile
+    # Data only: a row in any other form (an older version's pickle) is refused, never loaded.
+    return model_from_bytes(
+        blob,
+        RealtimeProfile,
+        field="profile",
+        source=f"the stored profile of app {app!r}",
+        saved_by="the daemon",
+        remedy="The next recalibration fits a new one on the app's stored traffic.",
+    )
 
 
 def app_demand(
@@ -242,9 +240,22 @@ def _better_review(store: Store, start: datetime, digest: str, objective: float)
 
 
 def _first_open_hour(store: Store, now: datetime) -> datetime:
-    """Step 0 of a plan made at ``now``: this hour, or the next once this one is committed."""
+    """Step 0 of a plan made at ``now``: this hour, or the hour after the latest committed one
+    when that is this hour or later (commits only move forward: a clock stepped back plans
+    from the latest committed state and commits nothing)."""
     hour = floor_hour(now)
-    return hour if store.commit(hour) is None else hour + STEP
+    latest = store.last_commit()
+    if latest is None or latest.hour < hour:
+        return hour
+    if latest.hour > hour:
+        log.warning(
+            "the clock (%s) is before the latest committed hour %s: nothing is committed; "
+            "planning from %s (replay the past with `gpuplan export` and `gpuplan plan`)",
+            now.isoformat(),
+            latest.hour.isoformat(),
+            (latest.hour + STEP).isoformat(),
+        )
+    return latest.hour + STEP
 
 
 def _run_of(
@@ -315,12 +326,10 @@ def plan_cycle(
             extra={"from_review": review.id},
         )
     commit = column_commit(run.grid, hour) if start == hour and mode is RunMode.PLAN else None
-    stored = store.record_run(run, commit)
-    if stored.committed and commit is not None and executor is not None:
-        try:
-            executor.execute(Commit(commit.hour, stored.id, commit.assignments))
-        except Exception:  # the commit is stored; a failing executor must not stop the daemon
-            log.exception("executor failed on the commit of %s", hour.isoformat())
+    stored = store.record_run(run, commit, deliver_to=None if executor is None else executor.name)
+    if executor is not None and mode is RunMode.PLAN:
+        # The outbox: this hour's commit and any earlier one the executor has not acknowledged.
+        deliver_pending(store, executor, now)
     app_ids = {a.app.id for a in snapshot.demand}
     report = CycleReport(
         hour=hour,
@@ -384,18 +393,27 @@ def recalibrate(
 
     An hour that is missing or not a finite count >= 0 is skipped, and the log says so; the
     profile is then not updated with it (its next update skips the gap). An app with no
-    profile yet (its traffic comes from Prometheus or ``ingest`` only) gets one fitted once it
-    has a day of stored hours without a gap. The apps in ``skip`` (whose traffic source failed
+    profile yet (its traffic comes from Prometheus or ``ingest`` only), or a stored profile
+    in a form that is refused (a pickle), gets one fitted once it has a day of stored hours
+    without a gap. The apps in ``skip`` (whose traffic source failed
     this time) are left for the next recalibration. Returns the apps whose profile moved.
     """
     import numpy as np
+
+    from forecasting.persistence import model_bytes
 
     updated = []
     through = floor_hour(now)  # hours before this one are complete
     for app in store.apps():
         if app.id in skip:
             continue
-        profile = load_profile(store, app.id)
+        try:
+            profile = load_profile(store, app.id)
+        except InputError as error:
+            # A row in another form (an older version's pickle) is never loaded: it is
+            # replaced by a profile fitted on the stored traffic, when that makes a day.
+            log.warning("app %s: %s", app.id, error)
+            profile = None
         if profile is None:
             if _first_profile(store, app.id, through) is not None:
                 updated.append(app.id)
@@ -425,17 +443,18 @@ def recalibrate(
             span = first.isoformat() if first == last else f"{first.isoformat()} .. {last.isoformat()}"
             log.warning("app %s: no traffic for %s; profile not updated with it", app.id, span)
         if fed:
-            store.save_profile(app.id, pickle.dumps(profile), through=next_unseen_hour(profile) - STEP)
+            store.save_profile(app.id, model_bytes(profile), through=next_unseen_hour(profile) - STEP)
             updated.append(app.id)
     return updated
 
 
 def fit_profile(store: Store, app: str, hours: HourArray, requests: FloatArray) -> RealtimeProfile:
     """Fit the app's demand profile on a contiguous hourly series and store it."""
+    from forecasting.persistence import model_bytes
     from forecasting.realtime import RealtimeProfile
 
     profile = RealtimeProfile().fit(hours, requests)
-    store.save_profile(app, pickle.dumps(profile), through=next_unseen_hour(profile) - STEP)
+    store.save_profile(app, model_bytes(profile), through=next_unseen_hour(profile) - STEP)
     return profile
 
 

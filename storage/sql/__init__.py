@@ -29,7 +29,7 @@ from storage.sql.engine import (
 )
 from storage.sql.jobs import JobStore
 from storage.sql.locks import LockStore
-from storage.sql.runs import RunStore
+from storage.sql.outbox import OutboxStore
 from storage.sql.tokens import TokenStore
 from storage.sql.traffic import TrafficStore
 from storage.store import Store
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-class SqlStore(LockStore, ClusterStore, JobStore, TrafficStore, RunStore, TokenStore, Store):
+class SqlStore(LockStore, ClusterStore, JobStore, TrafficStore, OutboxStore, TokenStore, Store):
     """The store on SQLite or PostgreSQL, one aggregate per module; open it with :meth:`open`."""
 
     @classmethod

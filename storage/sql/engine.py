@@ -214,6 +214,16 @@ class SqlBase:
         """``sqlite`` or ``postgresql``."""
         return self._engine.dialect.name
 
+    @property
+    def url(self) -> str:
+        """The database's URL, its password hidden."""
+        return self._url
+
+    @property
+    def file(self) -> Path | None:
+        """The SQLite database's file; None in memory and on PostgreSQL."""
+        return _sqlite_file(self._engine.url) if self.dialect == "sqlite" else None
+
     # -- plumbing ------------------------------------------------------------------------
     def _fail(self, error: Exception) -> StoreError:
         reason = str(getattr(error, "orig", None) or error).strip().splitlines()

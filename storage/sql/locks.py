@@ -23,7 +23,7 @@ from storage.tables import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from sqlalchemy import Connection
 
 from storage.sql.engine import SqlBase
 
@@ -57,10 +57,21 @@ def _owner_alive(owner: str) -> bool:
 
 #: The advisory lock (and the locks-table row naming its owner) of the leading daemon.
 LEADER = "leader"
+#: Whether the advisory lock ``:name`` is held in this database. pg_try_advisory_lock(bigint)
+#: keys a lock by (classid, objid) = (high, low) 32 bits.
+_LEADER_HELD = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND classid::bigint = ((hashtext(:name)::bigint >> 32) & 4294967295)"
+    " AND objid::bigint = (hashtext(:name)::bigint & 4294967295)"
+)
 
 
 class LockStore(SqlBase):
     """The named cross-process lock a cycle holds, and the leading daemon's lock."""
+
+    #: The leader lock's connection while this store leads.
+    _leading: Connection | None = None
 
     # -- leadership ----------------------------------------------------------------------
     @contextmanager
@@ -68,8 +79,8 @@ class LockStore(SqlBase):
         if self.dialect != "postgresql":
             yield True
             return
-        with self._advisory_lock(LEADER) as held:
-            if held:
+        with self._advisory_lock(LEADER) as connection:
+            if connection is not None:
                 # The row only names the owner; the lock is what leads (status checks both).
                 with self._session() as session:
                     row = session.get(LockRow, LEADER)
@@ -78,20 +89,31 @@ class LockStore(SqlBase):
                         session.add(LockRow(name=LEADER, owner=owner, expires_at=now))
                     else:
                         row.owner, row.expires_at = owner, now
-            yield held
+            self._leading = connection
+            try:
+                yield connection is not None
+            finally:
+                self._leading = None
+
+    def still_leads(self) -> bool:
+        if self.dialect != "postgresql":
+            return True
+        connection = self._leading
+        if connection is None:
+            return False
+        try:  # on the lock's own connection: a connection the server ended holds nothing
+            return bool(
+                connection.scalar(text(_LEADER_HELD + " AND pid = pg_backend_pid()"), {"name": LEADER})
+            )
+        except exc.SQLAlchemyError as error:
+            log.warning("the leader's lock connection is gone: %s", error)
+            return False
 
     def leader(self) -> str | None:
         if self.dialect != "postgresql":
             return None
-        # pg_try_advisory_lock(bigint) keys a lock by (classid, objid) = (high, low) 32 bits.
-        held = text(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
-            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND classid::bigint = ((hashtext(:name)::bigint >> 32) & 4294967295)"
-            " AND objid::bigint = (hashtext(:name)::bigint & 4294967295)"
-        )
         with self._session(read_only=True) as session:
-            if not session.scalar(held, {"name": LEADER}):
+            if not session.scalar(text(_LEADER_HELD), {"name": LEADER}):
                 return None
             row = session.get(LockRow, LEADER)
             return None if row is None else row.owner
@@ -100,16 +122,17 @@ class LockStore(SqlBase):
     @contextmanager
     def cycle_lock(self, name: str) -> Iterator[bool]:
         if self.dialect == "postgresql":
-            with self._advisory_lock(name) as held:
-                yield held
+            with self._advisory_lock(name) as connection:
+                yield connection is not None
         else:
             with self._row_lock(name) as held:
                 yield held
 
     @contextmanager
-    def _advisory_lock(self, name: str) -> Iterator[bool]:
-        # A session lock on a connection of its own, outside any transaction: the server
-        # frees it when this connection ends, however the process ends.
+    def _advisory_lock(self, name: str) -> Iterator[Connection | None]:
+        """The session lock ``name`` on a connection of its own, outside any transaction (the
+        server frees it when this connection ends, however the process ends): yields that
+        connection while it is held, None when another holds it."""
         try:
             connection = self._engine.connect()
         except (exc.DBAPIError, exc.TimeoutError) as error:
@@ -123,12 +146,12 @@ class LockStore(SqlBase):
             except exc.DBAPIError as error:
                 raise self._fail(error) from error
             try:
-                yield held
+                yield connection if held else None
             finally:
                 if held:
                     try:
                         connection.execute(text("SELECT pg_advisory_unlock(hashtext(:name))"), {"name": name})
-                    except exc.DBAPIError as error:
+                    except exc.SQLAlchemyError as error:  # the connection is gone: so is the lock
                         log.warning("could not release the lock %r (the server frees it): %s", name, error)
         finally:
             connection.close()

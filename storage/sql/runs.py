@@ -6,9 +6,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import (
+    delete,
     exc,
     func,
     insert,
@@ -22,23 +22,21 @@ from contract.records import (
     AppForecast,
     Assignment,
     Commit,
+    DeliveryState,
     JobState,
     PlanRun,
     RunMode,
 )
+from storage.sql.engine import SqlBase, _require_finite, _require_hour
 from storage.tables import (
     AmendmentRow,
     CommitAssignmentRow,
     CommitRow,
+    DeliveryRow,
     JobRow,
     PlanRunRow,
     RunForecastRow,
 )
-
-if TYPE_CHECKING:
-    pass
-
-from storage.sql.engine import SqlBase, _require_finite, _require_hour
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +57,9 @@ class RunStore(SqlBase):
         _require_hour(commit.hour, "commit.hour")
         _check_assignments(commit.assignments, "commit.assignments")
 
-    def record_run(self, run: PlanRun, commit: Commit | None = None) -> PlanRun:
+    def record_run(
+        self, run: PlanRun, commit: Commit | None = None, *, deliver_to: str | None = None
+    ) -> PlanRun:
         self._check_run(run, commit)
         with self._session() as session:
             row = PlanRunRow(
@@ -98,14 +98,27 @@ class RunStore(SqlBase):
             committed = commit is not None and self._commit_hour(session, row.id, commit, run.created_at)
             if committed:
                 row.committed = True
+                if deliver_to is not None:
+                    assert commit is not None
+                    session.add(_pending(commit.hour, commit.seq, deliver_to, run.created_at))
             session.flush()
             return replace(run, id=row.id, committed=committed)
 
     @staticmethod
     def _commit_hour(session: Session, run_id: int, commit: Commit, created_at: datetime) -> bool:
-        """Write the hour's commit unless it has one; move the queued jobs it starts to running."""
+        """Write the hour's commit unless it has one or a later hour is committed; move the queued
+        jobs it starts to running."""
         exists = select(CommitRow.hour).where(CommitRow.hour == commit.hour)
         if session.scalar(exists) is not None:
+            return False
+        later = session.scalar(select(CommitRow.hour).order_by(CommitRow.hour.desc()).limit(1))
+        if later is not None and later > commit.hour:
+            # Commits only move forward: a clock stepped back must not re-decide the past.
+            log.warning(
+                "hour %s is before the latest committed hour %s; not committed",
+                commit.hour.isoformat(),
+                later.isoformat(),
+            )
             return False
         try:
             # A savepoint: losing the race for the hour must not lose the run.
@@ -130,6 +143,12 @@ class RunStore(SqlBase):
             raise
         _start_queued(session, commit.assignments, commit.hour)
         return True
+
+    def prune_runs(self, before: datetime) -> int:
+        with self._session() as session:
+            # Forecasts go with their runs (ON DELETE CASCADE); commits keep their hour and lose the id.
+            result = session.execute(delete(PlanRunRow).where(PlanRunRow.created_at < before))
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
     def _runs(self, session: Session, rows: Sequence[PlanRunRow]) -> list[PlanRun]:
         forecasts: dict[int, list[AppForecast]] = {row.id: [] for row in rows}
@@ -231,7 +250,7 @@ class RunStore(SqlBase):
             return self._commits(session, rows)[0] if rows else None
 
     # -- amendments ----------------------------------------------------------------------
-    def record_amendment(self, amendment: Amendment) -> Amendment:
+    def record_amendment(self, amendment: Amendment, *, deliver_to: str | None = None) -> Amendment:
         _require_hour(amendment.hour, "amendment.hour")
         _check_assignments(amendment.assignments, "amendment.assignments")
         with self._session() as session:
@@ -251,6 +270,8 @@ class RunStore(SqlBase):
                 )
             )
             _start_queued(session, amendment.assignments, amendment.made_at)
+            if deliver_to is not None:
+                session.add(_pending(amendment.hour, seq, deliver_to, amendment.made_at))
             session.flush()
             return replace(amendment, seq=seq)
 
@@ -261,19 +282,19 @@ class RunStore(SqlBase):
         if until is not None:
             query = query.where(AmendmentRow.hour < until)
         with self._session(read_only=True) as session:
-            return [
-                Amendment(
-                    hour=row.hour,
-                    seq=row.seq,
-                    made_at=row.created_at,
-                    run_id=row.run_id,
-                    assignments=tuple(
-                        Assignment(str(a["job"]), tuple(sorted(int(g) for g in a["gpus"])))
-                        for a in row.assignments
-                    ),
-                )
-                for row in session.scalars(query)
-            ]
+            return [amendment_from_row(row) for row in session.scalars(query)]
+
+
+def amendment_from_row(row: AmendmentRow) -> Amendment:
+    return Amendment(
+        hour=row.hour,
+        seq=row.seq,
+        made_at=row.created_at,
+        run_id=row.run_id,
+        assignments=tuple(
+            Assignment(str(a["job"]), tuple(sorted(int(g) for g in a["gpus"]))) for a in row.assignments
+        ),
+    )
 
 
 def _check_assignments(assignments: Sequence[Assignment], field: str) -> None:
@@ -294,3 +315,17 @@ def _start_queued(session: Session, assignments: Sequence[Assignment], at: datet
     for job in queued:
         gpus = by_job[job.id]
         job.state, job.first_gpu, job.gpus, job.started_at = (JobState.RUNNING, min(gpus), len(gpus), at)
+
+
+def _pending(hour: datetime, seq: int, executor: str, at: datetime) -> DeliveryRow:
+    """An outbox row: the delivery of the hour's commit (``seq`` 0) or amendment ``seq``, pending."""
+    return DeliveryRow(
+        hour=hour,
+        seq=seq,
+        executor=executor,
+        state=DeliveryState.PENDING,
+        attempts=0,
+        last_error=None,
+        created_at=at,
+        acknowledged_at=None,
+    )

@@ -1,10 +1,15 @@
 """The seam to the cluster: gpuplan decides, an executor starts and stops the work.
 
-An executor gets each hour's commit once, after it is stored, each amendment of that
+Every commit goes through the outbox (:mod:`gpuplan.app.outbox`): stored with its delivery
+pending, then handed to the executor, again and again (at start-up and every cycle) until
+the executor acknowledges it. So an executor may see one commit more than once, and must
+be idempotent: it keys what it has done by the commit's :attr:`~contract.records.Commit.key`
+(its hour and ``seq``), and a commit it already holds changes nothing. Each amendment of an
 hour (additions only: more GPUs for a real-time app, a batch job started within the hour)
-once, after it is stored, and a stop when a running job is cancelled. The executors sit side by
-side in this package (``memory``, ``jsonl``, ``slurm``) and the config picks one by name through
-the registry in ``gpuplan/app/executors/__init__.py``.
+goes through the outbox the same way, after the hour's commit, keyed alike (``seq`` 1, 2,
+...). An executor also gets a stop when a running job is cancelled. The executors sit side
+by side in this package (``memory``, ``jsonl``, ``simulated``, ``slurm``) and the config
+picks one by name through the registry in ``gpuplan/app/executors/__init__.py``.
 
 An executor that runs a real cluster manager is also a :class:`Reconciler`: the cluster
 talks back. Before each plan it makes the store agree with the cluster (what is down,
@@ -27,11 +32,26 @@ if TYPE_CHECKING:
 
 
 class Executor(Protocol):
-    def execute(self, commit: Commit) -> None:
-        """Make the cluster run ``commit``'s assignments for its hour."""
+    @property
+    def name(self) -> str:
+        """The executor's name in the registry; the outbox keeps each delivery under it."""
 
-    def amend(self, amendment: Amendment) -> None:
-        """Add ``amendment``'s assignments to its hour's, from ``made_at`` on (nothing else changes)."""
+    @property
+    def target(self) -> str:
+        """Where its commits go, for the daemon's start-up line (a file, "memory", a cluster)."""
+
+    def deliver(self, commit: Commit) -> bool:
+        """Make the cluster run ``commit``'s assignments for its hour; True once it is done.
+
+        Idempotent by ``commit.key``: a commit delivered before is acknowledged again and
+        changes nothing. False (or an exception) leaves the delivery pending, to be re-sent.
+        """
+        ...
+
+    def amend(self, amendment: Amendment) -> bool:
+        """Add ``amendment``'s assignments to its hour's, from ``made_at`` on (nothing else
+        changes); True once it is done. Idempotent by ``amendment.key``, as :meth:`deliver`."""
+        ...
 
     def stop(self, job: str, at: datetime) -> None:
         """Stop a running job now (it was cancelled); its GPUs free at the next commit."""
@@ -48,10 +68,6 @@ class Reconciler(Protocol):
     @property
     def replicas_running(self) -> Mapping[str, int]:
         """Running real-time replicas per app, as last seen."""
-
-    def execute(self, commit: Commit) -> None: ...
-
-    def stop(self, job: str, at: datetime) -> None: ...
 
     def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> object:
         """Before a plan: the cluster's truth into the store, the current commit enacted again."""

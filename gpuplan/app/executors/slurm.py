@@ -6,14 +6,15 @@ client, the cluster source and the job comments it uses are in ``gpuplan/app/slu
 Its entry points are idempotent, each one reading of ``squeue``/``sinfo`` and the fewest
 Slurm actions that make the cluster match:
 
-- :meth:`SlurmExecutor.deliver` (a commit; ``execute`` is the same): each batch job of the
+- :meth:`SlurmExecutor.deliver` (a commit, from the outbox): each batch job of the
   hour that is still held is placed on exactly its planned GPUs (typed GRES on its node,
   or whole nodes) and released; each app gets one replica job per committed GPU, new ones
   submitted before old ones are cancelled. A job already released, a replica already
   running, is left as it is: delivering a commit twice does nothing the second time.
 - :meth:`SlurmExecutor.reconcile` (before each plan): the cluster from Slurm (GPU ids,
   down hours, foreign work) replaces the stored one; finished jobs enter the history; a
-  job that failed to start returns to the queue; held ``gpuplan:`` jobs are adopted;
+  job that failed to start returns to the queue; a job that vanished from Slurm with no
+  completion ends (failed if it ran, cancelled if it was held); held ``gpuplan:`` jobs are adopted;
   drift is logged (a job running on GPUs other than planned has those GPUs pinned); the
   current hour's commit is enacted again (a daemon killed between its commit and its
   release releases at its next cycle).
@@ -109,9 +110,6 @@ class SlurmExecutor:
         return f"Slurm partition {self.settings.partition}"
 
     # -- the entry points ---------------------------------------------------------------------
-    def execute(self, commit: Commit) -> None:
-        self.deliver(commit)
-
     def deliver(self, commit: Commit) -> bool:
         """Enact ``commit``; True once Slurm took every action (a commit enacted before changes
         nothing). A commit older than one already enacted (handed over again after an outage)
@@ -122,9 +120,10 @@ class SlurmExecutor:
         self._delivered = {commit.hour: commit} if follow else self._delivered
         return True
 
-    def amend(self, amendment: Amendment) -> None:
+    def amend(self, amendment: Amendment) -> bool:
         """Enact the hour's allocation with ``amendment``'s additions: more replicas for an app,
-        a batch job released within the hour. Nothing already running is touched. With no
+        a batch job released within the hour; True once Slurm took every action. Nothing
+        already running is touched, and an amendment enacted before changes nothing. With no
         delivered commit of that hour to add to (a restarted daemon), only its batch jobs are
         released; the replicas follow at the next poll, which reads the hour's whole allocation."""
         base = self._delivered.get(amendment.hour)
@@ -133,8 +132,8 @@ class SlurmExecutor:
         merged = Commit(amendment.hour, amendment.run_id, assignments)
         if base is None:
             self.enact(merged, self.read(None, utc_now()), follow=False)
-            return
-        self.deliver(merged)
+            return True
+        return self.deliver(merged)
 
     def stop(self, job: str, at: datetime) -> None:
         """A running job was cancelled: ``scancel`` its Slurm job (gone already: nothing to do)."""
@@ -309,8 +308,24 @@ class SlurmExecutor:
             log.info("job %s (Slurm %d) %s at %s", job.id, slurm_id, outcome.value, at.isoformat())
         for slurm_id in missing:
             if slurm_id not in ended:
-                log.warning("drift: job %s (Slurm %d) vanished from Slurm", bound[slurm_id].id, slurm_id)
+                finished.append(self._vanished(store, bound[slurm_id], slurm_id, now))
         return finished
+
+    @staticmethod
+    def _vanished(store: Store, job: Job, slurm_id: int, now: datetime) -> Job:
+        """A job Slurm neither runs nor has a completion for (its state lost, purged by hand)
+        is drift: Slurm's truth is that nothing runs, so it ends now, and the next plan
+        starts without it. A running one ends as failed (it ran and did not finish), a
+        queued one as cancelled (it can never be released)."""
+        outcome = Outcome.FAILED if job.state is JobState.RUNNING else Outcome.CANCELLED
+        log.warning(
+            "drift: job %s (Slurm %d) vanished from Slurm with no completion; it ends %s at %s",
+            job.id,
+            slurm_id,
+            outcome.value,
+            now.isoformat(),
+        )
+        return finish(store, job.id, now, outcome)
 
     def cancel_orphans(self, store: Store, view: ClusterView) -> list[int]:
         """Held Slurm jobs of gpuplan's that the store has ended (cancelled while queued) are

@@ -19,8 +19,9 @@ from contract.records import (
 from gpuplan.app.amend import ObservedTraffic, amend_hour, hourly_rates
 from gpuplan.app.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.executors.simulated import SimulatedCluster
 from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import load_snapshot, plan_cycle
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class SimService:
 
     store: Store
     config: ServiceConfig
-    executor: InMemoryExecutor
+    executor: SimulatedCluster
     forecasters: Forecasters
     setup: Setup
     #: Whether a cycle in a committed hour amends it (the fast policy only).
@@ -241,9 +242,8 @@ def _record(
         metrics=metrics,
         latency_ms=(time.perf_counter() - started) * 1000,
     )
-    stored = service.store.record_run(run, commit if commits else None)
-    if stored.committed:
-        service.executor.execute(Commit(commit.hour, stored.id, commit.assignments))
+    service.store.record_run(run, commit if commits else None, deliver_to=service.executor.name)
+    deliver_pending(service.store, service.executor, now)
 
 
 CYCLES: dict[SimPolicy, Callable[[], Cycle]] = {

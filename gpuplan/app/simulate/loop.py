@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import logging
 import time
 from collections import deque
@@ -21,6 +20,7 @@ from gpuplan.app.amend import ObservedTraffic
 from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.config import PROMISE_PENALTY, PlanWith, ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.jobs import finish, promise, submit
 from gpuplan.app.tick import recalibrate, review
 
@@ -111,11 +111,17 @@ def run_policy(
             plan_with=options.plan_with,
             promise_penalty=options.promise_penalty,
             models_dir=setup.models_dir,
-            commits_file=None,
+            executor=InMemoryExecutor.name,
         )
         forecasters = PrecomputedForecasters(setup.models_dir, setup.forecasts)
+        by_id = {job.id: job for job in setup.jobs}
+
+        def actual(job_id: str) -> ActualRun | None:
+            job = by_id.get(job_id)
+            return None if job is None else ActualRun(job.actual_hours, job.outcome)
+
         amend = options.amend and policy is SimPolicy.FAST
-        service = SimService(store, config, InMemoryExecutor(), forecasters, setup, amend=amend)
+        service = SimService(store, config, SimulatedCluster(actual), forecasters, setup, amend=amend)
         result = _loop(service, policy, CYCLES[policy](), options, progress)
         result.amend_ms = service.amend_ms
         return result
@@ -131,11 +137,11 @@ def _loop(
     progress: Callable[[int], object],
 ) -> PolicyRun:
     setup, store, config = service.setup, service.store, service.config
-    result = PolicyRun(policy, service.executor.commits, service.executor.amendments)
+    cluster = service.executor  # starts each committed job, knows when it really ends
+    result = PolicyRun(
+        policy, cluster.commits, cluster.amendments, started=cluster.started, gpus=cluster.gpus
+    )
     arrivals = deque(sorted(setup.jobs, key=lambda job: job.submit_hour))
-    by_id = {job.id: job for job in setup.jobs}
-    due: list[tuple[datetime, str]] = []  # (actual end, job) of started jobs
-    seen_commits = seen_amendments = 0
     awaiting: list[str] = []  # submitted since the last cycle: promised by its plan
     step = timedelta(minutes=options.cycle_minutes)
     review_every = options.review_every_hours
@@ -144,10 +150,10 @@ def _loop(
         # 1. what happened since the last cycle, in time order (an end before a submission)
         while True:
             arrival = setup.start + timedelta(hours=arrivals[0].submit_hour) if arrivals else None
-            end = due[0][0] if due else None
+            end = cluster.next_end()
             if end is not None and end <= now and (arrival is None or end <= arrival):
-                _, job_id = heapq.heappop(due)
-                finish(store, job_id, end, by_id[job_id].outcome)
+                _, job_id, outcome = cluster.pop_end()
+                finish(store, job_id, end, outcome)
             elif arrival is not None and arrival <= now:
                 job = arrivals.popleft()
                 submit(
@@ -186,16 +192,6 @@ def _loop(
         if awaiting and run is not None and run.created_at == now:
             result.promised.update(promise(store, run, awaiting))
         awaiting = []
-        placed = [(c.hour, c.assignments) for c in result.commits[seen_commits:]]
-        placed += [(a.made_at, a.assignments) for a in result.amendments[seen_amendments:]]
-        for at, assignments in placed:
-            for assignment in assignments:
-                starting = by_id.get(assignment.job)
-                if starting is not None and starting.id not in result.started:
-                    result.started[starting.id] = at
-                    result.gpus[starting.id] = len(assignment.gpus)
-                    heapq.heappush(due, (at + timedelta(hours=starting.actual_hours), starting.id))
-        seen_commits, seen_amendments = len(result.commits), len(result.amendments)
     return result
 
 

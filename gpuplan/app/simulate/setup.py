@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import pickle
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -152,12 +151,13 @@ def load_realtime(paths: Sequence[Path], *, days: int, gpus: int) -> list[Realti
 
 
 def fit_profile(series: RealtimeSeries) -> bytes:
-    """The app's demand profile fitted on its history only, pickled as the store keeps it."""
+    """The app's demand profile fitted on its history only, as the store keeps it (JSON)."""
+    from forecasting.persistence import model_bytes
     from forecasting.realtime import RealtimeProfile
 
     history = slice(0, series.history_hours)
     profile = RealtimeProfile().fit(series.hours[history], series.requests[history])
-    return pickle.dumps(profile)
+    return model_bytes(profile)
 
 
 def _moment(hour: np.datetime64) -> datetime:
