@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = replace(demo_config(args.models), executor="memory")
     ensure_models(demo)
     large = large_config(demo)
-    rows: list[list[object]] = []
+    rows: list[tuple[object, ...]] = []
     with tempfile.TemporaryDirectory() as folder:
         for name, config, is_large in (("demo (16 GPUs)", demo, False), ("256 GPUs, 100 jobs", large, True)):
             db = f"sqlite:///{folder}/{'large' if is_large else 'demo'}.db"

@@ -29,6 +29,7 @@ import argparse
 import logging
 import sys
 import tempfile
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def score(name: str, traffic: HourlyTraffic, variants: bool) -> list[str]:
             forecaster="median",
         )
     )
-    makers = {"profile": RealtimeProfile}
+    makers: dict[str, Callable[[], RealtimeProfile]] = {"profile": RealtimeProfile}
     if variants:
         makers["no nowcast"] = partial(RealtimeProfile, surge_decay=0.0)
     rows = []

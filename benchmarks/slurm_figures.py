@@ -28,9 +28,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
-from contract.records import Cluster, Commit, JobState
+from contract.records import Amendment, Cluster, Commit, JobState
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.executors.slurm import SlurmExecutor
@@ -68,9 +69,21 @@ class TimedExecutor:
     inner: SlurmExecutor
     called_at: list[float] = field(default_factory=list)
 
-    def execute(self, commit: Commit) -> None:
+    name = SlurmExecutor.name
+
+    @property
+    def target(self) -> str:
+        return self.inner.target
+
+    def deliver(self, commit: Commit) -> bool:
         self.called_at.append(time.perf_counter())
-        self.inner.execute(commit)
+        return self.inner.deliver(commit)
+
+    def amend(self, amendment: Amendment) -> bool:
+        return self.inner.amend(amendment)
+
+    def stop(self, job: str, at: datetime) -> None:
+        self.inner.stop(job, at)
 
 
 def _until(probe: Callable[[], bool], timeout_s: float = 60.0, period_s: float = 0.02) -> None:
@@ -193,13 +206,13 @@ def takeovers(folder: Path, config: ServiceConfig, count: int) -> list[float]:
         for n in range(count):
             url = server.fresh_url()
 
-            def leader(url: str = url) -> int | None:
+            def leads(pid: int, url: str = url) -> bool:
                 store = open_store(url)
                 try:
                     found = status(store, datetime.now(UTC)).leader
                 finally:
                     store.close()
-                return None if found is None else found["pid"]
+                return found is not None and found["pid"] == pid
 
             argv = [
                 sys.executable,
@@ -215,12 +228,12 @@ def takeovers(folder: Path, config: ServiceConfig, count: int) -> list[float]:
             ]
             with (folder / f"takeover-{n}.log").open("w") as log:
                 first = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
-                _until(lambda first=first: leader() == first.pid, timeout_s=120, period_s=0.1)
+                _until(partial(leads, first.pid), timeout_s=120, period_s=0.1)
                 second = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
                 time.sleep(5)  # the standby is up and waits
                 os.killpg(first.pid, signal.SIGKILL)
                 killed = time.perf_counter()
-                _until(lambda second=second: leader() == second.pid, timeout_s=120, period_s=0.05)
+                _until(partial(leads, second.pid), timeout_s=120, period_s=0.05)
                 seconds.append(time.perf_counter() - killed)
                 first.wait()
                 os.killpg(second.pid, signal.SIGTERM)

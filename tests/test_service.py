@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from contract.errors import InputError
-from contract.records import Assignment, Commit, JobState, Outcome, TrafficHour
+from contract.records import Amendment, Assignment, Commit, JobState, Outcome, TrafficHour
 from contract.scenario_io import parse_scenario
 from gpuplan.app.bridge import column_commit
 from gpuplan.app.config import demo_config
@@ -533,6 +533,24 @@ def test_the_simulated_cluster_starts_each_job_once_and_ends_it_after_its_actual
     assert cluster.next_end() is None and cluster.ended(hour + 9 * HOUR) == []
 
 
+def test_a_job_committed_after_it_came_in_runs_from_its_arrival_and_an_amendment_starts_it_when_made() -> (
+    None
+):
+    hour = datetime(2026, 11, 30, 10, tzinfo=UTC)
+    came = hour + timedelta(minutes=50)  # the hour is committed at 10:55, after the job came in
+    runs = {"late": ActualRun(0.1, not_before=came), "amended": ActualRun(1.0)}
+    cluster = SimulatedCluster(runs.get)
+    assert cluster.deliver(Commit(hour, 1, (Assignment("late", (0,)),)))
+    amendment = Amendment(hour, 1, hour + timedelta(minutes=30), 1, (Assignment("amended", (1, 2)),))
+    assert cluster.amend(amendment) and cluster.amend(amendment)  # re-sent: nothing changes
+    assert cluster.started == {"late": came, "amended": hour + timedelta(minutes=30)}
+    assert cluster.amendments == [amendment]
+    assert cluster.ended(hour + 2 * HOUR) == [
+        (came + timedelta(hours=0.1), "late", Outcome.OK),
+        (hour + timedelta(minutes=90), "amended", Outcome.OK),
+    ]
+
+
 def test_the_demo_world_ends_jobs_after_their_actual_hours_and_feeds_traffic_hourly(
     tmp_path: Path, models_dir: Path
 ) -> None:
@@ -557,7 +575,9 @@ def test_the_demo_world_ends_jobs_after_their_actual_hours_and_feeds_traffic_hou
     assert done, "no job ended in twelve simulated hours"
     for job in done:
         assert job.started_at is not None and job.ended_at is not None
-        assert job.ended_at - job.started_at == timedelta(hours=durations[job.id])
+        # Committed for the hour it came in (10:05), a job runs from its submission.
+        began = max(job.started_at, job.submitted_at)
+        assert job.ended_at - began == timedelta(hours=durations[job.id])
     assert len(world.cluster.started) > len(done)  # jobs started after others ended
     end = datetime(2026, 11, 30, 20, tzinfo=UTC)  # the last full hour before the last cycle (21:35)
     for app, rows in traffic.items():

@@ -513,6 +513,23 @@ def test_a_job_cancelled_while_queued_leaves_no_held_slurm_job(service: SlurmSer
 
 
 @pytest.mark.slurm
+def test_a_running_job_whose_stop_was_lost_is_cancelled_at_the_next_reconcile(service: SlurmService) -> None:
+    from gpuplan.app.jobs import cancel
+
+    now = this_hour() + timedelta(minutes=1)
+    service.submit("lost-stop", 1, 3.0, now)
+    service.cycle(now)
+    slurm_id = service.slurm_job("lost-stop").id
+    wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
+    cancel(service.store, "lost-stop", now + timedelta(minutes=2), None)  # the daemon died before scancel
+    assert service.executor.client.job(slurm_id).state == RUNNING  # type: ignore[union-attr]
+    service.executor.reconcile(service.store, now + timedelta(minutes=3), service.config)
+    wait_for(lambda: service.executor.client.job(slurm_id).state == "CANCELLED", "CANCELLED")  # type: ignore[union-attr]
+    ended = service.store.job("lost-stop")
+    assert ended is not None and ended.outcome is Outcome.CANCELLED  # the store's end stays
+
+
+@pytest.mark.slurm
 def test_an_amendment_adds_a_replica_and_the_poll_keeps_it(service: SlurmService) -> None:
     now = this_hour().replace(hour=12) + timedelta(minutes=1)
     service.cycle(now)

@@ -96,12 +96,11 @@ def demo_world(store: Store, config: ServiceConfig, inner: Executor | None = Non
     durations = demo_durations()
 
     def actual(job_id: str) -> ActualRun | None:
-        if job_id in durations:
-            return ActualRun(durations[job_id])
         job = store.job(job_id)
         if job is None or job.estimate is None:
             return None  # a real-time app
-        return ActualRun(job.estimate.hours_p50)
+        hours = durations.get(job_id, job.estimate.hours_p50)
+        return ActualRun(hours, not_before=job.submitted_at)
 
     cluster = SimulatedCluster(actual, inner)
     for job in store.jobs([JobState.RUNNING]):

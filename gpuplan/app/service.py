@@ -124,9 +124,13 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
 
 
 def recalibrate_now(service: Service) -> list[str]:
-    """The hourly recalibration: Prometheus-fed apps' finished hours first, then every profile."""
+    """The hourly recalibration: Prometheus-fed apps' finished hours first (and the demo
+    world's, brought to the clock), then every profile."""
     now = service.clock()
     failed = pull_traffic(service.store, now, service.config)
+    if service.world is not None:
+        with plan_lock(service):
+            service.world.advance(service.store, now)
     return recalibrate(service.store, now, service.config, skip=failed)
 
 

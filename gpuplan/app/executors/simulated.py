@@ -13,21 +13,25 @@ cluster takes the inner executor's name, so the outbox keeps one delivery per co
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from contract.records import Amendment, Commit, Outcome
+from contract.records import Amendment, Assignment, Commit, Outcome
 from gpuplan.app.executors.base import Executor
 from gpuplan.app.executors.memory import InMemoryExecutor
 
 
 @dataclass(frozen=True, slots=True)
 class ActualRun:
-    """How a job really runs once started: for ``hours``, then it ends with ``outcome``."""
+    """How a job really runs once started: for ``hours``, then it ends with ``outcome``.
+
+    It starts no earlier than ``not_before`` (its submission): an hour committed late, after
+    the job came in, starts it when it came in, as the store counts it (``jobs.finish``)."""
 
     hours: float
     outcome: Outcome = Outcome.OK
+    not_before: datetime | None = None
 
 
 class SimulatedCluster(InMemoryExecutor):
@@ -48,23 +52,21 @@ class SimulatedCluster(InMemoryExecutor):
     def deliver(self, commit: Commit) -> bool:
         if self.inner is not None and not self.inner.deliver(commit):
             return False
-        fresh = commit.key not in self._keys
-        super().deliver(commit)
-        if fresh:
-            for assignment in commit.assignments:
-                self.start(assignment.job, commit.hour, len(assignment.gpus))
-        return True
+        self._start_new(commit.key, commit.assignments, commit.hour)
+        return super().deliver(commit)
 
     def amend(self, amendment: Amendment) -> bool:
         """The batch jobs an amendment places start at its ``made_at``, within the hour."""
         if self.inner is not None and not self.inner.amend(amendment):
             return False
-        fresh = amendment.key not in self._keys
-        super().amend(amendment)
-        if fresh:
-            for assignment in amendment.assignments:
-                self.start(assignment.job, amendment.made_at, len(assignment.gpus))
-        return True
+        self._start_new(amendment.key, amendment.assignments, amendment.made_at)
+        return super().amend(amendment)
+
+    def _start_new(self, key: str, assignments: Sequence[Assignment], at: datetime) -> None:
+        """Start what a commit or amendment not seen before places (one seen before: nothing)."""
+        if key not in self._keys:
+            for assignment in assignments:
+                self.start(assignment.job, at, len(assignment.gpus))
 
     def stop(self, job: str, at: datetime) -> None:
         """A cancelled job: passed on to ``inner``; its end, when it comes, finds it done already."""
@@ -80,6 +82,8 @@ class SimulatedCluster(InMemoryExecutor):
         run = self.actual(job_id)
         if run is None:
             return False
+        if run.not_before is not None:
+            at = max(at, run.not_before)
         self.started[job_id] = at
         self.gpus[job_id] = gpus
         heapq.heappush(self._ends, (at + timedelta(hours=run.hours), job_id, run.outcome))

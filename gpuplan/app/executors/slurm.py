@@ -328,12 +328,14 @@ class SlurmExecutor:
         return finish(store, job.id, now, outcome)
 
     def cancel_orphans(self, store: Store, view: ClusterView) -> list[int]:
-        """Held Slurm jobs of gpuplan's that the store has ended (cancelled while queued) are
-        cancelled in Slurm too, so that none waits there for a release that never comes."""
+        """Live Slurm jobs of gpuplan's that the store has ended are cancelled in Slurm too:
+        a held one (cancelled while queued) would wait for a release that never comes, and a
+        running one whose stop was lost (the daemon died between the cancel and ``scancel``)
+        would hold its GPUs past its end."""
         done = {job.id for job in store.jobs([JobState.DONE])}
-        orphans = [job.id for name, job in _ours(view.jobs)[0].items() if job.held and name in done]
+        orphans = [job.id for name, job in _ours(view.jobs)[0].items() if name in done]
         if orphans:
-            log.info("cancelling held Slurm jobs %s: their gpuplan jobs ended", orphans)
+            log.info("cancelling Slurm jobs %s: their gpuplan jobs ended", orphans)
             self.client.cancel(*orphans)
         return orphans
 
