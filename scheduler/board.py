@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from functools import cache
 
-from contract.scenario import BatchJob, Instance, block_mask
+from contract.scenario import BatchJob, Instance, block_mask, gpus_of
 
 
 @cache
@@ -116,6 +116,10 @@ class BlockedSchedule:
         for mask in blocked_masks:
             ever |= mask
         self.ever_down = ever
+        # Per step, the GPUs blocked at that step or any later one (suffix unions).
+        self.blocked_from: list[int] = [0] * (len(blocked_masks) + 1)
+        for t in range(len(blocked_masks) - 1, -1, -1):
+            self.blocked_from[t] = self.blocked_from[t + 1] | blocked_masks[t]
         # Each GPU's blocked steps, listed the first time it is asked about: a search asks
         # about few of a large cluster's GPUs.
         self.down_steps: dict[int, list[int]] = {}
@@ -123,6 +127,10 @@ class BlockedSchedule:
     @classmethod
     def of_down_windows(cls, instance: Instance) -> BlockedSchedule:
         return cls(instance.down_masks)
+
+    def never_blocked_after(self, step: int) -> int:
+        """Mask of the GPUs that no down window or promise takes from ``step`` on."""
+        return ~self.blocked_from[min(step, len(self.masks))]
 
     def next_down(self, gpu: int, step: int) -> int | None:
         if not self.ever_down >> gpu & 1:
@@ -148,15 +156,7 @@ class BlockedSchedule:
         at_risk = held & self.ever_down
         if not at_risk:
             return 0
-        deadlines = []
-        g = 0
-        while at_risk >> g:
-            if at_risk >> g & 1:
-                nxt = self.next_down(g, step)
-                if nxt is not None:
-                    deadlines.append((nxt, g))
-            g += 1
-        deadlines.sort()
+        deadlines = sorted((nxt, g) for g in gpus_of(at_risk) if (nxt := self.next_down(g, step)) is not None)
         needed = 0
         for count, (deadline, _) in enumerate(deadlines, start=1):
             needed = max(needed, count - swap_cap * (deadline - step))
@@ -168,8 +168,6 @@ class BlockedSchedule:
     def still_reachable(self, held: int, step: int, swap_cap: int) -> bool:
         """Whether ``held`` at ``step`` can still shed its GPUs before they go down (from step+1 on)."""
         deadlines = sorted(
-            d
-            for g in range(held.bit_length())
-            if held >> g & 1 and (d := self.next_down(g, step + 1)) is not None
+            d for g in gpus_of(held & self.ever_down) if (d := self.next_down(g, step + 1)) is not None
         )
         return all(count <= swap_cap * (d - step) for count, d in enumerate(deadlines, start=1))

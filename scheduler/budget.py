@@ -99,6 +99,10 @@ class Budget:
         the deadline if it ran as fast as estimated."""
         return self.spent + units <= self.units and time.perf_counter() + units / 1e6 < self.deadline
 
+    def overdue(self) -> bool:
+        """Whether the wall-clock deadline has passed (never, on a work-only budget)."""
+        return time.perf_counter() >= self.deadline
+
     def remaining_s(self) -> float:
         """Wall-clock seconds left before the deadline."""
         return max(0.0, self.deadline - time.perf_counter())

@@ -128,7 +128,7 @@ def _sticky_realtime(
                 # Rule 3: the free GPUs that stay free longest, highest ids first: first
                 # those never blocked later (no sort needed), then the others by when.
                 free = everyone & ~taken
-                blocked_later = free & schedule.ever_down
+                blocked_later = free & ~schedule.never_blocked_after(t + 1)
                 candidates = chain(
                     iter_gpus_down(free & ~blocked_later), _by_blocking(schedule, blocked_later, t + 1)
                 )

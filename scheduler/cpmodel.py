@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +85,7 @@ class Variables:
     window: Window
     current: Allocation
     moving_realtime: frozenset[str]  # services whose holdings on the window's GPUs are variables
+    free_jobs: frozenset[str] = frozenset()  # queued jobs the model places (the rest stay as they are)
     place: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (job, block, start)
     options: dict[tuple[str, int, int], _Option] = field(default_factory=dict)
     hold: dict[tuple[str, int, int], Any] = field(default_factory=dict)  # (rt job, gpu, step)
@@ -109,9 +110,14 @@ def build_model(
     instance: Instance,
     window: Window,
     current: Allocation,
+    *,
     deadline: float | None = None,
+    pull: Collection[str] = (),
 ) -> tuple[Variables, float]:
     """Variables, one block per constraint, objective; returns the objective's constant part.
+
+    ``pull`` names placed queued jobs outside the window that may move into it (or stay
+    where they are): a delayed job can then take idle cells of the window's block.
 
     Raises :class:`BuildTimeoutError` as soon as ``deadline`` (a ``time.perf_counter()``
     value) passes, so that a caller with a time limit never waits for a model it cannot solve.
@@ -126,7 +132,9 @@ def build_model(
     r0, r1 = 0, horizon
     in_range = window.gpu_mask
     jobs = instance.jobs_by_id
-    free_jobs = [job for job in instance.queued_jobs if window.frees(current.batch.get(job.id))]
+    free_jobs = [
+        job for job in instance.queued_jobs if job.id in pull or window.frees(current.batch.get(job.id))
+    ]
     free_ids = {job.id for job in free_jobs}
     fixed_batch = {job_id: p for job_id, p in current.batch.items() if job_id not in free_ids}
     # Cells nothing in the window may take: down, running, fixed batch jobs, and real-time
@@ -148,7 +156,9 @@ def build_model(
         for t, mask in enumerate(held):
             fixed_rt[t] |= mask & ~in_range if rt_id in moving_ids and r0 <= t < r1 else mask
     occupied = [b | f for b, f in zip(blocked, fixed_rt, strict=True)]
-    v = Variables(window=window, current=current, moving_realtime=frozenset(moving_ids))
+    v = Variables(
+        window=window, current=current, moving_realtime=frozenset(moving_ids), free_jobs=frozenset(free_ids)
+    )
 
     # --- variables ---------------------------------------------------------------------------
     for job in free_jobs:
@@ -160,11 +170,13 @@ def build_model(
                 taken |= occupied[t]
             # aligned blocks inside the window's GPUs
             for first_gpu in range(-(-g0 // job.gpus) * job.gpus, g1 - job.gpus + 1, job.gpus):
-                if taken & block_mask(first_gpu, job.gpus):
-                    continue
-                key = (job.id, first_gpu, start)
-                v.place[key] = model.new_bool_var(f"place(job={job.id}, block={first_gpu}, start={start})")
-                v.options[key] = _Option(job, first_gpu, start, end)
+                if not taken & block_mask(first_gpu, job.gpus):
+                    _add_option(model, v, job, (first_gpu, start), end)
+        placed = current.batch.get(job.id)
+        if job.id in pull and placed is not None:
+            # A pulled job may also stay where it is (its own cells, free of everything fixed).
+            start = placed.start_step
+            _add_option(model, v, job, (placed.first_gpu, start), job.end_step(start, horizon))
     for rt in moving:
         on_time()
         for t in range(r0, r1):
@@ -267,6 +279,15 @@ def build_model(
     return v, constant
 
 
+def _add_option(model: Any, v: Variables, job: BatchJob, block: tuple[int, int], end: int) -> None:
+    """A ``place`` variable for ``job`` on ``block`` (first GPU, start step) until ``end``, once."""
+    first_gpu, start = block
+    key = (job.id, first_gpu, start)
+    if key not in v.place:
+        v.place[key] = model.new_bool_var(f"place(job={job.id}, block={first_gpu}, start={start})")
+        v.options[key] = _Option(job, first_gpu, start, end)
+
+
 def _maximize(model: Any, terms: list[Any], coefficients: list[int]) -> None:
     """Maximise ``sum(c * x)``, written into the model's proto in one go.
 
@@ -321,9 +342,7 @@ def hint(
 
 def read_allocation(v: Variables, instance: Instance, solver: Any) -> Allocation:
     """The solver's plan: its choices in the window, the current plan everywhere else."""
-    batch = {
-        job_id: placement for job_id, placement in v.current.batch.items() if not v.window.frees(placement)
-    }
+    batch = {job_id: placement for job_id, placement in v.current.batch.items() if job_id not in v.free_jobs}
     batch.update(
         (key[0], Placement(start_step=v.options[key].start, first_gpu=v.options[key].first_gpu))
         for key, var in v.place.items()

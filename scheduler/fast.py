@@ -61,6 +61,9 @@ MAX_BLOCK_CANDIDATES = 12
 # Starts tried per delayed job and pass, as offsets from its earliest free start; the first
 # that improves is kept. Later starts let real-time services move out of the way in time.
 PROMISE_OFFSETS: tuple[int, ...] = (0, 2, 5, 9)
+# A start the services cannot make room for in time (infeasible, or demand left unserved) is
+# followed by the one a step later, this many times per job and round.
+PROMISE_RETRIES = 1
 EPSILON = 1e-9
 # Job orders every first pass packs (the rest are tried while the budget lasts): priority
 # with larger rectangles first, and each job's value from its earliest start. Over the 58
@@ -121,16 +124,21 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     # the other orientation's, then with promotions in priority order instead; last, the
     # order search's wider moves on the best of them.
     found: list[tuple[Instance, _Candidate]] = []
-    for (oriented, _, start), targets in [*((s, _most_delayed) for s in starts), (starts[0], _by_priority)]:
+    for (oriented, _, start), targets in [*((s, most_delayed) for s in starts), (starts[0], _by_priority)]:
         if found and not budget.affords(costs.build):
             break
         found.append((oriented, _search(oriented, start, budget, costs, targets)))
     oriented, searched = max(found, key=lambda f: f[1].objective)
+    every_start = tuple(range(oriented.horizon_steps))
     while budget.affords(costs.pack):
         wider = _reorder(oriented, searched, budget, costs, _far_moves)
         if wider is searched:
-            break
-        searched = _search(oriented, wider, budget, costs, _most_delayed)
+            # No early stop while the budget lasts and a move is untried: every earlier start
+            # of each delayed job, not only the few offsets the rounds try.
+            wider = _promote(oriented, searched, budget, costs, most_delayed, offsets=every_start)
+            if wider is searched:
+                break
+        searched = _search(oriented, wider, budget, costs, most_delayed)
     allocations = [
         c.allocation if o is instance else _unmirror(instance, c.allocation)
         for o, c in [*found, (oriented, searched)]
@@ -181,10 +189,13 @@ def objective(instance: Instance, allocation: Allocation) -> float:
 def _first_pass(
     instance: Instance, orders: Sequence[Sequence[BatchJob]], budget: Budget, costs: WorkCosts
 ) -> _Candidate:
-    """Real-time, then the best packing of ``orders`` (always completes)."""
+    """Real-time, then the best packing of ``orders``: it completes unless the wall clock
+    has run out before an order after the first (a large cluster on a tight budget)."""
     best = _build(instance, {}, orders[:1])
     budget.charge(costs.build)
     for order in orders[1:]:
+        if budget.overdue():
+            break
         budget.charge(costs.pack)
         best = _with_batch(instance, best, *_pack(instance, best.busy_before_batch, {}, order), order)
     return best
@@ -285,7 +296,7 @@ def _value_lost(instance: Instance, job: BatchJob, earliest: int, start: int) ->
     return job.priority * job.gpus * (at - later)
 
 
-def _most_delayed(instance: Instance, allocation: Allocation) -> list[BatchJob]:
+def most_delayed(instance: Instance, allocation: Allocation) -> list[BatchJob]:
     """Queued jobs that start later than the fixed load (down GPUs, running jobs) allows, the
     one whose delay costs the most value first."""
     fixed = Board(instance)
@@ -338,20 +349,33 @@ def _promote(
             if not budget.affords(costs.slots) or budget.spent > until:
                 return best
             budget.charge(costs.slots)  # finding the slots reads the real-time holdings
-            for promise in _earlier_slots(
-                instance, best.allocation, job, promises, before=latest, offsets=offsets
-            ):
+            slots = _earlier_slots(instance, best.allocation, job, promises, before=latest, offsets=offsets)
+            tried: set[int] = set()
+            retries = PROMISE_RETRIES
+            while slots:
+                promise = slots.pop(0)
+                tried.add(promise.start_step)
                 if not budget.affords(costs.build) or budget.spent > until:
                     return best
                 budget.charge(costs.build)
                 committed = {**promises, job.id: promise}
                 try:
-                    trial = _build(instance, committed, [best.order])
+                    trial: _Candidate | None = _build(instance, committed, [best.order])
                 except InfeasiblePromiseError:
-                    continue
+                    trial = None
                 # A promotion may not buy batch value with real-time demand the first pass
                 # served: inference latency targets are not for sale, whatever the penalty says.
-                if trial.objective > best.objective + EPSILON and trial.rt_shortfall <= best.rt_shortfall:
+                if trial is None or trial.rt_shortfall > best.rt_shortfall:
+                    # Too early for the services to move out of the way within their caps:
+                    # the next step may be early enough to gain and late enough for them.
+                    later = promise.start_step + 1
+                    if retries and later < latest and later not in tried and budget.affords(costs.slots):
+                        retries -= 1
+                        budget.charge(costs.slots)
+                        slot = _slot_at(_promise_board(instance, job, promises), best.allocation, job, later)
+                        slots = slots if slot is None else [slot, *slots]
+                    continue
+                if trial.objective > best.objective + EPSILON:
                     best, promises, improved = trial, committed, True
                     break
     return best
@@ -453,23 +477,37 @@ def _earlier_slots(
     """Starts before ``before`` that running jobs, down GPUs and the other promises leave
     ``job`` (the earliest, then ``offsets`` later), each on the block real-time
     uses least there (the fewest GPUs it must move)."""
-    fixed = Board(instance)
-    others = {job_id: p for job_id, p in promises.items() if job_id != job.id}
-    fixed.busy = [
-        busy | mask for busy, mask in zip(fixed.busy, placement_masks(instance, others), strict=True)
-    ]
+    fixed = _promise_board(instance, job, promises)
     slots: list[Placement] = []
     earliest: int | None = None
     for start in range(job.release_step, min(before, instance.horizon_steps)):
         if earliest is not None and start - earliest not in offsets:
             continue
-        end = job.end_step(start, instance.horizon_steps)
-        starts = fixed.free_starts(job.gpus, start, end)
-        if starts:
+        slot = _slot_at(fixed, allocation, job, start)
+        if slot is not None:
             earliest = start if earliest is None else earliest
-            moved = {a: _realtime_cells(allocation, a, job.gpus, start, end) for a in gpus_of(starts)}
-            slots.append(Placement(start_step=start, first_gpu=min(moved, key=moved.__getitem__)))
+            slots.append(slot)
     return slots
+
+
+def _promise_board(instance: Instance, job: BatchJob, promises: Mapping[str, Placement]) -> Board:
+    """Down GPUs, running jobs and the promises other than ``job``'s."""
+    fixed = Board(instance)
+    others = {job_id: p for job_id, p in promises.items() if job_id != job.id}
+    fixed.busy = [
+        busy | mask for busy, mask in zip(fixed.busy, placement_masks(instance, others), strict=True)
+    ]
+    return fixed
+
+
+def _slot_at(fixed: Board, allocation: Allocation, job: BatchJob, start: int) -> Placement | None:
+    """``job`` from ``start`` on the free block of ``fixed`` that real-time uses least, if any."""
+    end = job.end_step(start, fixed.horizon)
+    starts = fixed.free_starts(job.gpus, start, end)
+    if not starts:
+        return None
+    moved = {a: _realtime_cells(allocation, a, job.gpus, start, end) for a in gpus_of(starts)}
+    return Placement(start_step=start, first_gpu=min(moved, key=moved.__getitem__))
 
 
 # --- real-time -------------------------------------------------------------------------------
@@ -627,7 +665,8 @@ def _step_realtime(
     elif have < want and budget > 0:
         level_end = _level_end(curve, t, have + 1)
         room = min(want - have, budget)
-        for gpu in iter_gpus_down((free if grow_into is None else grow_into) & ~current):
+        candidates = (free if grow_into is None else grow_into) & ~current
+        for gpu in iter_gpus_down(candidates):
             if room == 0:
                 break
             bit = 1 << gpu
@@ -638,9 +677,23 @@ def _step_realtime(
             current |= bit
             room -= 1
             budget -= 1
+        # Still short: GPUs taken away (down, or promised) before the level ends, for as
+        # long as they are up, if they can still be shed in time; demand is served meanwhile.
+        for gpu in iter_gpus_down(candidates & downs.ever_down & ~current if room else 0):
+            if room == 0:
+                break
+            bit = 1 << gpu
+            if downs.still_reachable(current | bit, t, job.swap_cap):
+                current |= bit
+                room -= 1
+                budget -= 1
     if previous is not None and budget > 0:
-        current, budget = _evacuate_early(current, free & ~downs.ever_down, budget, t, downs)
-        current = _compact(current, free & ~downs.ever_down, budget)
+        # GPUs that stay up (and unpromised) for the rest of the horizon: a GPU whose down
+        # window is over is as good as one never down (treating it as doomed all day pushed
+        # the services down into the batch blocks).
+        safe = free & downs.never_blocked_after(t)
+        current, budget = _evacuate_early(current, safe, budget, t, downs)
+        current = _compact(current, safe, budget)
     return current
 
 

@@ -125,10 +125,48 @@ def test_realtime_leaves_a_gpu_early_when_it_will_go_down() -> None:
     assert grid[3][4] is None  # already gone before the window
 
 
+def test_a_service_moves_only_onto_gpus_up_for_the_rest_of_the_day_and_stays_at_the_top() -> None:
+    # GPU 6 goes down at step 9, GPU 4 is down at steps 3-5. The service (3 GPUs, cap 1) must
+    # leave GPU 6 in time: GPU 4 is safe from step 6 on, so it moves there and keeps the lower
+    # half free for the 4-GPU job; treating GPU 4 as doomed all day sent it down to GPUs 0-2.
+    inst = instance_of(
+        {
+            "gpus": 8,
+            "horizon": 24,
+            "jobs": [
+                {"id": "rt", "kind": "realtime", "priority": 70, "swap_cap": 1, "demand": [3] * 24},
+                {"id": "wide", "kind": "training", "priority": 80, "gpus": 4, "duration": 10, "release": 2},
+            ],
+            "running": [{"id": "rt", "gpus": [5, 6, 7]}],
+            "down": [{"gpu": 4, "start": 3, "end": 6}, {"gpu": 6, "start": 9, "end": 15}],
+        }
+    )
+    allocation = allocate(inst, hot_path_work())
+    assert check_plan(inst, build_grid(inst, allocation)) == []
+    assert all(mask & 0b1111 == 0 for mask in allocation.realtime["rt"])  # the top half only
+    assert allocation.batch["wide"].start_step == 2
+
+
+def test_a_short_service_holds_a_gpu_that_goes_down_later_while_it_is_up() -> None:
+    # Two GPUs, demand 2 all day, GPU 1 down at steps 5-6: holding it until then serves the
+    # demand at steps 0-4; waiting for a GPU up all day would leave one short until the end.
+    inst = instance_of(
+        {
+            "gpus": 2,
+            "horizon": 8,
+            "jobs": [{"id": "rt", "kind": "realtime", "priority": 5, "swap_cap": 2, "demand": [2] * 8}],
+            "down": [{"gpu": 1, "start": 5, "end": 7}],
+        }
+    )
+    grid = build_grid(inst, allocate(inst, hot_path_work()))
+    assert check_plan(inst, grid) == []
+    assert [grid[1][t] for t in range(8)] == ["rt"] * 5 + [None, None, "rt"]
+
+
 @given(scenarios(max_gpus=32))
 def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) -> None:
     from scheduler.budget import Budget, WorkCosts
-    from scheduler.fast import _build, _job_orders, _most_delayed, _search, _unmirror, mirrored
+    from scheduler.fast import _build, _job_orders, _search, _unmirror, mirrored, most_delayed
 
     instance = parse_scenario(doc)
     flipped = mirrored(instance)
@@ -139,7 +177,7 @@ def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) 
         return
     costs = WorkCosts.of(flipped)
     allocation = _search(
-        flipped, _build(flipped, {}, _job_orders(flipped)), Budget(50.0), costs, _most_delayed
+        flipped, _build(flipped, {}, _job_orders(flipped)), Budget(50.0), costs, most_delayed
     ).allocation
     assert check_plan(instance, build_grid(instance, _unmirror(instance, allocation))) == []
 

@@ -55,6 +55,43 @@ def test_a_window_frees_only_jobs_starting_in_it_on_its_gpus() -> None:
     assert not window.frees(Placement(start_step=6, first_gpu=2))
 
 
+def test_a_window_on_a_large_cluster_pulls_in_a_delayed_job_from_outside_it() -> None:
+    """A 4-GPU job placed late on GPUs 8-11 while GPUs 0-3 idle from step 0: the window on
+    GPUs 0-3 frees no job of its own, but it pulls the delayed one in and starts it at 0."""
+    from ortools.sat.python import cp_model
+
+    from scheduler.cpmodel import build_model, hint, read_allocation
+    from scheduler.model import Allocation, Placement
+
+    doc = {
+        "name": "pull",
+        "gpus": 64,
+        "horizon": 12,
+        "jobs": [{"id": "late", "kind": "training", "priority": 10, "gpus": 4, "duration": 4}],
+    }
+    inst = parse_scenario(doc)
+    current = Allocation(batch={"late": Placement(start_step=6, first_gpu=8)}, realtime={})
+    window = Window(first_gpu=0, end_gpu=4, start_step=0, end_step=12)
+    assert lns._pulled(inst, list(inst.down_masks), window, [inst.queued_jobs[0]], current) == ["late"]
+    model = cp_model.CpModel()
+    v, _ = build_model(model, inst, window, current, pull=["late"])
+    hint(model, v, inst, current)
+    solver = cp_model.CpSolver()
+    assert solver.solve(model) == cp_model.OPTIMAL
+    moved = read_allocation(v, inst, solver)
+    assert moved.batch == {"late": Placement(start_step=0, first_gpu=0)}
+    assert check_plan(inst, build_grid(inst, moved)) == []
+    # Without the pull, the window has nothing to move and the job stays where it was.
+    model = cp_model.CpModel()
+    v, _ = build_model(model, inst, window, current)
+    solver = cp_model.CpSolver()
+    solver.solve(model)
+    assert read_allocation(v, inst, solver).batch == current.batch
+    # On a small cluster, a window of half of it pulls nothing.
+    small = parse_scenario({**doc, "gpus": 16})
+    assert lns._pulled(small, list(small.down_masks), window, [small.queued_jobs[0]], current) == []
+
+
 def test_window_search_improves_where_the_greedy_is_weakest() -> None:
     # A sampled oversubscribed cluster where the optimum (6,435.5, proven by the full mode)
     # evicts a service from a half-used block at step 0 to start a long training job there;

@@ -76,7 +76,8 @@ def test_jobs_hold_their_gpus_for_their_actual_durations(setup: Setup, report: S
         for job_id, start in run.started.items():
             job = by_id[job_id]
             assert start >= setup.start + timedelta(hours=job.submit_hour), (policy, job_id)
-            left = (setup.end - start) / STEP
+            # hours left from the hour it started in (a start at :30, by an amendment, counts that hour)
+            left = math.ceil((setup.end - start) / STEP - 1e-9)
             expected = min(math.ceil(job.actual_hours - 1e-9), left)
             assert held[job_id] == expected, (policy, job_id, job.actual_hours, held[job_id])
 
