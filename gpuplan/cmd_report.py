@@ -101,18 +101,40 @@ def run(args: argparse.Namespace) -> int:
 # The reports
 
 
-def _idle_windows(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import load_run
-    from gpuplan.app.reports import BookableStart, IdleWindow, bookable_starts, idle_windows, run_instance
+#: ``report idle-windows``' flags for the fields of ``report_queries.idle_query``.
+IDLE_FLAGS = {
+    "min_gpus": "--min-gpus",
+    "min_hours": "--min-hours",
+    "gpus": "--gpus",
+    "hours": "--hours",
+    "limit": "--limit",
+}
 
-    run_value = load_run(args.db, args.run_ref)
-    instance = run_instance(run_value)
+
+def _idle_windows(args: argparse.Namespace) -> int:
+    from gpuplan.app.report_inputs import open_existing_store
+    from gpuplan.app.report_queries import idle_query
+    from gpuplan.app.reports import BookableStart, IdleWindow
+
+    store = open_existing_store(args.db)
+    try:
+        with as_flags(IDLE_FLAGS):
+            query = idle_query(
+                store,
+                args.run_ref,
+                min_gpus=args.min_gpus,
+                min_hours=args.min_hours,
+                gpus=args.gpus,
+                hours=args.hours,
+                limit=args.limit,
+                names=IDLE_FLAGS,
+            )
+    finally:
+        store.close()
+    run_value, instance = query.run, query.instance
     heading = _run_heading(run_value, instance)
-    if args.gpus is None and args.hours is None:
-        if args.limit is not None:
-            raise InputError("--limit", "given only with --gpus and --hours", args.limit)
-        with as_flags({"min_gpus": "--min-gpus", "min_hours": "--min-hours"}):
-            report = idle_windows(instance, run_value.grid, run_value.start, args.min_gpus, args.min_hours)
+    if query.windows is not None:
+        report = query.windows
         asked = f">= {args.min_gpus} GPUs for >= {args.min_hours:g} h"
         _emit(
             IdleWindow,
@@ -141,13 +163,7 @@ def _idle_windows(args: argparse.Namespace) -> int:
                 path=args.png,
             )
         return 0
-    if args.gpus is None or args.hours is None:
-        missing = "--hours" if args.hours is None else "--gpus"
-        raise InputError(missing, "given with " + ("--gpus" if missing == "--hours" else "--hours"), None)
-    with as_flags({"gpus": "--gpus", "hours": "--hours", "limit": "--limit"}):
-        rows = bookable_starts(
-            instance, run_value.grid, run_value.start, args.gpus, args.hours, limit=args.limit
-        )
+    rows = query.bookable or []
     job = f"a {args.gpus}-GPU job of {args.hours:g} h"
     footer = []
     if rows:

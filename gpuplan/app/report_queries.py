@@ -7,6 +7,7 @@ name the report's fields (``run_id``, ``since``, ``quantile``, ``min_gpus``, ...
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from contract.errors import InputError
@@ -70,17 +71,25 @@ def idle_query(
     gpus: int | None = None,
     hours: float | None = None,
     limit: int | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> IdleQuery:
-    """Idle windows of a stored run; with ``gpus`` and ``hours``, where such a job could be booked."""
+    """Idle windows of a stored run; with ``gpus`` and ``hours``, where such a job could be booked.
+
+    ``names``: a face's names for the fields (``--gpus``), used in the errors' wording; the
+    face renames the errors' fields itself (``gpuplan.options.as_flags``)."""
+
+    def name(field: str) -> str:
+        return (names or {}).get(field, field)
+
     found, instance = stored_run(store, run_ref)
     if gpus is None and hours is None:
         if limit is not None:
-            raise InputError("limit", "given only with gpus and hours", limit)
+            raise InputError("limit", f"given only with {name('gpus')} and {name('hours')}", limit)
         windows = idle_windows(instance, found.grid, found.start, min_gpus, min_hours)
         return IdleQuery(found, instance, windows, None)
     if gpus is None or hours is None:
-        missing = "hours" if hours is None else "gpus"
-        raise InputError(missing, "given with " + ("gpus" if missing == "hours" else "hours"), None)
+        missing, other = ("hours", "gpus") if hours is None else ("gpus", "hours")
+        raise InputError(missing, f"given with {name(other)}", None)
     rows = bookable_starts(instance, found.grid, found.start, gpus, hours, limit=limit)
     return IdleQuery(found, instance, None, rows)
 
