@@ -108,23 +108,28 @@ def _sticky_realtime(
                 return None
             kept[job.id] = before & ~forced
             budgets[job.id] = job.swap_cap - forced.bit_count()
-        taken = blocked[t]
-        for mask in kept.values():
-            taken |= mask
+        # Rule 2 for all before rule 3 for any: a GPU one service gives back is free for
+        # another's growth in the same step.
         for job in jobs:
             current, budget = kept[job.id], budgets[job.id]
-            low = floor[job.id][t]
-            high = max(low, job.demand[t])
+            high = max(floor[job.id][t], job.demand[t])
             if give_back_idle and current.bit_count() > high:
-                # Rule 2: idle GPUs beyond what is served and needed for a ramp go back,
-                # those blocked soonest first, then the lowest ids.
+                # Idle GPUs beyond what is served and needed for a ramp go back, those
+                # blocked soonest first, then the lowest ids.
                 order = sorted(
                     iter_gpus_down(current), key=lambda g: (schedule.next_down(g, t + 1) or NEVER, g)
                 )
                 for gpu in order[: min(current.bit_count() - high, budget)]:
                     current &= ~(1 << gpu)
                     budget -= 1
-            elif current.bit_count() < low:
+            kept[job.id], budgets[job.id] = current, budget
+        taken = blocked[t]
+        for mask in kept.values():
+            taken |= mask
+        for job in jobs:
+            current, budget = kept[job.id], budgets[job.id]
+            low = floor[job.id][t]
+            if current.bit_count() < low:
                 # Rule 3: the free GPUs that stay free longest, highest ids first: first
                 # those never blocked later (no sort needed), then the others by when.
                 free = everyone & ~taken

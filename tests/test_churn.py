@@ -11,7 +11,7 @@ from scheduler.check import check_plan
 from scheduler.churn import settle
 from scheduler.fast import allocate, objective
 from scheduler.metrics import moves
-from scheduler.model import Allocation, build_grid
+from scheduler.model import Allocation, Placement, build_grid
 from scheduler.policies import PolicyName, SolveOptions, plan
 from tests.strategies import instance_of, scenarios
 
@@ -88,3 +88,48 @@ def test_settling_removes_a_flap_that_buys_nothing() -> None:
     assert moves(instance, flappy.realtime) == 23
     assert moves(instance, settled.realtime) == 0
     assert objective(instance, settled) == objective(instance, flappy)
+
+
+def test_a_gpu_one_service_gives_back_is_free_for_another_in_the_same_step() -> None:
+    # At step 4, "web" needs one GPU less and "chat" loses GPU 3 to a training job; GPU 4 is
+    # free for one step only. Taking the GPU "web" gives back moves "chat" once; taking GPU 4
+    # first moves it twice.
+    batch = [
+        {
+            "id": f"t{gpu}",
+            "kind": "training",
+            "priority": 10,
+            "gpus": 1,
+            "duration": 24 - release,
+            "release": release,
+        }
+        for gpu, release in ((3, 4), (4, 5))
+    ]
+    instance = instance_of(
+        {
+            "gpus": 5,
+            "horizon": 24,
+            "jobs": [
+                {
+                    "id": "web",
+                    "kind": "realtime",
+                    "priority": 90,
+                    "swap_cap": 1,
+                    "demand": [2] * 4 + [1] * 20,
+                },
+                {"id": "chat", "kind": "realtime", "priority": 80, "swap_cap": 2, "demand": [2] * 24},
+                *batch,
+            ],
+            "running": [{"id": "web", "gpus": [0, 1]}, {"id": "chat", "gpus": [2, 3]}],
+        }
+    )
+    placements = {"t3": Placement(start_step=4, first_gpu=3), "t4": Placement(start_step=5, first_gpu=4)}
+    web = tuple(0b00011 if t < 4 else 0b00010 for t in range(24))
+    chat = tuple(0b01100 if t < 4 else 0b10100 if t == 4 else 0b00101 for t in range(24))
+    roundabout = Allocation(batch=placements, realtime={"web": web, "chat": chat})
+    assert check_plan(instance, build_grid(instance, roundabout)) == []
+    assert moves(instance, roundabout.realtime) == 5
+    settled = settle(instance, roundabout)
+    assert check_plan(instance, build_grid(instance, settled)) == []
+    assert moves(instance, settled.realtime) == 3
+    assert objective(instance, settled) == objective(instance, roundabout)
