@@ -173,8 +173,8 @@ def test_a_database_of_a_newer_gpuplan_is_refused(db_url: str) -> None:
         "postgresql+psycopg://user@host:port/db",
     ],
 )
-def test_a_malformed_url_names_the_db_option(url: str) -> None:
-    with pytest.raises(InputError, match=re.escape("`--db` must be a database URL: sqlite:///PATH")):
+def test_a_malformed_url_names_the_db_field(url: str) -> None:
+    with pytest.raises(InputError, match=re.escape("`db` must be a database URL: sqlite:///PATH")):
         open_store(url)
 
 
