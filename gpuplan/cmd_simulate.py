@@ -18,6 +18,15 @@ if TYPE_CHECKING:
     from gpuplan.app.simulate import SimulationReport
 
 POLICIES = ("fast", "fifo", "priority-backfill", "commit-all")
+#: The simulation's fields under this command's names (beside gpuplan.options.FIELD_FLAGS).
+FLAGS = {
+    "traffic": "--traffic",
+    "days": "--days",
+    "gpus": "--gpus",
+    "cycle_minutes": "--cycle-minutes",
+    "review_every_hours": "--review-every",
+    "promise_penalty": "--promise-penalty",
+}
 #: Four weeks: the longest bundled series (Philly, ten weeks) still has two weeks of history.
 MAX_DAYS = 28
 MAX_GPUS = 4096

@@ -435,6 +435,9 @@ def _bench_and_demo_cases() -> list[Case]:
     ]
     latin = {"s.json": SCENARIO.replace(b'"small"', '"smäll"'.encode("latin-1"))}
     cases += [Case(f"demo-{name}", ["demo", *extra], latin, message) for name, extra, message in demo]
+    # The store names its field ``db``; the command line names it by its flag.
+    db = ["status", "--db", "mysql://user@host/db"]
+    cases.append(Case("status-db-mysql", db, {}, "`--db` must be a database URL: sqlite:///PATH"))
     return cases
 
 

@@ -226,7 +226,7 @@ def test_a_series_too_short_for_the_days_and_two_weeks_of_history_is_refused() -
     with pytest.raises(
         InputError,
         match=re.escape(
-            "`--traffic` must be a series of at least 360 hours (1 simulated days plus two weeks "
+            "`traffic` must be a series of at least 360 hours (1 simulated days plus two weeks "
             "of history for the demand profile); got '336 hours'."
         ),
     ):

@@ -173,8 +173,8 @@ def test_a_database_of_a_newer_gpuplan_is_refused(db_url: str) -> None:
         "postgresql+psycopg://user@host:port/db",
     ],
 )
-def test_a_malformed_url_names_the_db_option(url: str) -> None:
-    with pytest.raises(InputError, match=re.escape("`--db` must be a database URL: sqlite:///PATH")):
+def test_a_malformed_url_names_the_db_field(url: str) -> None:
+    with pytest.raises(InputError, match=re.escape("`db` must be a database URL: sqlite:///PATH")):
         open_store(url)
 
 
@@ -418,6 +418,19 @@ def test_each_hour_is_committed_once_and_starts_its_queued_jobs(store: SqlStore)
     assert store.last_commit(before=next_hour) == replace(sample_commit(), run_id=first.id)
     assert store.last_commit(before=HOUR) is None
     assert store.commit(HOUR + timedelta(hours=2)) is None
+
+
+def test_a_job_that_came_in_during_the_hour_it_is_committed_for_starts_at_its_arrival(
+    store: SqlStore,
+) -> None:
+    came = HOUR + timedelta(minutes=50)  # the hour is committed late, after the job came in
+    store.add_job(replace(queued_job("job-a"), submitted_at=came))
+    store.add_job(queued_job("job-b"))  # came in before the hour: starts at its top
+    commit = Commit(HOUR, None, (Assignment("job-a", (0, 1)), Assignment("job-b", (2, 3))))
+    assert store.record_run(sample_run(), commit).committed
+    late, early = store.job("job-a"), store.job("job-b")
+    assert late is not None and late.started_at == came
+    assert early is not None and early.started_at == HOUR
 
 
 def test_a_failing_record_leaves_nothing(store: SqlStore) -> None:

@@ -333,7 +333,7 @@ def finish(
     """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle.
 
     ``started_at``: when it really started (Slurm's start), for its history row; by default
-    the start of the hour it was committed in.
+    its recorded start (the hour it was committed in, or its submission if that came later).
     """
     job = store.job(job_id)
     if job is None:
@@ -346,7 +346,7 @@ def finish(
         )
     history: dict[str, object] | None = None
     if started_at is not None and job.state is JobState.RUNNING:
-        history = {"start_time": max(started_at, job.submitted_at), "slurm": None}
+        history = {"start_time": started_at, "slurm": None}
     return finish_job(store, job_id, at, outcome, history)
 
 
@@ -383,8 +383,7 @@ def finish_job(
                 names[outcome],
                 hint=f"Job {job_id} is still queued.",
             )
-        # A job committed for the hour it was submitted in starts at its submission, not before.
-        started = max(job.started_at or at, job.submitted_at)
+        started = job.started_at or at
         if at < started:
             raise InputError("at", f"at or after the job's start {started.isoformat()}", at.isoformat())
         given = set(job.spec) | set(history_row or {})

@@ -56,17 +56,17 @@ def _json_dumps(value: object) -> str:
 
 
 def parse_url(url: str) -> URL:
-    """The SQLAlchemy URL of a ``--db`` value; InputError naming ``--db`` when it is not one we serve."""
+    """The SQLAlchemy URL of a ``db`` value; InputError naming ``db`` when it is not one we serve."""
     try:
         parsed = make_url(url)
     except (exc.ArgumentError, ValueError) as error:
-        raise InputError("--db", EXPECTED_URL, url, hint=str(error)) from None
+        raise InputError("db", EXPECTED_URL, url, hint=str(error)) from None
     backend = parsed.get_backend_name()
     if backend == "postgresql" and parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")  # psycopg 3 is the driver we ship
     if parsed.drivername not in {"sqlite", "sqlite+pysqlite", "postgresql+psycopg"}:
         raise InputError(
-            "--db",
+            "db",
             EXPECTED_URL,
             parsed.render_as_string(hide_password=True),
             hint="Other back ends are not supported.",

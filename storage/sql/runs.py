@@ -307,14 +307,19 @@ def _check_assignments(assignments: Sequence[Assignment], field: str) -> None:
 
 
 def _start_queued(session: Session, assignments: Sequence[Assignment], at: datetime) -> None:
-    """The queued jobs ``assignments`` place move to running on their GPUs, started ``at``."""
+    """The queued jobs ``assignments`` place move to running on their GPUs, started ``at``.
+
+    A job committed for the hour it was submitted in starts at its submission, not at the top
+    of the hour: the start recorded is never before the job existed.
+    """
     by_job = {a.job: a.gpus for a in assignments}
     queued = session.scalars(
         select(JobRow).where(JobRow.id.in_(list(by_job)), JobRow.state == JobState.QUEUED)
     )
     for job in queued:
         gpus = by_job[job.id]
-        job.state, job.first_gpu, job.gpus, job.started_at = (JobState.RUNNING, min(gpus), len(gpus), at)
+        started = max(at, job.submitted_at)
+        job.state, job.first_gpu, job.gpus, job.started_at = (JobState.RUNNING, min(gpus), len(gpus), started)
 
 
 def _pending(hour: datetime, seq: int, executor: str, at: datetime) -> DeliveryRow:

@@ -57,13 +57,11 @@ class SimOptions:
     def __post_init__(self) -> None:
         # Cycles must land on every hour, where commits are made.
         if not 1 <= self.cycle_minutes <= 60 or 60 % self.cycle_minutes:
-            raise InputError(
-                "--cycle-minutes", "a divisor of 60 (1, 2, 3, 5, ..., 30, 60)", self.cycle_minutes
-            )
+            raise InputError("cycle_minutes", "a divisor of 60 (1, 2, 3, 5, ..., 30, 60)", self.cycle_minutes)
         if self.review_every_hours is not None and self.review_every_hours < 1:
-            raise InputError("--review-every", "a whole number of hours >= 1", self.review_every_hours)
+            raise InputError("review_every_hours", "a whole number of hours >= 1", self.review_every_hours)
         if not 0 <= self.promise_penalty <= 1e3:
-            raise InputError("--promise-penalty", "a number in [0, 1000]", self.promise_penalty)
+            raise InputError("promise_penalty", "a number in [0, 1000]", self.promise_penalty)
 
 
 @dataclass(frozen=True)

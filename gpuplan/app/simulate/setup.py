@@ -104,12 +104,12 @@ def load_realtime(paths: Sequence[Path], *, days: int, gpus: int) -> list[Realti
         if len(traffic) < needed:
             if paths:
                 raise InputError(
-                    "--traffic",
+                    "traffic",
                     f"a series of at least {needed} hours ({days} simulated days plus two weeks "
                     "of history for the demand profile)",
                     f"{len(traffic)} hours",
                     source=str(path),
-                    hint="Simulate fewer --days or give a longer series.",
+                    hint="Simulate fewer days or give a longer series.",
                 )
             log.info(
                 "bundled series %s has %d hours, fewer than %d: not used", path.name, len(traffic), needed
@@ -118,14 +118,14 @@ def load_realtime(paths: Sequence[Path], *, days: int, gpus: int) -> list[Realti
         loaded.append((path, traffic))
     if not loaded:
         raise InputError(
-            "--days",
+            "days",
             "few enough days that a bundled traffic series also holds two weeks of history",
             days,
-            hint="Give --traffic files long enough, or fewer --days.",
+            hint="Give traffic series long enough, or simulate fewer days.",
         )
     names = [path.stem for path, _ in loaded]
     if len(set(names)) != len(names):
-        raise InputError("--traffic", "files with distinct names (one app each)", names)
+        raise InputError("traffic", "files with distinct names (one app each)", names)
     peak_gpus = max(1, round(gpus * RT_PEAK_SHARE / len(loaded)))
     start = np.datetime64(SIM_START.replace(tzinfo=None), "h")
     series = []
@@ -246,9 +246,9 @@ def prepare(
     from training_data.history import bundled_history_path, load_history
 
     if days < 1:
-        raise InputError("--days", "an integer >= 1", days)
+        raise InputError("days", "an integer >= 1", days)
     if gpus < 1:
-        raise InputError("--gpus", "an integer >= 1", gpus)
+        raise InputError("gpus", "an integer >= 1", gpus)
     hours = days * HOURS_PER_DAY
     series = load_realtime(traffic_paths, days=days, gpus=gpus)
     # A workload file is checked before anything slow happens.
@@ -281,9 +281,7 @@ def prepare(
         source = f"{workload_path or 'the default workload'}, job {job.id}"
         estimate = estimate_spec(check_spec(job.spec(), source=source), forecasters, source=source)
         if estimate.gpus > gpus:
-            raise InputError(
-                "gpus", f"at most the cluster's {gpus} GPUs (--gpus)", estimate.gpus, source=source
-            )
+            raise InputError("gpus", f"at most the cluster's {gpus} GPUs", estimate.gpus, source=source)
         estimates[job.id] = estimate
     profiles = {s.app.id: fit_profile(s) for s in series}
     return Setup(
