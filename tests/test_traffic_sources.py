@@ -416,3 +416,16 @@ def test_an_unreachable_prometheus_leaves_the_hour_in_progress_unobserved_and_lo
     (error,) = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.traffic"]
     assert error.startswith(f"app chat: Prometheus at {nowhere} is unreachable")
     assert error.endswith("the hour in progress is not observed")
+
+
+@pytest.mark.parametrize("minutes", [0, 61, 2.5, "often"])
+def test_a_bad_surge_watch_period_names_the_field_the_expected_and_the_received_value(
+    tmp_path: Path, minutes: object
+) -> None:
+    path = tmp_path / "config.yaml"
+    app = {"id": "chat", "requests_per_gpu_hour": 20.0}
+    path.write_text(yaml.safe_dump({"cluster": {"gpus": 4}, "apps": [app], "surge_watch_minutes": minutes}))
+    with pytest.raises(
+        InputError, match=re.escape(f"`surge_watch_minutes` must be an integer in [1, 60]; got {minutes!r}")
+    ):
+        load_config(path)
