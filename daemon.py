@@ -11,6 +11,8 @@ this module puts them on APScheduler's clock and loops:
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
 - **retrain** nightly at ``retrain_at`` (off by default);
 - **prune** daily: plan runs older than ``prune_keep_days`` go (commits and history stay).
+- **watch** every ``surge_watch_minutes`` when an app is fed by Prometheus: the hour in
+  progress is read, and a surge in it answered at once with an amendment;
 - **poll** every ``slurm.poll_seconds`` when the executor's cluster reports back (Slurm):
   completions into the job history, dead replicas restarted.
 
@@ -51,6 +53,7 @@ from gpuplan.app.service import (
     recalibrate_now,
     run_once,
     utc_now,
+    watch_once,
 )
 from gpuplan.app.tick import retrain_from_store, review
 
@@ -106,6 +109,10 @@ def prune_job() -> None:
 
 def poll_job() -> None:
     _job("poll", poll_once)
+
+
+def watch_job() -> None:
+    _job("watch", watch_once)
 
 
 def http_server(service: Service, host: str, port: int) -> Any:
@@ -182,6 +189,16 @@ def _run_schedule(
         scheduler.add_job(prune_job, "cron", hour=0, minute=17, id="prune", replace_existing=True)
     elif scheduler.get_job("prune"):
         scheduler.remove_job("prune")
+    if config.prometheus:  # a surge seen in Prometheus is answered within minutes, not at the next cycle
+        scheduler.add_job(
+            watch_job,
+            "interval",
+            seconds=config.surge_watch_minutes * 60 / speed,
+            id="watch",
+            replace_existing=True,
+        )
+    elif scheduler.get_job("watch"):
+        scheduler.remove_job("watch")
     if service.reconciler is not None:
         scheduler.add_job(
             poll_job, "interval", seconds=service.reconciler.poll_seconds, id="poll", replace_existing=True

@@ -21,13 +21,13 @@ import daemon
 from contract.errors import StoreError
 from contract.records import DeliveryState, JobState
 from contract.scenario_io import parse_scenario
-from gpuplan.app.config import demo_config
+from gpuplan.app.config import PrometheusSource, demo_config
 from gpuplan.app.outbox import FAULT_MARKER, FAULT_PAUSE, FAULT_POINTS
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.service import make_service
 from scheduler.check import check_plan
 from storage.factory import open_store
-from tests.pg import PgServer
+from tests.pg import PgServer, free_port
 from tests.service_fixtures import _in_tmp_path, models_dir
 
 __all__ = ["_in_tmp_path", "models_dir"]
@@ -309,15 +309,36 @@ def test_the_schedule_survives_a_restart(tmp_path: Path, models_dir: Path) -> No
         daemon.serve(service, db, max_seconds=0.5)
     finally:
         store.close()
+    ids = _scheduled(db)
+    assert {"plan", "recalibrate", "review", "prune"} <= ids
+    assert "watch" not in ids  # no app is fed by Prometheus
+
+
+def test_an_app_fed_by_prometheus_gets_the_surge_watch_job(tmp_path: Path, models_dir: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    store = open_store(db)
+    try:
+        base = demo_config(models_dir)
+        nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens: the reads fail and are logged
+        source = PrometheusSource(base.apps[0].id, nowhere, "sum(increase(requests_total[1h]))")
+        config = replace(base, prometheus=(source,), surge_watch_minutes=7)
+        ensure_service(store, config, T0)
+        daemon.serve(make_service(store, config), db, max_seconds=0.5)
+    finally:
+        store.close()
+    assert "watch" in _scheduled(db)
+
+
+def _scheduled(db: str) -> set[str]:
+    """The ids of the jobs in APScheduler's job store on ``db``."""
     import sqlalchemy
 
     engine = sqlalchemy.create_engine(db)
     try:
         with engine.connect() as connection:
-            ids = {row[0] for row in connection.execute(sqlalchemy.text("SELECT id FROM apscheduler_jobs"))}
+            return {row[0] for row in connection.execute(sqlalchemy.text("SELECT id FROM apscheduler_jobs"))}
     finally:
         engine.dispose()
-    assert {"plan", "recalibrate", "review", "prune"} <= ids
 
 
 def test_the_live_demo_on_a_fast_clock_finishes_jobs_and_starts_new_ones(

@@ -23,19 +23,27 @@ import pytest
 import yaml
 
 from contract.errors import InputError
-from contract.records import App, Cluster
+from contract.records import App, Assignment, Cluster
 from features.traffic import load_traffic
 from forecasting.realtime import RealtimeProfile
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
+from gpuplan.app.bridge import STEP, hour_allocation, merged_assignments
 from gpuplan.app.config import PrometheusSource, ServiceConfig, load_config
 from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.service import Service, recalibrate_now
+from gpuplan.app.service import Service, recalibrate_now, watch_once
 from gpuplan.app.tick import load_profile, next_unseen_hour
-from gpuplan.app.traffic_sources import MAX_PULL_HOURS, PrometheusError, hourly_requests, pull_traffic
+from gpuplan.app.traffic import watch_prometheus
+from gpuplan.app.traffic_sources import (
+    MAX_PULL_HOURS,
+    PrometheusError,
+    hourly_requests,
+    pull_traffic,
+    requests_so_far,
+)
 from storage.factory import open_store
 from tests.pg import free_port
 from tests.prom import PromServer, Series
-from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
+from tests.service_fixtures import _in_tmp_path, commit_by_hand, models_dir, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]
 
@@ -326,3 +334,98 @@ def test_a_prometheus_source_is_read_with_its_url_and_query(tmp_path: Path) -> N
     config = load_config(path)
     assert config.prometheus == (PrometheusSource("chat", "http://10.0.0.5:9090", query),)
     assert [app.id for app in config.apps] == ["chat", "batchy"]
+
+
+#: An hour Prometheus holds, read as the hour in progress half-way through.
+SURGE = SEED + 200
+SURGE_HOUR, SURGE_REQUESTS = HOURS[SURGE], REQUESTS[SURGE]
+
+
+@pytest.mark.prometheus
+def test_the_hour_in_progress_is_read_with_the_window_narrowed_to_the_minutes_so_far(
+    prometheus: PromServer,
+) -> None:
+    source = PrometheusSource("chat", prometheus.url, QUERY.format("chat"))
+    half = requests_so_far(source, SURGE_HOUR, SURGE_HOUR + 30 * timedelta(minutes=1))
+    assert half == pytest.approx(SURGE_REQUESTS / 2)
+    # Without a [1h] window there is nothing to narrow: only finished hours are read.
+    counter = PrometheusSource("chat", prometheus.url, 'sum(vllm:request_success_total{model_name="chat"})')
+    assert requests_so_far(counter, SURGE_HOUR, SURGE_HOUR + timedelta(minutes=30)) is None
+    # A query that matches no series has no point yet.
+    nothing = PrometheusSource("chat", prometheus.url, QUERY.format("nobody"))
+    assert requests_so_far(nothing, SURGE_HOUR, SURGE_HOUR + timedelta(minutes=30)) is None
+
+
+@pytest.mark.prometheus
+def test_a_surge_seen_in_prometheus_is_answered_within_the_hour_by_an_amendment(
+    tmp_path: Path, prometheus: PromServer
+) -> None:
+    # chat holds GPUs 6-7; the hour's rate needs six GPUs' worth.
+    chat = App("chat", 80.0, swap_cap=2, requests_per_gpu_hour=SURGE_REQUESTS / 6)
+    config = ServiceConfig(
+        cluster=Cluster(gpus=8),
+        apps=(chat,),
+        prometheus=(PrometheusSource("chat", prometheus.url, QUERY.format("chat")),),
+        models_dir=tmp_path / "models",
+    )
+    store = open_store(f"sqlite:///{tmp_path / 'watch.db'}")
+    try:
+        store.save_cluster(config.cluster)
+        store.save_app(chat)
+        commit_by_hand(store, (SURGE_HOUR - STEP, SURGE_HOUR), (Assignment("chat", (6, 7)),), gpus=8)
+        executor = InMemoryExecutor()
+        service = Service(store, config, executor)
+        early = watch_once(service, SURGE_HOUR + timedelta(minutes=2))  # too early to read a rate
+        assert early is None and store.observed_traffic(SURGE_HOUR) == []
+
+        now = SURGE_HOUR + timedelta(minutes=30)
+        answer = watch_once(service, now)
+        assert answer is not None and answer.apps == ("chat",)
+        (seen,) = store.observed_traffic(SURGE_HOUR)
+        assert (seen.app, seen.minutes) == ("chat", 30.0)
+        assert seen.requests == pytest.approx(SURGE_REQUESTS / 2)
+        amendment = answer.amendment
+        assert amendment is not None and amendment.made_at == now and executor.amendments == [amendment]
+        added = merged_assignments(None, [amendment])["chat"]
+        assert len(added) == chat.swap_cap and not set(added) & {6, 7}
+        held = merged_assignments(hour_allocation(store, SURGE_HOUR), ())["chat"]
+        assert set(held) == {6, 7, *added}
+        assert [row.hour for row in store.traffic("chat")] == []  # observed, never a finished hour
+    finally:
+        store.close()
+
+
+def test_an_unreachable_prometheus_leaves_the_hour_in_progress_unobserved_and_logs_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    chat = App("chat", 80.0, swap_cap=2, requests_per_gpu_hour=20.0)
+    config = ServiceConfig(
+        cluster=Cluster(gpus=8),
+        apps=(chat,),
+        prometheus=(PrometheusSource("chat", nowhere, QUERY.format("chat")),),
+        models_dir=tmp_path / "models",
+    )
+    store = open_store(f"sqlite:///{tmp_path / 'lost.db'}")
+    try:
+        with caplog.at_level(logging.ERROR, logger="gpuplan.app.traffic"):
+            assert watch_prometheus(store, SURGE_HOUR + timedelta(minutes=30), config) == ()
+        assert store.observed_traffic(SURGE_HOUR) == []
+    finally:
+        store.close()
+    (error,) = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.traffic"]
+    assert error.startswith(f"app chat: Prometheus at {nowhere} is unreachable")
+    assert error.endswith("the hour in progress is not observed")
+
+
+@pytest.mark.parametrize("minutes", [0, 61, 2.5, "often"])
+def test_a_bad_surge_watch_period_names_the_field_the_expected_and_the_received_value(
+    tmp_path: Path, minutes: object
+) -> None:
+    path = tmp_path / "config.yaml"
+    app = {"id": "chat", "requests_per_gpu_hour": 20.0}
+    path.write_text(yaml.safe_dump({"cluster": {"gpus": 4}, "apps": [app], "surge_watch_minutes": minutes}))
+    with pytest.raises(
+        InputError, match=re.escape(f"`surge_watch_minutes` must be an integer in [1, 60]; got {minutes!r}")
+    ):
+        load_config(path)

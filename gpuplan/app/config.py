@@ -71,6 +71,8 @@ class ServiceConfig:
     traffic: tuple[AppTraffic, ...] = ()
     prometheus: tuple[PrometheusSource, ...] = ()
     cycle_minutes: int = 30
+    #: How often the hour in progress of Prometheus-fed apps is read for a surge.
+    surge_watch_minutes: int = 5
     review_every_hours: float | None = 4.0
     review_time_limit_s: float = 10.0
     retrain_at: time | None = None  # nightly retrain from the stored history; off by default
@@ -124,6 +126,7 @@ TOP_KEYS = {
     "cluster",
     "apps",
     "cycle_minutes",
+    "surge_watch_minutes",
     "review_every_hours",
     "review_time_limit_s",
     "retrain_at",
@@ -354,6 +357,7 @@ def load_config(path: Path) -> ServiceConfig:
         traffic=traffic,
         prometheus=prometheus,
         cycle_minutes=r.integer(top.get("cycle_minutes", 30), "cycle_minutes", *CYCLE_MINUTES_RANGE),
+        surge_watch_minutes=r.integer(top.get("surge_watch_minutes", 5), "surge_watch_minutes", 1, 60),
         review_every_hours=None if review is None else r.number(review, "review_every_hours", 0.5, 168),
         review_time_limit_s=r.number(top.get("review_time_limit_s", 10.0), "review_time_limit_s", 0.1, 600),
         retrain_at=retrain_at,

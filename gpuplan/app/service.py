@@ -29,6 +29,7 @@ from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import CycleReport, recalibrate
+from gpuplan.app.traffic import SurgeAnswer, answer_surge, watch_prometheus
 from gpuplan.app.traffic_sources import pull_traffic
 from storage.store import Store
 
@@ -114,6 +115,7 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """
     now = now or service.clock()
     failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
+    watch_prometheus(service.store, now, service.config)
     with plan_lock(service):
         if service.world is not None:
             service.world.advance(service.store, now)
@@ -135,6 +137,21 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     if service.metrics is not None:
         service.metrics.observe(report, now, _replicas(service))
     return report
+
+
+def watch_once(service: Service, now: datetime | None = None) -> SurgeAnswer | None:
+    """Between cycles: the Prometheus-fed apps' hour in progress, and a surge in it answered at
+    once (:func:`gpuplan.app.traffic.answer_surge`: a re-plan that amends the hour)."""
+    now = now or service.clock()
+    if not watch_prometheus(service.store, now, service.config):
+        return None
+    try:
+        with plan_lock(service):
+            return answer_surge(
+                service.store, now, service.config, service.executor, forecasters=service.forecasters
+            )
+    finally:
+        service.changes.bump()  # as a push does: the observation is a change, surge or not
 
 
 def recalibrate_now(service: Service) -> list[str]:

@@ -15,7 +15,8 @@ hour's allocation holds for it, the hot path answers at once (:func:`answer_surg
    (:func:`gpuplan.app.amend.amend_cycle`), additions only.
 
 Every later cycle of the hour reads the stored observations too, so the :30 cycle amends
-the same way.
+the same way. An app fed by Prometheus is observed the same way by :func:`watch_prometheus`,
+which the daemon runs every few minutes and before each cycle.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from contract.records import Amendment, ObservedTraffic
 from gpuplan.app.amend import amend_cycle
 from gpuplan.app.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
 from gpuplan.app.tick import CycleReport, ingest_traffic, known_app, plan_cycle
-from gpuplan.app.traffic_sources import store_traffic
+from gpuplan.app.traffic_sources import PrometheusError, requests_so_far, store_traffic
 
 if TYPE_CHECKING:
     from features.traffic import HourlyTraffic
@@ -118,6 +119,29 @@ def _observe(store: Store, observed: ObservedTraffic | None) -> ObservedTraffic 
             observed.hour.isoformat(),
         )
     return observed
+
+
+def watch_prometheus(store: Store, now: datetime, config: ServiceConfig) -> tuple[ObservedTraffic, ...]:
+    """Each Prometheus-fed app's requests so far in the hour of ``now``, stored as observed.
+
+    Network calls: run it before taking the plan lock. The first minutes of an hour are not
+    read (:data:`MIN_OBSERVED_MINUTES`); a server that fails is logged and that app skipped.
+    """
+    hour = floor_hour(now)
+    if (now - hour).total_seconds() < MIN_OBSERVED_MINUTES * 60:
+        return ()
+    observed = []
+    for source in config.prometheus:
+        try:
+            requests = requests_so_far(source, hour, now)
+        except PrometheusError as error:
+            log.error("app %s: %s; the hour in progress is not observed", source.app, error)
+            continue
+        seen = None if requests is None else in_progress(source.app, hour, requests, now)
+        if seen is not None:
+            _observe(store, seen)
+            observed.append(seen)
+    return tuple(observed)
 
 
 def in_progress(app: str, hour: datetime, requests: float, now: datetime) -> ObservedTraffic | None:

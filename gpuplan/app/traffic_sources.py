@@ -15,6 +15,15 @@ Prometheus has no point for is skipped and logged there.
 An unreachable server or an answer that is not one hourly series fails that app's pull: it is
 logged, the app is left out of this recalibration (so that its hours are asked again next time
 instead of being skipped as missing), and the other apps go on.
+
+The hour in progress is read too (:func:`requests_so_far`), so that a surge seen in Prometheus
+is answered within the hour (:func:`gpuplan.app.traffic.watch_prometheus`): a query whose
+window is written ``[1h]`` is asked once more at ``now``, every ``[1h]`` replaced by the
+seconds since the hour began, through the instant-query API::
+
+    GET {url}/api/v1/query?query=sum(increase(...[1200s]))&time=NOW
+
+A query without a ``[1h]`` window gives only finished hours.
 """
 
 from __future__ import annotations
@@ -40,6 +49,9 @@ TIMEOUT_S = 10.0
 #: The largest answer read: one series of MAX_PULL_HOURS points is a few kB.
 MAX_ANSWER_BYTES = 1 << 20
 QUERY_RANGE_PATH = "/api/v1/query_range"
+QUERY_PATH = "/api/v1/query"
+#: The window an hourly query is written with; for the hour in progress it becomes the seconds so far.
+HOUR_WINDOW = "[1h]"
 
 
 class PrometheusError(RuntimeError):
@@ -119,18 +131,59 @@ def hourly_requests(
     return hours
 
 
+def requests_so_far(
+    source: PrometheusSource, hour: datetime, now: datetime, *, timeout_s: float = TIMEOUT_S
+) -> float | None:
+    """The source's requests from ``hour`` to ``now`` (the hour in progress); None when its query
+    has no ``[1h]`` window to narrow, or Prometheus has no point for it yet."""
+    if HOUR_WINDOW not in source.query or now <= hour:
+        return None
+    window = f"[{max(1, round((now - hour).total_seconds()))}s]"
+    params = {"query": source.query.replace(HOUR_WINDOW, window), "time": now.timestamp()}
+    document = _get(source, QUERY_PATH, params, timeout_s)
+    data = document.get("data")
+    if (
+        not isinstance(data, dict)
+        or data.get("resultType") != "vector"
+        or not isinstance(data.get("result"), list)
+    ):
+        raise PrometheusError(f"{source.url} answered no instant vector (resultType vector)")
+    samples = data["result"]
+    if not samples:
+        return None
+    if len(samples) > 1:
+        raise PrometheusError(
+            f"the query {source.query!r} gives {len(samples)} series; it must give one series of "
+            "hourly requests: aggregate it, e.g. sum(increase(METRIC[1h]))"
+        )
+    point = samples[0].get("value") if isinstance(samples[0], dict) else None
+    try:
+        _, value = point  # type: ignore[misc]
+        requests = float(value)
+    except (TypeError, ValueError) as error:
+        raise PrometheusError(
+            f"{source.url} answered a sample that is not [time, value]: {point!r}"
+        ) from error
+    if not (math.isfinite(requests) and requests >= 0):
+        raise PrometheusError(f"{source.url} gave {requests!r} for the hour in progress, not a count")
+    return requests
+
+
 def query_range(
     source: PrometheusSource, *, start: datetime, end: datetime, step_s: float, timeout_s: float
 ) -> list[tuple[datetime, float]]:
     """The points of the one series ``source.query`` gives from ``start`` to ``end`` (inclusive)."""
+    params = {"query": source.query, "start": start.timestamp(), "end": end.timestamp(), "step": step_s}
+    return _points(source, _get(source, QUERY_RANGE_PATH, params, timeout_s))
+
+
+def _get(source: PrometheusSource, path: str, params: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """The successful JSON answer of one call to the server's HTTP API."""
     from urllib.error import HTTPError, URLError
     from urllib.parse import urlencode
     from urllib.request import Request, urlopen
 
-    params = {"query": source.query, "start": start.timestamp(), "end": end.timestamp(), "step": step_s}
-    request = Request(
-        f"{source.url}{QUERY_RANGE_PATH}?{urlencode(params)}", headers={"Accept": "application/json"}
-    )
+    request = Request(f"{source.url}{path}?{urlencode(params)}", headers={"Accept": "application/json"})
     try:
         with urlopen(request, timeout=timeout_s) as response:
             body = response.read(MAX_ANSWER_BYTES + 1)
@@ -142,7 +195,7 @@ def query_range(
         raise PrometheusError(f"Prometheus at {source.url} is unreachable ({reason})") from error
     if len(body) > MAX_ANSWER_BYTES:
         raise PrometheusError(f"{source.url} answered more than {MAX_ANSWER_BYTES} bytes")
-    return _points(source, _document(source, body))
+    return _document(source, body)
 
 
 def _document(source: PrometheusSource, body: bytes) -> dict[str, Any]:
