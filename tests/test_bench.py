@@ -47,7 +47,12 @@ def test_scale_sweep_prints_both_operating_points_per_size(capsys: pytest.Captur
         assert row["cycle_objective"] >= row["first_pass_objective"] - 1e-6
         assert row["long_cycle_objective"] >= row["first_pass_objective"] - 1e-6
         assert row["bound"] is None or row["bound"] >= row["long_cycle_objective"] - 1e-6
+        assert row["relaxed_bound"] >= row["long_cycle_objective"] - 1e-6
     assert payload["peak_rss_mb"] > 0
+    # The table names the relaxed bound and the best plan's gap to it.
+    assert main([*args[:-1], "--long-cycle-ms", "400"]) == 0
+    table = capsys.readouterr().out
+    assert "relaxed bound" in table and "best's gap to it" in table and "%" in table
 
 
 def test_bad_sizes_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

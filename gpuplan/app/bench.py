@@ -20,6 +20,7 @@ from contract.scenario import Instance
 from contract.scenario_io import parse_scenario
 from gpuplan.app.synthetic import Shape, generate
 from scheduler import lns
+from scheduler.bound import relaxed_bound
 from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS, build_grid
 from scheduler.policies import POLICIES, Plan, PolicyName, SolveOptions, plan
 
@@ -234,7 +235,8 @@ def scale_sweep(
     bound_limit_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """Per cluster size: the hot path's median latency and objective, FIFO's latency, the
-    first pass's objective, and the plan cycle's objective and wall time (one run); with
+    first pass's objective, the plan cycle's objective and wall time (one run), and the
+    linear relaxation's bound (:mod:`scheduler.bound`, at every size); with
     ``long_cycle_ms``, a longer plan cycle too; with ``bound_limit_s``, the full mode's
     proven bound within that limit (None where its model does not build)."""
     if cycle_budget_ms is not None:
@@ -249,6 +251,7 @@ def scale_sweep(
             "fifo_ms": latency_ms(instance, PolicyName.FIFO, runs),
             "first_pass_objective": plan(instance, PolicyName.FAST, FIRST_PASS_ONLY).metrics.objective,
             "fast_objective": plan(instance, PolicyName.FAST).metrics.objective,
+            "relaxed_bound": relaxed_bound(instance),
         }
         if cycle_budget_ms is not None:
             cycle = plan(instance, PolicyName.FAST, SolveOptions(budget_ms=cycle_budget_ms))
