@@ -133,6 +133,16 @@ def http_server(service: Service, host: str, port: int) -> Any:
     return HttpServer(context, host, port)
 
 
+def _schedule_if(job: Callable[[], None], scheduler: Any, when: dict[str, Any] | None) -> None:
+    """Schedule ``job`` (its id is its name without ``_job``) on ``when``'s trigger, or, with
+    None, remove it from the job store, where a start with another config may have left it."""
+    name = job.__name__.removesuffix("_job")
+    if when is not None:
+        scheduler.add_job(job, id=name, replace_existing=True, **when)
+    elif scheduler.get_job(name):
+        scheduler.remove_job(name)
+
+
 def _run_schedule(
     service: Service,
     db_url: str,
@@ -168,43 +178,30 @@ def _run_schedule(
         scheduler.add_job(
             recalibrate_job, "interval", seconds=3600 / speed, id="recalibrate", replace_existing=True
         )
-    if config.review_every_hours:
-        scheduler.add_job(
-            review_job,
-            "interval",
-            seconds=config.review_every_hours * 3600 / speed,
-            id="review",
-            replace_existing=True,
-        )
-    elif scheduler.get_job("review"):
-        scheduler.remove_job("review")
-    if config.retrain_at is not None:
-        at = config.retrain_at
-        scheduler.add_job(
-            retrain_job, "cron", hour=at.hour, minute=at.minute, id="retrain", replace_existing=True
-        )
-    elif scheduler.get_job("retrain"):
-        scheduler.remove_job("retrain")
-    if config.prune_keep_days is not None:
-        scheduler.add_job(prune_job, "cron", hour=0, minute=17, id="prune", replace_existing=True)
-    elif scheduler.get_job("prune"):
-        scheduler.remove_job("prune")
-    if config.prometheus:  # a surge seen in Prometheus is answered within minutes, not at the next cycle
-        scheduler.add_job(
-            watch_job,
-            "interval",
-            seconds=config.surge_watch_minutes * 60 / speed,
-            id="watch",
-            replace_existing=True,
-        )
-    elif scheduler.get_job("watch"):
-        scheduler.remove_job("watch")
-    if service.reconciler is not None:
-        scheduler.add_job(
-            poll_job, "interval", seconds=service.reconciler.poll_seconds, id="poll", replace_existing=True
-        )
-    elif scheduler.get_job("poll"):
-        scheduler.remove_job("poll")
+    at, hours, reconciler = config.retrain_at, config.review_every_hours, service.reconciler
+    _schedule_if(
+        review_job, scheduler, {"trigger": "interval", "seconds": hours * 3600 / speed} if hours else None
+    )
+    _schedule_if(
+        retrain_job,
+        scheduler,
+        None if at is None else {"trigger": "cron", "hour": at.hour, "minute": at.minute},
+    )
+    _schedule_if(
+        prune_job,
+        scheduler,
+        None if config.prune_keep_days is None else {"trigger": "cron", "hour": 0, "minute": 17},
+    )
+    # A surge seen in Prometheus is answered within minutes, not at the next cycle.
+    watch_s = config.surge_watch_minutes * 60 / speed
+    _schedule_if(
+        watch_job, scheduler, {"trigger": "interval", "seconds": watch_s} if config.prometheus else None
+    )
+    _schedule_if(
+        poll_job,
+        scheduler,
+        None if reconciler is None else {"trigger": "interval", "seconds": reconciler.poll_seconds},
+    )
     server = None
     try:
         if http is not None:

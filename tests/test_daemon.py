@@ -314,7 +314,9 @@ def test_the_schedule_survives_a_restart(tmp_path: Path, models_dir: Path) -> No
     assert "watch" not in ids  # no app is fed by Prometheus
 
 
-def test_an_app_fed_by_prometheus_gets_the_surge_watch_job(tmp_path: Path, models_dir: Path) -> None:
+def test_an_app_fed_by_prometheus_gets_the_surge_watch_job_and_loses_it_with_its_source(
+    tmp_path: Path, models_dir: Path
+) -> None:
     db = f"sqlite:///{tmp_path / 'w.db'}"
     store = open_store(db)
     try:
@@ -324,9 +326,12 @@ def test_an_app_fed_by_prometheus_gets_the_surge_watch_job(tmp_path: Path, model
         config = replace(base, prometheus=(source,), surge_watch_minutes=7)
         ensure_service(store, config, T0)
         daemon.serve(make_service(store, config), db, max_seconds=0.5)
+        watched = _scheduled(db)
+        # Started again without Prometheus: the job store forgets the watch.
+        daemon.serve(make_service(store, base), db, max_seconds=0.5)
     finally:
         store.close()
-    assert "watch" in _scheduled(db)
+    assert "watch" in watched and "watch" not in _scheduled(db)
 
 
 def _scheduled(db: str) -> set[str]:

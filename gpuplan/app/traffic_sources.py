@@ -33,7 +33,7 @@ import logging
 import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from contract.records import TrafficHour
 from gpuplan.app.bridge import STEP, floor_hour
@@ -140,30 +140,10 @@ def requests_so_far(
         return None
     window = f"[{max(1, round((now - hour).total_seconds()))}s]"
     params = {"query": source.query.replace(HOUR_WINDOW, window), "time": now.timestamp()}
-    document = _get(source, QUERY_PATH, params, timeout_s)
-    data = document.get("data")
-    if (
-        not isinstance(data, dict)
-        or data.get("resultType") != "vector"
-        or not isinstance(data.get("result"), list)
-    ):
-        raise PrometheusError(f"{source.url} answered no instant vector (resultType vector)")
-    samples = data["result"]
-    if not samples:
+    sample = _one_series(source, _get(source, QUERY_PATH, params, timeout_s), "vector")
+    if sample is None:
         return None
-    if len(samples) > 1:
-        raise PrometheusError(
-            f"the query {source.query!r} gives {len(samples)} series; it must give one series of "
-            "hourly requests: aggregate it, e.g. sum(increase(METRIC[1h]))"
-        )
-    point = samples[0].get("value") if isinstance(samples[0], dict) else None
-    try:
-        _, value = point  # type: ignore[misc]
-        requests = float(value)
-    except (TypeError, ValueError) as error:
-        raise PrometheusError(
-            f"{source.url} answered a sample that is not [time, value]: {point!r}"
-        ) from error
+    _, requests = _point(source, sample.get("value"))
     if not (math.isfinite(requests) and requests >= 0):
         raise PrometheusError(f"{source.url} gave {requests!r} for the hour in progress, not a count")
     return requests
@@ -210,35 +190,48 @@ def _document(source: PrometheusSource, body: bytes) -> dict[str, Any]:
 
 def _points(source: PrometheusSource, document: dict[str, Any]) -> list[tuple[datetime, float]]:
     """The one series of a ``query_range`` answer; no series at all is no point (every hour missing)."""
+    series = _one_series(source, document, "matrix")
+    if series is None:
+        return []
+    values = series.get("values")
+    if not isinstance(values, list):
+        raise PrometheusError(f"{source.url} answered a series without a list of values")
+    return [_point(source, point) for point in values]
+
+
+def _one_series(source: PrometheusSource, document: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The one series of an answer whose ``resultType`` is ``kind`` (``matrix`` for a range,
+    ``vector`` for an instant); None when the query matched no series."""
     data = document.get("data")
     if (
         not isinstance(data, dict)
-        or data.get("resultType") != "matrix"
+        or data.get("resultType") != kind
         or not isinstance(data.get("result"), list)
     ):
-        raise PrometheusError(f"{source.url} answered no range of points (resultType matrix)")
+        raise PrometheusError(f"{source.url} answered no result of type {kind}")
     series = data["result"]
     if not series:
-        return []
+        return None
     if len(series) > 1:
         labels = [entry.get("metric") if isinstance(entry, dict) else entry for entry in series[:3]]
         raise PrometheusError(
             f"the query {source.query!r} gives {len(series)} series (first {labels}); it must give one "
             "series of hourly requests: aggregate it, e.g. sum(increase(METRIC[1h]))"
         )
-    values = series[0].get("values") if isinstance(series[0], dict) else None
-    if not isinstance(values, list):
-        raise PrometheusError(f"{source.url} answered a series without a list of values")
-    points = []
-    for point in values:
-        try:
-            ends, value = point
-            points.append((datetime.fromtimestamp(float(ends), UTC), float(value)))
-        except (TypeError, ValueError) as error:
-            raise PrometheusError(
-                f"{source.url} answered a point that is not [time, value]: {point!r}"
-            ) from error
-    return points
+    if not isinstance(series[0], dict):
+        raise PrometheusError(f"{source.url} answered a series that is not an object: {series[0]!r}")
+    return series[0]
+
+
+def _point(source: PrometheusSource, point: object) -> tuple[datetime, float]:
+    """One ``[unix time, "value"]`` pair of an answer."""
+    try:
+        ends, value = cast("tuple[Any, Any]", point)
+        return datetime.fromtimestamp(float(ends), UTC), float(value)
+    except (TypeError, ValueError) as error:
+        raise PrometheusError(
+            f"{source.url} answered a point that is not [time, value]: {point!r}"
+        ) from error
 
 
 def _error_of(body: bytes) -> str:
