@@ -139,9 +139,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def marks(self) -> tuple[int, ...]:
         """A cheap token of the stored state that moves whenever a run, a job, a job's state,
-        a commit or an amendment is stored (the latest run id, the jobs and the running and
-        done ones counted, the commits and amendments counted): what a cache of reads, or a
-        warm start from a stored plan, compares to know that nothing moved under it."""
+        a commit or an amendment is stored, or a token revoked (the latest run id, the jobs
+        and the running and done ones counted, the commits, amendments and revoked tokens
+        counted; the last is last): what a cache of reads, or a warm start from a stored
+        plan, compares to know that nothing moved under it, and a cache of tokens to know
+        that none it holds was revoked."""
 
     @abc.abstractmethod
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...

@@ -4,8 +4,9 @@
 submits, a cancel, a traffic push, a recalibration, a poll), with the plan its last cycle
 stored. :class:`ReadCache` keeps each read (the status, a report, the dashboard's data) until
 the stamp or the store's :meth:`~storage.store.Store.marks` move: the stamp moves before a
-change is answered, and the marks move with any process's runs, jobs, commits and
-amendments, so a reader never gets a document older than a change already answered.
+change is answered, and the marks move with any process's runs, jobs, commits, amendments
+and token revocations, so a reader never gets a document older than a change already
+answered. :class:`FreshMarks` reads the marks once for all the requests that ask together.
 """
 
 from __future__ import annotations
@@ -62,6 +63,47 @@ class Changes:
             self._cycle_plan = CyclePlan(run, marks, self._stamp)
 
 
+class FreshMarks:
+    """The store's marks, read by a query that began after the caller asked (so they show every
+    change committed before it asked), one query for all the callers that ask meanwhile: under
+    load the requests that arrive together share one round trip (a group read)."""
+
+    def __init__(self, read: Callable[[], tuple[int, ...]]) -> None:
+        self.read = read  # the store's marks
+        self._lock = threading.Condition()
+        self._started = 0  # queries begun
+        self._last: tuple[int, tuple[int, ...]] | None = None  # (query number, its marks)
+        self._reading = False
+        self.reads = 0  # queries made, and callers waiting for one (the tests count them)
+        self.waiting = 0
+
+    def __call__(self) -> tuple[int, ...]:
+        with self._lock:
+            wanted = self._started + 1  # the first query to begin from now on
+            while True:
+                if self._last is not None and self._last[0] >= wanted:
+                    return self._last[1]
+                if not self._reading:
+                    self._reading = True
+                    self._started += 1
+                    number = self._started
+                    break
+                self.waiting += 1
+                self._lock.wait()
+                self.waiting -= 1
+        marks: tuple[int, ...] | None = None
+        try:
+            marks = self.read()
+            return marks
+        finally:
+            with self._lock:
+                self._reading = False
+                self.reads += 1
+                if marks is not None:
+                    self._last = (number, marks)
+                self._lock.notify_all()  # on a failure, the next waiter queries itself
+
+
 class ReadCache:
     """Reads served from memory, each rebuilt once after a change (see the module's docstring).
 
@@ -69,18 +111,19 @@ class ReadCache:
     under load a change is followed by one rebuild, not one per reader.
     """
 
-    def __init__(self, store: Store, changes: Changes) -> None:
-        self.store = store
+    def __init__(self, marks: Callable[[], tuple[int, ...]], changes: Changes) -> None:
+        self.marks = marks
         self.changes = changes
         self._lock = threading.Condition()
         self._entries: dict[Hashable, tuple[tuple[Any, ...], Any]] = {}
         self._building: set[tuple[Hashable, tuple[Any, ...]]] = set()
         self.builds = 0  # how many reads were rebuilt (the tests count them)
 
-    def get(self, key: Hashable, build: Callable[[], T]) -> T:
-        """The cached value of ``key``, or ``build()``'s when anything changed since it was built."""
+    def get(self, key: Hashable, build: Callable[[], T], marks: tuple[int, ...] | None = None) -> T:
+        """The cached value of ``key``, or ``build()``'s when anything changed since it was built.
+        ``marks``: the store's, read after the request arrived (by default read now)."""
         # Taken before the build: a change made while it builds leaves an entry already stale.
-        version = (self.changes.stamp, self.store.marks())
+        version = (self.changes.stamp, self.marks() if marks is None else marks)
         with self._lock:
             while True:
                 entry = self._entries.get(key)
