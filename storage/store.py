@@ -193,6 +193,13 @@ class Store(abc.ABC):
 
     # -- plan runs and commits -----------------------------------------------------------
     @abc.abstractmethod
+    def record_submits(self, jobs: Sequence[Job], run: PlanRun) -> PlanRun:
+        """Queue ``jobs`` (their promises set) and store ``run``, the plan that places them
+        (never committed), in one transaction: all of it or, when an id is taken or
+        repeated, none (``InputError`` as :meth:`add_jobs`). The marks then move as one
+        (:meth:`marks`: the latest run id to the run's, the jobs counted by ``len(jobs)``)."""
+
+    @abc.abstractmethod
     def record_run(
         self, run: PlanRun, commit: Commit | None = None, *, deliver_to: str | None = None
     ) -> PlanRun:

@@ -23,6 +23,7 @@ from contract.scenario_io import parse_scenario
 from gpuplan.app.changes import FreshMarks
 from gpuplan.app.config import demo_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
+from gpuplan.app.status import status
 from gpuplan.app.tokens import NotSignedInError, authenticate
 from scheduler.check import check_plan
 from storage.store import Store
@@ -293,3 +294,32 @@ def test_a_cached_token_is_refused_once_another_process_revokes_it(tmp_path: Pat
         with pytest.raises(NotSignedInError, match="revoked"):
             ctx.authenticate(secret, ctx.marks())
         assert len(looked_up) == 2
+
+
+def test_the_status_after_a_warm_batch_is_built_from_memory_as_the_store_has_it(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    with _service(tmp_path, models_dir) as service:
+        ctx, token = service.context, _token(service)
+
+        def served_and_stored() -> tuple[dict[str, Any], dict[str, Any]]:
+            served = ctx.status(None)
+            stored = status(service.store, ctx.clock()).as_dict()
+            return {**served, "at": None}, {**stored, "at": None}
+
+        ctx.submit(token, _spec(0), source="test")  # a fresh plan: the mirror is read next
+        served, stored = served_and_stored()
+        assert served == stored
+        for n in range(1, 4):
+            earlier = service.store.marks()
+            ctx.submit(token, _spec(n, priority=10 + 20 * n), source="test")
+            assert ctx.batcher.stats.warm == n
+            mirror = ctx.changes.mirror
+            assert mirror is not None and mirror.marks == service.store.marks()  # the batch extended it
+            # a reader that saw the marks before the batch may have it (newer, by this batch only)
+            assert ctx.changes.mirror_at(service.store, earlier) is mirror
+            served, stored = served_and_stored()
+            assert served == stored and f"job-{n}" in {row["job"] for row in served["queue"]}
+        ctx.cancel(token, "job-2")  # not a batch: the mirror is read again
+        served, stored = served_and_stored()
+        assert served == stored and "job-2" not in {row["job"] for row in served["queue"]}

@@ -7,6 +7,9 @@ the stamp or the store's :meth:`~storage.store.Store.marks` move: the stamp move
 change is answered, and the marks move with any process's runs, jobs, commits, amendments
 and token revocations, so a reader never gets a document older than a change already
 answered. :class:`FreshMarks` reads the marks once for all the requests that ask together.
+A :class:`Mirror` holds the queued and running jobs and the latest run as of some marks: a
+batch of submits extends the one it started from, so that the status after it is rebuilt
+from memory, not from a read of the whole queue.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from contract.records import PlanRun
+from contract.records import Job, JobState, PlanRun
 from storage.store import Store
 
 T = TypeVar("T")
@@ -34,13 +37,50 @@ class CyclePlan:
     stamp: int
 
 
+#: How many earlier marks a mirror remembers that it has grown from.
+MIRROR_SINCE = 8
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """The queued and running jobs (in submission order) and the latest run, as the store
+    holds them while its marks are ``marks``; ``since``: the marks of the mirrors it grew
+    from by this process's batches alone (a reader that saw those may have this one: it
+    holds every change the reader's marks did, and only this process's since)."""
+
+    marks: tuple[int, ...]
+    jobs: tuple[Job, ...]
+    run: PlanRun | None
+    since: tuple[tuple[int, ...], ...] = ()
+
+    def extended(self, marks: tuple[int, ...], jobs: tuple[Job, ...], run: PlanRun) -> Mirror:
+        """This mirror after ``jobs`` were queued and ``run`` stored, and nothing else, leaving
+        the store at ``marks``."""
+        return Mirror(marks, self.jobs + jobs, run, (*self.since, self.marks)[-MIRROR_SINCE:])
+
+
 class Changes:
-    """A stamp moved at every change this process makes, and the last cycle's plan."""
+    """A stamp moved at every change this process makes, the last cycle's plan, and the
+    mirror of the queue this process knows to hold (:class:`Mirror`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stamp = 0
         self._cycle_plan: CyclePlan | None = None
+        self.mirror: Mirror | None = None
+
+    def mirror_at(self, store: Store, marks: tuple[int, ...]) -> Mirror:
+        """The queue as of ``marks`` (the store's, read before) or later: the mirror kept, when
+        it is of these marks or grew from them; else read from the store, and kept when the
+        marks did not move meanwhile (when they did, what was read is newer than ``marks``,
+        which a reader may have)."""
+        mirror = self.mirror
+        if mirror is not None and (mirror.marks == marks or marks in mirror.since):
+            return mirror
+        mirror = Mirror(marks, tuple(store.jobs([JobState.QUEUED, JobState.RUNNING])), store.run())
+        if store.marks() == marks:
+            self.mirror = mirror
+        return mirror
 
     @property
     def stamp(self) -> int:

@@ -117,9 +117,11 @@ class ApiContext:
         """:meth:`status` as JSON: the document is encoded once per change (a queue of a thousand
         jobs takes longer to encode than to serve), and ``at`` put in front of it per request."""
         now = self.clock()
+        marks = self.marks() if marks is None else marks
 
         def build() -> bytes:
-            document = status(self.store, now, team=team).as_dict()
+            mirror = self.changes.mirror_at(self.store, marks)
+            document = status(self.store, now, team=team, known=(mirror.jobs, mirror.run)).as_dict()
             del document["at"]
             return json.dumps(document, separators=(",", ":")).encode()
 

@@ -83,21 +83,8 @@ class JobStore(SqlBase):
         self.add_jobs([job])
 
     def add_jobs(self, jobs: Sequence[Job]) -> None:
-        ids = [job.id for job in jobs]
-        repeated = next((job_id for job_id in ids if ids.count(job_id) > 1), None)
-        if repeated is not None:
-            raise _duplicate(repeated)
         with self._session() as session:
-            for chunk in _chunks(ids):
-                taken = session.scalar(select(JobRow.id).where(JobRow.id.in_(chunk)).limit(1))
-                if taken is not None:
-                    raise _duplicate(taken)
-            session.add_all(_job_row_of(job) for job in jobs)
-            try:
-                session.flush()
-            except exc.IntegrityError:
-                # submitted by another process since the check: which one, the caller asks again
-                raise _duplicate(ids[0] if len(ids) == 1 else "(one of the batch)") from None
+            insert_jobs(session, jobs)
 
     def job(self, job_id: str) -> Job | None:
         with self._session(read_only=True) as session:
@@ -235,6 +222,27 @@ class JobStore(SqlBase):
 
 def _duplicate(job_id: str) -> InputError:
     return InputError("id", "a job id not used before", job_id, hint="Every submitted job needs its own id.")
+
+
+def insert_jobs(session: Session, jobs: Sequence[Job]) -> None:
+    """New jobs inserted in ``session``'s transaction; ``InputError`` for an id taken or repeated."""
+    ids = [job.id for job in jobs]
+    repeated = next((job_id for job_id in ids if ids.count(job_id) > 1), None)
+    if repeated is not None:
+        raise _duplicate(repeated)
+    for job in jobs:
+        if job.promised_start is not None:
+            _require_hour(job.promised_start, "promised_start")
+    for chunk in _chunks(ids):
+        taken = session.scalar(select(JobRow.id).where(JobRow.id.in_(chunk)).limit(1))
+        if taken is not None:
+            raise _duplicate(taken)
+    session.add_all(_job_row_of(job) for job in jobs)
+    try:
+        session.flush()
+    except exc.IntegrityError:
+        # submitted by another process since the check: which one, the caller asks again
+        raise _duplicate(ids[0] if len(ids) == 1 else "(one of the batch)") from None
 
 
 def _job_row_of(job: Job) -> JobRow:
