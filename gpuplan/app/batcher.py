@@ -3,15 +3,18 @@
 The served API's submits queue here once each is checked and forecast. One caller at a time
 takes every submit waiting and, under the plan lock it shares with the daemon's cycle:
 
-1. stores their jobs in one transaction (a taken id refuses that submit alone);
-2. plans them once: the last stored plan (the cycle's, or the previous batch's) with the
+1. plans them once: the last stored plan (the cycle's, or the previous batch's) with the
    new jobs inserted and repaired (:func:`scheduler.warm.insert`, each job in arrival order
    with a hot-path budget of its own, so a batch answers as its submits one by one
-   would); a fresh hot-path plan of the whole queue when there is no such plan, or it is
-   stale (anything stored since, by this process or another; a new hour; older than one
-   cycle period), or the repaired plan fails the checker;
-3. stores that run, keeps each job's planned start as its promise, and answers each caller
-   with its own job's start.
+   would), and stores the jobs, their promises (each job's planned start) and the run in
+   one transaction (:meth:`~storage.store.Store.record_submits`: the marks move as one, and
+   the batch extends the queue's :class:`~gpuplan.app.changes.Mirror`);
+2. when an id is taken, or there is no such plan, or it is stale (anything stored since,
+   by this process or another; a new hour; older than one cycle period), or the repaired
+   plan fails the checker: stores the jobs (one by one when an id is taken, which refuses
+   that submit alone), plans the stored ones (warm, or a fresh hot-path plan of the whole
+   queue) and keeps their promises;
+3. answers each caller with its own job's start.
 
 Submits that arrive meanwhile wait for the next batch: a submit waits for at most the batch
 in flight and its own, however many arrive together.
