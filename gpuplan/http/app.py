@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
@@ -17,20 +14,8 @@ from gpuplan.http.routers import dashboard, jobs, reports, runs, status, traffic
 STATIC = Path(__file__).parent / "static"
 
 
-#: Worker threads for the routes (AnyIO's default is 40): a submit waits in one for its
-#: batch, so fewer threads than clients would queue the reads behind the waiting submits.
-WORKER_THREADS = 128
-
-
-@asynccontextmanager
-async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
-    yield
-
-
 def create_app(context: ApiContext) -> FastAPI:
     app = FastAPI(
-        lifespan=_lifespan,
         title="gpuplan",
         version="1",
         summary="Plans a GPU cluster 24 hours ahead: submit jobs, read the plan and its reports.",

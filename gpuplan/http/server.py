@@ -30,7 +30,7 @@ class HttpServer:
             port=port,
             log_config=None,  # the process's logging: one format, and the daemon's -v decides
             access_log=True,
-            lifespan="on",  # the app's start-up sets its worker threads
+            lifespan="off",
             server_header=False,
         )
         self.server = uvicorn.Server(config)
