@@ -139,9 +139,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def marks(self) -> tuple[int, ...]:
         """A cheap token of the stored state that moves whenever a run, a job, a job's state,
-        a commit or an amendment is stored (the latest run id, the jobs and the running and
-        done ones counted, the commits and amendments counted): what a cache of reads, or a
-        warm start from a stored plan, compares to know that nothing moved under it."""
+        a commit or an amendment is stored, or a token revoked (the latest run id, the jobs
+        and the running and done ones counted, the commits, amendments and revoked tokens
+        counted; the last is last): what a cache of reads, or a warm start from a stored
+        plan, compares to know that nothing moved under it, and a cache of tokens to know
+        that none it holds was revoked."""
 
     @abc.abstractmethod
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...
@@ -190,6 +192,13 @@ class Store(abc.ABC):
         """The apps' counts observed in ``hour`` (an app last seen in another hour has none), by app."""
 
     # -- plan runs and commits -----------------------------------------------------------
+    @abc.abstractmethod
+    def record_submits(self, jobs: Sequence[Job], run: PlanRun) -> PlanRun:
+        """Queue ``jobs`` (their promises set) and store ``run``, the plan that places them
+        (never committed), in one transaction: all of it or, when an id is taken or
+        repeated, none (``InputError`` as :meth:`add_jobs`). The marks then move as one
+        (:meth:`marks`: the latest run id to the run's, the jobs counted by ``len(jobs)``)."""
+
     @abc.abstractmethod
     def record_run(
         self, run: PlanRun, commit: Commit | None = None, *, deliver_to: str | None = None

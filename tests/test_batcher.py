@@ -15,13 +15,18 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from contract.errors import InputError
 from contract.records import ApiToken, JobState, Outcome, RunMode
 from contract.scenario_io import parse_scenario
+from gpuplan.app.changes import FreshMarks
 from gpuplan.app.config import demo_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
-from gpuplan.app.tokens import authenticate
+from gpuplan.app.status import status
+from gpuplan.app.tokens import NotSignedInError, authenticate
 from scheduler.check import check_plan
+from storage.store import Store
 from tests.http_fixtures import T0, Served, served
 from tests.service_fixtures import _in_tmp_path, models_dir
 
@@ -233,3 +238,88 @@ def test_reads_are_served_from_memory_and_rebuilt_after_each_kind_of_change(
             assert ctx.reads.builds == builds + 1, change  # rebuilt once
             assert holds({row["job"] for row in after["queue"]}), change
         assert service.store.job("job-0").state is JobState.DONE  # type: ignore[union-attr]
+
+
+def test_fresh_marks_are_read_after_each_caller_asked_one_query_for_those_asking_together(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    with _service(tmp_path, models_dir) as service:
+        store, in_flight, release = service.store, threading.Event(), threading.Event()
+
+        def read() -> tuple[int, ...]:
+            if not in_flight.is_set():  # the first query waits, begun before the change below
+                in_flight.set()
+                release.wait(20)
+            return store.marks()
+
+        fresh = FreshMarks(read)
+        before = store.marks()
+        first = threading.Thread(target=fresh)
+        first.start()
+        in_flight.wait(20)
+        store.revoke_token(service.token_ids["reader"], T0)  # another process's change
+        seen: list[tuple[int, ...]] = []
+        askers = [threading.Thread(target=lambda: seen.append(fresh())) for _ in range(CALLERS)]
+        for thread in askers:
+            thread.start()
+        _wait_until(lambda: fresh.waiting == CALLERS)
+        release.set()
+        for thread in [first, *askers]:
+            thread.join(20)
+        assert seen == [store.marks()] * CALLERS  # none took the query begun before it asked
+        assert seen[0][-1] == before[-1] + 1  # the revocation counted, last
+        assert fresh.reads == 2  # the callers that asked together shared one query
+
+
+class _Counting:
+    """The store's token lookup, counted."""
+
+    def __init__(self, store: Store, calls: list[str]) -> None:
+        self.store, self.calls = store, calls
+
+    def token_by_hash(self, secret_sha256: str) -> ApiToken | None:
+        self.calls.append(secret_sha256)
+        return self.store.token_by_hash(secret_sha256)
+
+
+def test_a_cached_token_is_refused_once_another_process_revokes_it(tmp_path: Path, models_dir: Path) -> None:
+    with _service(tmp_path, models_dir) as service:
+        ctx, secret = service.context, service.tokens["reader"]
+        looked_up: list[str] = []
+        ctx.tokens.store = _Counting(service.store, looked_up)  # type: ignore[assignment]
+        token = ctx.authenticate(secret, ctx.marks())
+        assert ctx.authenticate(secret, ctx.marks()) == token
+        assert len(looked_up) == 1  # the second request found it in memory
+        service.store.revoke_token(token.id, T0)
+        with pytest.raises(NotSignedInError, match="revoked"):
+            ctx.authenticate(secret, ctx.marks())
+        assert len(looked_up) == 2
+
+
+def test_the_status_after_a_warm_batch_is_built_from_memory_as_the_store_has_it(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    with _service(tmp_path, models_dir) as service:
+        ctx, token = service.context, _token(service)
+
+        def served_and_stored() -> tuple[dict[str, Any], dict[str, Any]]:
+            served = ctx.status(None)
+            stored = status(service.store, ctx.clock()).as_dict()
+            return {**served, "at": None}, {**stored, "at": None}
+
+        ctx.submit(token, _spec(0), source="test")  # a fresh plan: the mirror is read next
+        served, stored = served_and_stored()
+        assert served == stored
+        for n in range(1, 4):
+            earlier = service.store.marks()
+            ctx.submit(token, _spec(n, priority=10 + 20 * n), source="test")
+            assert ctx.batcher.stats.warm == n
+            mirror = ctx.changes.mirror
+            assert mirror is not None and mirror.marks == service.store.marks()  # the batch extended it
+            # a reader that saw the marks before the batch may have it (newer, by this batch only)
+            assert ctx.changes.mirror_at(service.store, earlier) is mirror
+            served, stored = served_and_stored()
+            assert served == stored and f"job-{n}" in {row["job"] for row in served["queue"]}
+        ctx.cancel(token, "job-2")  # not a batch: the mirror is read again
+        served, stored = served_and_stored()
+        assert served == stored and "job-2" not in {row["job"] for row in served["queue"]}

@@ -445,6 +445,20 @@ def test_a_failing_record_leaves_nothing(store: SqlStore) -> None:
     assert store.record_run(run, sample_commit()).committed  # the hour is still free
 
 
+def test_submits_and_their_run_are_stored_together_or_not_at_all(store: SqlStore) -> None:
+    store.add_job(queued_job("job-b"))
+    before = store.marks()
+    promised = replace(queued_job("job-a"), promised_start=HOUR)
+    with pytest.raises(InputError, match="job-b"):  # one id taken: nothing of the batch is stored
+        store.record_submits([promised, queued_job("job-b")], sample_run())
+    assert store.runs() == [] and store.marks() == before
+    assert store.job("job-a") is None
+    run = store.record_submits([promised, queued_job("job-c")], sample_run())
+    assert store.runs() == [run] and store.job("job-a") == promised
+    # the marks moved as one: the latest run is this one, two more jobs, nothing else
+    assert store.marks() == (run.id, before[1] + 2, *before[2:])
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

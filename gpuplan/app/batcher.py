@@ -3,15 +3,18 @@
 The served API's submits queue here once each is checked and forecast. One caller at a time
 takes every submit waiting and, under the plan lock it shares with the daemon's cycle:
 
-1. stores their jobs in one transaction (a taken id refuses that submit alone);
-2. plans them once: the last stored plan (the cycle's, or the previous batch's) with the
+1. plans them once: the last stored plan (the cycle's, or the previous batch's) with the
    new jobs inserted and repaired (:func:`scheduler.warm.insert`, each job in arrival order
    with a hot-path budget of its own, so a batch answers as its submits one by one
-   would); a fresh hot-path plan of the whole queue when there is no such plan, or it is
-   stale (anything stored since, by this process or another; a new hour; older than one
-   cycle period), or the repaired plan fails the checker;
-3. stores that run, keeps each job's planned start as its promise, and answers each caller
-   with its own job's start.
+   would), and stores the jobs, their promises (each job's planned start) and the run in
+   one transaction (:meth:`~storage.store.Store.record_submits`: the marks move as one, and
+   the batch extends the queue's :class:`~gpuplan.app.changes.Mirror`);
+2. when an id is taken, or there is no such plan, or it is stale (anything stored since,
+   by this process or another; a new hour; older than one cycle period), or the repaired
+   plan fails the checker: stores the jobs (one by one when an id is taken, which refuses
+   that submit alone), plans the stored ones (warm, or a fresh hot-path plan of the whole
+   queue) and keeps their promises;
+3. answers each caller with its own job's start.
 
 Submits that arrive meanwhile wait for the next batch: a submit waits for at most the batch
 in flight and its own, however many arrive together.
@@ -35,7 +38,7 @@ from gpuplan.app.bridge import STEP, floor_hour, queued_entry, run_record
 from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan, promise
+from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan, planned_starts, promise
 from scheduler.model import Allocation
 from storage.store import Store
 
@@ -122,23 +125,38 @@ class SubmitBatcher:
         try:
             with self.plan_lock():
                 now = self.clock()
-                base = self._warm_base(now)  # before the batch's jobs move the marks
-                stored = self._store_jobs(batch)
-                if stored:
+                before = self.store.marks()  # before the batch's jobs move them
+                base = self._warm_base(now, before)
+                # The queue as it stands, which a warm batch extends: read (once) when what this
+                # process stored last is not what the store holds now.
+                mirror = self.changes.mirror_at(self.store, before)
+                queued = None if base is None else self._queue_warm(base, batch, now)
+                allocation: Allocation | None
+                if queued is not None:  # the jobs and their run stored in one transaction
+                    stored, (run, instance, allocation) = batch, queued
+                    promised = {t.job.id: t.job.promised_start for t in batch if t.job.promised_start}
+                    if mirror.marks == before:  # the marks moved as one (Store.record_submits)
+                        after = (run.id or 0, before[1] + len(batch), *before[2:])
+                        jobs = tuple(t.job for t in batch)
+                        self.changes.mirror = mirror.extended(after, jobs, run)
+                else:
+                    stored = self._store_jobs(batch)
+                    if not stored:
+                        return
                     run, instance, allocation = self._plan(base, [t.job for t in stored], now)
                     promised = promise(self.store, run, [t.job.id for t in stored])
-                    for ticket in stored:
-                        ticket.result = answer(run, ticket.job)
-                    # The next batch's base: this run, while nothing moves (the marks read after it).
-                    stamp, marks = self.changes.bump(), self.store.marks()
-                    self._base = (
-                        None
-                        if allocation is None
-                        else self._promised(WarmBase(run, instance, allocation, marks, stamp), promised)
-                    )
-                    self.stats.batches += 1
-                    self.stats.jobs += len(stored)
-                    self.stats.sizes.append(len(stored))
+                for ticket in stored:
+                    ticket.result = answer(run, ticket.job)
+                # The next batch's base: this run, while nothing moves (the marks read after it).
+                stamp, marks = self.changes.bump(), self.store.marks()
+                self._base = (
+                    None
+                    if allocation is None
+                    else self._promised(WarmBase(run, instance, allocation, marks, stamp), promised)
+                )
+                self.stats.batches += 1
+                self.stats.jobs += len(stored)
+                self.stats.sizes.append(len(stored))
         except BaseException as error:
             for ticket in batch:
                 if ticket.result is None and ticket.error is None:
@@ -146,6 +164,31 @@ class SubmitBatcher:
         finally:
             for ticket in batch:
                 ticket.done = True
+
+    def _queue_warm(
+        self, base: WarmBase, batch: list[_Ticket], now: datetime
+    ) -> tuple[PlanRun, Instance, Allocation] | None:
+        """The batch's jobs inserted into ``base``, and stored with its run and their promises
+        in one transaction; None when the checker refuses the plan or an id is taken (then
+        nothing is stored)."""
+        ids = {t.job.id for t in batch}
+        if len(ids) < len(batch):  # a repeated id: stored one by one, the repeat refused
+            return None
+        planned = self._warm(base, [t.job for t in batch], now)
+        if planned is None:
+            return None
+        run, instance, allocation = planned
+        starts = planned_starts(run, [t.job.id for t in batch])
+        for ticket in batch:
+            ticket.job = replace(ticket.job, promised_start=starts.get(ticket.job.id))
+        try:
+            stored = self.store.record_submits([t.job for t in batch], run)
+        except InputError:
+            for ticket in batch:
+                ticket.job = replace(ticket.job, promised_start=None)
+            return None
+        self.stats.warm += 1
+        return stored, instance, allocation
 
     def _store_jobs(self, batch: list[_Ticket]) -> list[_Ticket]:
         """The batch's jobs stored in one transaction; when an id is taken, one by one, and the
@@ -175,15 +218,16 @@ class SubmitBatcher:
             warm = self._warm(base, jobs, now)
             if warm is not None:
                 self.stats.warm += 1
-                return warm
+                return (self.store.record_run(warm[0]), *warm[1:])
         self.stats.fresh += 1
         run = hot_path_plan(self.store, now, self.config, self.forecasters)
         assert run is not None
         return (run, *self._decisions(run))
 
-    def _warm_base(self, now: datetime) -> WarmBase | None:
-        """The stored plan to insert into, if one still holds: the previous batch's, or the one
-        the cycle stored since; None when nothing holds (then the queue is planned afresh)."""
+    def _warm_base(self, now: datetime, marks: tuple[int, ...]) -> WarmBase | None:
+        """The stored plan to insert into, if one still holds at the store's ``marks``: the
+        previous batch's, or the one the cycle stored since; None when nothing holds (then
+        the queue is planned afresh)."""
         cycle = self.changes.cycle_plan
         base = self._base
         if cycle is not None and cycle is not self._cycle_seen:
@@ -198,7 +242,7 @@ class SubmitBatcher:
         # Within the hour it was made in, its start is still the first open hour: a commit since
         # would have moved the marks.
         hour = floor_hour(now)
-        if floor_hour(base.run.created_at) != hour or base.marks != self.store.marks():
+        if floor_hour(base.run.created_at) != hour or base.marks != marks:
             return None
         return base
 
@@ -249,7 +293,8 @@ class SubmitBatcher:
     def _warm(
         self, base: WarmBase, jobs: list[Job], now: datetime
     ) -> tuple[PlanRun, Instance, Allocation] | None:
-        """``base`` with ``jobs`` inserted and repaired, stored; None when the checker refuses it."""
+        """``base`` with ``jobs`` inserted and repaired, as the run to store; None when the
+        checker refuses it."""
         from contract.scenario_io import parse_scenario
         from scheduler.budget import Budget
         from scheduler.check import check_plan
@@ -298,5 +343,4 @@ class SubmitBatcher:
             latency_ms=(time.perf_counter() - started) * 1000,
             forecasts=base.run.forecasts,
         )
-        stored = self.store.record_run(replace(run, extra={"warm_from": base.run.id}))
-        return stored, instance, allocation
+        return replace(run, extra={"warm_from": base.run.id}), instance, allocation

@@ -4,8 +4,12 @@
 submits, a cancel, a traffic push, a recalibration, a poll), with the plan its last cycle
 stored. :class:`ReadCache` keeps each read (the status, a report, the dashboard's data) until
 the stamp or the store's :meth:`~storage.store.Store.marks` move: the stamp moves before a
-change is answered, and the marks move with any process's runs, jobs, commits and
-amendments, so a reader never gets a document older than a change already answered.
+change is answered, and the marks move with any process's runs, jobs, commits, amendments
+and token revocations, so a reader never gets a document older than a change already
+answered. :class:`FreshMarks` reads the marks once for all the requests that ask together.
+A :class:`Mirror` holds the queued and running jobs and the latest run as of some marks: a
+batch of submits extends the one it started from, so that the status after it is rebuilt
+from memory, not from a read of the whole queue.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from contract.records import PlanRun
+from contract.records import Job, JobState, PlanRun
 from storage.store import Store
 
 T = TypeVar("T")
@@ -33,13 +37,50 @@ class CyclePlan:
     stamp: int
 
 
+#: How many earlier marks a mirror remembers that it has grown from.
+MIRROR_SINCE = 8
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """The queued and running jobs (in submission order) and the latest run, as the store
+    holds them while its marks are ``marks``; ``since``: the marks of the mirrors it grew
+    from by this process's batches alone (a reader that saw those may have this one: it
+    holds every change the reader's marks did, and only this process's since)."""
+
+    marks: tuple[int, ...]
+    jobs: tuple[Job, ...]
+    run: PlanRun | None
+    since: tuple[tuple[int, ...], ...] = ()
+
+    def extended(self, marks: tuple[int, ...], jobs: tuple[Job, ...], run: PlanRun) -> Mirror:
+        """This mirror after ``jobs`` were queued and ``run`` stored, and nothing else, leaving
+        the store at ``marks``."""
+        return Mirror(marks, self.jobs + jobs, run, (*self.since, self.marks)[-MIRROR_SINCE:])
+
+
 class Changes:
-    """A stamp moved at every change this process makes, and the last cycle's plan."""
+    """A stamp moved at every change this process makes, the last cycle's plan, and the
+    mirror of the queue this process knows to hold (:class:`Mirror`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stamp = 0
         self._cycle_plan: CyclePlan | None = None
+        self.mirror: Mirror | None = None
+
+    def mirror_at(self, store: Store, marks: tuple[int, ...]) -> Mirror:
+        """The queue as of ``marks`` (the store's, read before) or later: the mirror kept, when
+        it is of these marks or grew from them; else read from the store, and kept when the
+        marks did not move meanwhile (when they did, what was read is newer than ``marks``,
+        which a reader may have)."""
+        mirror = self.mirror
+        if mirror is not None and (mirror.marks == marks or marks in mirror.since):
+            return mirror
+        mirror = Mirror(marks, tuple(store.jobs([JobState.QUEUED, JobState.RUNNING])), store.run())
+        if store.marks() == marks:
+            self.mirror = mirror
+        return mirror
 
     @property
     def stamp(self) -> int:
@@ -62,6 +103,47 @@ class Changes:
             self._cycle_plan = CyclePlan(run, marks, self._stamp)
 
 
+class FreshMarks:
+    """The store's marks, read by a query that began after the caller asked (so they show every
+    change committed before it asked), one query for all the callers that ask meanwhile: under
+    load the requests that arrive together share one round trip (a group read)."""
+
+    def __init__(self, read: Callable[[], tuple[int, ...]]) -> None:
+        self.read = read  # the store's marks
+        self._lock = threading.Condition()
+        self._started = 0  # queries begun
+        self._last: tuple[int, tuple[int, ...]] | None = None  # (query number, its marks)
+        self._reading = False
+        self.reads = 0  # queries made, and callers waiting for one (the tests count them)
+        self.waiting = 0
+
+    def __call__(self) -> tuple[int, ...]:
+        with self._lock:
+            wanted = self._started + 1  # the first query to begin from now on
+            while True:
+                if self._last is not None and self._last[0] >= wanted:
+                    return self._last[1]
+                if not self._reading:
+                    self._reading = True
+                    self._started += 1
+                    number = self._started
+                    break
+                self.waiting += 1
+                self._lock.wait()
+                self.waiting -= 1
+        marks: tuple[int, ...] | None = None
+        try:
+            marks = self.read()
+            return marks
+        finally:
+            with self._lock:
+                self._reading = False
+                self.reads += 1
+                if marks is not None:
+                    self._last = (number, marks)
+                self._lock.notify_all()  # on a failure, the next waiter queries itself
+
+
 class ReadCache:
     """Reads served from memory, each rebuilt once after a change (see the module's docstring).
 
@@ -69,18 +151,19 @@ class ReadCache:
     under load a change is followed by one rebuild, not one per reader.
     """
 
-    def __init__(self, store: Store, changes: Changes) -> None:
-        self.store = store
+    def __init__(self, marks: Callable[[], tuple[int, ...]], changes: Changes) -> None:
+        self.marks = marks
         self.changes = changes
         self._lock = threading.Condition()
         self._entries: dict[Hashable, tuple[tuple[Any, ...], Any]] = {}
         self._building: set[tuple[Hashable, tuple[Any, ...]]] = set()
         self.builds = 0  # how many reads were rebuilt (the tests count them)
 
-    def get(self, key: Hashable, build: Callable[[], T]) -> T:
-        """The cached value of ``key``, or ``build()``'s when anything changed since it was built."""
+    def get(self, key: Hashable, build: Callable[[], T], marks: tuple[int, ...] | None = None) -> T:
+        """The cached value of ``key``, or ``build()``'s when anything changed since it was built.
+        ``marks``: the store's, read after the request arrived (by default read now)."""
         # Taken before the build: a change made while it builds leaves an entry already stale.
-        version = (self.changes.stamp, self.store.marks())
+        version = (self.changes.stamp, self.marks() if marks is None else marks)
         with self._lock:
             while True:
                 entry = self._entries.get(key)

@@ -304,15 +304,21 @@ def _check_fits(cluster: Cluster, gpus: int, now: datetime, *, source: str) -> N
 OUTCOMES: dict[str, Outcome] = {"ok": Outcome.OK, "failed": Outcome.FAILED, "cancelled": Outcome.CANCELLED}
 
 
+def planned_starts(run: PlanRun, job_ids: Sequence[str]) -> dict[str, datetime]:
+    """The starts ``run`` plans for ``job_ids`` (a job it does not place has none)."""
+    starts = {}
+    for job_id in job_ids:
+        start, _ = planned_place(run, job_id)
+        if start is not None:
+            starts[job_id] = start
+    return starts
+
+
 def promise(store: Store, run: PlanRun, job_ids: Sequence[str]) -> dict[str, datetime]:
     """The starts ``run`` plans for ``job_ids``, kept as their promises (the planned start
     given at submit). A job the run does not place gets no promise; one already promised
     keeps its first."""
-    promised = {}
-    for job_id in job_ids:
-        start, _ = planned_place(run, job_id)
-        if start is not None:
-            promised[job_id] = start
+    promised = planned_starts(run, job_ids)
     if promised:
         store.set_promises(promised)
     return promised

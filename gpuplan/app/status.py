@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -124,12 +125,21 @@ def _newest_plan(store: Store, last: PlanRun | None = None) -> PlanRun | None:
     return next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
 
 
-def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
+def status(
+    store: Store,
+    now: datetime,
+    *,
+    team: str | None = None,
+    known: tuple[Sequence[Job], PlanRun | None] | None = None,
+) -> Status:
     """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
     hour placed them), the queue by planned start from the latest plan with each job's reason,
     the last run, and the leading daemon (on PostgreSQL, where a standby may wait). ``team``
-    keeps that team's jobs only (and leaves the apps out)."""
-    last = store.run()
+    keeps that team's jobs only (and leaves the apps out). ``known``: the queued and running
+    jobs and the latest run, when the caller holds them (:class:`gpuplan.app.changes.Mirror`)."""
+    if known is None:
+        known = (store.jobs([JobState.QUEUED, JobState.RUNNING]), store.run())
+    jobs, last = known
     newest = _newest_plan(store, last)
     running = [
         {
@@ -139,8 +149,9 @@ def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
             "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
             "since": job.started_at.isoformat(),
         }
-        for job in store.jobs([JobState.RUNNING])
-        if job.first_gpu is not None
+        for job in jobs
+        if job.state is JobState.RUNNING
+        and job.first_gpu is not None
         and job.gpus is not None
         and job.started_at is not None
         and team in (None, job.team)
@@ -160,7 +171,9 @@ def status(store: Store, now: datetime, *, team: str | None = None) -> Status:
         ]
     places = {} if newest is None else planned_places(newest)
     queue = [
-        _queue_row(job, newest, places) for job in store.jobs([JobState.QUEUED]) if team in (None, job.team)
+        _queue_row(job, newest, places)
+        for job in jobs
+        if job.state is JobState.QUEUED and team in (None, job.team)
     ]
     # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
     queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))

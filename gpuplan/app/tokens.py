@@ -12,7 +12,8 @@ import hmac
 import math
 import re
 import secrets
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -97,12 +98,43 @@ def token_summary(token: ApiToken) -> dict[str, object]:
     }
 
 
-def authenticate(store: Store, secret: str | None) -> ApiToken:
-    """The live token whose secret this is; NotSignedInError otherwise."""
+class TokenCache:
+    """Live tokens by hash, kept while no token is revoked: each lookup is given the store's
+    count of revoked tokens as of its request (the last of :meth:`~storage.store.Store.marks`),
+    and a count that moved empties the cache, so a revoke, by any process, is seen at once.
+    Only live tokens found in the store are kept: an unknown secret is looked up every time."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._revoked: int | None = None
+        self._live: dict[str, ApiToken] = {}
+
+    def lookup(self, secret_sha256: str, revoked: int) -> ApiToken | None:
+        with self._lock:
+            if revoked != self._revoked:
+                self._live.clear()
+                self._revoked = revoked
+            token = self._live.get(secret_sha256)
+        if token is not None:
+            return token
+        token = self.store.token_by_hash(secret_sha256)
+        if token is not None and token.revoked_at is None:
+            with self._lock:
+                if self._revoked == revoked:
+                    self._live[secret_sha256] = token
+        return token
+
+
+def authenticate(
+    store: Store, secret: str | None, lookup: Callable[[str], ApiToken | None] | None = None
+) -> ApiToken:
+    """The live token whose secret this is; NotSignedInError otherwise. ``lookup`` finds a
+    token by its hash instead of the store (a :class:`TokenCache`'s)."""
     if not secret:
         raise NotSignedInError("a bearer token is required (Authorization: Bearer TOKEN)")
     digest = sha256_hex(secret)
-    token = store.token_by_hash(digest)
+    token = (lookup or store.token_by_hash)(digest)
     # The lookup is by hash; the compare is constant-time all the same.
     if token is None or not hmac.compare_digest(token.secret_sha256, digest):
         raise NotSignedInError("the token is not known")

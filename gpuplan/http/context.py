@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from contract.records import ApiToken, Job
 from gpuplan.app.batcher import SubmitBatcher
 from gpuplan.app.bridge import floor_hour
-from gpuplan.app.changes import Changes, ReadCache
+from gpuplan.app.changes import Changes, FreshMarks, ReadCache
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.dashboard import dashboard
 from gpuplan.app.executors import Executor
@@ -20,6 +20,7 @@ from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.jobs import SubmitResult, cancel, submit
 from gpuplan.app.status import status
+from gpuplan.app.tokens import TokenCache, authenticate
 from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from storage.store import Store
 
@@ -42,7 +43,9 @@ class ApiContext:
     changes: Changes = field(default_factory=Changes)
     max_body_bytes: int = 64 * 1024
     batcher: SubmitBatcher = field(init=False)
+    marks: FreshMarks = field(init=False)
     reads: ReadCache = field(init=False)
+    tokens: TokenCache = field(init=False)
 
     def __post_init__(self) -> None:
         self.batcher = SubmitBatcher(
@@ -53,7 +56,14 @@ class ApiContext:
             plan_lock=self.plan_lock,
             changes=self.changes,
         )
-        self.reads = ReadCache(self.store, self.changes)
+        self.marks = FreshMarks(self.store.marks)
+        self.reads = ReadCache(self.marks, self.changes)
+        self.tokens = TokenCache(self.store)
+
+    def authenticate(self, secret: str | None, marks: tuple[int, ...]) -> ApiToken:
+        """The live token of a request's bearer secret, found by hash in memory while ``marks``
+        (the store's as of the request, :class:`FreshMarks`) count no new revocation."""
+        return authenticate(self.store, secret, lambda digest: self.tokens.lookup(digest, marks[-1]))
 
     def submit(self, token: ApiToken, document: object, *, source: str) -> SubmitResult:
         """The submit use case as this token's team (the API and the page); the submits that
@@ -93,26 +103,29 @@ class ApiContext:
         self.changes.bump()
         return job
 
-    def cached(self, key: Hashable, build: Callable[[], T]) -> T:
-        """A read rebuilt once per change (:class:`gpuplan.app.changes.ReadCache`)."""
-        return self.reads.get(key, build)
+    def cached(self, key: Hashable, build: Callable[[], T], marks: tuple[int, ...] | None = None) -> T:
+        """A read rebuilt once per change (:class:`gpuplan.app.changes.ReadCache`); ``marks``:
+        the store's as of the request, when it has them already."""
+        return self.reads.get(key, build, marks)
 
     def status(self, team: str | None) -> dict[str, Any]:
         """``status --json``'s document as of the last change, ``at`` now."""
         result: dict[str, Any] = json.loads(self.status_json(team))
         return result
 
-    def status_json(self, team: str | None) -> bytes:
+    def status_json(self, team: str | None, marks: tuple[int, ...] | None = None) -> bytes:
         """:meth:`status` as JSON: the document is encoded once per change (a queue of a thousand
         jobs takes longer to encode than to serve), and ``at`` put in front of it per request."""
         now = self.clock()
+        marks = self.marks() if marks is None else marks
 
         def build() -> bytes:
-            document = status(self.store, now, team=team).as_dict()
+            mirror = self.changes.mirror_at(self.store, marks)
+            document = status(self.store, now, team=team, known=(mirror.jobs, mirror.run)).as_dict()
             del document["at"]
             return json.dumps(document, separators=(",", ":")).encode()
 
-        rest = self.cached(("status", team, floor_hour(now)), build)
+        rest = self.cached(("status", team, floor_hour(now)), build, marks)
         return b'{"at":' + json.dumps(now.isoformat()).encode() + b"," + rest[1:]
 
     def dashboard(self) -> dict[str, Any]:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from contract.records import ApiToken, Scope
-from gpuplan.app.tokens import authenticate, require
+from gpuplan.app.tokens import require
 from gpuplan.http.context import ApiContext
 from storage.store import Store
 
+# Dependencies that wait on nothing are coroutines: FastAPI runs a plain function's in a
+# worker thread, a hop per dependency per request.
 
-def context(request: Request) -> ApiContext:
+
+async def context(request: Request) -> ApiContext:
     ctx: ApiContext = request.app.state.context
     return ctx
 
@@ -21,7 +24,7 @@ def context(request: Request) -> ApiContext:
 Context = Annotated[ApiContext, Depends(context)]
 
 
-def store(ctx: Context) -> Store:
+async def store(ctx: Context) -> Store:
     return ctx.store
 
 
@@ -34,15 +37,25 @@ def bearer(request: Request) -> str | None:
     return credentials.strip() if scheme.lower() == "bearer" else None
 
 
-def caller(request: Request, ctx: Context) -> ApiToken:
+def request_marks(ctx: Context) -> tuple[int, ...]:
+    """The store's marks as of this request, read once for it (FastAPI calls a dependency
+    once per request) and shared with the requests that arrive together (:class:`FreshMarks`):
+    the token check and a cached read both go by them."""
+    return ctx.marks()
+
+
+Marks = Annotated[tuple[int, ...], Depends(request_marks)]
+
+
+def caller(request: Request, ctx: Context, marks: Marks) -> ApiToken:
     """The live token of the request's ``Authorization: Bearer`` header (401 otherwise)."""
-    return authenticate(ctx.store, bearer(request))
+    return ctx.authenticate(bearer(request), marks)
 
 
-def needs(scope: Scope) -> Callable[[ApiToken], ApiToken]:
+def needs(scope: Scope) -> Callable[[ApiToken], Awaitable[ApiToken]]:
     """A dependency: the caller, who must hold ``scope`` (403 otherwise)."""
 
-    def dependency(token: Annotated[ApiToken, Depends(caller)]) -> ApiToken:
+    async def dependency(token: Annotated[ApiToken, Depends(caller)]) -> ApiToken:
         return require(token, scope)
 
     return dependency

@@ -23,11 +23,13 @@ from contract.records import (
     Assignment,
     Commit,
     DeliveryState,
+    Job,
     JobState,
     PlanRun,
     RunMode,
 )
 from storage.sql.engine import SqlBase, _require_finite, _require_hour
+from storage.sql.jobs import insert_jobs
 from storage.tables import (
     AmendmentRow,
     CommitAssignmentRow,
@@ -62,47 +64,58 @@ class RunStore(SqlBase):
     ) -> PlanRun:
         self._check_run(run, commit)
         with self._session() as session:
-            row = PlanRunRow(
-                start=run.start,
-                created_at=run.created_at,
-                mode=RunMode(run.mode),
-                policy=run.policy,
-                inputs_hash=run.inputs_hash,
-                objective=run.objective,
-                bound=run.bound,
-                latency_ms=run.latency_ms,
-                status=run.status,
-                scenario=run.scenario,
-                grid=run.grid,
-                metrics=dict(run.metrics),
-                committed=False,
-                extra=dict(run.extra),
+            return self._insert_run(session, run, commit, deliver_to)
+
+    def record_submits(self, jobs: Sequence[Job], run: PlanRun) -> PlanRun:
+        self._check_run(run, None)
+        with self._session() as session:
+            insert_jobs(session, jobs)
+            return self._insert_run(session, run, None, None)
+
+    def _insert_run(
+        self, session: Session, run: PlanRun, commit: Commit | None, deliver_to: str | None
+    ) -> PlanRun:
+        row = PlanRunRow(
+            start=run.start,
+            created_at=run.created_at,
+            mode=RunMode(run.mode),
+            policy=run.policy,
+            inputs_hash=run.inputs_hash,
+            objective=run.objective,
+            bound=run.bound,
+            latency_ms=run.latency_ms,
+            status=run.status,
+            scenario=run.scenario,
+            grid=run.grid,
+            metrics=dict(run.metrics),
+            committed=False,
+            extra=dict(run.extra),
+        )
+        session.add(row)
+        session.flush()  # the run's id, for its forecasts and its commit
+        if run.forecasts:
+            session.execute(
+                insert(RunForecastRow),
+                [
+                    {
+                        "run_id": row.id,
+                        "app": f.app,
+                        "hour": f.hour,
+                        "p50": f.p50,
+                        "p90": f.p90,
+                        "gpus": f.gpus,
+                    }
+                    for f in run.forecasts
+                ],
             )
-            session.add(row)
-            session.flush()  # the run's id, for its forecasts and its commit
-            if run.forecasts:
-                session.execute(
-                    insert(RunForecastRow),
-                    [
-                        {
-                            "run_id": row.id,
-                            "app": f.app,
-                            "hour": f.hour,
-                            "p50": f.p50,
-                            "p90": f.p90,
-                            "gpus": f.gpus,
-                        }
-                        for f in run.forecasts
-                    ],
-                )
-            committed = commit is not None and self._commit_hour(session, row.id, commit, run.created_at)
-            if committed:
-                row.committed = True
-                if deliver_to is not None:
-                    assert commit is not None
-                    session.add(_pending(commit.hour, commit.seq, deliver_to, run.created_at))
-            session.flush()
-            return replace(run, id=row.id, committed=committed)
+        committed = commit is not None and self._commit_hour(session, row.id, commit, run.created_at)
+        if committed:
+            row.committed = True
+            if deliver_to is not None:
+                assert commit is not None
+                session.add(_pending(commit.hour, commit.seq, deliver_to, run.created_at))
+        session.flush()
+        return replace(run, id=row.id, committed=committed)
 
     @staticmethod
     def _commit_hour(session: Session, run_id: int, commit: Commit, created_at: datetime) -> bool:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from gpuplan.http.deps import Context, Reader
+from gpuplan.http.deps import Context, Marks, Reader
 
 router = APIRouter(tags=["status"])
 
 
 @router.get("/v1/status", response_class=Response)
-def get_status(token: Reader, ctx: Context, team: str | None = None) -> Response:
+def get_status(token: Reader, ctx: Context, marks: Marks, team: str | None = None) -> Response:
     """The document of ``gpuplan status --json``; ``?team=`` keeps one team's jobs."""
-    return Response(ctx.status_json(team), media_type="application/json")
+    return Response(ctx.status_json(team, marks), media_type="application/json")
 
 
 @router.get("/healthz")
