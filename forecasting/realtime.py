@@ -71,6 +71,16 @@ hours, shrunk by ``surge_decay`` (0.8) each hour, and the P90 band sits on the m
 When the surge passes (the latest hour back under its P90) the profile stands as fitted.
 The decay was chosen on the bundled series (1-6 hours ahead: the P90's shortfall fell by
 10-28% where surges occur, at 1-2% more headroom).
+
+**Surge risk and the reserve.** Each hour seen has a *band position*: where its requests
+fell between the P50 (0) and the P90 (1) forecast for it ``SURGE_LOOKBACK_HOURS`` before, on
+the band's scale. When the mean position of the latest ``SURGE_LOOKBACK_HOURS`` hours (the
+hour in progress, at the rate seen so far, as the latest) is above ``SURGE_RISK_POSITION``
+(0.5), traffic has run high in its band for hours: the next ``SURGE_RISK_HOURS`` hours
+(counted from the first hour not yet seen) are at surge risk, and the forecast's
+``reserve``, what an app's GPUs are planned for, is ``P90 + surge_reserve x (P90 - P50)``
+(``surge_reserve`` 0.5) there; elsewhere it is the P90. The reserve is held only while the
+risk lasts, so the GPUs it keeps go back to batch work when traffic falls back in its band.
 """
 
 from __future__ import annotations
@@ -119,6 +129,11 @@ _HOUR = np.timedelta64(1, "h")
 SURGE_LOOKBACK_HOURS = 3
 #: The share of a surge's excess (band scale) that carries into each next hour.
 SURGE_DECAY = 0.8
+#: Surge risk (module docstring): the mean band position of the latest hours above which
+#: the next ``SURGE_RISK_HOURS`` hours are planned with the reserve, and its width.
+SURGE_RISK_POSITION = 0.5
+SURGE_RISK_HOURS = 3
+SURGE_RESERVE = 0.5
 #: Scale of a normal distribution's MAD, to read a MAD as a standard deviation.
 _MAD_TO_SIGMA = 1.4826
 
@@ -142,12 +157,20 @@ class ProfileForecast:
     """Hourly forecast: ``hours[i]`` is expected to see ``p50[i]`` (P90 ``p90[i]``) requests.
 
     ``method`` names what made it: a :class:`ProfileMethod`, or a baseline's own enum.
+    ``reserve`` (the profile's; None: the P90) is what GPUs are planned for: the P90, raised
+    in the hours at surge risk.
     """
 
     hours: HourArray
     p50: FloatArray
     p90: FloatArray
     method: Enum
+    reserve: FloatArray | None = None
+
+    @property
+    def planned(self) -> FloatArray:
+        """The requests to plan GPUs for: the reserve where given, else the P90."""
+        return self.p90 if self.reserve is None else self.reserve
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +206,12 @@ class Band:
 
     def upper(self, p50: FloatArray, hours: HourArray | None = None) -> FloatArray:
         return np.maximum(self.inverse(self.transform(p50) + self.shifts(hours)), p50)
+
+    def position(self, actual: FloatArray, p50: FloatArray, hours: HourArray) -> FloatArray:
+        """Where ``actual`` fell in the band: 0 at the P50, 1 at the P90 (on the band's scale)."""
+        low = self.transform(p50)
+        width = np.maximum(self.transform(self.upper(p50, hours)) - low, 1e-9)
+        return np.asarray((self.transform(actual) - low) / width, dtype=float)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -352,6 +381,9 @@ class RealtimeProfile:
     surge_decay:
         The nowcast's persistence: the share of a surge's excess over the P50 that
         carries into each next hour (0 turns the nowcast off).
+    surge_reserve:
+        The reserve's width in the hours at surge risk, in widths of the band above the
+        P90 (0 turns the reserve off: GPUs are planned for the P90 everywhere).
     """
 
     def __init__(
@@ -365,6 +397,7 @@ class RealtimeProfile:
         level_shift_sigmas: float = 0.5,
         recent_level_hours: int = 24,
         surge_decay: float = SURGE_DECAY,
+        surge_reserve: float = SURGE_RESERVE,
     ) -> None:
         self.method = method
         self.validation_days = validation_days
@@ -374,6 +407,7 @@ class RealtimeProfile:
         self.level_shift_sigmas = level_shift_sigmas
         self.recent_level_hours = recent_level_hours
         self.surge_decay = surge_decay
+        self.surge_reserve = surge_reserve
 
     def get_params(self, deep: bool = True) -> dict[str, object]:
         """The constructor's parameters (scikit-learn's contract)."""
@@ -386,6 +420,7 @@ class RealtimeProfile:
             "level_shift_sigmas": self.level_shift_sigmas,
             "recent_level_hours": self.recent_level_hours,
             "surge_decay": self.surge_decay,
+            "surge_reserve": self.surge_reserve,
         }
 
     # ---------------------------------------------------------- as data
@@ -478,6 +513,8 @@ class RealtimeProfile:
             raise InputError("recent_level_hours", "an integer in [1, 72]", self.recent_level_hours)
         if not 0 <= self.surge_decay < 1:
             raise InputError("surge_decay", "a number in [0, 1) (0: no nowcast)", self.surge_decay)
+        if not 0 <= self.surge_reserve <= 10:
+            raise InputError("surge_reserve", "a number in [0, 10] (0: no reserve)", self.surge_reserve)
         if not 1 <= self.validation_days <= 28:
             raise InputError("validation_days", "an integer in [1, 28]", self.validation_days)
         hours_array = np.asarray(hours).astype("datetime64[h]")
@@ -648,27 +685,55 @@ class RealtimeProfile:
         if forecast is None:  # pragma: no cover - fit only chooses families it can forecast
             raise NotFittedError(f"The {self.method_.value} profile has too little history to forecast.")
         ahead = self.next_hour_ + np.arange(lead + horizon_hours).astype("timedelta64[h]")
-        forecast = self._nowcast(forecast, ahead, partial)
+        # What the profile forecast for the latest hours seen, from before them.
+        before = (
+            self._forecast_requests(self.z_[:-SURGE_LOOKBACK_HOURS], self.method_, SURGE_LOOKBACK_HOURS)
+            if self.z_.size > SURGE_LOOKBACK_HOURS
+            else None
+        )
+        at_risk = self._surge_risk(before, forecast, ahead, partial)
+        forecast = self._nowcast(forecast, ahead, partial, before)
         p50 = forecast[lead:]
         hours = ahead[lead:]
-        return ProfileForecast(hours, p50, self.band_.upper(p50, hours), self.method_)
+        p90 = self.band_.upper(p50, hours)
+        reserve = p90
+        if at_risk:
+            held = np.arange(lead, lead + horizon_hours) < SURGE_RISK_HOURS
+            reserve = np.where(held, p90 + self.surge_reserve * (p90 - p50), p90)
+        return ProfileForecast(hours, p50, p90, self.method_, reserve)
 
-    def _nowcast(self, forecast: FloatArray, ahead: HourArray, partial: float | None) -> FloatArray:
+    def _surge_risk(
+        self, before: FloatArray | None, forecast: FloatArray, ahead: HourArray, partial: float | None
+    ) -> bool:
+        """Whether the latest hours ran high in their band (module docstring): the mean band
+        position of the last ``SURGE_LOOKBACK_HOURS`` full hours against ``before`` (the
+        forecast made for them from the hours before), the hour in progress (``partial``,
+        against the fitted ``forecast[0]``) replacing the oldest."""
+        if not self.surge_reserve > 0 or before is None:
+            return False
+        band = self.band_
+        seen = self.next_hour_ - np.arange(SURGE_LOOKBACK_HOURS, 0, -1).astype("timedelta64[h]")
+        positions = band.position(np.expm1(self.z_[-SURGE_LOOKBACK_HOURS:]), before, seen)
+        if partial is not None:
+            now = band.position(np.array([partial]), forecast[:1], ahead[:1])
+            positions = np.concatenate([positions[1:], now])
+        return float(np.mean(positions)) > SURGE_RISK_POSITION
+
+    def _nowcast(
+        self, forecast: FloatArray, ahead: HourArray, partial: float | None, before: FloatArray | None
+    ) -> FloatArray:
         """The P50 moved toward a surge in progress, decaying back (module docstring).
 
         The latest hour seen (``partial``, else the last full hour) is compared with what
-        the profile forecast for it from ``SURGE_LOOKBACK_HOURS`` before. Above its P90,
-        the excess over its P50 on the band's scale carries into the next hours, shrunk by
-        ``surge_decay`` an hour.
+        the profile forecast for it (``before``: from ``SURGE_LOOKBACK_HOURS`` before). Above
+        its P90, the excess over its P50 on the band's scale carries into the next hours,
+        shrunk by ``surge_decay`` an hour.
         """
         if not self.surge_decay > 0 or self.z_.size <= SURGE_LOOKBACK_HOURS:
             return forecast
         if partial is not None:
             actual, expected, hour, age = partial, float(forecast[0]), ahead[:1], 0
         else:
-            before = self._forecast_requests(
-                self.z_[:-SURGE_LOOKBACK_HOURS], self.method_, SURGE_LOOKBACK_HOURS
-            )
             if before is None:
                 return forecast
             actual, expected, hour, age = (

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     profile = RealtimeProfile().fit(history.hours, history.requests)
     forecast = profile.predict(at, args.hours + LOOKAHEAD_HOURS)
     # Planned over the window and the day after it; only the window is printed.
-    gpus = gpu_curve(forecast.p90, capacity)[: args.hours]
+    gpus = gpu_curve(forecast.planned, capacity)[: args.hours]
     rows = [
         {
             "hour": hour.astype("datetime64[s]").item().replace(tzinfo=UTC).isoformat(),

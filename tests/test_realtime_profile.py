@@ -15,6 +15,8 @@ from forecasting.persistence import load_model, save_model
 from forecasting.realtime import (
     HOURS_PER_DAY,
     HOURS_PER_WEEK,
+    SURGE_RESERVE,
+    SURGE_RISK_HOURS,
     Band,
     ProfileMethod,
     RealtimeProfile,
@@ -209,6 +211,47 @@ def test_the_nowcast_follows_a_surge_and_decays_back(philly: tuple[np.ndarray, n
     np.testing.assert_allclose(quiet.p50, base.p50[1:25])
     with pytest.raises(InputError, match=re.escape("`start_hour` must be after")):
         normal.predict(hours[901], 24, partial=1.0)
+
+
+def _updated(profile: RealtimeProfile, hours: np.ndarray, band: str) -> RealtimeProfile:
+    """``profile`` fed the next hours at its own P50 or P90 for them (forecast from before them)."""
+    forecast = profile.predict(hours[0], len(hours))
+    for hour, value in zip(hours, getattr(forecast, band), strict=True):
+        profile.update(hour, float(value))
+    return profile
+
+
+def test_the_reserve_is_held_only_after_hours_high_in_their_band(
+    philly: tuple[np.ndarray, np.ndarray],
+) -> None:
+    hours, requests = philly
+    unfitted = RealtimeProfile(method="weekly", surge_decay=0.0)
+
+    def fitted(**params: float) -> RealtimeProfile:
+        return RealtimeProfile(method="weekly", surge_decay=0.0, **params).fit(hours[:900], requests[:900])
+
+    # Three hours at their P90 (band position 1): the next SURGE_RISK_HOURS hours get the reserve.
+    high = _updated(fitted(), hours[900:903], "p90")
+    forecast = high.predict(hours[903], 24)
+    widened = forecast.p90 + SURGE_RESERVE * (forecast.p90 - forecast.p50)
+    np.testing.assert_allclose(forecast.planned[:SURGE_RISK_HOURS], widened[:SURGE_RISK_HOURS])
+    assert np.all(widened[:SURGE_RISK_HOURS] > forecast.p90[:SURGE_RISK_HOURS])
+    np.testing.assert_array_equal(forecast.planned[SURGE_RISK_HOURS:], forecast.p90[SURGE_RISK_HOURS:])
+    # The hour in progress counts as the latest: at its P50 the mean position is 2/3, still
+    # high; the hours held are counted from it, so the plan from the next hour gets one fewer.
+    p50_now = float(forecast.p50[0])
+    later = high.predict(hours[904], 24, partial=p50_now)
+    assert np.all(later.planned[: SURGE_RISK_HOURS - 1] > later.p90[: SURGE_RISK_HOURS - 1])
+    np.testing.assert_array_equal(later.planned[SURGE_RISK_HOURS - 1 :], later.p90[SURGE_RISK_HOURS - 1 :])
+    # Hours at their P50 (position 0), or the reserve turned off: the P90 everywhere.
+    quiet = _updated(fitted(), hours[900:903], "p50").predict(hours[903], 24)
+    np.testing.assert_array_equal(quiet.planned, quiet.p90)
+    off = _updated(fitted(surge_reserve=0.0), hours[900:903], "p90").predict(hours[903], 24)
+    np.testing.assert_array_equal(off.planned, off.p90)
+    np.testing.assert_allclose(off.p90, forecast.p90)  # the reserve leaves the P50 and P90 alone
+    assert unfitted.get_params()["surge_reserve"] == SURGE_RESERVE
+    with pytest.raises(InputError, match="surge_reserve"):
+        RealtimeProfile(surge_reserve=-1.0).fit(hours[:900], requests[:900])
 
 
 def test_the_p90_headroom_differs_by_hour_of_day(philly: tuple[np.ndarray, np.ndarray]) -> None:

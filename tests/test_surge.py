@@ -156,3 +156,41 @@ def test_ingest_with_the_hour_in_progress_answers_the_surge(tmp_path: Path) -> N
         assert [row.hour for row in store.traffic("chat")] == [H0 - STEP]
     finally:
         store.close()
+
+
+def test_an_app_whose_traffic_ran_high_in_its_band_is_planned_with_the_reserve(tmp_path: Path) -> None:
+    """Three hours at their P90: the plan's next hours ask GPUs for the reserve, later ones for the P90."""
+    from features.traffic import load_traffic
+    from forecasting.persistence import model_bytes
+    from forecasting.realtime import SURGE_RISK_HOURS, RealtimeProfile
+    from gpuplan.app.bridge import AppDemand
+    from gpuplan.app.tick import app_demand, next_unseen_hour
+
+    traffic = load_traffic(
+        Path(__file__).resolve().parent.parent
+        / "training_data"
+        / "traffic"
+        / "philly_active_nodes_hourly.csv"
+    )
+    hours, requests = traffic.hours, traffic.requests
+    app = App("philly", 80.0, swap_cap=64, requests_per_gpu_hour=float(requests[:900].max()) / 16)
+    store = open_store(f"sqlite:///{tmp_path}/risk.db")
+    try:
+        store.save_app(app)
+        for band in ("p50", "p90"):
+            profile = RealtimeProfile(method="weekly", surge_decay=0.0).fit(hours[:900], requests[:900])
+            for hour, value in zip(
+                hours[900:903], getattr(profile.predict(hours[900], 3), band), strict=True
+            ):
+                profile.update(hour, float(value))
+            start = next_unseen_hour(profile)
+            store.save_profile(app.id, model_bytes(profile), through=start - STEP)
+            demand = app_demand(store, app, start, 24)
+            p90_only = AppDemand(app, demand.p50, demand.p90)
+            assert list(demand.gpus[SURGE_RISK_HOURS:]) == list(p90_only.gpus[SURGE_RISK_HOURS:])
+            if band == "p50":  # at the P50: no risk, the P90 alone
+                assert list(demand.gpus) == list(p90_only.gpus)
+            else:
+                assert sum(demand.gpus[:SURGE_RISK_HOURS]) > sum(p90_only.gpus[:SURGE_RISK_HOURS])
+    finally:
+        store.close()

@@ -51,16 +51,20 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AppDemand:
-    """One app's forecast from the plan's first hour on: requests P50/P90 per hour, and the
-    GPUs per hour its P90 needs under the swap cap (computed once, over the whole forecast)."""
+    """One app's forecast from the plan's first hour on: requests P50/P90 per hour, the
+    requests its GPUs are planned for (``reserve``: the P90, raised in the hours at surge
+    risk; None: the P90), and the GPUs per hour those need under the swap cap (computed
+    once, over the whole forecast)."""
 
     app: App
     p50: Sequence[float]
     p90: Sequence[float]
+    reserve: Sequence[float] | None = None
     gpus: Sequence[int] = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", gpu_demand(self.p90, self.app, len(self.p90)))
+        planned = self.p90 if self.reserve is None else self.reserve
+        object.__setattr__(self, "gpus", gpu_demand(planned, self.app, len(planned)))
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,8 @@ def load_profile(store: Store, app: str) -> RealtimeProfile | None:
 def app_demand(
     store: Store, app: App, start: datetime, hours: int, *, partial_rate: float | None = None
 ) -> AppDemand:
-    """P50 and P90 requests for ``hours`` hours from ``start`` from the app's stored profile.
+    """P50 and P90 requests for ``hours`` hours from ``start`` from the app's stored profile,
+    and the requests its GPUs are planned for (the P90, raised where a surge is a risk).
 
     Hours the profile has already seen (a cycle replayed in the past) take the stored
     traffic instead; an app with no profile and no traffic gets no demand (logged).
@@ -136,13 +137,15 @@ def app_demand(
             value = actual.get(start + t * STEP, 0.0)
             p50.append(value)
             p90.append(value)
+    reserve = list(p90)
     first = np.datetime64(start.replace(tzinfo=None) + known * STEP, "h")
     if hours > known:
         partial = partial_rate if start + known * STEP > seen_until else None
         forecast = profile.predict(first, hours - known, partial=partial)
         p50 += [float(v) for v in forecast.p50]
         p90 += [float(v) for v in forecast.p90]
-    return AppDemand(app, p50, p90)
+        reserve += [float(v) for v in forecast.planned]
+    return AppDemand(app, p50, p90, reserve)
 
 
 def require_cluster(store: Store) -> Cluster:
