@@ -307,6 +307,7 @@ def _sample(args: argparse.Namespace) -> int:
                     "cycle_moves": p[PLAN_CYCLE].metrics.rt_moves,
                     "full_moves": p["full"].metrics.rt_moves,
                     "demand_changes": result.demand_changes,
+                    "full_moves_more": result.moves_more_at_equal_value("full", HOT_PATH),
                 }
             )
             bar.update(1)
@@ -333,6 +334,7 @@ def _sample(args: argparse.Namespace) -> int:
                 "cycle ms max",
                 ">=FIFOs hot",
                 "rt moves fifo/hot/cycle/full (demand)",
+                "full moves more, equal value",
             ],
             table,
         )
@@ -369,6 +371,7 @@ def _sample_row(name: str, rows: list[dict[str, Any]]) -> list[object]:
             str(sum(r[k] for r in rows)) for k in ("fifo_moves", "fast_moves", "cycle_moves", "full_moves")
         )
         + f" ({sum(r['demand_changes'] for r in rows)})",
+        sum(r["full_moves_more"] for r in rows),
     ]
 
 

@@ -279,6 +279,27 @@ def build_model(
     return v, constant
 
 
+def build_churn_model(
+    model: Any, instance: Instance, plan: Allocation, *, deadline: float | None = None
+) -> Variables:
+    """The services re-planned around ``plan``'s batch work (which stays where it is) for the
+    fewest real-time moves, each serving at least what ``plan`` serves at every step, so
+    that no plan the model admits scores below ``plan``. The tie-break of the objective, as
+    a problem of its own: within the full model's time, CP-SAT spends its search on value.
+
+    Raises :class:`BuildTimeoutError` past ``deadline``, as :func:`build_model` does.
+    """
+    horizon = instance.horizon_steps
+    no_starts = Window(0, instance.gpus, horizon, horizon)
+    v, _ = build_model(model, instance, no_starts, plan, deadline=deadline)
+    demand = {rt.id: rt.demand for rt in instance.realtime_jobs}
+    for (rt_id, t), served in v.served.items():
+        model.add(served >= min(plan.realtime[rt_id][t].bit_count(), demand[rt_id][t]))
+    model.clear_objective()
+    model.minimize(sum(v.change.values()))
+    return v
+
+
 def _add_option(model: Any, v: Variables, job: BatchJob, block: tuple[int, int], end: int) -> None:
     """A ``place`` variable for ``job`` on ``block`` (first GPU, start step) until ``end``, once."""
     first_gpu, start = block

@@ -53,7 +53,7 @@ from scheduler.board import BlockedSchedule, Board
 from scheduler.budget import Budget, WorkCosts
 from scheduler.churn import settle
 from scheduler.metrics import moves
-from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement, placement_masks
+from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement, batch_masks, placement_masks
 
 UNLIMITED = 1 << 30
 # Candidate blocks scored per job: enough to find a snug hole, bounded for large clusters.
@@ -337,6 +337,7 @@ def _promote(
     keep what improves."""
     best = first
     promises: dict[str, Placement] = dict(first.committed)
+    need: tuple[list[int], list[int]] | None = None  # computed when first asked for
     improved = True
     while improved:
         improved = False
@@ -355,14 +356,22 @@ def _promote(
             while slots:
                 promise = slots.pop(0)
                 tried.add(promise.start_step)
-                if not budget.affords(costs.build) or budget.spent > until:
-                    return best
-                budget.charge(costs.build)
                 committed = {**promises, job.id: promise}
-                try:
-                    trial: _Candidate | None = _build(instance, committed, [best.order])
-                except InfeasiblePromiseError:
-                    trial = None
+                trial: _Candidate | None = None
+                # The GPUs the promises leave cannot hold all real-time demand: the re-plan
+                # would leave more unserved than the plan does, so it is not built.
+                if not budget.affords(costs.slots):
+                    return best
+                budget.charge(costs.slots)
+                need = need or _realtime_need(instance)
+                if _shortfall_floor(instance, committed, need) <= best.rt_shortfall:
+                    if not budget.affords(costs.build) or budget.spent > until:
+                        return best
+                    budget.charge(costs.build)
+                    try:
+                        trial = _build(instance, committed, [best.order])
+                    except InfeasiblePromiseError:
+                        trial = None
                 # A promotion may not buy batch value with real-time demand the first pass
                 # served: inference latency targets are not for sale, whatever the penalty says.
                 if trial is None or trial.rt_shortfall > best.rt_shortfall:
@@ -379,6 +388,34 @@ def _promote(
                     best, promises, improved = trial, committed, True
                     break
     return best
+
+
+def _shortfall_floor(
+    instance: Instance, committed: Mapping[str, Placement], need: tuple[Sequence[int], Sequence[int]]
+) -> int:
+    """A lower bound on the real-time GPU-steps a plan around ``committed`` leaves unserved
+    (or, where it is larger, a sign that no plan can follow the swap caps): per step, the
+    services' demand beyond the GPUs that down windows, running jobs and the promises
+    leave, summed; and the most their least curves go beyond those GPUs at any one step
+    (a service below its curve at a step is short of demand by as much at a later one,
+    or has shed faster than its cap allows). ``need``: :func:`_realtime_need`."""
+    demand, curves = need
+    free = [instance.gpus - taken.bit_count() for taken in batch_masks(instance, committed)]
+    unserved = sum(max(0, need - room) for need, room in zip(demand, free, strict=True))
+    return max(unserved, *(need - room for need, room in zip(curves, free, strict=True)))
+
+
+def _realtime_need(instance: Instance) -> tuple[list[int], list[int]]:
+    """Per step, the services' demand and their least swap-capped curves, summed."""
+    demand = [0] * instance.horizon_steps
+    curves = [0] * instance.horizon_steps
+    for job in instance.realtime_jobs:
+        running = instance.running_realtime.get(job.id)
+        curve = swap_capped_curve(job.demand, job.swap_cap, running.mask.bit_count() if running else None)
+        for t in range(instance.horizon_steps):
+            demand[t] += job.demand[t]
+            curves[t] += curve[t]
+    return demand, curves
 
 
 def _build(

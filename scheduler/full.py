@@ -14,14 +14,23 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import Any
 
 from contract.scenario import Instance
 from scheduler.budget import Budget
 from scheduler.churn import settle
-from scheduler.cpmodel import OBJECTIVE_SCALE, BuildTimeoutError, Window, build_model, hint, read_allocation
+from scheduler.cpmodel import (
+    OBJECTIVE_SCALE,
+    BuildTimeoutError,
+    Window,
+    build_churn_model,
+    build_model,
+    hint,
+    read_allocation,
+)
 from scheduler.fast import allocate_at_least_hot_path, best_of
-from scheduler.metrics import score
-from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS, Solution, build_grid
+from scheduler.metrics import moves, score
+from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS, Allocation, Solution, build_grid
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +49,10 @@ SOLVE_LOAD_S_PER_VARIABLE = 1.5e-5
 # them the solve ends at 3.1 s with a plan. Smaller models keep them (they help proofs).
 LIGHT_PRESOLVE_VARIABLES = 10_000
 LIGHT_PRESOLVE: dict[str, object] = {"symmetry_level": 0, "cp_model_probing_level": 0}
+# The share of the time limit kept for the fewest real-time moves around the chosen plan's
+# batch work (a second solve; the first spends its time on value). A work-only limit gets it
+# on top (see solve).
+CHURN_SHARE = 0.05
 # With less than this left to search, the solver is not started.
 MIN_SOLVE_S = 0.05
 # Seconds kept back from the solver per model variable, for reading the answer and scoring it.
@@ -52,7 +65,8 @@ def solve(
 ) -> Solution:
     """The full mode's plan. ``wall_clock=False`` counts work, not time: the hint gets a
     work-only budget, building has no deadline, and CP-SAT stops at ``time_limit_s`` of its
-    deterministic time, so with one worker the plan is the same however busy the machine is."""
+    deterministic time (and the fewest-moves solve at :data:`CHURN_SHARE` of it more), so
+    with one worker the plan is the same however busy the machine is."""
     started = time.perf_counter()  # loading CP-SAT (about a second, the first time) counts too
     from ortools.sat.python import cp_model
 
@@ -81,9 +95,13 @@ def solve(
         )
         return Solution(fast, status="MODEL_BUILD_TIMEOUT", bound=None)
     # CP-SAT loads the model before its own clock starts: that time comes off its limit. A
-    # work-only limit is CP-SAT's own deterministic time, which loading does not count.
+    # work-only limit is CP-SAT's own deterministic time, which loading does not count. On
+    # the wall clock, the last share of the limit is kept for the fewest real-time moves; a
+    # work-only limit is the first solve's (as the hint's work is not counted in it either),
+    # and the moves get that share on top, so that they never take search from the value.
+    churn_s = CHURN_SHARE * time_limit_s
     remaining_s = (
-        deadline - read_back_s - time.perf_counter() - SOLVE_LOAD_S_PER_VARIABLE * v.count
+        deadline - read_back_s - churn_s - time.perf_counter() - SOLVE_LOAD_S_PER_VARIABLE * v.count
         if wall_clock
         else time_limit_s
     )
@@ -91,17 +109,7 @@ def solve(
         log.warning("no time left to solve within the %.3gs limit; keeping the fast plan", time_limit_s)
         return Solution(fast, status="MODEL_BUILD_TIMEOUT", bound=None)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.catch_sigint_signal = False  # the caller's SIGINT handler stays (see lns.py)
-    if wall_clock:
-        solver.parameters.max_time_in_seconds = remaining_s
-    else:
-        solver.parameters.max_deterministic_time = remaining_s
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = seed
-    if v.count > LIGHT_PRESOLVE_VARIABLES:
-        for name, value in LIGHT_PRESOLVE.items():
-            setattr(solver.parameters, name, value)
+    solver = _solver(remaining_s, wall_clock=wall_clock, workers=workers, seed=seed, variables=v.count)
     status = solver.solve(model)
     status_name = solver.status_name(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -120,8 +128,75 @@ def solve(
     )
     # The better by the contract's score (fewer real-time moves at equal score: the fast plan
     # when it moves no more), settled for the fewest moves around its batch work.
-    chosen = best_of(instance, [fast, allocation])
-    return Solution(settle(instance, chosen), status=status_name, bound=bound)
+    chosen = settle(instance, best_of(instance, [fast, allocation]))
+    churn_left_s = deadline - read_back_s - time.perf_counter() if wall_clock else churn_s
+    return Solution(
+        fewest_moves(
+            instance,
+            chosen,
+            churn_left_s,
+            deadline=deadline - read_back_s,
+            wall_clock=wall_clock,
+            workers=workers,
+            seed=seed,
+        ),
+        status=status_name,
+        bound=bound,
+    )
+
+
+def fewest_moves(
+    instance: Instance,
+    plan: Allocation,
+    limit_s: float,
+    *,
+    deadline: float,
+    wall_clock: bool,
+    workers: int,
+    seed: int,
+) -> Allocation:
+    """``plan`` with its services re-planned by CP-SAT around its batch work for the fewest
+    real-time moves (:func:`~scheduler.cpmodel.build_churn_model`), within ``limit_s``
+    (deterministic seconds when not ``wall_clock``), when that moves fewer GPUs at no lower
+    score; else ``plan``. The settling heuristic cannot always follow a plan's swap caps
+    (it then keeps the plan's own holdings), and CP-SAT, searching for value, leaves the
+    tie-break far from its best."""
+    from ortools.sat.python import cp_model
+
+    if limit_s < MIN_SOLVE_S or moves(instance, plan.realtime) == 0:
+        return plan
+    model = cp_model.CpModel()
+    try:
+        v = build_churn_model(model, instance, plan, deadline=deadline if wall_clock else None)
+        hint(model, v, instance, plan)
+    except BuildTimeoutError:
+        return plan
+    if wall_clock:
+        limit_s = min(limit_s, deadline - time.perf_counter() - SOLVE_LOAD_S_PER_VARIABLE * v.count)
+        if limit_s < MIN_SOLVE_S:
+            return plan
+    solver = _solver(limit_s, wall_clock=wall_clock, workers=workers, seed=seed, variables=v.count)
+    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return plan
+    return best_of(instance, [plan, read_allocation(v, instance, solver)])
+
+
+def _solver(limit_s: float, *, wall_clock: bool, workers: int, seed: int, variables: int) -> Any:
+    """A CP-SAT solver stopped at ``limit_s`` (of deterministic time when not ``wall_clock``)."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.catch_sigint_signal = False  # the caller's SIGINT handler stays (see lns.py)
+    if wall_clock:
+        solver.parameters.max_time_in_seconds = limit_s
+    else:
+        solver.parameters.max_deterministic_time = limit_s
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    if variables > LIGHT_PRESOLVE_VARIABLES:
+        for name, value in LIGHT_PRESOLVE.items():
+            setattr(solver.parameters, name, value)
+    return solver
 
 
 def model_size(instance: Instance) -> int:

@@ -182,6 +182,31 @@ def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) 
     assert check_plan(instance, build_grid(instance, _unmirror(instance, allocation))) == []
 
 
+@given(scenarios(max_gpus=16, max_jobs=10), st.data())
+def test_a_promise_is_never_built_that_its_shortfall_floor_rules_out(doc: dict[str, Any], data: Any) -> None:
+    """The floor a promotion checks before re-planning is a lower bound: no re-plan around the
+    promise serves more real-time demand than it says (or the swap caps cannot follow it)."""
+    from scheduler.fast import InfeasiblePromiseError, _build, _job_orders, _realtime_need, _shortfall_floor
+    from scheduler.model import Placement
+
+    instance = parse_scenario(doc)
+    fixed = Board(instance)
+    for job in instance.queued_jobs:
+        if job.release_step >= instance.horizon_steps:
+            continue
+        run = fixed.earliest_run(job, data.draw(st.integers(job.release_step, instance.horizon_steps - 1)))
+        if run is None:
+            continue
+        start, _, starts = run
+        promise = {job.id: Placement(start_step=start, first_gpu=data.draw(st.sampled_from(gpus_of(starts))))}
+        floor = _shortfall_floor(instance, promise, _realtime_need(instance))
+        try:
+            built = _build(instance, promise, _job_orders(instance)[:1])
+        except InfeasiblePromiseError:
+            continue
+        assert built.rt_shortfall >= floor, job.id
+
+
 @given(scenarios(max_gpus=32), st.sampled_from([1e-3, 0.5, 2.0, 20.0]))
 def test_any_budget_gives_a_legal_plan_no_worse_than_the_first_pass_or_any_baseline(
     doc: dict[str, Any], budget_ms: float

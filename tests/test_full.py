@@ -119,3 +119,37 @@ def test_moves_no_realtime_gpu_that_buys_nothing() -> None:
     assert full.status == "OPTIMAL"
     assert full.metrics.rt_coverage == 1.0
     assert full.metrics.rt_moves == 2  # a grows from 3 to 5 GPUs; nothing else moves
+
+
+def test_the_fewest_moves_where_the_settling_cannot_follow_a_swap_cap_of_one() -> None:
+    # A training job takes GPU 3 from step 4. With a swap cap of 1 and a flat need of 2, the
+    # service must hold a third GPU for a step to leave GPU 3: the settling heuristic keeps
+    # GPU 3 to its deadline and cannot, so it keeps the plan's flapping (6 moves); the churn
+    # solve finds 2 (one GPU in, GPU 3 out) at the same value.
+    from scheduler.churn import settle
+    from scheduler.fast import objective
+    from scheduler.full import fewest_moves
+    from scheduler.metrics import moves
+    from scheduler.model import Allocation, Placement, build_grid
+
+    inst = instance_of(
+        {
+            "gpus": 4,
+            "horizon": 8,
+            "jobs": [
+                {"id": "chat", "kind": "realtime", "priority": 80, "swap_cap": 1, "demand": [2] * 8},
+                {"id": "t", "kind": "training", "priority": 10, "gpus": 1, "duration": 4, "release": 4},
+            ],
+            "running": [{"id": "chat", "gpus": [2, 3]}],
+        }
+    )
+    held = (0b1100, 0b1100, 0b1110, 0b0110, 0b0111, 0b0110, 0b0111, 0b0110)
+    flappy = Allocation(batch={"t": Placement(start_step=4, first_gpu=3)}, realtime={"chat": held})
+    assert check_plan(inst, build_grid(inst, flappy)) == []
+    assert moves(inst, flappy.realtime) == 6
+    assert settle(inst, flappy) is flappy
+    fewer = fewest_moves(inst, flappy, 5.0, deadline=float("inf"), wall_clock=False, workers=1, seed=0)
+    assert check_plan(inst, build_grid(inst, fewer)) == []
+    assert moves(inst, fewer.realtime) == 2
+    assert objective(inst, fewer) >= objective(inst, flappy) - 1e-9
+    assert fewer.batch == flappy.batch

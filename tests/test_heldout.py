@@ -76,3 +76,4 @@ def test_bench_sample_reads_the_heldout_split(capsys: pytest.CaptureFixture[str]
     assert row["shape"] == instance.name == "wide-contention"
     assert row["fast_ge_fifos"] and row["cycle_ge_pb"]
     assert row["fast_moves"] >= row["demand_changes"] or row["fast_cov"] < 1
+    assert not row["full_moves_more"]  # at the hot path's value, the full mode moves no more

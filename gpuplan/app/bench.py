@@ -47,6 +47,9 @@ PUBLISHED: dict[str, Published] = {
     "uniform-priority": Published(0.768, 0.875, 0.231, "1-2"),
 }
 
+# Objectives this close (relative) count as equal for the real-time moves' tie-break.
+EQUAL_VALUE = 1e-9
+
 # The two keys of the fast mode's operating points in a result's plans.
 HOT_PATH = "fast"
 PLAN_CYCLE = "cycle"
@@ -107,6 +110,13 @@ class ScenarioResult:
             self.plans[key].metrics.objective >= self.plans[b].metrics.objective - 1e-6 for b in baselines
         )
 
+    def moves_more_at_equal_value(self, key: str, than: str) -> bool:
+        """Whether ``key``'s plan moves more real-time GPUs than ``than``'s at the same
+        objective (within 1e-9 of it, relative): moves it did not need, by the tie-break."""
+        a, b = self.plans[key].metrics, self.plans[than].metrics
+        same = abs(a.objective - b.objective) <= EQUAL_VALUE * max(abs(a.objective), abs(b.objective), 1.0)
+        return same and a.rt_moves > b.rt_moves
+
     @property
     def full_gap(self) -> float | None:
         """Fast objective's shortfall from the full mode's proven bound, as a share of the bound."""
@@ -124,6 +134,7 @@ class ScenarioResult:
             "value_gain": self.value_gain,
             "fast_gap_to_full": self.gap_to_full,
             "fast_gap_to_bound": self.full_gap,
+            "demand_changes": self.demand_changes,
             "policies": {
                 name: {
                     **p.metrics.as_dict(),
