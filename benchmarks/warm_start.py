@@ -11,8 +11,9 @@ cycle). At every ``--every``-th submit, a fresh plan cycle at the same moment (t
 at ``--cycle-ms``, CP-SAT windows included) plans the same queue, and the answer's grid is
 scored on that cycle's scenario. Budgets count work, not wall time, so the figures repeat.
 
-Prints, for warm and for fresh answers: how many, the answer's objective over the cycle's
-(mean, worst), how often the start the answer promises the new job differs from the one the
+Prints, for warm and for fresh answers: how many, the answer's shortfall from the cycle's
+objective as a share of the cycle's value (mean, largest; below zero: the answer scores more),
+how often the start the answer promises the new job differs from the one the
 cycle plans for it, and the answer's planning time.
 """
 
@@ -47,7 +48,9 @@ from storage.store import Store
 
 @dataclass
 class Tally:
-    ratios: dict[str, list[float]] = field(default_factory=lambda: {"warm": [], "fresh": []})
+    #: (cycle's objective - answer's) / cycle's value: well defined where promise costs or
+    #: real-time penalties bring the objective itself near zero.
+    shortfalls: dict[str, list[float]] = field(default_factory=lambda: {"warm": [], "fresh": []})
     moved: dict[str, int] = field(default_factory=lambda: {"warm": 0, "fresh": 0})
     planning_ms: dict[str, list[float]] = field(default_factory=lambda: {"warm": [], "fresh": []})
     not_comparable: int = 0  # the answer's grid is not a plan of the cycle's scenario
@@ -105,8 +108,9 @@ class Watch:
             self.tally.not_comparable += 1
             return answer
         answered = score(instance, run.grid).objective
-        if cycle.metrics.objective > 0:
-            self.tally.ratios[kind].append(answered / cycle.metrics.objective)
+        if cycle.metrics.value > 0:
+            shortfall = (cycle.metrics.objective - answered) / cycle.metrics.value
+            self.tally.shortfalls[kind].append(shortfall)
         job = answer.job
         cycle_run = replace(run, grid=[list(row) for row in cycle.grid])
         if planned_place(run, job)[0] != planned_place(cycle_run, job)[0]:
@@ -132,17 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     tally = watch.tally
     rows = []
     for kind in ("warm", "fresh"):
-        ratios, ms = tally.ratios[kind], tally.planning_ms[kind]
-        if not ratios:
+        shortfalls, ms = tally.shortfalls[kind], tally.planning_ms[kind]
+        if not shortfalls:
             rows.append([kind, 0, "-", "-", "-", "-"])
             continue
         rows.append(
             [
                 kind,
-                len(ratios),
-                f"{statistics.fmean(ratios):.4f}",
-                f"{min(ratios):.4f}",
-                f"{tally.moved[kind]} ({tally.moved[kind] / len(ratios):.1%})",
+                len(shortfalls),
+                f"{statistics.fmean(shortfalls):.2%}",
+                f"{max(shortfalls):.2%}",
+                f"{tally.moved[kind]} ({tally.moved[kind] / len(shortfalls):.1%})",
                 f"{statistics.median(ms):.1f} / {max(ms):.1f}",
             ]
         )
@@ -155,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             [
                 "answer",
                 "compared",
-                "objective / cycle mean",
-                "worst",
+                "shortfall / cycle's value, mean",
+                "largest",
                 "promised start differs",
                 "plan ms p50 / max",
             ],
