@@ -35,6 +35,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def marks_after_submits(marks: tuple[int, ...], run_id: int, jobs: int) -> tuple[int, ...]:
+    """The marks (:meth:`Store.marks`) after :meth:`Store.record_submits` stored ``jobs`` jobs
+    and the run ``run_id`` on a store at ``marks``, when nothing else moved them."""
+    return (run_id, marks[1] + jobs, *marks[2:])
+
+
+def revoked_tokens(marks: tuple[int, ...]) -> int:
+    """How many tokens were revoked, as of ``marks`` (:meth:`Store.marks`: the last count)."""
+    return marks[-1]
+
+
 class Store(abc.ABC):
     """Everything the service persists. Each method is one transaction unless it says otherwise."""
 

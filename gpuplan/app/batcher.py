@@ -40,7 +40,7 @@ from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan, planned_starts, promise
 from scheduler.model import Allocation
-from storage.store import Store
+from storage.store import Store, marks_after_submits
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class SubmitBatcher:
                     stored, (run, instance, allocation) = batch, queued
                     promised = {t.job.id: t.job.promised_start for t in batch if t.job.promised_start}
                     if mirror.marks == before:  # the marks moved as one (Store.record_submits)
-                        after = (run.id or 0, before[1] + len(batch), *before[2:])
+                        after = marks_after_submits(before, run.id or 0, len(batch))
                         jobs = tuple(t.job for t in batch)
                         self.changes.mirror = mirror.extended(after, jobs, run)
                 else:

@@ -84,7 +84,7 @@ def pull_traffic(store: Store, now: datetime, config: ServiceConfig) -> frozense
             continue
         counts = {}
         for hour, requests in answered.items():
-            if math.isfinite(requests) and requests >= 0:
+            if _is_count(requests):
                 counts[hour] = requests
             else:
                 log.warning(
@@ -144,7 +144,7 @@ def requests_so_far(
     if sample is None:
         return None
     _, requests = _point(source, sample.get("value"))
-    if not (math.isfinite(requests) and requests >= 0):
+    if not _is_count(requests):
         raise PrometheusError(f"{source.url} gave {requests!r} for the hour in progress, not a count")
     return requests
 
@@ -232,6 +232,11 @@ def _point(source: PrometheusSource, point: object) -> tuple[datetime, float]:
         raise PrometheusError(
             f"{source.url} answered a point that is not [time, value]: {point!r}"
         ) from error
+
+
+def _is_count(value: float) -> bool:
+    """A number of requests: finite and not negative."""
+    return math.isfinite(value) and value >= 0
 
 
 def _error_of(body: bytes) -> str:

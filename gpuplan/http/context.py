@@ -22,7 +22,7 @@ from gpuplan.app.jobs import SubmitResult, cancel, submit
 from gpuplan.app.status import status
 from gpuplan.app.tokens import TokenCache, authenticate
 from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
-from storage.store import Store
+from storage.store import Store, revoked_tokens
 
 T = TypeVar("T")
 
@@ -63,7 +63,8 @@ class ApiContext:
     def authenticate(self, secret: str | None, marks: tuple[int, ...]) -> ApiToken:
         """The live token of a request's bearer secret, found by hash in memory while ``marks``
         (the store's as of the request, :class:`FreshMarks`) count no new revocation."""
-        return authenticate(self.store, secret, lambda digest: self.tokens.lookup(digest, marks[-1]))
+        revoked = revoked_tokens(marks)
+        return authenticate(self.store, secret, lambda digest: self.tokens.lookup(digest, revoked))
 
     def submit(self, token: ApiToken, document: object, *, source: str) -> SubmitResult:
         """The submit use case as this token's team (the API and the page); the submits that
