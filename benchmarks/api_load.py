@@ -1,6 +1,6 @@
 """The HTTP API under load: concurrent clients submitting jobs and reading the status.
 
-    python -m benchmarks.api_load [--clients 50] [--jobs 1000] [--models models]
+    python -m benchmarks.api_load [--clients 50] [--jobs 1000] [--models models] [--floor]
 
 A throwaway PostgreSQL server (tests/pg.py, Debian's postgresql package) holds a fresh
 database; ``gpuplan daemon --http`` serves it from its own process (the demo cluster: 16
@@ -12,7 +12,11 @@ after each submit the client reads ``GET /v1/status``.
 Checks: every 201's job appears in that client's next status read, and, read back from
 the database after the run, every accepted job is stored exactly once and no refused one
 at all. Prints the median, p99 and max latency of submits and of status reads, and how the
-submits were grouped (one stored submit run per batch) and answered (warm starts).
+submits were grouped (one stored submit run per batch) and answered (warm starts), and the
+daemon's processor time per submit and its status read.
+
+``--floor``: the same clients against a FastAPI server on uvicorn whose two routes answer
+constants (:func:`floor_app`), no database: the part of the latency that is not gpuplan's.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
@@ -50,6 +57,7 @@ class Tally:
     accepted: list[str] = field(default_factory=list)
     refused: list[tuple[str, int]] = field(default_factory=list)
     unseen: list[str] = field(default_factory=list)  # a 201 whose job the next status lacked
+    check_seen: bool = True
 
 
 class _Connection:
@@ -95,7 +103,7 @@ async def _client(port: int, token: str, team: str, jobs: list[int], tally: Tall
             tally.read_ms.append((time.perf_counter() - started) * 1000)
             if code == 201:
                 tally.accepted.append(job_id)
-                if f'"job":"{job_id}"'.encode() not in status:  # the status is compact JSON
+                if tally.check_seen and f'"job":"{job_id}"'.encode() not in status:  # compact JSON
                     tally.unseen.append(job_id)
             else:
                 tally.refused.append((job_id, code))
@@ -112,6 +120,74 @@ async def _load(port: int, tokens: list[str], teams: list[str], jobs: int, tally
     return time.perf_counter() - started
 
 
+def _cpu_s(pid: int) -> float:
+    """The processor time (user and system) the process ``pid`` has used, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def floor_app() -> Any:
+    """The two routes the clients call, answering constants (``--floor``): what FastAPI on
+    uvicorn, the client and the machine cost before gpuplan does anything."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.post("/v1/jobs", status_code=201)
+    async def submit(spec: dict[str, Any]) -> dict[str, Any]:
+        return {"job": spec.get("id"), "gpus": spec.get("gpus"), "planned_start": None}
+
+    @app.get("/v1/status")
+    async def status() -> dict[str, Any]:
+        return {"queue": [], "running": []}
+
+    return app
+
+
+def _floor(args: argparse.Namespace) -> int:
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "benchmarks.api_load:floor_app", "--factory"]
+    command += ["--port", str(port), "--loop", "uvloop", "--http", "httptools", "--log-level", "warning"]
+    server = subprocess.Popen(command)
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening(port):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the floor's server did not start")
+            time.sleep(0.1)
+        tally = Tally(check_seen=False)
+        teams = [f"team{c}" for c in range(args.clients)]
+        cpu_before = _cpu_s(server.pid)
+        wall_s = uvloop.run(_load(port, ["-"] * args.clients, teams, args.jobs, tally))
+        cpu_ms = (_cpu_s(server.pid) - cpu_before) * 1000 / max(1, len(tally.submit_ms))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    sys.stdout.write(_summary(args, "a no-op FastAPI server", wall_s, cpu_ms, tally) + "\n")
+    return 0 if not tally.refused else 1
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def _summary(args: argparse.Namespace, server: str, wall_s: float, cpu_ms: float, tally: Tally) -> str:
+    rows = [
+        [name, len(ms), f"{statistics.median(ms):.1f}", f"{_percentile(ms, 0.99):.1f}", f"{max(ms):.1f}"]
+        for name, ms in (("POST /v1/jobs", tally.submit_ms), ("GET /v1/status", tally.read_ms))
+    ]
+    return (
+        f"{args.clients} clients, {args.jobs} submits on {server} in {wall_s:.1f} s "
+        f"({len(tally.submit_ms) / wall_s:.0f} submits/s; the server's processor time: "
+        f"{cpu_ms:.2f} ms per submit and its status read)\n"
+        + format_table(["request", "calls", "median ms", "p99 ms", "max ms"], rows)
+    )
+
+
 def _gpuplan(*argv: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "gpuplan", *argv], capture_output=True, text=True, check=False
@@ -126,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--models", type=Path, default=Path("models"))
+    parser.add_argument(
+        "--floor", action="store_true", help="the same clients against a no-op FastAPI server"
+    )
     args = parser.parse_args(argv)
+    if args.floor:
+        return _floor(args)
     pg = PgServer.start()
     try:
         db = pg.database_url(pg.create_database())
@@ -145,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
                 wait_for_cycle(base, daemon, log_path)
                 began = datetime.now(UTC)
                 tally = Tally()
+                cpu_before = _cpu_s(daemon.pid)
                 wall_s = uvloop.run(_load(port, tokens, teams, args.jobs, tally))
+                # the daemon's processor time per submit and its status read: what bounds the
+                # throughput whatever else shares the machine
+                cpu_ms = (_cpu_s(daemon.pid) - cpu_before) * 1000 / max(1, len(tally.submit_ms))
             finally:
                 daemon.terminate()
                 daemon.wait(timeout=60)
@@ -161,15 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     twice = [job for job, n in stored.items() if n > 1]
     missing = [job for job in tally.accepted if job not in stored]
     extra = [job for job in stored if job not in set(tally.accepted)]
-    rows = [
-        [name, len(ms), f"{statistics.median(ms):.1f}", f"{_percentile(ms, 0.99):.1f}", f"{max(ms):.1f}"]
-        for name, ms in (("POST /v1/jobs", tally.submit_ms), ("GET /v1/status", tally.read_ms))
-    ]
     sys.stdout.write(
-        f"{args.clients} clients, {args.jobs} submits on PostgreSQL in {wall_s:.1f} s "
-        f"({len(tally.submit_ms) / wall_s:.0f} submits/s)\n"
-        + format_table(["request", "calls", "median ms", "p99 ms", "max ms"], rows)
-        + "\n"
+        _summary(args, "gpuplan's daemon, PostgreSQL", wall_s, cpu_ms, tally) + "\n"
         f"201: {len(tally.accepted)}; refused: {len(tally.refused)} {Counter(c for _, c in tally.refused)}; "
         f"stored once: {len(stored) - len(twice)}, twice or more: {len(twice)}, accepted but missing: "
         f"{len(missing)}, stored but not accepted: {len(extra)}; 201 not in the next status: "
