@@ -324,6 +324,24 @@ def test_the_service_gives_its_plans_the_promise_terms_in_steps() -> None:
         PromiseTerms(break_hours=-1.0)
 
 
+def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> None:
+    import yaml
+
+    from gpuplan.app.config import PromiseTerms, load_config
+
+    base = {"cluster": {"gpus": 4}, "apps": [{"id": "chat", "requests_per_gpu_hour": 100}]}
+    path = tmp_path / "gpuplan.yaml"
+    path.write_text(yaml.safe_dump(base))
+    assert load_config(path).promises == PromiseTerms(penalty=1.0, slack_hours=1, break_hours=4.0)
+    path.write_text(yaml.safe_dump({**base, "promise_slack_hours": 2, "promise_break_hours": 6}))
+    assert load_config(path).promises == PromiseTerms(penalty=1.0, slack_hours=2, break_hours=6.0)
+    path.write_text(yaml.safe_dump({**base, "promise_break_hours": 200}))
+    with pytest.raises(
+        InputError, match=re.escape("`promise_break_hours` must be a number in [0, 168]; got 200.")
+    ):
+        load_config(path)
+
+
 def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_path: Path) -> None:
     from gpuplan.app.amend import amend_cycle
     from gpuplan.app.config import ServiceConfig
