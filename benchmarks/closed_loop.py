@@ -1,10 +1,12 @@
 """The closed loop under surprise: the simulated days with and without amendments and promises.
 
     .venv/bin/python -m benchmarks.closed_loop [--days 2] [--gpus 64] [--traffic CSV ...]
+        [--plan-with p50,p90] [--variants 'fast;fast, no promises'] [--no-bundled]
 
 For each traffic set (the bundled series by default, then each ``--traffic`` file alone)
 and each of P50 and P90 planning, FIFO and priority-backfill once, and the fast policy
-in four variants: amendments on/off x promises weighed (the default penalty) or not (0).
+in five variants: amendments on/off x promises weighed (the default terms) or not (penalty
+0), and the terms before them (0.5 per hour late from the promise on).
 Prints one table per set and planning, and the cycle latency of each fast variant.
 """
 
@@ -16,15 +18,21 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from gpuplan.app.config import PROMISE_PENALTY, PlanWith
+from gpuplan.app.config import PlanWith, PromiseTerms
 from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
 from gpuplan.table import format_table
 
+NO_PROMISES = PromiseTerms(penalty=0.0)
 VARIANTS = {
-    "fast": {"amend": True, "promise_penalty": PROMISE_PENALTY},
-    "fast, no amendments": {"amend": False, "promise_penalty": PROMISE_PENALTY},
-    "fast, no promises": {"amend": True, "promise_penalty": 0.0},
-    "fast, neither": {"amend": False, "promise_penalty": 0.0},
+    "fast": {"amend": True, "promises": PromiseTerms()},
+    # the terms before: 0.5 per hour late from the promise on (no slack, no break)
+    "fast, 0.5 per hour late": {
+        "amend": True,
+        "promises": PromiseTerms(penalty=0.5, slack_hours=0, break_hours=0.0),
+    },
+    "fast, no amendments": {"amend": False, "promises": PromiseTerms()},
+    "fast, no promises": {"amend": True, "promises": NO_PROMISES},
+    "fast, neither": {"amend": False, "promises": NO_PROMISES},
 }
 
 
@@ -35,8 +43,13 @@ def main() -> None:
     parser.add_argument("--traffic", type=Path, action="append", default=[])
     parser.add_argument("--workload", type=Path, default=None)
     parser.add_argument("--plan-with", default="p50,p90")
+    parser.add_argument(
+        "--variants", default=";".join(VARIANTS), help="fast variants, ;-separated (default: all)"
+    )
+    parser.add_argument("--no-bundled", action="store_true", help="only the --traffic sets")
     args = parser.parse_args()
-    sets: list[tuple[str, list[Path]]] = [("bundled traffic", [])]
+    variants = {name: VARIANTS[name] for name in args.variants.split(";")}
+    sets: list[tuple[str, list[Path]]] = [] if args.no_bundled else [("bundled traffic", [])]
     sets += [(path.stem, [path]) for path in args.traffic]
     headers = [
         "policy",
@@ -67,7 +80,7 @@ def main() -> None:
                 rows = []
                 baselines = simulate(setup, [SimPolicy.FIFO, SimPolicy.PRIORITY_BACKFILL], base)
                 measured = [(m.policy, m) for m in baselines.metrics.values()]
-                for name, change in VARIANTS.items():
+                for name, change in variants.items():
                     report = simulate(setup, [SimPolicy.FAST], replace(base, **change))  # type: ignore[arg-type]
                     measured.append((name, report.metrics[SimPolicy.FAST]))
                 for name, m in measured:

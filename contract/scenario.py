@@ -170,6 +170,11 @@ class Instance:
     #: Per GPU-step of delay past a promised start, times the job's priority (0: promises
     #: weigh nothing, and the objective is the contract's).
     promise_penalty: float = 0.0
+    #: Steps of delay a promise allows: a start within them keeps it and costs nothing
+    #: (0: every step late costs).
+    promise_slack_steps: int = 0
+    #: What breaking a promise costs at once, in steps of delay (0: only the steps late cost).
+    promise_break_steps: float = 0.0
 
     @cached_property
     def has_promises(self) -> bool:
@@ -178,13 +183,18 @@ class Instance:
     def promise_cost(self, job: BatchJob, start_step: int | None) -> float:
         """What starting ``job`` at ``start_step`` (None: not in the horizon) costs its promise.
 
-        ``promise_penalty x priority x gpus`` per step of delay past the promised step; a
-        job left out of the horizon is charged as if it started at the horizon's end.
+        ``promise_penalty x priority x gpus`` per step of delay past the promised step and its
+        slack, plus ``promise_break_steps`` such steps once the delay is past the slack (the
+        promise is broken); a job left out of the horizon is charged as if it started at the
+        horizon's end.
         """
         if job.promise_step is None or not self.promise_penalty:
             return 0.0
         begin = self.horizon_steps if start_step is None else start_step
-        return self.promise_penalty * job.priority * job.gpus * max(0, begin - job.promise_step)
+        late = begin - job.promise_step - self.promise_slack_steps
+        if late <= 0:
+            return 0.0
+        return self.promise_penalty * job.priority * job.gpus * (late + self.promise_break_steps)
 
     @cached_property
     def weights(self) -> tuple[float, ...]:

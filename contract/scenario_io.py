@@ -34,6 +34,8 @@ TOP_KEYS = {
     "decay",
     "rt_penalty",
     "promise_penalty",
+    "promise_slack",
+    "promise_break",
     "jobs",
     "running",
     "down",
@@ -151,6 +153,12 @@ def parse_scenario(
     promise_penalty = r.number(top.get("promise_penalty", 0.0), "promise_penalty")
     if not 0 <= promise_penalty <= MAX_PROMISE_PENALTY:
         raise r.fail("promise_penalty", f"a number in [0, {MAX_PROMISE_PENALTY:g}]", promise_penalty)
+    promise_slack = r.integer(
+        top.get("promise_slack", 0), "promise_slack", minimum=0, maximum=MAX_HORIZON_STEPS
+    )
+    promise_break = r.number(top.get("promise_break", 0.0), "promise_break")
+    if not 0 <= promise_break <= MAX_HORIZON_STEPS:
+        raise r.fail("promise_break", f"a number of steps in [0, {MAX_HORIZON_STEPS}]", promise_break)
 
     batch_jobs: list[BatchJob] = []
     realtime_jobs: list[RealtimeJob] = []
@@ -243,6 +251,8 @@ def parse_scenario(
         decay=decay,
         rt_penalty=rt_penalty,
         promise_penalty=promise_penalty,
+        promise_slack_steps=promise_slack,
+        promise_break_steps=promise_break,
         batch_jobs=tuple(batch_jobs),
         realtime_jobs=tuple(realtime_jobs),
         running_batch=running_batch,

@@ -26,6 +26,8 @@ FLAGS = {
     "cycle_minutes": "--cycle-minutes",
     "review_every_hours": "--review-every",
     "promise_penalty": "--promise-penalty",
+    "promise_slack_hours": "--promise-slack",
+    "promise_break_hours": "--promise-break",
 }
 #: Four weeks: the longest bundled series (Philly, ten weeks) still has two weeks of history.
 MAX_DAYS = 28
@@ -85,7 +87,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="P",
         help="weight of the start promised at submit, per GPU-hour late times priority "
-        "(default 0.5; 0: promises weigh nothing)",
+        "(default 1; 0: promises weigh nothing)",
+    )
+    parser.add_argument(
+        "--promise-slack",
+        type=int,
+        default=None,
+        metavar="H",
+        help="hours a start may come after its promise at no cost (default 1, as promises are judged)",
+    )
+    parser.add_argument(
+        "--promise-break",
+        type=float,
+        default=None,
+        metavar="H",
+        help="what breaking a promise costs at once, in hours late (default 4)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the drawn workload (default 0)")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
@@ -121,7 +137,13 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from gpuplan.app.config import PROMISE_PENALTY, PlanWith
+    from gpuplan.app.config import (
+        PROMISE_BREAK_HOURS,
+        PROMISE_PENALTY,
+        PROMISE_SLACK_HOURS,
+        PlanWith,
+        PromiseTerms,
+    )
     from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
 
     _check_options(args)
@@ -131,7 +153,11 @@ def run(args: argparse.Namespace) -> int:
         cycle_minutes=args.cycle_minutes,
         review_every_hours=args.review_every,
         amend=not args.no_amend,
-        promise_penalty=PROMISE_PENALTY if args.promise_penalty is None else args.promise_penalty,
+        promises=PromiseTerms(
+            penalty=PROMISE_PENALTY if args.promise_penalty is None else args.promise_penalty,
+            slack_hours=PROMISE_SLACK_HOURS if args.promise_slack is None else args.promise_slack,
+            break_hours=PROMISE_BREAK_HOURS if args.promise_break is None else args.promise_break,
+        ),
     )
     with tempfile.TemporaryDirectory(prefix="gpuplan-simulate-") as work:
         setup = prepare(
@@ -163,7 +189,8 @@ def _print(report: SimulationReport) -> None:
         f"{setup.cluster.gpus} GPUs, {setup.hours // 24} simulated days, plans with "
         f"{report.options.plan_with.value.upper()} job durations, a cycle every "
         f"{report.options.cycle_minutes} min; amendments {'on' if report.options.amend else 'off'}, "
-        f"promise penalty {report.options.promise_penalty:g}"
+        f"promise penalty {report.options.promises.penalty:g} "
+        f"(slack {report.options.promises.slack_hours} h, break {report.options.promises.break_hours:g} h)"
     )
     apps = ", ".join(
         f"{s.app.id} (swap cap {s.app.swap_cap}, {s.history_hours} h of history)" for s in setup.series

@@ -271,6 +271,77 @@ def test_a_promised_job_is_weighed_against_later_higher_priority_work() -> None:
     assert first.grid[0][0] == "urgent"
 
 
+def test_a_delay_within_the_slack_is_free_and_a_broken_promise_costs_its_break() -> None:
+    """The promise weighed as it is judged: a start within the slack keeps it at no cost,
+    one past it costs the break at once and a step of the penalty for each step beyond."""
+    promised = BatchJob("promised", JobKind.TRAINING, priority=10.0, gpus=4, duration_steps=2, promise_step=0)
+    short = BatchJob("urgent", JobKind.TRAINING, priority=12.0, gpus=4, duration_steps=1)
+    shaped = Instance(
+        "s",
+        gpus=4,
+        horizon_steps=6,
+        batch_jobs=(promised, short),
+        promise_penalty=1.0,
+        promise_slack_steps=1,
+        promise_break_steps=4.0,
+    )
+    assert shaped.promise_cost(promised, 0) == shaped.promise_cost(promised, 1) == 0
+    assert shaped.promise_cost(promised, 2) == 10 * 4 * (1 + 4)
+    assert shaped.promise_cost(promised, 4) == 10 * 4 * (3 + 4)
+    assert shaped.promise_cost(promised, None) == 10 * 4 * (6 - 1 + 4)  # left out: as at the end
+    linear = replace(shaped, promise_slack_steps=0, promise_break_steps=0.0)
+    assert linear.promise_cost(promised, 1) == 10 * 4
+    # Two steps of a job worth much more: late by one step past the slack.
+    long = replace(short, priority=70.0, duration_steps=2)
+    options = SolveOptions(budget_ms=5.0, wall_clock=False)
+    for policy in (PolicyName.FAST, PolicyName.FULL):
+        # one step late keeps the promise: the arrival goes first, free
+        within = plan(shaped, policy, options)
+        assert within.grid[0][0] == "urgent" and within.metrics.promise_cost == 0, policy
+        # without the slack that step costs more than the order gains
+        assert plan(linear, policy, options).grid[0][0] == "promised", policy
+        # past the slack, the step beyond alone is worth paying; with the break it is not
+        no_break = replace(shaped, batch_jobs=(promised, long), promise_break_steps=0.0)
+        assert plan(no_break, policy, options).grid[0][0] == "urgent", policy
+        kept = plan(replace(no_break, promise_break_steps=4.0), policy, options)
+        assert kept.grid[0][0] == "promised" and kept.metrics.promise_cost == 0, policy
+
+
+def test_the_service_gives_its_plans_the_promise_terms_in_steps() -> None:
+    from gpuplan.app.config import PromiseTerms
+
+    terms = PromiseTerms(penalty=0.5, slack_hours=1, break_hours=4.0)
+    assert terms.scenario_keys(60) == {"promise_penalty": 0.5, "promise_slack": 1, "promise_break": 4.0}
+    assert terms.scenario_keys(30) == {"promise_penalty": 0.5, "promise_slack": 2, "promise_break": 8.0}
+    assert PromiseTerms(penalty=0.0).scenario_keys(60) == {}  # off: the contract's scenario
+    with pytest.raises(
+        InputError, match=re.escape("`promise_slack_hours` must be an integer in [0, 24]; got 25.")
+    ):
+        PromiseTerms(slack_hours=25)
+    with pytest.raises(
+        InputError, match=re.escape("`promise_break_hours` must be a number in [0, 168]; got -1")
+    ):
+        PromiseTerms(break_hours=-1.0)
+
+
+def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> None:
+    import yaml
+
+    from gpuplan.app.config import PromiseTerms, load_config
+
+    base = {"cluster": {"gpus": 4}, "apps": [{"id": "chat", "requests_per_gpu_hour": 100}]}
+    path = tmp_path / "gpuplan.yaml"
+    path.write_text(yaml.safe_dump(base))
+    assert load_config(path).promises == PromiseTerms(penalty=1.0, slack_hours=1, break_hours=4.0)
+    path.write_text(yaml.safe_dump({**base, "promise_slack_hours": 2, "promise_break_hours": 6}))
+    assert load_config(path).promises == PromiseTerms(penalty=1.0, slack_hours=2, break_hours=6.0)
+    path.write_text(yaml.safe_dump({**base, "promise_break_hours": 200}))
+    with pytest.raises(
+        InputError, match=re.escape("`promise_break_hours` must be a number in [0, 168]; got 200.")
+    ):
+        load_config(path)
+
+
 def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_path: Path) -> None:
     from gpuplan.app.amend import amend_cycle
     from gpuplan.app.config import ServiceConfig

@@ -112,6 +112,11 @@ CASES = [
         "test: `running[chat].gpus` must be a set the job can leave before its GPUs go down (swap_cap 1 per step); got [5, 6]. 2 of them are down by step 0.",
     ),
     ({**small_doc(), "decay": 1.5}, "test: `decay` must be a number in (0, 1]; got 1.5."),
+    ({**small_doc(), "promise_slack": -1}, "test: `promise_slack` must be an integer >= 0; got -1."),
+    (
+        {**small_doc(), "promise_break": 1000},
+        "test: `promise_break` must be a number of steps in [0, 672]; got 1000.0.",
+    ),
     ([1, 2], "test: `(top level)` must be an object; got 'list'."),
 ]
 

@@ -262,7 +262,7 @@ class SubmitBatcher:
     def _promised(self, base: WarmBase, promised: Mapping[str, datetime]) -> WarmBase:
         """``base`` with the promises just made in its scenario, as the next cycle's snapshot
         will have them (the promised jobs weigh their promises in the next repair)."""
-        if self.config.promise_penalty <= 0 or not promised:
+        if self.config.promises.penalty <= 0 or not promised:
             return base
         steps = {job: math.floor((start - base.run.start) / STEP) for job, start in promised.items()}
         jobs = [

@@ -39,7 +39,7 @@ from contract.records import (
     PlanRun,
     RunMode,
 )
-from gpuplan.app.config import PlanWith
+from gpuplan.app.config import PlanWith, PromiseTerms
 
 if TYPE_CHECKING:
     from storage.store import Store
@@ -112,14 +112,15 @@ def gpus_for(app: App, requests: float) -> int:
 
 
 def scenario_document(
-    snapshot: Snapshot, plan_with: PlanWith, *, name: str, promise_penalty: float = 0.0
+    snapshot: Snapshot, plan_with: PlanWith, *, name: str, promises: PromiseTerms | None = None
 ) -> dict[str, Any]:
     """The contract scenario (CONTRACT.md) of a snapshot: what the planner sees.
 
-    With ``promise_penalty`` above 0, each queued job's promised start becomes its
+    With ``promises`` of a penalty above 0, each queued job's promised start becomes its
     ``promise`` (steps from the plan's start, negative once passed) and the scenario
-    carries the penalty; at 0 the scenario is the contract's as it always was.
+    carries the terms; without, the scenario is the contract's as it always was.
     """
+    terms = {} if promises is None else promises.scenario_keys(snapshot.cluster.step_minutes)
     cluster, start = snapshot.cluster, snapshot.start
     horizon = cluster.horizon_steps
     jobs: list[dict[str, Any]] = []
@@ -145,7 +146,7 @@ def scenario_document(
         )
     for job in snapshot.queued:
         entry = queued_entry(job, plan_with, step_minutes=cluster.step_minutes, order=len(jobs))
-        if promise_penalty > 0 and job.promised_start is not None:
+        if terms and job.promised_start is not None:
             entry["promise"] = math.floor((job.promised_start - start) / STEP)
         jobs.append(entry)
     for demand in snapshot.demand:
@@ -176,9 +177,7 @@ def scenario_document(
         "running": running,
         "down": down,
     }
-    if promise_penalty > 0:
-        document["promise_penalty"] = promise_penalty
-    return document
+    return {**document, **terms}
 
 
 def sheddable(held: Sequence[int], down: Sequence[Mapping[str, int]], swap_cap: int) -> list[int]:

@@ -50,8 +50,52 @@ class AppTraffic:
     peak_gpus: int | None = None  # when the app gives no requests_per_gpu_hour
 
 
-#: The default weight of a promise: an hour late costs half an hour of the job's own output.
-PROMISE_PENALTY = 0.5
+#: The default weight of a promise: an hour late costs an hour of the job's own output.
+PROMISE_PENALTY = 1.0
+#: A start no later than this after its promise keeps it: how promises are judged
+#: (issue 21), and the delay the plans weigh as free.
+PROMISE_SLACK_HOURS = 1
+#: Breaking a promise (a start past its slack) costs at once what this many hours late do.
+PROMISE_BREAK_HOURS = 4.0
+PROMISE_SLACK_RANGE = (0, 24)
+PROMISE_BREAK_RANGE = (0.0, 168.0)
+
+
+@dataclass(frozen=True)
+class PromiseTerms:
+    """How plans weigh the starts promised at submit (docs/closed-loop.md, "Promises").
+
+    A promised job that starts ``d`` hours after its promise costs nothing while ``d <=
+    slack_hours`` and ``penalty x priority x gpus x (d - slack_hours + break_hours)`` after:
+    the cost jumps where the promise breaks, and grows with each hour beyond.
+    """
+
+    penalty: float = PROMISE_PENALTY
+    slack_hours: int = PROMISE_SLACK_HOURS
+    break_hours: float = PROMISE_BREAK_HOURS
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.penalty <= MAX_PROMISE_PENALTY:
+            raise InputError("promise_penalty", f"a number in [0, {MAX_PROMISE_PENALTY:g}]", self.penalty)
+        low, high = PROMISE_SLACK_RANGE
+        if not low <= self.slack_hours <= high:
+            raise InputError("promise_slack_hours", f"an integer in [{low}, {high}]", self.slack_hours)
+        low_break, high_break = PROMISE_BREAK_RANGE
+        if not low_break <= self.break_hours <= high_break:
+            raise InputError(
+                "promise_break_hours", f"a number in [{low_break:g}, {high_break:g}]", self.break_hours
+            )
+
+    def scenario_keys(self, step_minutes: int) -> dict[str, float | int]:
+        """The scenario's promise keys (CONTRACT.md's extension, docs/contract.md); none at
+        penalty 0, where the scenario is the contract's."""
+        if self.penalty <= 0:
+            return {}
+        return {
+            "promise_penalty": self.penalty,
+            "promise_slack": self.slack_hours * 60 // step_minutes,
+            "promise_break": self.break_hours * 60 / step_minutes,
+        }
 
 
 @dataclass(frozen=True)
@@ -79,9 +123,9 @@ class ServiceConfig:
     plan_budget_ms: float = 1000.0
     submit_budget_ms: float | None = None  # None: the fast mode's hot-path default
     plan_with: PlanWith = PlanWith.P90
-    #: What a promised job's delay past its promised start costs the plan, per GPU-hour
-    #: times its priority (0: promises weigh nothing). README, "Promises".
-    promise_penalty: float = PROMISE_PENALTY
+    #: What a promised job's delay past its promised start costs the plan (penalty 0:
+    #: promises weigh nothing). README, "Promises".
+    promises: PromiseTerms = PromiseTerms()
     #: False: plans count estimated work, not wall time (the simulation, reproducible per seed).
     plan_wall_clock: bool = True
     models_dir: Path = Path("models")
@@ -135,6 +179,8 @@ TOP_KEYS = {
     "plan_with",
     "plan_wall_clock",
     "promise_penalty",
+    "promise_slack_hours",
+    "promise_break_hours",
     "models_dir",
     "commits_file",
     "executor",
@@ -365,8 +411,20 @@ def load_config(path: Path) -> ServiceConfig:
         submit_budget_ms=None if submit_budget is None else r.budget_ms(submit_budget, "submit_budget_ms"),
         plan_with=PlanWith(plan_with),
         plan_wall_clock=r.boolean(top.get("plan_wall_clock", True), "plan_wall_clock"),
-        promise_penalty=r.number(
-            top.get("promise_penalty", PROMISE_PENALTY), "promise_penalty", 0.0, MAX_PROMISE_PENALTY
+        promises=PromiseTerms(
+            penalty=r.number(
+                top.get("promise_penalty", PROMISE_PENALTY), "promise_penalty", 0.0, MAX_PROMISE_PENALTY
+            ),
+            slack_hours=r.integer(
+                top.get("promise_slack_hours", PROMISE_SLACK_HOURS),
+                "promise_slack_hours",
+                *PROMISE_SLACK_RANGE,
+            ),
+            break_hours=r.number(
+                top.get("promise_break_hours", PROMISE_BREAK_HOURS),
+                "promise_break_hours",
+                *PROMISE_BREAK_RANGE,
+            ),
         ),
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),

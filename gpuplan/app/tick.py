@@ -221,9 +221,7 @@ def plan_snapshot(
     from scheduler.policies import plan
 
     name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
-    document = scenario_document(
-        snapshot, config.plan_with, name=name, promise_penalty=config.promise_penalty
-    )
+    document = scenario_document(snapshot, config.plan_with, name=name, promises=config.promises)
     instance = parse_scenario(document, source=name)
     options = SolveOptions(
         time_limit_s=time_limit_s,

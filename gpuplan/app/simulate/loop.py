@@ -20,7 +20,7 @@ from contract.records import (
     TrafficHour,
 )
 from gpuplan.app.bridge import STEP, floor_hour
-from gpuplan.app.config import PROMISE_PENALTY, PlanWith, ServiceConfig
+from gpuplan.app.config import PlanWith, PromiseTerms, ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.jobs import finish, promise, submit
@@ -51,8 +51,8 @@ class SimOptions:
     review_time_limit_s: float = 10.0
     #: A cycle within a committed hour amends it (the fast policy; ``--no-amend`` turns it off).
     amend: bool = True
-    #: The plan's weight on promised starts (``--promise-penalty``; 0: promises weigh nothing).
-    promise_penalty: float = PROMISE_PENALTY
+    #: How the plans weigh promised starts (``--promise-penalty``; penalty 0: not at all).
+    promises: PromiseTerms = field(default_factory=PromiseTerms)
 
     def __post_init__(self) -> None:
         # Cycles must land on every hour, where commits are made.
@@ -60,8 +60,6 @@ class SimOptions:
             raise InputError("cycle_minutes", "a divisor of 60 (1, 2, 3, 5, ..., 30, 60)", self.cycle_minutes)
         if self.review_every_hours is not None and self.review_every_hours < 1:
             raise InputError("review_every_hours", "a whole number of hours >= 1", self.review_every_hours)
-        if not 0 <= self.promise_penalty <= 1e3:
-            raise InputError("promise_penalty", "a number in [0, 1000]", self.promise_penalty)
 
 
 @dataclass(frozen=True)
@@ -125,7 +123,7 @@ def run_policy(
             plan_budget_ms=options.plan_budget_ms,
             plan_wall_clock=False,  # the same plans however busy the machine: results repeat per seed
             plan_with=options.plan_with,
-            promise_penalty=options.promise_penalty,
+            promises=options.promises,
             models_dir=setup.models_dir,
             executor=InMemoryExecutor.name,
         )

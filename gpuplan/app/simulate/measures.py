@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuplan.app.bridge import STEP
+from gpuplan.app.config import PROMISE_SLACK_HOURS
 
 if TYPE_CHECKING:
     from contract.records import Amendment, Commit
@@ -29,8 +30,8 @@ from scheduler.metrics import realtime_moves
 
 log = logging.getLogger(__name__)
 
-#: A promise is kept when the job starts no later than this after its promised start.
-PROMISE_SLACK_HOURS = 1.0
+#: A promise is kept when the job starts no later than this after its promised start (the
+#: issue's judgement, whatever slack the plans are given).
 PROMISE_SLACK = timedelta(hours=PROMISE_SLACK_HOURS)
 
 # --- measuring ---------------------------------------------------------------------------------
