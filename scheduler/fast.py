@@ -857,21 +857,30 @@ def _step_realtime(
         # window is over is as good as one never down (treating it as doomed all day pushed
         # the services down into the batch blocks).
         safe = free & downs.never_blocked_after(t)
-        current, budget = _evacuate_early(current, safe, budget, t, downs)
+        current, budget = _evacuate_early(current, safe, budget, t, downs, cap=job.swap_cap)
         current = _compact(current, safe, budget)
     return current
 
 
-def _evacuate_early(current: int, safe: int, budget: int, t: int, downs: BlockedSchedule) -> tuple[int, int]:
+def _evacuate_early(
+    current: int, safe: int, budget: int, t: int, downs: BlockedSchedule, *, cap: int
+) -> tuple[int, int]:
     """Spend spare swap budget replacing held GPUs that will be taken away later.
 
     Leaving a GPU at the last moment (the earliest-deadline rule) spends the whole cap
-    on drops and leaves none for replacements; moving early, one GPU in before one out,
-    keeps demand covered. ``safe`` GPUs are free now and never blocked later.
+    on drops and leaves none for replacements; moving early enough, one GPU in before one
+    out, keeps demand covered. ``safe`` GPUs are free now and never blocked later; ``cap``
+    is the service's swap cap.
     """
     doomed = sorted(
         (d, g) for g in gpus_of(current & downs.ever_down) if (d := downs.next_down(g, t + 1)) is not None
     )
+    # Just in time: the i-th GPU to go (by deadline) is replaced once the changes that the
+    # first i replacements need (one in, one out each) no longer fit in the cap's steps before
+    # it goes. Moving at the first spare change instead (16 hours early, say) took the safe
+    # GPUs, often a whole batch block, for the rest of the day (tuning split, 2 ms: 59 of 210
+    # scenarios better, 10 worse).
+    doomed = [(d, g) for i, (d, g) in enumerate(doomed, start=1) if d - t <= -(-2 * i // max(cap, 1))]
     for (_, gpu), replacement in zip(doomed, iter_gpus_down(safe & ~current), strict=False):
         if budget == 0:
             break

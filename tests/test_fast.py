@@ -364,3 +364,25 @@ def test_replanning_only_the_services_in_the_way_buys_the_hot_path_a_better_plan
     monkeypatch.setattr(fast, "_in_the_way", lambda instance, allocation, committed: instance.realtime_jobs)
     every_service = score(inst, build_grid(inst, allocate(inst, hot_path_work()))).objective
     assert partial > 1.02 * every_service
+
+
+def test_a_service_leaves_a_gpu_that_goes_down_late_just_in_time() -> None:
+    # GPU 3 goes down at step 8. With a swap cap of 1, moving takes two steps (GPU 2 in, then
+    # GPU 3 out), so the service stays on GPU 3 until step 5 and leaves GPUs 0-2 free until then;
+    # moving at its first spare change (step 0) would hold GPU 2 all day.
+    inst = instance_of(
+        {
+            "gpus": 4,
+            "horizon": 12,
+            "jobs": [{"id": "rt", "kind": "realtime", "priority": 5, "swap_cap": 1, "demand": [1] * 12}],
+            "running": [{"id": "rt", "gpus": [3]}],
+            "down": [{"gpu": 3, "start": 8, "end": 12}],
+        }
+    )
+    allocation = allocate(inst, hot_path_work())
+    held = allocation.realtime["rt"]
+    assert held[:6] == (0b1000,) * 6
+    assert held[7] & 0b1000 == 0  # gone before the window
+    grid = build_grid(inst, allocation)
+    assert check_plan(inst, grid) == []
+    assert score(inst, grid).rt_coverage == 1.0
