@@ -386,3 +386,32 @@ def test_a_service_leaves_a_gpu_that_goes_down_late_just_in_time() -> None:
     grid = build_grid(inst, allocation)
     assert check_plan(inst, grid) == []
     assert score(inst, grid).rt_coverage == 1.0
+
+
+def test_promotions_rank_the_delayed_jobs_by_what_they_are_expected_to_gain() -> None:
+    # Job a (2 GPUs, starts at 3) costs the most delay, but its earliest slot is where c (all
+    # day) or d (priority 115, on GPU 2) run: promoting it pushes d back almost as much as it
+    # gains. Job b (1 GPU, at 6) can start at 0 in the hole on GPU 3 and displaces nothing.
+    from scheduler.fast import most_delayed, most_gain
+    from scheduler.model import Allocation, Placement
+
+    inst = instance_of(
+        {
+            "gpus": 4,
+            "horizon": 8,
+            "decay": 0.7,
+            "jobs": [
+                {"id": "c", "kind": "training", "priority": 100, "gpus": 2, "duration": 8},
+                {"id": "d", "kind": "training", "priority": 115, "gpus": 1, "duration": 3},
+                {"id": "a", "kind": "training", "priority": 60, "gpus": 2, "duration": 3},
+                {"id": "b", "kind": "training", "priority": 10, "gpus": 1, "duration": 2},
+            ],
+        }
+    )
+    placed = {"c": (0, 0), "d": (0, 2), "a": (3, 2), "b": (6, 3)}
+    allocation = Allocation(
+        batch={job: Placement(start_step=s, first_gpu=g) for job, (s, g) in placed.items()}, realtime={}
+    )
+    assert check_plan(inst, build_grid(inst, allocation)) == []
+    assert [job.id for job in most_delayed(inst, allocation)] == ["a", "b"]
+    assert [job.id for job in most_gain(inst, allocation)] == ["b", "a"]
