@@ -40,7 +40,6 @@ class WorkCosts:
     realtime: float
     slots: float = 0.0
     delays: float = 0.0
-    per_service: float = 0.0  # placing one service's curve over the horizon
 
     @classmethod
     def of(cls, instance: Instance) -> WorkCosts:
@@ -51,7 +50,6 @@ class WorkCosts:
             realtime=5.0 + per_rt_step * len(instance.realtime_jobs) * instance.horizon_steps,
             slots=10.0 + 0.75 * instance.gpus,
             delays=5.0 + 4.0 * len(instance.queued_jobs),
-            per_service=per_rt_step * instance.horizon_steps,
         )
 
     @property
@@ -61,8 +59,10 @@ class WorkCosts:
 
     def replan(self, services: int) -> float:
         """Real-time re-planned for ``services`` of the instance's services (the others kept),
-        then one pack; :attr:`build` when that is all of them."""
-        return min(self.realtime, 5.0 + self.per_service * services) + self.pack
+        then one pack: :attr:`build` for one service or more (re-placing one of several costs
+        about as much as all: the kept GPUs are as good as down for it, measured on the
+        seven), a pack alone for none."""
+        return (self.realtime if services else 5.0) + self.pack
 
 
 class Budget:

@@ -351,15 +351,20 @@ def test_a_promotion_replans_only_the_services_in_its_way() -> None:
     assert rebuilt.rt_shortfall == 0
 
 
-def test_replanning_only_the_services_in_the_way_buys_the_hot_path_a_better_plan(monkeypatch: Any) -> None:
-    # A sampled real-time contention case (tuning seed 16, four services): at 2 ms of work,
-    # re-planning every service around each promise affords fewer promotions than re-planning
-    # only the services whose GPUs the promised block takes.
+def test_a_promise_no_service_is_in_the_way_of_is_a_repack_and_buys_the_hot_path_a_better_plan(
+    monkeypatch: Any,
+) -> None:
+    # A sampled oversubscribed case (tuning seed 9): at 2 ms of work, promises that take no
+    # service's GPUs cost a re-pack, not a re-plan of every service, and the promotions that
+    # this affords find a better plan.
     from gpuplan.app.bench import sample_instances
     from gpuplan.app.synthetic import WIDE_SHAPES
     from scheduler import fast
+    from scheduler.budget import WorkCosts
 
-    (inst,) = sample_instances([WIDE_SHAPES["wide-contention"]], [16])
+    (inst,) = sample_instances([WIDE_SHAPES["wide-oversubscribed"]], [9])
+    costs = WorkCosts.of(inst)
+    assert costs.replan(0) < costs.replan(1) == costs.build
     partial = score(inst, build_grid(inst, allocate(inst, hot_path_work()))).objective
     monkeypatch.setattr(fast, "_in_the_way", lambda instance, allocation, committed: instance.realtime_jobs)
     every_service = score(inst, build_grid(inst, allocate(inst, hot_path_work()))).objective
