@@ -5,8 +5,8 @@ completion: the contract's three baselines (the floors: no plan scores below fif
 fifo-backfill or priority-backfill), the first pass, and at the end the real-time
 settling of :mod:`scheduler.churn` (the fewest GPU moves at equal value). Between them,
 while the budget affords each next step: the mirror image's first pass, the other job
-orders, then rounds of promotions (4, the costliest delays first, at most half of what is
-left per round) and the order search (end of 2) until a round brings nothing; with budget
+orders, then rounds of promotions (4, the largest expected gain first, at most half of
+what is left per round) and the order search (end of 2) until a round brings nothing; with budget
 left, the same from the other orientation, then with promotions in priority order, then
 the order search's wider moves. Every candidate is compared by the exact objective.
 
@@ -31,12 +31,12 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 3. **Both orientations.** Passes 1-2 also run on the cluster upside down (where job
    sizes divide the cluster, so blocks stay aligned); the better first pass is kept.
 4. **Promote delayed jobs** (a bounded large-neighbourhood search): the batch jobs that
-   the plan starts later than the cluster's fixed load allows, the one whose delay costs
-   the most value first, are each promised their earliest slot (in later rounds also one a
-   few steps later), the real-time services are re-planned
-   around the promise (they move GPUs ahead of time within their swap caps), the rest
-   is re-packed, and the change is kept only if the exact objective improves without
-   leaving real-time demand unserved that was served before.
+   the plan starts later than the cluster's fixed load allows, the one a promotion is
+   expected to gain most from first, are each promised their earliest slot (in later rounds
+   also one a few steps later) on the block real-time uses least (then the next one), the
+   real-time services in the way are re-planned around the promise (they move GPUs ahead of
+   time within their swap caps), the rest is re-packed, and the change is kept only if the
+   exact objective improves without leaving real-time demand unserved that was served before.
 """
 
 from __future__ import annotations
@@ -447,6 +447,7 @@ def _promote(
 
 
 def _start_or_horizon(instance: Instance, allocation: Allocation, job: BatchJob) -> int:
+    """``job``'s start in ``allocation``, or the horizon when it is not placed."""
     current = allocation.batch.get(job.id)
     return instance.horizon_steps if current is None else current.start_step
 
