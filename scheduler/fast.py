@@ -5,8 +5,8 @@ completion: the contract's three baselines (the floors: no plan scores below fif
 fifo-backfill or priority-backfill), the first pass, and at the end the real-time
 settling of :mod:`scheduler.churn` (the fewest GPU moves at equal value). Between them,
 while the budget affords each next step: the mirror image's first pass, the other job
-orders, then rounds of promotions (4, the costliest delays first, at most half of what is
-left per round) and the order search (end of 2) until a round brings nothing; with budget
+orders, then rounds of promotions (4, the largest expected gain first, at most half of
+what is left per round) and the order search (end of 2) until a round brings nothing; with budget
 left, the same from the other orientation, then with promotions in priority order, then
 the order search's wider moves. Every candidate is compared by the exact objective.
 
@@ -31,12 +31,12 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 3. **Both orientations.** Passes 1-2 also run on the cluster upside down (where job
    sizes divide the cluster, so blocks stay aligned); the better first pass is kept.
 4. **Promote delayed jobs** (a bounded large-neighbourhood search): the batch jobs that
-   the plan starts later than the cluster's fixed load allows, the one whose delay costs
-   the most value first, are each promised their earliest slot (in later rounds also one a
-   few steps later), the real-time services are re-planned
-   around the promise (they move GPUs ahead of time within their swap caps), the rest
-   is re-packed, and the change is kept only if the exact objective improves without
-   leaving real-time demand unserved that was served before.
+   the plan starts later than the cluster's fixed load allows, the one a promotion is
+   expected to gain most from first, are each promised their earliest slot (in later rounds
+   also one a few steps later) on the block real-time uses least (then the next one), the
+   real-time services in the way are re-planned around the promise (they move GPUs ahead of
+   time within their swap caps), the rest is re-packed, and the change is kept only if the
+   exact objective improves without leaving real-time demand unserved that was served before.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import islice
+from itertools import accumulate, islice
 
 from contract.curves import swap_capped_curve
 from contract.scenario import BatchJob, Instance, RealtimeJob, block_mask, gpus_of, iter_gpus, iter_gpus_down
@@ -64,6 +64,9 @@ PROMISE_OFFSETS: tuple[int, ...] = (0, 2, 5, 9)
 # A start the services cannot make room for in time (infeasible, or demand left unserved) is
 # followed by the one a step later, this many times per job and round.
 PROMISE_RETRIES = 1
+# Blocks tried per promised start: where the one real-time uses least leaves demand unserved,
+# the next may not.
+BLOCKS_PER_START = 2
 EPSILON = 1e-9
 # Job orders every first pass packs (the rest are tried while the budget lasts): priority
 # with larger rectangles first, and each job's value from its earliest start. Over the 58
@@ -124,7 +127,7 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     # the other orientation's, then with promotions in priority order instead; last, the
     # order search's wider moves on the best of them.
     found: list[tuple[Instance, _Candidate]] = []
-    for (oriented, _, start), targets in [*((s, most_delayed) for s in starts), (starts[0], _by_priority)]:
+    for (oriented, _, start), targets in [*((s, most_gain) for s in starts), (starts[0], _by_priority)]:
         if found and not budget.affords(costs.build):
             break
         found.append((oriented, _search(oriented, start, budget, costs, targets)))
@@ -135,10 +138,10 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
         if wider is searched:
             # No early stop while the budget lasts and a move is untried: every earlier start
             # of each delayed job, not only the few offsets the rounds try.
-            wider = _promote(oriented, searched, budget, costs, most_delayed, offsets=every_start)
+            wider = _promote(oriented, searched, budget, costs, most_gain, offsets=every_start)
             if wider is searched:
                 break
-        searched = _search(oriented, wider, budget, costs, most_delayed)
+        searched = _search(oriented, wider, budget, costs, most_gain)
     allocations = [
         c.allocation if o is instance else _unmirror(instance, c.allocation)
         for o, c in [*found, (oriented, searched)]
@@ -299,17 +302,63 @@ def _value_lost(instance: Instance, job: BatchJob, earliest: int, start: int) ->
 def most_delayed(instance: Instance, allocation: Allocation) -> list[BatchJob]:
     """Queued jobs that start later than the fixed load (down GPUs, running jobs) allows, the
     one whose delay costs the most value first."""
+    delayed = [
+        (-_value_lost(instance, job, run[0], start), job.order, job)
+        for job, run, start in _delays(instance, allocation)
+    ]
+    return [job for *_, job in sorted(delayed, key=lambda d: (d[0], d[1]))]
+
+
+def most_gain(instance: Instance, allocation: Allocation) -> list[BatchJob]:
+    """The jobs of :func:`most_delayed`, the one a promotion to its earliest start is expected
+    to gain the most first: its own delay's cost saved, less the delay of the planned jobs
+    whose cells it would take, each pushed to start when it ends (on the block of the earliest
+    run where that is least, of the first :data:`MAX_BLOCK_CANDIDATES`)."""
+    horizon = instance.horizon_steps
+    worth = list(accumulate(instance.weights, initial=0.0))  # worth[t]: the weights before t
+    jobs = instance.jobs_by_id
+
+    def run_value(job: BatchJob, start: int) -> float:
+        if start >= horizon:
+            return 0.0
+        return job.priority * job.gpus * (worth[job.end_step(start, horizon)] - worth[start])
+
+    planned = []
+    for job_id, placed in allocation.batch.items():
+        other = jobs[job_id]
+        assert isinstance(other, BatchJob)
+        end = other.end_step(placed.start_step, horizon)
+        planned.append((job_id, placed, end, other, run_value(other, placed.start_step)))
+    ranked = []
+    for job, (earliest, end, starts), start in _delays(instance, allocation):
+        size = job.gpus
+        displaced: dict[int, float] = {}  # per aligned block of ``size`` GPUs
+        for job_id, placed, finish, other, value in planned:
+            if job_id == job.id or placed.start_step >= end or finish <= earliest:
+                continue
+            lost = value - run_value(other, end)
+            first = placed.first_gpu
+            for block in range(first - first % size, first + other.gpus, size):
+                displaced[block] = displaced.get(block, 0.0) + lost
+        least = min(displaced.get(a, 0.0) for a in islice(iter_gpus(starts), MAX_BLOCK_CANDIDATES))
+        gain = run_value(job, earliest) - run_value(job, start) - least
+        ranked.append((-gain, job.order, job))
+    return [job for *_, job in sorted(ranked, key=lambda r: (r[0], r[1]))]
+
+
+def _delays(instance: Instance, allocation: Allocation) -> list[tuple[BatchJob, tuple[int, int, int], int]]:
+    """Per queued job that starts later than the fixed load allows: the job, its earliest run
+    on the fixed load (:meth:`Board.earliest_run`) and its start (the horizon when unplaced)."""
     fixed = Board(instance)
     delayed = []
     for job in instance.queued_jobs:
         run = fixed.earliest_run(job, job.release_step)
         if run is None:
             continue
-        current = allocation.batch.get(job.id)
-        start = instance.horizon_steps if current is None else current.start_step
+        start = _start_or_horizon(instance, allocation, job)
         if start > run[0]:
-            delayed.append((-_value_lost(instance, job, run[0], start), job.order, job))
-    return [job for *_, job in sorted(delayed, key=lambda d: (d[0], d[1]))]
+            delayed.append((job, run, start))
+    return delayed
 
 
 def _by_priority(instance: Instance, allocation: Allocation) -> list[BatchJob]:
@@ -333,8 +382,8 @@ def _promote(
     offsets: Sequence[int] = PROMISE_OFFSETS,
     until: float = math.inf,
 ) -> _Candidate:
-    """Promise delayed jobs earlier slots (the costliest delay first), re-plan around them,
-    keep what improves."""
+    """Promise delayed jobs earlier slots (what each is expected to gain first), re-plan
+    around them, keep what improves."""
     best = first
     promises: dict[str, Placement] = dict(first.committed)
     need: tuple[list[int], list[int]] | None = None  # computed when first asked for
@@ -345,16 +394,17 @@ def _promote(
             return best
         budget.charge(costs.delays)  # the fixed load's earliest starts, one run search a job
         for job in targets(instance, best.allocation):
-            current = best.allocation.batch.get(job.id)
-            latest = instance.horizon_steps if current is None else current.start_step
+            latest = _start_or_horizon(instance, best.allocation, job)
             if not budget.affords(costs.slots) or budget.spent > until:
                 return best
             budget.charge(costs.slots)  # finding the slots reads the real-time holdings
             slots = _earlier_slots(instance, best.allocation, job, promises, before=latest, offsets=offsets)
+            queue = list(slots)
             tried: set[int] = set()
             retries = PROMISE_RETRIES
-            while slots:
-                promise = slots.pop(0)
+            while queue:
+                blocks = queue.pop(0)
+                promise, rest = blocks[0], blocks[1:]
                 tried.add(promise.start_step)
                 committed = {**promises, job.id: promise}
                 trial: _Candidate | None = None
@@ -364,25 +414,31 @@ def _promote(
                     return best
                 budget.charge(costs.slots)
                 need = need or _realtime_need(instance)
-                if _shortfall_floor(instance, committed, need) <= best.rt_shortfall:
-                    if not budget.affords(costs.build) or budget.spent > until:
+                in_the_way = _in_the_way(instance, best.allocation, committed)
+                if not in_the_way or _shortfall_floor(instance, committed, need) <= best.rt_shortfall:
+                    replan = costs.replan(len(in_the_way))
+                    if not budget.affords(replan) or budget.spent > until:
                         return best
-                    budget.charge(costs.build)
+                    budget.charge(replan)
                     try:
-                        trial = _build(instance, committed, [best.order])
+                        trial = _rebuild(instance, best, committed, in_the_way)
                     except InfeasiblePromiseError:
                         trial = None
                 # A promotion may not buy batch value with real-time demand the first pass
                 # served: inference latency targets are not for sale, whatever the penalty says.
                 if trial is None or trial.rt_shortfall > best.rt_shortfall:
-                    # Too early for the services to move out of the way within their caps:
-                    # the next step may be early enough to gain and late enough for them.
+                    # Another block at the same start may leave the services room; else the
+                    # next step may be early enough to gain and late enough for them to move.
+                    if rest:
+                        queue.insert(0, rest)
+                        continue
                     later = promise.start_step + 1
                     if retries and later < latest and later not in tried and budget.affords(costs.slots):
                         retries -= 1
                         budget.charge(costs.slots)
-                        slot = _slot_at(_promise_board(instance, job, promises), best.allocation, job, later)
-                        slots = slots if slot is None else [slot, *slots]
+                        fixed = _promise_board(instance, job, promises)
+                        if at_later := _blocks_at(fixed, best.allocation, job, later):
+                            queue.insert(0, at_later)
                     continue
                 if trial.objective > best.objective + EPSILON:
                     best, promises, improved = trial, committed, True
@@ -390,19 +446,86 @@ def _promote(
     return best
 
 
+def _start_or_horizon(instance: Instance, allocation: Allocation, job: BatchJob) -> int:
+    """``job``'s start in ``allocation``, or the horizon when it is not placed."""
+    current = allocation.batch.get(job.id)
+    return instance.horizon_steps if current is None else current.start_step
+
+
+def _in_the_way(
+    instance: Instance, allocation: Allocation, committed: Mapping[str, Placement]
+) -> tuple[RealtimeJob, ...]:
+    """The services that hold GPUs of the ``committed`` blocks in ``allocation``."""
+    promised = placement_masks(instance, committed)
+    return tuple(
+        service
+        for service in instance.realtime_jobs
+        if any(held & mask for held, mask in zip(allocation.realtime[service.id], promised, strict=True))
+    )
+
+
+def _rebuild(
+    instance: Instance,
+    candidate: _Candidate,
+    committed: Mapping[str, Placement],
+    in_the_way: Sequence[RealtimeJob],
+) -> _Candidate:
+    """``candidate`` around the ``committed`` blocks: the services ``in_the_way`` of them
+    re-planned (:func:`place_realtime`), the others keeping their GPUs, and every other batch
+    job re-packed in ``candidate``'s order. With every service in the way, this is
+    :func:`_build`; with none, a re-pack."""
+    if len(in_the_way) == len(instance.realtime_jobs):
+        return _build(instance, committed, [candidate.order])
+    board = Board(instance)
+    promised = placement_masks(instance, committed)
+    realtime = dict(candidate.allocation.realtime)
+    replanned = {service.id for service in in_the_way}
+    kept = [0] * instance.horizon_steps
+    for service_id, masks in realtime.items():
+        if service_id not in replanned:
+            kept = [k | m for k, m in zip(kept, masks, strict=True)]
+    board.busy = [b | p | k for b, p, k in zip(board.busy, promised, kept, strict=True)]
+    if in_the_way:
+        # The kept services' GPUs are as good as down for the re-planned ones: left in time.
+        blocked = [d | p | k for d, p, k in zip(instance.down_masks, promised, kept, strict=True)]
+        realtime.update(place_realtime(instance, board, BlockedSchedule(blocked), in_the_way))
+    value, placements = _pack(instance, board.busy, committed, candidate.order)
+    return _Candidate(
+        objective=realtime_objective(instance, realtime) + value,
+        allocation=Allocation(batch=placements, realtime=realtime),
+        order=candidate.order,
+        rt_shortfall=_shortfall(instance, realtime),
+        committed=committed,
+        busy_before_batch=tuple(board.busy),
+    )
+
+
 def _shortfall_floor(
     instance: Instance, committed: Mapping[str, Placement], need: tuple[Sequence[int], Sequence[int]]
 ) -> int:
     """A lower bound on the real-time GPU-steps a plan around ``committed`` leaves unserved
-    (or, where it is larger, a sign that no plan can follow the swap caps): per step, the
-    services' demand beyond the GPUs that down windows, running jobs and the promises
-    leave, summed; and the most their least curves go beyond those GPUs at any one step
-    (a service below its curve at a step is short of demand by as much at a later one,
-    or has shed faster than its cap allows). ``need``: :func:`_realtime_need`."""
+    (or, where it is larger, a sign that no plan can follow the swap caps), the largest of:
+    per step, the services' demand beyond the GPUs that down windows, running jobs and the
+    promises leave, summed; the most their least curves go beyond those GPUs at any one step
+    (a service below its curve at a step is short of demand by as much at a later one, or has
+    shed faster than its cap allows); and, summed over the services running at step 0, what
+    each cannot reach from its running GPUs (every one the blocks take at step 0 is a change
+    of its cap, and it grows by at most its cap a step). ``need``: :func:`_realtime_need`."""
     demand, curves = need
-    free = [instance.gpus - taken.bit_count() for taken in batch_masks(instance, committed)]
+    taken = batch_masks(instance, committed)
+    free = [instance.gpus - mask.bit_count() for mask in taken]
     unserved = sum(max(0, need - room) for need, room in zip(demand, free, strict=True))
-    return max(unserved, *(need - room for need, room in zip(curves, free, strict=True)))
+    short = 0
+    for service in instance.realtime_jobs:
+        running = instance.running_realtime.get(service.id)
+        if running is None:
+            continue
+        cap = service.swap_cap
+        forced = (running.mask & taken[0]).bit_count()
+        reach = running.mask.bit_count() - forced + max(0, cap - forced)
+        for t, (want, room) in enumerate(zip(service.demand, free, strict=True)):
+            short += max(0, want - min(reach + cap * t, room))
+    return max(unserved, short, *(need - room for need, room in zip(curves, free, strict=True)))
 
 
 def _realtime_need(instance: Instance) -> tuple[list[int], list[int]]:
@@ -430,18 +553,22 @@ def _build(
     realtime = place_realtime(instance, board, BlockedSchedule(blocked))
     packed = [(*_pack(instance, board.busy, committed, order), order) for order in orders]
     value, placements, order = max(packed, key=lambda p: p[0])
-    shortfall = sum(
-        max(0, need - mask.bit_count())
-        for job in instance.realtime_jobs
-        for need, mask in zip(job.demand, realtime[job.id], strict=True)
-    )
     return _Candidate(
         objective=realtime_objective(instance, realtime) + value,
         allocation=Allocation(batch=placements, realtime=realtime),
         order=order,
-        rt_shortfall=shortfall,
+        rt_shortfall=_shortfall(instance, realtime),
         committed=committed,
         busy_before_batch=tuple(board.busy),
+    )
+
+
+def _shortfall(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> int:
+    """Demanded real-time GPU-steps that ``realtime`` leaves unserved."""
+    return sum(
+        max(0, need - mask.bit_count())
+        for job in instance.realtime_jobs
+        for need, mask in zip(job.demand, realtime[job.id], strict=True)
     )
 
 
@@ -510,20 +637,20 @@ def _earlier_slots(
     *,
     before: int,
     offsets: Sequence[int] = PROMISE_OFFSETS,
-) -> list[Placement]:
+) -> list[list[Placement]]:
     """Starts before ``before`` that running jobs, down GPUs and the other promises leave
-    ``job`` (the earliest, then ``offsets`` later), each on the block real-time
-    uses least there (the fewest GPUs it must move)."""
+    ``job`` (the earliest, then ``offsets`` later), each with the blocks real-time uses least
+    there (:func:`_blocks_at`)."""
     fixed = _promise_board(instance, job, promises)
-    slots: list[Placement] = []
+    slots: list[list[Placement]] = []
     earliest: int | None = None
     for start in range(job.release_step, min(before, instance.horizon_steps)):
         if earliest is not None and start - earliest not in offsets:
             continue
-        slot = _slot_at(fixed, allocation, job, start)
-        if slot is not None:
+        blocks = _blocks_at(fixed, allocation, job, start)
+        if blocks:
             earliest = start if earliest is None else earliest
-            slots.append(slot)
+            slots.append(blocks)
     return slots
 
 
@@ -537,14 +664,13 @@ def _promise_board(instance: Instance, job: BatchJob, promises: Mapping[str, Pla
     return fixed
 
 
-def _slot_at(fixed: Board, allocation: Allocation, job: BatchJob, start: int) -> Placement | None:
-    """``job`` from ``start`` on the free block of ``fixed`` that real-time uses least, if any."""
+def _blocks_at(fixed: Board, allocation: Allocation, job: BatchJob, start: int) -> list[Placement]:
+    """``job`` from ``start`` on the free blocks of ``fixed`` that real-time uses least (the
+    fewest GPU-steps to move first; at most :data:`BLOCKS_PER_START`)."""
     end = job.end_step(start, fixed.horizon)
     starts = fixed.free_starts(job.gpus, start, end)
-    if not starts:
-        return None
-    moved = {a: _realtime_cells(allocation, a, job.gpus, start, end) for a in gpus_of(starts)}
-    return Placement(start_step=start, first_gpu=min(moved, key=moved.__getitem__))
+    moved = sorted((_realtime_cells(allocation, a, job.gpus, start, end), a) for a in gpus_of(starts))
+    return [Placement(start_step=start, first_gpu=a) for _, a in moved[:BLOCKS_PER_START]]
 
 
 # --- real-time -------------------------------------------------------------------------------
@@ -561,13 +687,16 @@ def realtime_objective(instance: Instance, realtime: Mapping[str, Sequence[int]]
     return total
 
 
-def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -> dict[str, tuple[int, ...]]:
-    """Hold each service's curve, stacked from the highest GPU ids; marks the board.
+def place_realtime(
+    instance: Instance, board: Board, blocked: BlockedSchedule, services: Sequence[RealtimeJob] | None = None
+) -> dict[str, tuple[int, ...]]:
+    """Hold each service's curve (of ``services``, default all), stacked from the highest GPU
+    ids; marks the board.
 
     Raises :class:`InfeasiblePromiseError` when a blocked schedule (down windows and promised
     batch blocks) would need more changes in one step than a job's swap cap.
     """
-    jobs = sorted(instance.realtime_jobs, key=lambda j: -j.priority)
+    jobs = sorted(instance.realtime_jobs if services is None else services, key=lambda j: -j.priority)
     curves = {}
     previous: dict[str, int | None] = {}
     for job in jobs:
@@ -576,7 +705,7 @@ def place_realtime(instance: Instance, board: Board, blocked: BlockedSchedule) -
         curves[job.id] = swap_capped_curve(
             job.demand, job.swap_cap, running.mask.bit_count() if running else None
         )
-    held: dict[str, list[int]] = {job.id: [] for job in instance.realtime_jobs}
+    held: dict[str, list[int]] = {job.id: [] for job in jobs}
     for t in range(instance.horizon_steps):
         # A GPU a service held a step before stays its own until the service has decided on
         # this step; one it gives up is free for the services after it to grow into (not to
@@ -729,21 +858,30 @@ def _step_realtime(
         # window is over is as good as one never down (treating it as doomed all day pushed
         # the services down into the batch blocks).
         safe = free & downs.never_blocked_after(t)
-        current, budget = _evacuate_early(current, safe, budget, t, downs)
+        current, budget = _evacuate_early(current, safe, budget, t, downs, cap=job.swap_cap)
         current = _compact(current, safe, budget)
     return current
 
 
-def _evacuate_early(current: int, safe: int, budget: int, t: int, downs: BlockedSchedule) -> tuple[int, int]:
+def _evacuate_early(
+    current: int, safe: int, budget: int, t: int, downs: BlockedSchedule, *, cap: int
+) -> tuple[int, int]:
     """Spend spare swap budget replacing held GPUs that will be taken away later.
 
     Leaving a GPU at the last moment (the earliest-deadline rule) spends the whole cap
-    on drops and leaves none for replacements; moving early, one GPU in before one out,
-    keeps demand covered. ``safe`` GPUs are free now and never blocked later.
+    on drops and leaves none for replacements; moving early enough, one GPU in before one
+    out, keeps demand covered. ``safe`` GPUs are free now and never blocked later; ``cap``
+    is the service's swap cap.
     """
     doomed = sorted(
         (d, g) for g in gpus_of(current & downs.ever_down) if (d := downs.next_down(g, t + 1)) is not None
     )
+    # Just in time: the i-th GPU to go (by deadline) is replaced once the changes that the
+    # first i replacements need (one in, one out each) no longer fit in the cap's steps before
+    # it goes. Moving at the first spare change instead (16 hours early, say) took the safe
+    # GPUs, often a whole batch block, for the rest of the day (tuning split, 2 ms: 59 of 210
+    # scenarios better, 10 worse).
+    doomed = [(d, g) for i, (d, g) in enumerate(doomed, start=1) if d - t <= -(-2 * i // max(cap, 1))]
     for (_, gpu), replacement in zip(doomed, iter_gpus_down(safe & ~current), strict=False):
         if budget == 0:
             break

@@ -291,3 +291,132 @@ def test_a_short_service_takes_a_gpu_from_one_of_lower_priority() -> None:
     assert allocation.realtime["chat"] == (0b10, 0b01, 0b01)
     assert allocation.realtime["score"] == (0b01, 0, 0)
     assert check_plan(inst, build_grid(inst, allocation)) == []
+
+
+def test_a_running_service_that_cannot_leave_a_promised_block_at_step_0_rules_the_promise_out() -> None:
+    # The service runs on GPUs 2-3 with a swap cap of 1 and needs both all day. A promise of
+    # GPUs 2-3 from step 0 makes it drop both at once: the other two GPUs are free, so the
+    # per-step count leaves room, but from its running set the service reaches 0 GPUs at
+    # step 0 and 1 at step 1 (3 GPU-steps short), or cannot follow its cap at all.
+    from scheduler.fast import InfeasiblePromiseError, _build, _job_orders, _realtime_need, _shortfall_floor
+    from scheduler.model import Placement
+
+    inst = instance_of(
+        {
+            "gpus": 4,
+            "horizon": 6,
+            "jobs": [
+                {"id": "rt", "kind": "realtime", "priority": 50, "swap_cap": 1, "demand": [2] * 6},
+                {"id": "train", "kind": "training", "priority": 40, "gpus": 2, "duration": 4},
+            ],
+            "running": [{"id": "rt", "gpus": [2, 3]}],
+        }
+    )
+    promise = {"train": Placement(start_step=0, first_gpu=2)}
+    assert _shortfall_floor(inst, promise, _realtime_need(inst)) >= 3
+    try:
+        built = _build(inst, promise, _job_orders(inst)[:1])
+    except InfeasiblePromiseError:
+        return
+    assert built.rt_shortfall >= 3
+
+
+def test_a_promotion_replans_only_the_services_in_its_way() -> None:
+    # A promise whose block one service holds re-plans that one; the others keep their GPUs
+    # at every step, and the plan stays legal.
+    from scheduler.fast import _build, _in_the_way, _job_orders, _rebuild
+    from scheduler.model import Placement
+
+    inst = instance_of(
+        {
+            "gpus": 8,
+            "horizon": 6,
+            "jobs": [
+                {"id": "low", "kind": "realtime", "priority": 30, "swap_cap": 2, "demand": [2] * 6},
+                {"id": "high", "kind": "realtime", "priority": 60, "swap_cap": 2, "demand": [2] * 6},
+                {"id": "train", "kind": "training", "priority": 40, "gpus": 2, "duration": 4, "release": 2},
+            ],
+            "running": [{"id": "high", "gpus": [6, 7]}, {"id": "low", "gpus": [4, 5]}],
+        }
+    )
+    first = _build(inst, {}, _job_orders(inst)[:1])
+    promise = {"train": Placement(start_step=2, first_gpu=4)}
+    (in_the_way,) = _in_the_way(inst, first.allocation, promise)
+    assert in_the_way.id == "low"
+    rebuilt = _rebuild(inst, first, promise, [in_the_way])
+    assert rebuilt.allocation.realtime["high"] == first.allocation.realtime["high"]
+    assert rebuilt.allocation.realtime["low"] != first.allocation.realtime["low"]
+    assert rebuilt.allocation.batch["train"] == promise["train"]
+    assert check_plan(inst, build_grid(inst, rebuilt.allocation)) == []
+    assert rebuilt.rt_shortfall == 0
+
+
+def test_a_promise_no_service_is_in_the_way_of_is_a_repack_and_buys_the_hot_path_a_better_plan(
+    monkeypatch: Any,
+) -> None:
+    # A sampled oversubscribed case (tuning seed 9): at 2 ms of work, promises that take no
+    # service's GPUs cost a re-pack, not a re-plan of every service, and the promotions that
+    # this affords find a better plan.
+    from gpuplan.app.bench import sample_instances
+    from gpuplan.app.synthetic import WIDE_SHAPES
+    from scheduler import fast
+    from scheduler.budget import WorkCosts
+
+    (inst,) = sample_instances([WIDE_SHAPES["wide-oversubscribed"]], [9])
+    costs = WorkCosts.of(inst)
+    assert costs.replan(0) < costs.replan(1) == costs.build
+    partial = score(inst, build_grid(inst, allocate(inst, hot_path_work()))).objective
+    monkeypatch.setattr(fast, "_in_the_way", lambda instance, allocation, committed: instance.realtime_jobs)
+    every_service = score(inst, build_grid(inst, allocate(inst, hot_path_work()))).objective
+    assert partial > 1.02 * every_service
+
+
+def test_a_service_leaves_a_gpu_that_goes_down_late_just_in_time() -> None:
+    # GPU 3 goes down at step 8. With a swap cap of 1, moving takes two steps (GPU 2 in, then
+    # GPU 3 out), so the service stays on GPU 3 until step 5 and leaves GPUs 0-2 free until then;
+    # moving at its first spare change (step 0) would hold GPU 2 all day.
+    inst = instance_of(
+        {
+            "gpus": 4,
+            "horizon": 12,
+            "jobs": [{"id": "rt", "kind": "realtime", "priority": 5, "swap_cap": 1, "demand": [1] * 12}],
+            "running": [{"id": "rt", "gpus": [3]}],
+            "down": [{"gpu": 3, "start": 8, "end": 12}],
+        }
+    )
+    allocation = allocate(inst, hot_path_work())
+    held = allocation.realtime["rt"]
+    assert held[:6] == (0b1000,) * 6
+    assert held[7] & 0b1000 == 0  # gone before the window
+    grid = build_grid(inst, allocation)
+    assert check_plan(inst, grid) == []
+    assert score(inst, grid).rt_coverage == 1.0
+
+
+def test_promotions_rank_the_delayed_jobs_by_what_they_are_expected_to_gain() -> None:
+    # Job a (2 GPUs, starts at 3) costs the most delay, but its earliest slot is where c (all
+    # day) or d (priority 115, on GPU 2) run: promoting it pushes d back almost as much as it
+    # gains. Job b (1 GPU, at 6) can start at 0 in the hole on GPU 3 and displaces nothing.
+    from scheduler.fast import most_delayed, most_gain
+    from scheduler.model import Allocation, Placement
+
+    inst = instance_of(
+        {
+            "gpus": 4,
+            "horizon": 8,
+            "decay": 0.7,
+            "jobs": [
+                {"id": "c", "kind": "training", "priority": 100, "gpus": 2, "duration": 8},
+                {"id": "d", "kind": "training", "priority": 115, "gpus": 1, "duration": 3},
+                {"id": "a", "kind": "training", "priority": 60, "gpus": 2, "duration": 3},
+                {"id": "b", "kind": "training", "priority": 10, "gpus": 1, "duration": 2},
+            ],
+        }
+    )
+    placed = {"c": (0, 0), "d": (0, 2), "a": (3, 2), "b": (6, 3)}
+    allocation = Allocation(
+        batch={job: Placement(start_step=s, first_gpu=g) for job, (s, g) in placed.items()}, realtime={}
+    )
+    assert check_plan(inst, build_grid(inst, allocation)) == []
+    assert [job.id for job in most_delayed(inst, allocation)] == ["a", "b"]
+    assert [job.id for job in most_gain(inst, allocation)] == ["b", "a"]
