@@ -45,6 +45,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
+from typing import NamedTuple
 
 from contract.curves import swap_capped_curve
 from contract.scenario import BatchJob, Instance, RealtimeJob, block_mask, gpus_of, iter_gpus, iter_gpus_down
@@ -337,7 +338,7 @@ def _promote(
     keep what improves."""
     best = first
     promises: dict[str, Placement] = dict(first.committed)
-    need: tuple[list[int], list[int]] | None = None  # computed when first asked for
+    need: _Need | None = None  # computed when first asked for
     improved = True
     while improved:
         improved = False
@@ -364,7 +365,9 @@ def _promote(
                     return best
                 budget.charge(costs.slots)
                 need = need or _realtime_need(instance)
-                if _shortfall_floor(instance, committed, need) <= best.rt_shortfall:
+                if _shortfall_floor(instance, committed, need) <= best.rt_shortfall or _may_pay(
+                    instance, committed, need, best, _value_lost(instance, job, promise.start_step, latest)
+                ):
                     if not budget.affords(costs.build) or budget.spent > until:
                         return best
                     budget.charge(costs.build)
@@ -372,9 +375,10 @@ def _promote(
                         trial = _build(instance, committed, [best.order])
                     except InfeasiblePromiseError:
                         trial = None
-                # A promotion may not buy batch value with real-time demand the first pass
-                # served: inference latency targets are not for sale, whatever the penalty says.
-                if trial is None or trial.rt_shortfall > best.rt_shortfall:
+                # A promotion may leave real-time demand unserved when the exact objective
+                # says it pays: the contract prices an unserved GPU-step at (1 + rt_penalty) x
+                # priority, and the plan cycle and the full mode trade at that price too.
+                if trial is None:
                     # Too early for the services to move out of the way within their caps:
                     # the next step may be early enough to gain and late enough for them.
                     later = promise.start_step + 1
@@ -390,32 +394,60 @@ def _promote(
     return best
 
 
-def _shortfall_floor(
-    instance: Instance, committed: Mapping[str, Placement], need: tuple[Sequence[int], Sequence[int]]
-) -> int:
+def _shortfall_floor(instance: Instance, committed: Mapping[str, Placement], need: _Need) -> int:
     """A lower bound on the real-time GPU-steps a plan around ``committed`` leaves unserved
     (or, where it is larger, a sign that no plan can follow the swap caps): per step, the
     services' demand beyond the GPUs that down windows, running jobs and the promises
     leave, summed; and the most their least curves go beyond those GPUs at any one step
     (a service below its curve at a step is short of demand by as much at a later one,
     or has shed faster than its cap allows). ``need``: :func:`_realtime_need`."""
-    demand, curves = need
+    demand, curves = need.demand, need.curves
     free = [instance.gpus - taken.bit_count() for taken in batch_masks(instance, committed)]
     unserved = sum(max(0, need - room) for need, room in zip(demand, free, strict=True))
     return max(unserved, *(need - room for need, room in zip(curves, free, strict=True)))
 
 
-def _realtime_need(instance: Instance) -> tuple[list[int], list[int]]:
-    """Per step, the services' demand and their least swap-capped curves, summed."""
+class _Need(NamedTuple):
+    """The services' demand and least swap-capped curves per step, summed; their objective
+    with all demand served; and the least an unserved GPU-step costs before its step's weight
+    (the value it would have earned and its penalty, for the cheapest service)."""
+
+    demand: list[int]
+    curves: list[int]
+    served_all: float
+    cheapest: float
+
+
+def _realtime_need(instance: Instance) -> _Need:
     demand = [0] * instance.horizon_steps
     curves = [0] * instance.horizon_steps
+    served_all = 0.0
     for job in instance.realtime_jobs:
         running = instance.running_realtime.get(job.id)
         curve = swap_capped_curve(job.demand, job.swap_cap, running.mask.bit_count() if running else None)
         for t in range(instance.horizon_steps):
             demand[t] += job.demand[t]
             curves[t] += curve[t]
-    return demand, curves
+            served_all += job.priority * instance.weights[t] * job.demand[t]
+    cheapest = min((job.priority for job in instance.realtime_jobs), default=0.0) * (1 + instance.rt_penalty)
+    return _Need(demand, curves, served_all, cheapest)
+
+
+def _may_pay(
+    instance: Instance, committed: Mapping[str, Placement], need: _Need, best: _Candidate, gain: float
+) -> bool:
+    """Whether a promotion that must leave more real-time demand unserved than ``best`` could
+    pay for it with ``gain``, the promoted job's own: the least the services would then lose
+    (per step, the demand beyond the GPUs the promises and the fixed load leave, at the
+    cheapest service's cost) beyond what they lose in ``best`` is below it. Re-packing the
+    other jobs can gain more, so this is a filter on which trades to build, not a bound."""
+    free = [instance.gpus - taken.bit_count() for taken in batch_masks(instance, committed)]
+    weights = instance.weights
+    least_loss = need.cheapest * sum(
+        w * max(0, d - room) for w, d, room in zip(weights, need.demand, free, strict=True)
+    )
+    lost_now = need.served_all - realtime_objective(instance, best.allocation.realtime)
+    return gain > least_loss - lost_now + EPSILON
 
 
 def _build(
