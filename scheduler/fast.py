@@ -339,17 +339,26 @@ def _promote(
     best = first
     promises: dict[str, Placement] = dict(first.committed)
     need: _Need | None = None  # computed when first asked for
-    improved = True
+    # A trade (a promotion that leaves more real-time demand unserved) that improves waits for
+    # the end of its round: a promotion that does not trade, if the round finds one, goes first.
+    traded: tuple[_Candidate, dict[str, Placement]] | None = None
+
+    def done() -> _Candidate:
+        return best if traded is None or traded[0].objective <= best.objective + EPSILON else traded[0]
+
+    improved, improved_plainly = True, False
     while improved:
-        improved = False
+        if traded is not None and not improved_plainly:
+            best, promises = traded
+        traded, improved, improved_plainly = None, False, False
         if not budget.affords(costs.delays):
-            return best
+            return done()
         budget.charge(costs.delays)  # the fixed load's earliest starts, one run search a job
         for job in targets(instance, best.allocation):
             current = best.allocation.batch.get(job.id)
             latest = instance.horizon_steps if current is None else current.start_step
             if not budget.affords(costs.slots) or budget.spent > until:
-                return best
+                return done()
             budget.charge(costs.slots)  # finding the slots reads the real-time holdings
             slots = _earlier_slots(instance, best.allocation, job, promises, before=latest, offsets=offsets)
             tried: set[int] = set()
@@ -360,25 +369,35 @@ def _promote(
                 committed = {**promises, job.id: promise}
                 trial: _Candidate | None = None
                 # The GPUs the promises leave cannot hold all real-time demand: the re-plan
-                # would leave more unserved than the plan does, so it is not built.
+                # would leave more unserved than the plan does, and unless it is a trade that
+                # may pay, it is not built.
                 if not budget.affords(costs.slots):
-                    return best
+                    return done()
                 budget.charge(costs.slots)
                 need = need or _realtime_need(instance)
+                gain = _value_lost(instance, job, promise.start_step, latest)
                 if _shortfall_floor(instance, committed, need) <= best.rt_shortfall or _may_pay(
-                    instance, committed, need, best, _value_lost(instance, job, promise.start_step, latest)
+                    instance, committed, need, best, gain
                 ):
                     if not budget.affords(costs.build) or budget.spent > until:
-                        return best
+                        return done()
                     budget.charge(costs.build)
                     try:
                         trial = _build(instance, committed, [best.order])
                     except InfeasiblePromiseError:
                         trial = None
-                # A promotion may leave real-time demand unserved when the exact objective
-                # says it pays: the contract prices an unserved GPU-step at (1 + rt_penalty) x
-                # priority, and the plan cycle and the full mode trade at that price too.
-                if trial is None:
+                # A trade is taken when the exact objective says it pays: the contract prices an
+                # unserved GPU-step at (1 + rt_penalty) x priority, and the plan cycle and the
+                # full mode trade at that price too.
+                gains = trial is not None and trial.objective > best.objective + EPSILON
+                trades = trial is not None and trial.rt_shortfall > best.rt_shortfall
+                if gains and trades:
+                    assert trial is not None
+                    if traded is None or trial.objective > traded[0].objective:
+                        traded = (trial, committed)
+                    improved = True
+                    break
+                if trial is None or trades:
                     # Too early for the services to move out of the way within their caps:
                     # the next step may be early enough to gain and late enough for them.
                     later = promise.start_step + 1
@@ -388,10 +407,10 @@ def _promote(
                         slot = _slot_at(_promise_board(instance, job, promises), best.allocation, job, later)
                         slots = slots if slot is None else [slot, *slots]
                     continue
-                if trial.objective > best.objective + EPSILON:
-                    best, promises, improved = trial, committed, True
+                if gains:
+                    best, promises, improved, improved_plainly = trial, committed, True, True
                     break
-    return best
+    return done()
 
 
 def _shortfall_floor(instance: Instance, committed: Mapping[str, Placement], need: _Need) -> int:
