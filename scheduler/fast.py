@@ -45,6 +45,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate, islice
+from typing import NamedTuple
 
 from contract.curves import swap_capped_curve
 from contract.scenario import BatchJob, Instance, RealtimeJob, block_mask, gpus_of, iter_gpus, iter_gpus_down
@@ -386,17 +387,26 @@ def _promote(
     around them, keep what improves."""
     best = first
     promises: dict[str, Placement] = dict(first.committed)
-    need: tuple[list[int], list[int]] | None = None  # computed when first asked for
-    improved = True
+    need: _Need | None = None  # computed when first asked for
+    # A trade (a promotion that leaves more real-time demand unserved) that improves waits for
+    # the end of its round: a promotion that does not trade, if the round finds one, goes first.
+    traded: tuple[_Candidate, dict[str, Placement]] | None = None
+
+    def done() -> _Candidate:
+        return best if traded is None or traded[0].objective <= best.objective + EPSILON else traded[0]
+
+    improved, improved_plainly = True, False
     while improved:
-        improved = False
+        if traded is not None and not improved_plainly:
+            best, promises = traded
+        traded, improved, improved_plainly = None, False, False
         if not budget.affords(costs.delays):
-            return best
+            return done()
         budget.charge(costs.delays)  # the fixed load's earliest starts, one run search a job
         for job in targets(instance, best.allocation):
             latest = _start_or_horizon(instance, best.allocation, job)
             if not budget.affords(costs.slots) or budget.spent > until:
-                return best
+                return done()
             budget.charge(costs.slots)  # finding the slots reads the real-time holdings
             slots = _earlier_slots(instance, best.allocation, job, promises, before=latest, offsets=offsets)
             queue = list(slots)
@@ -409,24 +419,39 @@ def _promote(
                 committed = {**promises, job.id: promise}
                 trial: _Candidate | None = None
                 # The GPUs the promises leave cannot hold all real-time demand: the re-plan
-                # would leave more unserved than the plan does, so it is not built.
+                # would leave more unserved than the plan does, and unless it is a trade that
+                # may pay, it is not built.
                 if not budget.affords(costs.slots):
-                    return best
+                    return done()
                 budget.charge(costs.slots)
                 need = need or _realtime_need(instance)
                 in_the_way = _in_the_way(instance, best.allocation, committed)
-                if not in_the_way or _shortfall_floor(instance, committed, need) <= best.rt_shortfall:
+                gain = _value_lost(instance, job, promise.start_step, latest)
+                if (
+                    not in_the_way
+                    or _shortfall_floor(instance, committed, need) <= best.rt_shortfall
+                    or _may_pay(instance, committed, need, best, gain)
+                ):
                     replan = costs.replan(len(in_the_way))
                     if not budget.affords(replan) or budget.spent > until:
-                        return best
+                        return done()
                     budget.charge(replan)
                     try:
                         trial = _rebuild(instance, best, committed, in_the_way)
                     except InfeasiblePromiseError:
                         trial = None
-                # A promotion may not buy batch value with real-time demand the first pass
-                # served: inference latency targets are not for sale, whatever the penalty says.
-                if trial is None or trial.rt_shortfall > best.rt_shortfall:
+                # A trade is taken when the exact objective says it pays: the contract prices an
+                # unserved GPU-step at (1 + rt_penalty) x priority, and the plan cycle and the
+                # full mode trade at that price too.
+                gains = trial is not None and trial.objective > best.objective + EPSILON
+                trades = trial is not None and trial.rt_shortfall > best.rt_shortfall
+                if gains and trades:
+                    assert trial is not None
+                    if traded is None or trial.objective > traded[0].objective:
+                        traded = (trial, committed)
+                    improved = True
+                    break
+                if trial is None or trades:
                     # Another block at the same start may leave the services room; else the
                     # next step may be early enough to gain and late enough for them to move.
                     if rest:
@@ -440,10 +465,10 @@ def _promote(
                         if at_later := _blocks_at(fixed, best.allocation, job, later):
                             queue.insert(0, at_later)
                     continue
-                if trial.objective > best.objective + EPSILON:
-                    best, promises, improved = trial, committed, True
+                if gains:
+                    best, promises, improved, improved_plainly = trial, committed, True, True
                     break
-    return best
+    return done()
 
 
 def _start_or_horizon(instance: Instance, allocation: Allocation, job: BatchJob) -> int:
@@ -500,9 +525,7 @@ def _rebuild(
     )
 
 
-def _shortfall_floor(
-    instance: Instance, committed: Mapping[str, Placement], need: tuple[Sequence[int], Sequence[int]]
-) -> int:
+def _shortfall_floor(instance: Instance, committed: Mapping[str, Placement], need: _Need) -> int:
     """A lower bound on the real-time GPU-steps a plan around ``committed`` leaves unserved
     (or, where it is larger, a sign that no plan can follow the swap caps), the largest of:
     per step, the services' demand beyond the GPUs that down windows, running jobs and the
@@ -511,7 +534,7 @@ def _shortfall_floor(
     shed faster than its cap allows); and, summed over the services running at step 0, what
     each cannot reach from its running GPUs (every one the blocks take at step 0 is a change
     of its cap, and it grows by at most its cap a step). ``need``: :func:`_realtime_need`."""
-    demand, curves = need
+    demand, curves = need.demand, need.curves
     taken = batch_masks(instance, committed)
     free = [instance.gpus - mask.bit_count() for mask in taken]
     unserved = sum(max(0, need - room) for need, room in zip(demand, free, strict=True))
@@ -528,17 +551,47 @@ def _shortfall_floor(
     return max(unserved, short, *(need - room for need, room in zip(curves, free, strict=True)))
 
 
-def _realtime_need(instance: Instance) -> tuple[list[int], list[int]]:
-    """Per step, the services' demand and their least swap-capped curves, summed."""
+class _Need(NamedTuple):
+    """The services' demand and least swap-capped curves per step, summed; their objective
+    with all demand served; and the least an unserved GPU-step costs before its step's weight
+    (the value it would have earned and its penalty, for the cheapest service)."""
+
+    demand: list[int]
+    curves: list[int]
+    served_all: float
+    cheapest: float
+
+
+def _realtime_need(instance: Instance) -> _Need:
     demand = [0] * instance.horizon_steps
     curves = [0] * instance.horizon_steps
+    served_all = 0.0
     for job in instance.realtime_jobs:
         running = instance.running_realtime.get(job.id)
         curve = swap_capped_curve(job.demand, job.swap_cap, running.mask.bit_count() if running else None)
         for t in range(instance.horizon_steps):
             demand[t] += job.demand[t]
             curves[t] += curve[t]
-    return demand, curves
+            served_all += job.priority * instance.weights[t] * job.demand[t]
+    cheapest = min((job.priority for job in instance.realtime_jobs), default=0.0) * (1 + instance.rt_penalty)
+    return _Need(demand, curves, served_all, cheapest)
+
+
+def _may_pay(
+    instance: Instance, committed: Mapping[str, Placement], need: _Need, best: _Candidate, gain: float
+) -> bool:
+    """Whether a promotion that must leave more real-time demand unserved than ``best`` could
+    pay for it with ``gain``, the promoted job's own: the least the services would then lose
+    (per step, the demand beyond the GPUs the promises and the fixed load leave, at the
+    cheapest service's cost) beyond what they lose in ``best`` is below it. Re-packing the
+    other jobs can gain more, so this is a filter on which trades to build, not a bound."""
+    free = [instance.gpus - taken.bit_count() for taken in batch_masks(instance, committed)]
+    weights = instance.weights
+    least_loss = need.cheapest * sum(
+        w * max(0, d - room) for w, d, room in zip(weights, need.demand, free, strict=True)
+    )
+    lost_now = need.served_all - realtime_objective(instance, best.allocation.realtime)
+    return gain > least_loss - lost_now + EPSILON
 
 
 def _build(

@@ -354,7 +354,7 @@ def test_a_promotion_replans_only_the_services_in_its_way() -> None:
 def test_a_promise_no_service_is_in_the_way_of_is_a_repack_and_buys_the_hot_path_a_better_plan(
     monkeypatch: Any,
 ) -> None:
-    # A sampled oversubscribed case (tuning seed 9): at 2 ms of work, promises that take no
+    # A sampled training-heavy case (tuning seed 13): at 2 ms of work, promises that take no
     # service's GPUs cost a re-pack, not a re-plan of every service, and the promotions that
     # this affords find a better plan.
     from gpuplan.app.bench import sample_instances
@@ -362,7 +362,7 @@ def test_a_promise_no_service_is_in_the_way_of_is_a_repack_and_buys_the_hot_path
     from scheduler import fast
     from scheduler.budget import WorkCosts
 
-    (inst,) = sample_instances([WIDE_SHAPES["wide-oversubscribed"]], [9])
+    (inst,) = sample_instances([WIDE_SHAPES["wide-training"]], [13])
     costs = WorkCosts.of(inst)
     assert costs.replan(0) < costs.replan(1) == costs.build
     partial = score(inst, build_grid(inst, allocate(inst, hot_path_work()))).objective
@@ -420,3 +420,45 @@ def test_promotions_rank_the_delayed_jobs_by_what_they_are_expected_to_gain() ->
     assert check_plan(inst, build_grid(inst, allocation)) == []
     assert [job.id for job in most_delayed(inst, allocation)] == ["a", "b"]
     assert [job.id for job in most_gain(inst, allocation)] == ["b", "a"]
+
+
+def test_a_promotion_leaves_real_time_demand_unserved_when_the_objective_says_it_pays() -> None:
+    # A service worth 10 needs 1 of 4 GPUs from step 2 on; a 4-GPU job worth 100 for 12 steps
+    # fits only if the service goes without for its run. The contract prices each unserved
+    # GPU-step at (1 + 8) x 10 = 90 against the job's 400: the optimum runs the job from 0.
+    inst = instance_of(
+        {
+            "gpus": 4,
+            "horizon": 24,
+            "jobs": [
+                {"id": "svc", "kind": "realtime", "priority": 10, "swap_cap": 4, "demand": [0, 0] + [1] * 22},
+                {"id": "wide", "kind": "training", "priority": 100, "gpus": 4, "duration": 12},
+            ],
+        }
+    )
+    allocation = allocate(inst, hot_path_work())
+    grid = build_grid(inst, allocation)
+    assert check_plan(inst, grid) == []
+    assert allocation.batch["wide"].start_step == 0
+    metrics = score(inst, grid)
+    assert metrics.rt_coverage < 1.0 and metrics.penalty > 0
+    # and it is worth more than serving the service all day, with the job left out
+    served_all = plan(inst, PolicyName.PRIORITY_BACKFILL).metrics
+    assert served_all.rt_coverage == 1.0 and metrics.objective > served_all.objective
+
+
+def test_a_trade_that_does_not_pay_is_not_made() -> None:
+    # A service worth 50 needs 1 GPU at every step: each GPU-step the job's run takes from it
+    # costs 450, more than the 400 the job earns in it, so the service keeps its GPU.
+    inst = instance_of(
+        {
+            "gpus": 4,
+            "horizon": 24,
+            "jobs": [
+                {"id": "svc", "kind": "realtime", "priority": 50, "swap_cap": 4, "demand": [1] * 24},
+                {"id": "wide", "kind": "training", "priority": 100, "gpus": 4, "duration": 12},
+            ],
+        }
+    )
+    metrics = score(inst, build_grid(inst, allocate(inst, hot_path_work())))
+    assert metrics.rt_coverage == 1.0
