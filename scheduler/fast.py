@@ -36,7 +36,9 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    also one a few steps later) on the block real-time uses least (then the next one), the
    real-time services in the way are re-planned around the promise (they move GPUs ahead of
    time within their swap caps), the rest is re-packed, and the change is kept only if the
-   exact objective improves without leaving real-time demand unserved that was served before.
+   exact objective improves. A promotion may leave real-time demand unserved (a trade) when
+   that pays at the contract's price; a trade waits for the end of its round, where a
+   promotion without one goes first.
 """
 
 from __future__ import annotations
