@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,15 +38,10 @@ from typing import Any
 
 import uvloop
 
-from benchmarks.served import free_port, start_daemon, wait_for_cycle
+from benchmarks.served import free_port, latency_row, start_daemon, wait_for_cycle
 from gpuplan.table import format_table
 from storage.factory import open_store
 from tests.pg import PgServer
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 @dataclass
@@ -176,10 +170,7 @@ def _listening(port: int) -> bool:
 
 
 def _summary(args: argparse.Namespace, server: str, wall_s: float, cpu_ms: float, tally: Tally) -> str:
-    rows = [
-        [name, len(ms), f"{statistics.median(ms):.1f}", f"{_percentile(ms, 0.99):.1f}", f"{max(ms):.1f}"]
-        for name, ms in (("POST /v1/jobs", tally.submit_ms), ("GET /v1/status", tally.read_ms))
-    ]
+    rows = [latency_row("POST /v1/jobs", tally.submit_ms), latency_row("GET /v1/status", tally.read_ms)]
     return (
         f"{args.clients} clients, {args.jobs} submits on {server} in {wall_s:.1f} s "
         f"({len(tally.submit_ms) / wall_s:.0f} submits/s; the server's processor time: "

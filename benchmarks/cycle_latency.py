@@ -20,7 +20,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from benchmarks.served import large_config, queue_jobs
+from benchmarks.served import large_config, percentile, queue_jobs
 from gpuplan.app.config import demo_config
 from gpuplan.app.seed import ensure_models, ensure_service
 from gpuplan.app.service import make_service, run_once
@@ -29,17 +29,6 @@ from storage.factory import open_store
 
 T0 = datetime(2026, 11, 30, 0, 5, tzinfo=UTC)
 CYCLE = timedelta(minutes=30)
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _row(name: str, ms: list[float]) -> list[object]:
-    """One table row: calls, median, p99 and max milliseconds."""
-    p99 = _percentile(ms, 0.99)
-    return [name, len(ms), f"{statistics.median(ms):.1f}", f"{p99:.1f}", f"{max(ms):.1f}"]
 
 
 def _cycles(db: str, config: object, cycles: int, *, large: bool) -> list[float]:
@@ -93,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, config, is_large in (("demo (16 GPUs)", demo, False), ("256 GPUs, 100 jobs", large, True)):
             db = f"sqlite:///{folder}/{'large' if is_large else 'demo'}.db"
             ms = _cycles(db, config, args.cycles, large=is_large)
-            rows.append((name, len(ms), statistics.median(ms), _percentile(ms, 0.99), max(ms)))
+            rows.append((name, len(ms), statistics.median(ms), percentile(ms, 0.99), max(ms)))
         ms = _submits(f"sqlite:///{folder}/submit.db", demo, args.cycles)
         rows.append(
-            ("submit on the demo (hot path)", len(ms), statistics.median(ms), _percentile(ms, 0.99), max(ms))
+            ("submit on the demo (hot path)", len(ms), statistics.median(ms), percentile(ms, 0.99), max(ms))
         )
         table = [
             [name, n, f"{median:.1f}", f"{p99:.1f}", f"{worst:.1f}"] for name, n, median, p99, worst in rows
@@ -108,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             ms = _cycles(f"sqlite:///{path}", demo, week, large=False)
             sys.stdout.write(
                 f"a week: {week} 30-minute cycles on the demo, median {statistics.median(ms):.1f} ms, "
-                f"p99 {_percentile(ms, 0.99):.1f} ms; database {path.stat().st_size / 1e6:.1f} MB\n"
+                f"p99 {percentile(ms, 0.99):.1f} ms; database {path.stat().st_size / 1e6:.1f} MB\n"
             )
     return 0
 

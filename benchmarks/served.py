@@ -4,6 +4,7 @@ a queue of batch jobs, and the system's headless Chromium signed in to the dashb
 from __future__ import annotations
 
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -68,6 +69,17 @@ def sign_in(page: Any, base_url: str, token: str) -> None:
     page.fill("#token", token)
     page.click("#signin")
     page.wait_for_selector("#health")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0-1) of ``values``, the nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def latency_row(name: str, ms: list[float]) -> list[object]:
+    """One table row: calls, median, p99 and max milliseconds."""
+    return [name, len(ms), f"{statistics.median(ms):.1f}", f"{percentile(ms, 0.99):.1f}", f"{max(ms):.1f}"]
 
 
 def free_port() -> int:

@@ -428,11 +428,13 @@ def _promote(
                 budget.charge(costs.slots)
                 need = need or _realtime_need(instance)
                 in_the_way = _in_the_way(instance, best.allocation, committed)
-                gain = _value_lost(instance, job, promise.start_step, latest)
+                taken = batch_masks(instance, committed) if in_the_way else []
                 if (
                     not in_the_way
-                    or _shortfall_floor(instance, committed, need) <= best.rt_shortfall
-                    or _may_pay(instance, committed, need, best, gain)
+                    or _shortfall_floor(instance, taken, need) <= best.rt_shortfall
+                    or _may_pay(
+                        instance, taken, need, best, _value_lost(instance, job, promise.start_step, latest)
+                    )
                 ):
                     replan = costs.replan(len(in_the_way))
                     if not budget.affords(replan) or budget.spent > until:
@@ -527,17 +529,18 @@ def _rebuild(
     )
 
 
-def _shortfall_floor(instance: Instance, committed: Mapping[str, Placement], need: _Need) -> int:
-    """A lower bound on the real-time GPU-steps a plan around ``committed`` leaves unserved
+def _shortfall_floor(instance: Instance, taken: Sequence[int], need: _Need) -> int:
+    """A lower bound on the real-time GPU-steps a plan around promised blocks leaves unserved
     (or, where it is larger, a sign that no plan can follow the swap caps), the largest of:
     per step, the services' demand beyond the GPUs that down windows, running jobs and the
     promises leave, summed; the most their least curves go beyond those GPUs at any one step
     (a service below its curve at a step is short of demand by as much at a later one, or has
     shed faster than its cap allows); and, summed over the services running at step 0, what
     each cannot reach from its running GPUs (every one the blocks take at step 0 is a change
-    of its cap, and it grows by at most its cap a step). ``need``: :func:`_realtime_need`."""
+    of its cap, and it grows by at most its cap a step). ``taken``: per step, the GPUs the
+    promises take with the fixed load (:func:`~scheduler.model.batch_masks`); ``need``:
+    :func:`_realtime_need`."""
     demand, curves = need.demand, need.curves
-    taken = batch_masks(instance, committed)
     free = [instance.gpus - mask.bit_count() for mask in taken]
     unserved = sum(max(0, need - room) for need, room in zip(demand, free, strict=True))
     short = 0
@@ -579,15 +582,13 @@ def _realtime_need(instance: Instance) -> _Need:
     return _Need(demand, curves, served_all, cheapest)
 
 
-def _may_pay(
-    instance: Instance, committed: Mapping[str, Placement], need: _Need, best: _Candidate, gain: float
-) -> bool:
+def _may_pay(instance: Instance, taken: Sequence[int], need: _Need, best: _Candidate, gain: float) -> bool:
     """Whether a promotion that must leave more real-time demand unserved than ``best`` could
     pay for it with ``gain``, the promoted job's own: the least the services would then lose
     (per step, the demand beyond the GPUs the promises and the fixed load leave, at the
     cheapest service's cost) beyond what they lose in ``best`` is below it. Re-packing the
     other jobs can gain more, so this is a filter on which trades to build, not a bound."""
-    free = [instance.gpus - taken.bit_count() for taken in batch_masks(instance, committed)]
+    free = [instance.gpus - mask.bit_count() for mask in taken]
     weights = instance.weights
     least_loss = need.cheapest * sum(
         w * max(0, d - room) for w, d, room in zip(weights, need.demand, free, strict=True)

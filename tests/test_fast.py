@@ -17,7 +17,7 @@ from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.fast import allocate, place_realtime
 from scheduler.metrics import score
-from scheduler.model import HOT_PATH_BUDGET_MS, SolveOptions, build_grid
+from scheduler.model import HOT_PATH_BUDGET_MS, SolveOptions, batch_masks, build_grid
 from scheduler.policies import PolicyName, plan
 from tests.strategies import instance_of, scenarios
 
@@ -199,7 +199,7 @@ def test_a_promise_is_never_built_that_its_shortfall_floor_rules_out(doc: dict[s
             continue
         start, _, starts = run
         promise = {job.id: Placement(start_step=start, first_gpu=data.draw(st.sampled_from(gpus_of(starts))))}
-        floor = _shortfall_floor(instance, promise, _realtime_need(instance))
+        floor = _shortfall_floor(instance, batch_masks(instance, promise), _realtime_need(instance))
         try:
             built = _build(instance, promise, _job_orders(instance)[:1])
         except InfeasiblePromiseError:
@@ -313,7 +313,7 @@ def test_a_running_service_that_cannot_leave_a_promised_block_at_step_0_rules_th
         }
     )
     promise = {"train": Placement(start_step=0, first_gpu=2)}
-    assert _shortfall_floor(inst, promise, _realtime_need(inst)) >= 3
+    assert _shortfall_floor(inst, batch_masks(inst, promise), _realtime_need(inst)) >= 3
     try:
         built = _build(inst, promise, _job_orders(inst)[:1])
     except InfeasiblePromiseError:
