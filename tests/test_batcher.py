@@ -6,6 +6,7 @@ on work-only budgets, so that two services given the same submits plan the same.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -254,18 +255,19 @@ def test_fresh_marks_are_read_after_each_caller_asked_one_query_for_those_asking
 
         fresh = FreshMarks(read)
         before = store.marks()
-        first = threading.Thread(target=fresh)
-        first.start()
-        in_flight.wait(20)
-        store.revoke_token(service.token_ids["reader"], T0)  # another process's change
-        seen: list[tuple[int, ...]] = []
-        askers = [threading.Thread(target=lambda: seen.append(fresh())) for _ in range(CALLERS)]
-        for thread in askers:
-            thread.start()
-        _wait_until(lambda: fresh.waiting == CALLERS)
-        release.set()
-        for thread in [first, *askers]:
-            thread.join(20)
+
+        async def ask() -> list[tuple[int, ...]]:
+            first = asyncio.ensure_future(fresh())
+            await asyncio.get_running_loop().run_in_executor(None, in_flight.wait, 20)
+            store.revoke_token(service.token_ids["reader"], T0)  # another process's change
+            askers = [asyncio.ensure_future(fresh()) for _ in range(CALLERS)]
+            await asyncio.sleep(0)  # each has asked
+            assert fresh.waiting == CALLERS and fresh.reads == 0
+            release.set()
+            await first
+            return list(await asyncio.gather(*askers))
+
+        seen = asyncio.run(ask())
         assert seen == [store.marks()] * CALLERS  # none took the query begun before it asked
         assert seen[0][-1] == before[-1] + 1  # the revocation counted, last
         assert fresh.reads == 2  # the callers that asked together shared one query
@@ -287,12 +289,12 @@ def test_a_cached_token_is_refused_once_another_process_revokes_it(tmp_path: Pat
         ctx, secret = service.context, service.tokens["reader"]
         looked_up: list[str] = []
         ctx.tokens.store = _Counting(service.store, looked_up)  # type: ignore[assignment]
-        token = ctx.authenticate(secret, ctx.marks())
-        assert ctx.authenticate(secret, ctx.marks()) == token
+        token = ctx.authenticate(secret, service.store.marks())
+        assert ctx.authenticate(secret, service.store.marks()) == token
         assert len(looked_up) == 1  # the second request found it in memory
         service.store.revoke_token(token.id, T0)
         with pytest.raises(NotSignedInError, match="revoked"):
-            ctx.authenticate(secret, ctx.marks())
+            ctx.authenticate(secret, service.store.marks())
         assert len(looked_up) == 2
 
 

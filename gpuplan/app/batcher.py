@@ -1,20 +1,23 @@
 """Group commit of submits, answered by a warm start from the last stored plan.
 
-The served API's submits queue here once each is checked and forecast. One caller at a time
-takes every submit waiting and, under the plan lock it shares with the daemon's cycle:
+The served API's submits queue here once each spec is checked and its job forecast. One
+caller at a time takes every submit waiting and, under the plan lock it shares with the
+daemon's cycle:
 
-1. plans them once: the last stored plan (the cycle's, or the previous batch's) with the
+1. checks them against the store together: the cluster read once for the sizes it can hold
+   (a job it cannot is refused alone), the ids as they are stored (below);
+2. plans them once: the last stored plan (the cycle's, or the previous batch's) with the
    new jobs inserted and repaired (:func:`scheduler.warm.insert`, each job in arrival order
    with a hot-path budget of its own, so a batch answers as its submits one by one
    would), and stores the jobs, their promises (each job's planned start) and the run in
    one transaction (:meth:`~storage.store.Store.record_submits`: the marks move as one, and
    the batch extends the queue's :class:`~gpuplan.app.changes.Mirror`);
-2. when an id is taken, or there is no such plan, or it is stale (anything stored since,
+3. when an id is taken, or there is no such plan, or it is stale (anything stored since,
    by this process or another; a new hour; older than one cycle period), or the repaired
    plan fails the checker: stores the jobs (one by one when an id is taken, which refuses
    that submit alone), plans the stored ones (warm, or a fresh hot-path plan of the whole
    queue) and keeps their promises;
-3. answers each caller with its own job's start.
+4. answers each caller with its own job's start.
 
 Submits that arrive meanwhile wait for the next batch: a submit waits for at most the batch
 in flight and its own, however many arrive together.
@@ -38,7 +41,7 @@ from gpuplan.app.bridge import STEP, floor_hour, queued_entry, run_record
 from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan, planned_starts, promise
+from gpuplan.app.jobs import SubmitResult, answer, check_fits, hot_path_plan, planned_starts, promise
 from scheduler.model import Allocation
 from storage.store import Store, marks_after_submits
 
@@ -60,6 +63,7 @@ class WarmBase:
 @dataclass
 class _Ticket:
     job: Job
+    source: str
     done: bool = False
     result: SubmitResult | None = None
     error: BaseException | None = None
@@ -98,9 +102,10 @@ class SubmitBatcher:
         self._waiting: list[_Ticket] = []
         self._running = False
 
-    def submit(self, job: Job) -> SubmitResult:
-        """Store ``job`` (checked and forecast) with the others waiting, plan them, answer it."""
-        ticket = _Ticket(job)
+    def submit(self, job: Job, *, source: str) -> SubmitResult:
+        """Store ``job`` (its spec checked, its forecast made: :func:`estimated_job`) with the
+        others waiting, plan them, answer it; ``source`` names the spec in an error."""
+        ticket = _Ticket(job, source)
         with self._changed:
             self._waiting.append(ticket)
             while not ticket.done:
@@ -125,6 +130,9 @@ class SubmitBatcher:
         try:
             with self.plan_lock():
                 now = self.clock()
+                batch = self._fitting(batch, now)
+                if not batch:
+                    return
                 before = self.store.marks()  # before the batch's jobs move them
                 base = self._warm_base(now, before)
                 # The queue as it stands, which a warm batch extends: read (once) when what this
@@ -164,6 +172,23 @@ class SubmitBatcher:
         finally:
             for ticket in batch:
                 ticket.done = True
+
+    def _fitting(self, batch: list[_Ticket], now: datetime) -> list[_Ticket]:
+        """The batch's submits whose jobs the cluster can hold (:func:`check_fits`, the cluster
+        read once for them all); each other one is refused alone. Their ids are checked when
+        they are stored (a taken id refuses that submit alone, :meth:`_store_jobs`)."""
+        from gpuplan.app.tick import require_cluster
+
+        cluster = require_cluster(self.store)
+        fitting = []
+        for ticket in batch:
+            try:
+                check_fits(cluster, ticket.job, now, source=ticket.source)
+            except InputError as error:
+                ticket.error = error
+            else:
+                fitting.append(ticket)
+        return fitting
 
     def _queue_warm(
         self, base: WarmBase, batch: list[_Ticket], now: datetime

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contract.errors import InputError
 from contract.records import ApiToken, Cluster, Job, JobEstimate, JobState, Outcome, PlanRun, RunMode, Scope
@@ -154,6 +154,13 @@ def estimate_spec(spec: dict[str, Any], forecasters: Forecasters, *, source: str
     return estimate_of(forecasters.forecast(str(spec["kind"]), features, source=source))
 
 
+class Batcher(Protocol):
+    """Stores and plans a job whose spec is checked and forecast (:func:`estimated_job`), with
+    the others submitted together (:class:`~gpuplan.app.batcher.SubmitBatcher`)."""
+
+    def __call__(self, job: Job, *, source: str) -> SubmitResult: ...
+
+
 def submit(
     store: Store,
     spec_document: object,
@@ -165,14 +172,14 @@ def submit(
     forecasters: Forecasters | None = None,
     replan: bool = True,
     token: ApiToken | None = None,
-    batcher: Callable[[Job], SubmitResult] | None = None,
+    batcher: Batcher | None = None,
     slurm_job: int | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
     ``replan=False`` skips the hot-path plan (the answer then has no planned start): the
     simulation submits hundreds of jobs and only the cycle's plans change what runs.
-    ``batcher`` stores and plans the checked job instead (the served API's
+    ``batcher`` checks the job against the store, stores and plans it instead (the served API's
     :class:`~gpuplan.app.batcher.SubmitBatcher`: the submits that arrive together stored in
     one transaction and planned once); a spec with a ``slurm:`` section does not take it.
     A ``token`` (the API's caller) must hold ``submit`` and a cap at or above the job's
@@ -200,9 +207,10 @@ def submit(
                 source=source,
             )
     forecasters = forecasters or Forecasters(config.models_dir)
-    job = checked_job(store, spec, now, forecasters, source=source, token=token)
     if batcher is not None and section is None and slurm_job is None:
-        return batcher(job)
+        # The batch checks its jobs against the store together (:func:`check_fits`, the ids)
+        return batcher(estimated_job(spec, now, forecasters, source=source, token=token), source=source)
+    job = checked_job(store, spec, now, forecasters, source=source, token=token)
     if section is not None and config.slurm is not None:
         from gpuplan.app.slurm.client import SlurmClient
 
@@ -239,15 +247,28 @@ def checked_job(
     cluster = require_cluster(store)
     if store.job(spec["id"]) is not None:  # before the forecast: a refusal costs nothing
         raise InputError("id", "an id no other job has", spec["id"], source=source)
-    estimate = estimate_spec(spec, forecasters, source=source)
-    _check_fits(cluster, estimate.gpus, now, source=source)
+    job = estimated_job(spec, now, forecasters, source=source, token=token)
+    check_fits(cluster, job, now, source=source)
+    return job
+
+
+def estimated_job(
+    spec: dict[str, Any],
+    now: datetime,
+    forecasters: Forecasters,
+    *,
+    source: str,
+    token: ApiToken | None = None,
+) -> Job:
+    """A checked spec as a job with its forecast, before any check against the store (its id
+    free, :func:`check_fits`)."""
     return Job(
         id=spec["id"],
         kind=JobKind(spec["kind"]),
         priority=float(spec.get("priority", 1)),
         spec=spec,
         submitted_at=now,
-        estimate=estimate,
+        estimate=estimate_spec(spec, forecasters, source=source),
         team=None if token is None else token.team,
     )
 
@@ -273,9 +294,11 @@ def answer(run: PlanRun | None, job: Job) -> SubmitResult:
     )
 
 
-def _check_fits(cluster: Cluster, gpus: int, now: datetime, *, source: str) -> None:
+def check_fits(cluster: Cluster, job: Job, now: datetime, *, source: str) -> None:
     """Refuse a job no aligned block of the cluster can ever hold: larger than the cluster,
     or larger than every block whose GPUs are not all down for good (a down window with no end)."""
+    assert job.estimate is not None
+    gpus = job.estimate.gpus
     if gpus > cluster.gpus:
         raise InputError(
             "gpus",

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from starlette.concurrency import run_in_threadpool
+
 from contract.records import ApiToken, Job
 from gpuplan.app.batcher import SubmitBatcher
 from gpuplan.app.bridge import floor_hour
@@ -20,7 +22,7 @@ from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.jobs import SubmitResult, cancel, submit
 from gpuplan.app.status import status
-from gpuplan.app.tokens import TokenCache, authenticate
+from gpuplan.app.tokens import TokenCache, authenticate, sha256_hex
 from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from storage.store import Store, revoked_tokens
 
@@ -57,7 +59,7 @@ class ApiContext:
             changes=self.changes,
         )
         self.marks = FreshMarks(self.store.marks)
-        self.reads = ReadCache(self.marks, self.changes)
+        self.reads = ReadCache(self.store.marks, self.changes)
         self.tokens = TokenCache(self.store)
 
     def authenticate(self, secret: str | None, marks: tuple[int, ...]) -> ApiToken:
@@ -65,6 +67,14 @@ class ApiContext:
         (the store's as of the request, :class:`FreshMarks`) count no new revocation."""
         revoked = revoked_tokens(marks)
         return authenticate(self.store, secret, lambda digest: self.tokens.lookup(digest, revoked))
+
+    async def caller(self, secret: str | None, marks: tuple[int, ...]) -> ApiToken:
+        """:meth:`authenticate` in the event loop: a token kept in memory is checked there, any
+        other looked up in a worker thread."""
+        known = self.tokens.known(sha256_hex(secret), revoked_tokens(marks)) if secret else None
+        if known is None:
+            return await run_in_threadpool(self.authenticate, secret, marks)
+        return authenticate(self.store, secret, lambda _: known)
 
     def submit(self, token: ApiToken, document: object, *, source: str) -> SubmitResult:
         """The submit use case as this token's team (the API and the page); the submits that
@@ -118,7 +128,7 @@ class ApiContext:
         """:meth:`status` as JSON: the document is encoded once per change (a queue of a thousand
         jobs takes longer to encode than to serve), and ``at`` put in front of it per request."""
         now = self.clock()
-        marks = self.marks() if marks is None else marks
+        marks = self.store.marks() if marks is None else marks
 
         def build() -> bytes:
             mirror = self.changes.mirror_at(self.store, marks)
@@ -126,11 +136,28 @@ class ApiContext:
             del document["at"]
             return json.dumps(document, separators=(",", ":")).encode()
 
-        rest = self.cached(("status", team, floor_hour(now)), build, marks)
-        return b'{"at":' + json.dumps(now.isoformat()).encode() + b"," + rest[1:]
+        return _at(now, self.cached(_status_key(team, now), build, marks))
+
+    async def served_status(self, team: str | None, marks: tuple[int, ...]) -> bytes:
+        """:meth:`status_json` in the event loop: from memory when nothing changed since it was
+        built, else built in a worker thread."""
+        now = self.clock()
+        rest = self.reads.peek(_status_key(team, now), marks)
+        if rest is None:
+            return await run_in_threadpool(self.status_json, team, marks)
+        return _at(now, rest)
 
     def dashboard(self) -> dict[str, Any]:
         """The dashboard's data as of the last change, with the clock and health of now."""
         now = self.clock()
         page = self.cached(("dashboard", floor_hour(now)), lambda: dashboard(self.store, now, self.health))
         return {**page, "now": now, "health": self.health.as_dict()}
+
+
+def _status_key(team: str | None, now: datetime) -> Hashable:
+    return ("status", team, floor_hour(now))
+
+
+def _at(now: datetime, document: bytes) -> bytes:
+    """A JSON object with ``at`` (now) put first."""
+    return b'{"at":' + json.dumps(now.isoformat()).encode() + b"," + document[1:]

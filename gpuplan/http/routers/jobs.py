@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 
 from contract.records import Scope
 from gpuplan.app.jobs import known_job
@@ -18,9 +19,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in
 
 
 @router.post("", status_code=201, response_model=SubmitOut, responses=ERRORS)
-def post_job(body: JobSpecIn, token: Submitter, ctx: Context) -> dict[str, object]:
+async def post_job(body: JobSpecIn, token: Submitter, ctx: Context) -> dict[str, object]:
     """Queue a job (the spec of ``gpuplan submit``); answers with its forecast and planned start."""
-    return ctx.submit(token, body.spec(), source="request body").as_dict()
+    # in a worker thread: it waits for its batch (gpuplan.app.batcher)
+    result = await run_in_threadpool(ctx.submit, token, body.spec(), source="request body")
+    return result.as_dict()
 
 
 @router.get("/{job_id}", responses=ERRORS)
