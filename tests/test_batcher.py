@@ -95,7 +95,7 @@ def _submit_together(service: Served, specs: list[dict[str, Any]]) -> list[Submi
     with ctx.plan_lock():
         threads = [threading.Thread(target=one, args=(0,))]
         threads[0].start()
-        _wait_until(lambda: ctx.batcher._running)
+        _wait_until(lambda: ctx.batcher._running and not ctx.batcher._waiting)  # the first taken
         for i in range(1, len(specs)):  # one at a time: the batch keeps their order
             threads.append(threading.Thread(target=one, args=(i,)))
             threads[-1].start()
@@ -127,6 +127,23 @@ def test_concurrent_submits_are_stored_once_in_two_batches_and_each_is_in_the_ne
             assert queue[answer.job]["planned_start"] == expected
         # the warm run is a legal plan of the scenario stored with it
         assert check_plan(parse_scenario(run.scenario), run.grid) == []
+
+
+def test_a_job_the_cluster_cannot_hold_is_refused_alone_and_its_batch_goes_on(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The batch checks its jobs' sizes against the cluster (read once for them all): the one
+    larger than the cluster gets its error, naming the field; the others are stored and planned."""
+    with _service(tmp_path, models_dir) as service:
+        gpus = service.store.cluster().gpus  # type: ignore[union-attr]
+        specs = [_spec(0), _spec(1, gpus=2 * gpus), _spec(2)]
+        answers = _submit_together(service, specs)
+        assert isinstance(answers[0], SubmitResult) and isinstance(answers[2], SubmitResult)
+        assert isinstance(answers[1], InputError)
+        assert f"`gpus` must be at most the cluster's {gpus} GPUs; got {2 * gpus}" in str(answers[1])
+        assert service.context.batcher.stats.sizes == [1, 1]  # the refused one alone left out
+        assert service.store.job("job-1") is None
+        assert {"job-0", "job-2"} <= {job.id for job in service.store.jobs()}
 
 
 def test_a_batch_plans_as_its_submits_one_by_one_would(tmp_path: Path, models_dir: Path) -> None:

@@ -30,6 +30,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -64,7 +65,7 @@ class WarmBase:
 class _Ticket:
     job: Job
     source: str
-    done: bool = False
+    answer: Future[SubmitResult] = field(default_factory=Future)
     result: SubmitResult | None = None
     error: BaseException | None = None
 
@@ -98,39 +99,43 @@ class SubmitBatcher:
         self.stats = BatchStats()
         self._base: WarmBase | None = None
         self._cycle_seen: CyclePlan | None = None
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._waiting: list[_Ticket] = []
         self._running = False
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpuplan-submits")
 
     def submit(self, job: Job, *, source: str) -> SubmitResult:
-        """Store ``job`` (its spec checked, its forecast made: :func:`estimated_job`) with the
-        others waiting, plan them, answer it; ``source`` names the spec in an error."""
-        ticket = _Ticket(job, source)
-        with self._changed:
-            self._waiting.append(ticket)
-            while not ticket.done:
-                if self._running:
-                    self._changed.wait()
-                    continue
-                self._running = True
-                batch, self._waiting = self._waiting, []
-                self._changed.release()
-                try:
-                    self._answer(batch)
-                finally:
-                    self._changed.acquire()
-                    self._running = False
-                    self._changed.notify_all()
-        if ticket.error is not None:
-            raise ticket.error
-        assert ticket.result is not None
-        return ticket.result
+        """:meth:`queue`, waited for."""
+        return self.queue(job, source=source).result()
 
-    def _answer(self, batch: list[_Ticket]) -> None:
+    def queue(self, job: Job, *, source: str) -> Future[SubmitResult]:
+        """Store ``job`` (its spec checked, its forecast made: :func:`estimated_job`) with the
+        others waiting, plan them, answer it; ``source`` names the spec in an error. The
+        batches run one after another in a worker thread of their own, so a caller waits
+        without a thread (an event loop awaits the future)."""
+        ticket = _Ticket(job, source)
+        with self._lock:
+            self._waiting.append(ticket)
+            if not self._running:
+                self._running = True
+                self._worker.submit(self._drain)
+        return ticket.answer
+
+    def _drain(self) -> None:
+        """Every batch waiting, one after another, until none is."""
+        while True:
+            with self._lock:
+                batch, self._waiting = self._waiting, []
+                if not batch:
+                    self._running = False
+                    return
+            self._answer(batch)
+
+    def _answer(self, submitted: list[_Ticket]) -> None:
         try:
             with self.plan_lock():
                 now = self.clock()
-                batch = self._fitting(batch, now)
+                batch = self._fitting(submitted, now)
                 if not batch:
                     return
                 before = self.store.marks()  # before the batch's jobs move them
@@ -166,12 +171,15 @@ class SubmitBatcher:
                 self.stats.jobs += len(stored)
                 self.stats.sizes.append(len(stored))
         except BaseException as error:
-            for ticket in batch:
+            for ticket in submitted:
                 if ticket.result is None and ticket.error is None:
                     ticket.error = error
         finally:
-            for ticket in batch:
-                ticket.done = True
+            for ticket in submitted:
+                if ticket.result is not None:
+                    ticket.answer.set_result(ticket.result)
+                else:
+                    ticket.answer.set_exception(ticket.error or RuntimeError("the batch gave no answer"))
 
     def _fitting(self, batch: list[_Ticket], now: datetime) -> list[_Ticket]:
         """The batch's submits whose jobs the cluster can hold (:func:`check_fits`, the cluster

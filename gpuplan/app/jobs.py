@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gpuplan.app.executors.base import Executor
+    from gpuplan.app.slurm.batch import BatchSection
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_HOURS = 24 * 365
@@ -189,23 +190,14 @@ def submit(
     it is stored; a refused ``sbatch`` raises ``SlurmError`` and nothing is stored).
     ``slurm_job``: the Slurm job of a spec adopted from Slurm (already submitted, held).
     """
-    if token is not None:
-        require(token, Scope.SUBMIT)
-    spec = check_spec(spec_document, source=source, default_id=default_id)
-    if token is not None:
-        require_priority(token, float(spec.get("priority", 1)))
-    section = None
-    if "slurm" in spec and slurm_job is None:
-        from gpuplan.app.slurm.batch import read_section
-
-        section = read_section(spec["slurm"], source=source)
-        if config.slurm is None:
-            raise InputError(
-                "slurm",
-                "a section only for a cluster that Slurm runs (the daemon's config, --config, has none)",
-                "a slurm section",
-                source=source,
-            )
+    spec, section = checked_spec(
+        spec_document,
+        config,
+        source=source,
+        default_id=default_id,
+        token=token,
+        adopted=slurm_job is not None,
+    )
     forecasters = forecasters or Forecasters(config.models_dir)
     if batcher is not None and section is None and slurm_job is None:
         # The batch checks its jobs against the store together (:func:`check_fits`, the ids)
@@ -229,6 +221,38 @@ def submit(
     if run is not None:
         promise(store, run, [job.id])
     return answer(run, job)
+
+
+def checked_spec(
+    spec_document: object,
+    config: ServiceConfig,
+    *,
+    source: str,
+    default_id: str | None = None,
+    token: ApiToken | None = None,
+    adopted: bool = False,
+) -> tuple[dict[str, Any], BatchSection | None]:
+    """The checks of :func:`submit` that read nothing: the token's scope and priority cap, the
+    spec, and its ``slurm:`` section (``adopted``: the spec of a job already in Slurm, whose
+    section is not read)."""
+    if token is not None:
+        require(token, Scope.SUBMIT)
+    spec = check_spec(spec_document, source=source, default_id=default_id)
+    if token is not None:
+        require_priority(token, float(spec.get("priority", 1)))
+    if "slurm" not in spec or adopted:
+        return spec, None
+    from gpuplan.app.slurm.batch import read_section
+
+    section = read_section(spec["slurm"], source=source)
+    if config.slurm is None:
+        raise InputError(
+            "slurm",
+            "a section only for a cluster that Slurm runs (the daemon's config, --config, has none)",
+            "a slurm section",
+            source=source,
+        )
+    return spec, section
 
 
 def checked_job(

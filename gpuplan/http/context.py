@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
@@ -20,7 +21,7 @@ from gpuplan.app.dashboard import dashboard
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
-from gpuplan.app.jobs import SubmitResult, cancel, submit
+from gpuplan.app.jobs import SubmitResult, cancel, checked_spec, estimated_job, submit
 from gpuplan.app.status import status
 from gpuplan.app.tokens import TokenCache, authenticate, sha256_hex
 from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
@@ -48,6 +49,7 @@ class ApiContext:
     marks: FreshMarks = field(init=False)
     reads: ReadCache = field(init=False)
     tokens: TokenCache = field(init=False)
+    _builds: dict[Hashable, asyncio.Future[bytes]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.batcher = SubmitBatcher(
@@ -77,8 +79,9 @@ class ApiContext:
         return authenticate(self.store, secret, lambda _: known)
 
     def submit(self, token: ApiToken, document: object, *, source: str) -> SubmitResult:
-        """The submit use case as this token's team (the API and the page); the submits that
-        arrive together are stored in one transaction and planned once, under the plan lock."""
+        """The submit use case as this token's team (the page, in a worker thread); the
+        submits that arrive together are stored in one transaction and planned once, under the
+        plan lock (:class:`SubmitBatcher`)."""
         now = self.clock()
         return submit(
             self.store,
@@ -86,11 +89,24 @@ class ApiContext:
             now,
             self.config,
             source=source,
-            default_id=f"{token.team}-{now:%Y%m%dT%H%M%S%f}",
+            default_id=_default_id(token, now),
             forecasters=self.forecasters,
             token=token,
             batcher=self.batcher.submit,
         )
+
+    async def served_submit(self, token: ApiToken, document: object, *, source: str) -> SubmitResult:
+        """:meth:`submit` in the event loop: the spec checked and forecast there, then its batch
+        awaited; a spec with a ``slurm:`` section is submitted by :meth:`submit` in a worker
+        thread (``sbatch``)."""
+        now = self.clock()
+        spec, section = checked_spec(
+            document, self.config, source=source, default_id=_default_id(token, now), token=token
+        )
+        if section is not None:
+            return await run_in_threadpool(self.submit, token, document, source=source)
+        job = estimated_job(spec, now, self.forecasters, source=source, token=token)
+        return await asyncio.wrap_future(self.batcher.queue(job, source=source))
 
     def push_traffic(
         self, app: str, rows: Sequence[tuple[datetime, float]]
@@ -128,7 +144,26 @@ class ApiContext:
         """:meth:`status` as JSON: the document is encoded once per change (a queue of a thousand
         jobs takes longer to encode than to serve), and ``at`` put in front of it per request."""
         now = self.clock()
-        marks = self.store.marks() if marks is None else marks
+        return _at(now, self._status_rest(team, now, self.store.marks() if marks is None else marks))
+
+    async def served_status(self, team: str | None, marks: tuple[int, ...]) -> bytes:
+        """:meth:`status_json` in the event loop: from memory when nothing changed since it was
+        built, else built in a worker thread, once for all the requests that ask meanwhile."""
+        now = self.clock()
+        key = _status_key(team, now)
+        rest: bytes | None = self.reads.peek(key, marks)
+        if rest is None:
+            flight = (key, self.changes.stamp, marks)
+            build = self._builds.get(flight)
+            if build is None:
+                build = asyncio.ensure_future(run_in_threadpool(self._status_rest, team, now, marks))
+                self._builds[flight] = build
+                build.add_done_callback(lambda _: self._builds.pop(flight, None))
+            rest = await asyncio.shield(build)
+        return _at(now, rest)
+
+    def _status_rest(self, team: str | None, now: datetime, marks: tuple[int, ...]) -> bytes:
+        """The status document without ``at``, as of ``marks``, built once per change."""
 
         def build() -> bytes:
             mirror = self.changes.mirror_at(self.store, marks)
@@ -136,16 +171,7 @@ class ApiContext:
             del document["at"]
             return json.dumps(document, separators=(",", ":")).encode()
 
-        return _at(now, self.cached(_status_key(team, now), build, marks))
-
-    async def served_status(self, team: str | None, marks: tuple[int, ...]) -> bytes:
-        """:meth:`status_json` in the event loop: from memory when nothing changed since it was
-        built, else built in a worker thread."""
-        now = self.clock()
-        rest = self.reads.peek(_status_key(team, now), marks)
-        if rest is None:
-            return await run_in_threadpool(self.status_json, team, marks)
-        return _at(now, rest)
+        return self.cached(_status_key(team, now), build, marks)
 
     def dashboard(self) -> dict[str, Any]:
         """The dashboard's data as of the last change, with the clock and health of now."""
@@ -161,3 +187,8 @@ def _status_key(team: str | None, now: datetime) -> Hashable:
 def _at(now: datetime, document: bytes) -> bytes:
     """A JSON object with ``at`` (now) put first."""
     return b'{"at":' + json.dumps(now.isoformat()).encode() + b"," + document[1:]
+
+
+def _default_id(token: ApiToken, now: datetime) -> str:
+    """The id of a job submitted without one: its team and the moment."""
+    return f"{token.team}-{now:%Y%m%dT%H%M%S%f}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from starlette.concurrency import run_in_threadpool
 
 from contract.records import Scope
 from gpuplan.app.jobs import known_job
@@ -21,9 +20,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in
 @router.post("", status_code=201, response_model=SubmitOut, responses=ERRORS)
 async def post_job(body: JobSpecIn, token: Submitter, ctx: Context) -> dict[str, object]:
     """Queue a job (the spec of ``gpuplan submit``); answers with its forecast and planned start."""
-    # in a worker thread: it waits for its batch (gpuplan.app.batcher)
-    result = await run_in_threadpool(ctx.submit, token, body.spec(), source="request body")
-    return result.as_dict()
+    return (await ctx.served_submit(token, body.spec(), source="request body")).as_dict()
 
 
 @router.get("/{job_id}", responses=ERRORS)
