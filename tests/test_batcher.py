@@ -6,6 +6,7 @@ on work-only budgets, so that two services given the same submits plan the same.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -94,7 +95,7 @@ def _submit_together(service: Served, specs: list[dict[str, Any]]) -> list[Submi
     with ctx.plan_lock():
         threads = [threading.Thread(target=one, args=(0,))]
         threads[0].start()
-        _wait_until(lambda: ctx.batcher._running)
+        _wait_until(lambda: ctx.batcher._running and not ctx.batcher._waiting)  # the first taken
         for i in range(1, len(specs)):  # one at a time: the batch keeps their order
             threads.append(threading.Thread(target=one, args=(i,)))
             threads[-1].start()
@@ -126,6 +127,23 @@ def test_concurrent_submits_are_stored_once_in_two_batches_and_each_is_in_the_ne
             assert queue[answer.job]["planned_start"] == expected
         # the warm run is a legal plan of the scenario stored with it
         assert check_plan(parse_scenario(run.scenario), run.grid) == []
+
+
+def test_a_job_the_cluster_cannot_hold_is_refused_alone_and_its_batch_goes_on(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The batch checks its jobs' sizes against the cluster (read once for them all): the one
+    larger than the cluster gets its error, naming the field; the others are stored and planned."""
+    with _service(tmp_path, models_dir) as service:
+        gpus = service.store.cluster().gpus  # type: ignore[union-attr]
+        specs = [_spec(0), _spec(1, gpus=2 * gpus), _spec(2)]
+        answers = _submit_together(service, specs)
+        assert isinstance(answers[0], SubmitResult) and isinstance(answers[2], SubmitResult)
+        assert isinstance(answers[1], InputError)
+        assert f"`gpus` must be at most the cluster's {gpus} GPUs; got {2 * gpus}" in str(answers[1])
+        assert service.context.batcher.stats.sizes == [1, 1]  # the refused one alone left out
+        assert service.store.job("job-1") is None
+        assert {"job-0", "job-2"} <= {job.id for job in service.store.jobs()}
 
 
 def test_a_batch_plans_as_its_submits_one_by_one_would(tmp_path: Path, models_dir: Path) -> None:
@@ -254,18 +272,19 @@ def test_fresh_marks_are_read_after_each_caller_asked_one_query_for_those_asking
 
         fresh = FreshMarks(read)
         before = store.marks()
-        first = threading.Thread(target=fresh)
-        first.start()
-        in_flight.wait(20)
-        store.revoke_token(service.token_ids["reader"], T0)  # another process's change
-        seen: list[tuple[int, ...]] = []
-        askers = [threading.Thread(target=lambda: seen.append(fresh())) for _ in range(CALLERS)]
-        for thread in askers:
-            thread.start()
-        _wait_until(lambda: fresh.waiting == CALLERS)
-        release.set()
-        for thread in [first, *askers]:
-            thread.join(20)
+
+        async def ask() -> list[tuple[int, ...]]:
+            first = asyncio.ensure_future(fresh())
+            await asyncio.get_running_loop().run_in_executor(None, in_flight.wait, 20)
+            store.revoke_token(service.token_ids["reader"], T0)  # another process's change
+            askers = [asyncio.ensure_future(fresh()) for _ in range(CALLERS)]
+            await asyncio.sleep(0)  # each has asked
+            assert fresh.waiting == CALLERS and fresh.reads == 0
+            release.set()
+            await first
+            return list(await asyncio.gather(*askers))
+
+        seen = asyncio.run(ask())
         assert seen == [store.marks()] * CALLERS  # none took the query begun before it asked
         assert seen[0][-1] == before[-1] + 1  # the revocation counted, last
         assert fresh.reads == 2  # the callers that asked together shared one query
@@ -287,12 +306,12 @@ def test_a_cached_token_is_refused_once_another_process_revokes_it(tmp_path: Pat
         ctx, secret = service.context, service.tokens["reader"]
         looked_up: list[str] = []
         ctx.tokens.store = _Counting(service.store, looked_up)  # type: ignore[assignment]
-        token = ctx.authenticate(secret, ctx.marks())
-        assert ctx.authenticate(secret, ctx.marks()) == token
+        token = ctx.authenticate(secret, service.store.marks())
+        assert ctx.authenticate(secret, service.store.marks()) == token
         assert len(looked_up) == 1  # the second request found it in memory
         service.store.revoke_token(token.id, T0)
         with pytest.raises(NotSignedInError, match="revoked"):
-            ctx.authenticate(secret, ctx.marks())
+            ctx.authenticate(secret, service.store.marks())
         assert len(looked_up) == 2
 
 

@@ -1,20 +1,23 @@
 """Group commit of submits, answered by a warm start from the last stored plan.
 
-The served API's submits queue here once each is checked and forecast. One caller at a time
-takes every submit waiting and, under the plan lock it shares with the daemon's cycle:
+The served API's submits queue here once each spec is checked and its job forecast. One
+caller at a time takes every submit waiting and, under the plan lock it shares with the
+daemon's cycle:
 
-1. plans them once: the last stored plan (the cycle's, or the previous batch's) with the
+1. checks them against the store together: the cluster read once for the sizes it can hold
+   (a job it cannot is refused alone), the ids as they are stored (below);
+2. plans them once: the last stored plan (the cycle's, or the previous batch's) with the
    new jobs inserted and repaired (:func:`scheduler.warm.insert`, each job in arrival order
    with a hot-path budget of its own, so a batch answers as its submits one by one
    would), and stores the jobs, their promises (each job's planned start) and the run in
    one transaction (:meth:`~storage.store.Store.record_submits`: the marks move as one, and
    the batch extends the queue's :class:`~gpuplan.app.changes.Mirror`);
-2. when an id is taken, or there is no such plan, or it is stale (anything stored since,
+3. when an id is taken, or there is no such plan, or it is stale (anything stored since,
    by this process or another; a new hour; older than one cycle period), or the repaired
    plan fails the checker: stores the jobs (one by one when an id is taken, which refuses
    that submit alone), plans the stored ones (warm, or a fresh hot-path plan of the whole
    queue) and keeps their promises;
-3. answers each caller with its own job's start.
+4. answers each caller with its own job's start.
 
 Submits that arrive meanwhile wait for the next batch: a submit waits for at most the batch
 in flight and its own, however many arrive together.
@@ -27,6 +30,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -38,7 +42,7 @@ from gpuplan.app.bridge import STEP, floor_hour, queued_entry, run_record
 from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan, planned_starts, promise
+from gpuplan.app.jobs import SubmitResult, answer, check_fits, hot_path_plan, planned_starts, promise
 from scheduler.model import Allocation
 from storage.store import Store, marks_after_submits
 
@@ -60,7 +64,8 @@ class WarmBase:
 @dataclass
 class _Ticket:
     job: Job
-    done: bool = False
+    source: str
+    answer: Future[SubmitResult] = field(default_factory=Future)
     result: SubmitResult | None = None
     error: BaseException | None = None
 
@@ -94,37 +99,45 @@ class SubmitBatcher:
         self.stats = BatchStats()
         self._base: WarmBase | None = None
         self._cycle_seen: CyclePlan | None = None
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._waiting: list[_Ticket] = []
         self._running = False
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpuplan-submits")
 
-    def submit(self, job: Job) -> SubmitResult:
-        """Store ``job`` (checked and forecast) with the others waiting, plan them, answer it."""
-        ticket = _Ticket(job)
-        with self._changed:
+    def submit(self, job: Job, *, source: str) -> SubmitResult:
+        """:meth:`queue`, waited for."""
+        return self.queue(job, source=source).result()
+
+    def queue(self, job: Job, *, source: str) -> Future[SubmitResult]:
+        """Store ``job`` (its spec checked, its forecast made: :func:`estimated_job`) with the
+        others waiting, plan them, answer it; ``source`` names the spec in an error. The
+        batches run one after another in a worker thread of their own, so a caller waits
+        without a thread (an event loop awaits the future)."""
+        ticket = _Ticket(job, source)
+        with self._lock:
             self._waiting.append(ticket)
-            while not ticket.done:
-                if self._running:
-                    self._changed.wait()
-                    continue
+            if not self._running:
                 self._running = True
-                batch, self._waiting = self._waiting, []
-                self._changed.release()
-                try:
-                    self._answer(batch)
-                finally:
-                    self._changed.acquire()
-                    self._running = False
-                    self._changed.notify_all()
-        if ticket.error is not None:
-            raise ticket.error
-        assert ticket.result is not None
-        return ticket.result
+                self._worker.submit(self._drain)
+        return ticket.answer
 
-    def _answer(self, batch: list[_Ticket]) -> None:
+    def _drain(self) -> None:
+        """Every batch waiting, one after another, until none is."""
+        while True:
+            with self._lock:
+                batch, self._waiting = self._waiting, []
+                if not batch:
+                    self._running = False
+                    return
+            self._answer(batch)
+
+    def _answer(self, submitted: list[_Ticket]) -> None:
         try:
             with self.plan_lock():
                 now = self.clock()
+                batch = self._fitting(submitted, now)
+                if not batch:
+                    return
                 before = self.store.marks()  # before the batch's jobs move them
                 base = self._warm_base(now, before)
                 # The queue as it stands, which a warm batch extends: read (once) when what this
@@ -158,12 +171,32 @@ class SubmitBatcher:
                 self.stats.jobs += len(stored)
                 self.stats.sizes.append(len(stored))
         except BaseException as error:
-            for ticket in batch:
+            for ticket in submitted:
                 if ticket.result is None and ticket.error is None:
                     ticket.error = error
         finally:
-            for ticket in batch:
-                ticket.done = True
+            for ticket in submitted:
+                if ticket.result is not None:
+                    ticket.answer.set_result(ticket.result)
+                else:
+                    ticket.answer.set_exception(ticket.error or RuntimeError("the batch gave no answer"))
+
+    def _fitting(self, batch: list[_Ticket], now: datetime) -> list[_Ticket]:
+        """The batch's submits whose jobs the cluster can hold (:func:`check_fits`, the cluster
+        read once for them all); each other one is refused alone. Their ids are checked when
+        they are stored (a taken id refuses that submit alone, :meth:`_store_jobs`)."""
+        from gpuplan.app.tick import require_cluster
+
+        cluster = require_cluster(self.store)
+        fitting = []
+        for ticket in batch:
+            try:
+                check_fits(cluster, ticket.job, now, source=ticket.source)
+            except InputError as error:
+                ticket.error = error
+            else:
+                fitting.append(ticket)
+        return fitting
 
     def _queue_warm(
         self, base: WarmBase, batch: list[_Ticket], now: datetime

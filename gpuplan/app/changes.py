@@ -14,6 +14,7 @@ from memory, not from a read of the whole queue.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -104,44 +105,54 @@ class Changes:
 
 
 class FreshMarks:
-    """The store's marks, read by a query that began after the caller asked (so they show every
-    change committed before it asked), one query for all the callers that ask meanwhile: under
-    load the requests that arrive together share one round trip (a group read)."""
+    """The store's marks for the event loop's requests, read by a query that began after the
+    request asked (so they show every change committed before it asked), one query in a worker
+    thread for all the requests that ask meanwhile: under load the requests that arrive
+    together share one round trip (a group read), and none waits in a thread of its own.
+
+    One query runs at a time. A request that asks while none runs begins one; the requests
+    that ask while one runs wait for the next, begun as soon as it ends."""
 
     def __init__(self, read: Callable[[], tuple[int, ...]]) -> None:
         self.read = read  # the store's marks
-        self._lock = threading.Condition()
-        self._started = 0  # queries begun
-        self._last: tuple[int, tuple[int, ...]] | None = None  # (query number, its marks)
-        self._reading = False
-        self.reads = 0  # queries made, and callers waiting for one (the tests count them)
+        self._running: asyncio.Future[tuple[int, ...]] | None = None  # the query's answer
+        self._next: asyncio.Future[tuple[int, ...]] | None = None  # the next one's, awaited
+        self.reads = 0  # queries made, and requests waiting for the next one (the tests count them)
         self.waiting = 0
 
-    def __call__(self) -> tuple[int, ...]:
-        with self._lock:
-            wanted = self._started + 1  # the first query to begin from now on
-            while True:
-                if self._last is not None and self._last[0] >= wanted:
-                    return self._last[1]
-                if not self._reading:
-                    self._reading = True
-                    self._started += 1
-                    number = self._started
-                    break
-                self.waiting += 1
-                self._lock.wait()
-                self.waiting -= 1
-        marks: tuple[int, ...] | None = None
-        try:
-            marks = self.read()
-            return marks
-        finally:
-            with self._lock:
-                self._reading = False
-                self.reads += 1
-                if marks is not None:
-                    self._last = (number, marks)
-                self._lock.notify_all()  # on a failure, the next waiter queries itself
+    async def __call__(self) -> tuple[int, ...]:
+        loop = asyncio.get_running_loop()
+        if self._running is None:
+            group = self._begin(loop, loop.create_future())
+        else:
+            if self._next is None:
+                self._next = loop.create_future()
+            group = self._next
+            self.waiting += 1
+        # shielded: a request that goes away does not cancel the others' answer
+        return await asyncio.shield(group)
+
+    def _begin(
+        self, loop: asyncio.AbstractEventLoop, group: asyncio.Future[tuple[int, ...]]
+    ) -> asyncio.Future[tuple[int, ...]]:
+        self._running = group
+        query = loop.run_in_executor(None, self.read)
+
+        def ended(query: asyncio.Future[tuple[int, ...]]) -> None:
+            self.reads += 1
+            self._running = None
+            error = query.exception()
+            if error is None:
+                group.set_result(query.result())
+            else:  # every request of the group fails; the next group queries again
+                group.set_exception(error)
+            waiting, self._next = self._next, None
+            if waiting is not None:
+                self.waiting = 0
+                self._begin(loop, waiting)
+
+        query.add_done_callback(ended)
+        return group
 
 
 class ReadCache:
@@ -158,6 +169,13 @@ class ReadCache:
         self._entries: dict[Hashable, tuple[tuple[Any, ...], Any]] = {}
         self._building: set[tuple[Hashable, tuple[Any, ...]]] = set()
         self.builds = 0  # how many reads were rebuilt (the tests count them)
+
+    def peek(self, key: Hashable, marks: tuple[int, ...]) -> Any | None:
+        """The value of ``key`` if nothing changed since it was built (as :meth:`get` would
+        return it without a build), else None; never waits."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return entry[1] if entry is not None and entry[0] == (self.changes.stamp, marks) else None
 
     def get(self, key: Hashable, build: Callable[[], T], marks: tuple[int, ...] | None = None) -> T:
         """The cached value of ``key``, or ``build()``'s when anything changed since it was built.

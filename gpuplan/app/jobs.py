@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contract.errors import InputError
 from contract.records import ApiToken, Cluster, Job, JobEstimate, JobState, Outcome, PlanRun, RunMode, Scope
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gpuplan.app.executors.base import Executor
+    from gpuplan.app.slurm.batch import BatchSection
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_HOURS = 24 * 365
@@ -154,6 +155,13 @@ def estimate_spec(spec: dict[str, Any], forecasters: Forecasters, *, source: str
     return estimate_of(forecasters.forecast(str(spec["kind"]), features, source=source))
 
 
+class Batcher(Protocol):
+    """Stores and plans a job whose spec is checked and forecast (:func:`estimated_job`), with
+    the others submitted together (:class:`~gpuplan.app.batcher.SubmitBatcher`)."""
+
+    def __call__(self, job: Job, *, source: str) -> SubmitResult: ...
+
+
 def submit(
     store: Store,
     spec_document: object,
@@ -165,14 +173,14 @@ def submit(
     forecasters: Forecasters | None = None,
     replan: bool = True,
     token: ApiToken | None = None,
-    batcher: Callable[[Job], SubmitResult] | None = None,
+    batcher: Batcher | None = None,
     slurm_job: int | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
     ``replan=False`` skips the hot-path plan (the answer then has no planned start): the
     simulation submits hundreds of jobs and only the cycle's plans change what runs.
-    ``batcher`` stores and plans the checked job instead (the served API's
+    ``batcher`` checks the job against the store, stores and plans it instead (the served API's
     :class:`~gpuplan.app.batcher.SubmitBatcher`: the submits that arrive together stored in
     one transaction and planned once); a spec with a ``slurm:`` section does not take it.
     A ``token`` (the API's caller) must hold ``submit`` and a cap at or above the job's
@@ -182,27 +190,19 @@ def submit(
     it is stored; a refused ``sbatch`` raises ``SlurmError`` and nothing is stored).
     ``slurm_job``: the Slurm job of a spec adopted from Slurm (already submitted, held).
     """
-    if token is not None:
-        require(token, Scope.SUBMIT)
-    spec = check_spec(spec_document, source=source, default_id=default_id)
-    if token is not None:
-        require_priority(token, float(spec.get("priority", 1)))
-    section = None
-    if "slurm" in spec and slurm_job is None:
-        from gpuplan.app.slurm.batch import read_section
-
-        section = read_section(spec["slurm"], source=source)
-        if config.slurm is None:
-            raise InputError(
-                "slurm",
-                "a section only for a cluster that Slurm runs (the daemon's config, --config, has none)",
-                "a slurm section",
-                source=source,
-            )
+    spec, section = checked_spec(
+        spec_document,
+        config,
+        source=source,
+        default_id=default_id,
+        token=token,
+        adopted=slurm_job is not None,
+    )
     forecasters = forecasters or Forecasters(config.models_dir)
-    job = checked_job(store, spec, now, forecasters, source=source, token=token)
     if batcher is not None and section is None and slurm_job is None:
-        return batcher(job)
+        # The batch checks its jobs against the store together (:func:`check_fits`, the ids)
+        return batcher(estimated_job(spec, now, forecasters, source=source, token=token), source=source)
+    job = checked_job(store, spec, now, forecasters, source=source, token=token)
     if section is not None and config.slurm is not None:
         from gpuplan.app.slurm.client import SlurmClient
 
@@ -223,6 +223,38 @@ def submit(
     return answer(run, job)
 
 
+def checked_spec(
+    spec_document: object,
+    config: ServiceConfig,
+    *,
+    source: str,
+    default_id: str | None = None,
+    token: ApiToken | None = None,
+    adopted: bool = False,
+) -> tuple[dict[str, Any], BatchSection | None]:
+    """The checks of :func:`submit` that read nothing: the token's scope and priority cap, the
+    spec, and its ``slurm:`` section (``adopted``: the spec of a job already in Slurm, whose
+    section is not read)."""
+    if token is not None:
+        require(token, Scope.SUBMIT)
+    spec = check_spec(spec_document, source=source, default_id=default_id)
+    if token is not None:
+        require_priority(token, float(spec.get("priority", 1)))
+    if "slurm" not in spec or adopted:
+        return spec, None
+    from gpuplan.app.slurm.batch import read_section
+
+    section = read_section(spec["slurm"], source=source)
+    if config.slurm is None:
+        raise InputError(
+            "slurm",
+            "a section only for a cluster that Slurm runs (the daemon's config, --config, has none)",
+            "a slurm section",
+            source=source,
+        )
+    return spec, section
+
+
 def checked_job(
     store: Store,
     spec: dict[str, Any],
@@ -239,15 +271,28 @@ def checked_job(
     cluster = require_cluster(store)
     if store.job(spec["id"]) is not None:  # before the forecast: a refusal costs nothing
         raise InputError("id", "an id no other job has", spec["id"], source=source)
-    estimate = estimate_spec(spec, forecasters, source=source)
-    _check_fits(cluster, estimate.gpus, now, source=source)
+    job = estimated_job(spec, now, forecasters, source=source, token=token)
+    check_fits(cluster, job, now, source=source)
+    return job
+
+
+def estimated_job(
+    spec: dict[str, Any],
+    now: datetime,
+    forecasters: Forecasters,
+    *,
+    source: str,
+    token: ApiToken | None = None,
+) -> Job:
+    """A checked spec as a job with its forecast, before any check against the store (its id
+    free, :func:`check_fits`)."""
     return Job(
         id=spec["id"],
         kind=JobKind(spec["kind"]),
         priority=float(spec.get("priority", 1)),
         spec=spec,
         submitted_at=now,
-        estimate=estimate,
+        estimate=estimate_spec(spec, forecasters, source=source),
         team=None if token is None else token.team,
     )
 
@@ -273,9 +318,11 @@ def answer(run: PlanRun | None, job: Job) -> SubmitResult:
     )
 
 
-def _check_fits(cluster: Cluster, gpus: int, now: datetime, *, source: str) -> None:
+def check_fits(cluster: Cluster, job: Job, now: datetime, *, source: str) -> None:
     """Refuse a job no aligned block of the cluster can ever hold: larger than the cluster,
     or larger than every block whose GPUs are not all down for good (a down window with no end)."""
+    assert job.estimate is not None
+    gpus = job.estimate.gpus
     if gpus > cluster.gpus:
         raise InputError(
             "gpus",

@@ -110,12 +110,16 @@ class TokenCache:
         self._revoked: int | None = None
         self._live: dict[str, ApiToken] = {}
 
-    def lookup(self, secret_sha256: str, revoked: int) -> ApiToken | None:
+    def known(self, secret_sha256: str, revoked: int) -> ApiToken | None:
+        """The live token kept for this hash, if any (never reads the store)."""
         with self._lock:
             if revoked != self._revoked:
                 self._live.clear()
                 self._revoked = revoked
-            token = self._live.get(secret_sha256)
+            return self._live.get(secret_sha256)
+
+    def lookup(self, secret_sha256: str, revoked: int) -> ApiToken | None:
+        token = self.known(secret_sha256, revoked)
         if token is not None:
             return token
         token = self.store.token_by_hash(secret_sha256)

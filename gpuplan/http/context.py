@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
+
+from starlette.concurrency import run_in_threadpool
 
 from contract.records import ApiToken, Job
 from gpuplan.app.batcher import SubmitBatcher
@@ -18,9 +21,9 @@ from gpuplan.app.dashboard import dashboard
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
-from gpuplan.app.jobs import SubmitResult, cancel, submit
+from gpuplan.app.jobs import SubmitResult, cancel, checked_spec, estimated_job, submit
 from gpuplan.app.status import status
-from gpuplan.app.tokens import TokenCache, authenticate
+from gpuplan.app.tokens import TokenCache, authenticate, sha256_hex
 from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from storage.store import Store, revoked_tokens
 
@@ -46,6 +49,7 @@ class ApiContext:
     marks: FreshMarks = field(init=False)
     reads: ReadCache = field(init=False)
     tokens: TokenCache = field(init=False)
+    _builds: dict[Hashable, asyncio.Future[bytes]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.batcher = SubmitBatcher(
@@ -57,7 +61,7 @@ class ApiContext:
             changes=self.changes,
         )
         self.marks = FreshMarks(self.store.marks)
-        self.reads = ReadCache(self.marks, self.changes)
+        self.reads = ReadCache(self.store.marks, self.changes)
         self.tokens = TokenCache(self.store)
 
     def authenticate(self, secret: str | None, marks: tuple[int, ...]) -> ApiToken:
@@ -66,9 +70,18 @@ class ApiContext:
         revoked = revoked_tokens(marks)
         return authenticate(self.store, secret, lambda digest: self.tokens.lookup(digest, revoked))
 
+    async def caller(self, secret: str | None, marks: tuple[int, ...]) -> ApiToken:
+        """:meth:`authenticate` in the event loop: a token kept in memory is checked there, any
+        other looked up in a worker thread."""
+        known = self.tokens.known(sha256_hex(secret), revoked_tokens(marks)) if secret else None
+        if known is None:
+            return await run_in_threadpool(self.authenticate, secret, marks)
+        return authenticate(self.store, secret, lambda _: known)
+
     def submit(self, token: ApiToken, document: object, *, source: str) -> SubmitResult:
-        """The submit use case as this token's team (the API and the page); the submits that
-        arrive together are stored in one transaction and planned once, under the plan lock."""
+        """The submit use case as this token's team (the page, in a worker thread); the
+        submits that arrive together are stored in one transaction and planned once, under the
+        plan lock (:class:`SubmitBatcher`)."""
         now = self.clock()
         return submit(
             self.store,
@@ -76,11 +89,24 @@ class ApiContext:
             now,
             self.config,
             source=source,
-            default_id=f"{token.team}-{now:%Y%m%dT%H%M%S%f}",
+            default_id=_default_id(token, now),
             forecasters=self.forecasters,
             token=token,
             batcher=self.batcher.submit,
         )
+
+    async def served_submit(self, token: ApiToken, document: object, *, source: str) -> SubmitResult:
+        """:meth:`submit` in the event loop: the spec checked and forecast there, then its batch
+        awaited; a spec with a ``slurm:`` section is submitted by :meth:`submit` in a worker
+        thread (``sbatch``)."""
+        now = self.clock()
+        spec, section = checked_spec(
+            document, self.config, source=source, default_id=_default_id(token, now), token=token
+        )
+        if section is not None:
+            return await run_in_threadpool(self.submit, token, document, source=source)
+        job = estimated_job(spec, now, self.forecasters, source=source, token=token)
+        return await asyncio.wrap_future(self.batcher.queue(job, source=source))
 
     def push_traffic(
         self, app: str, rows: Sequence[tuple[datetime, float]]
@@ -118,7 +144,26 @@ class ApiContext:
         """:meth:`status` as JSON: the document is encoded once per change (a queue of a thousand
         jobs takes longer to encode than to serve), and ``at`` put in front of it per request."""
         now = self.clock()
-        marks = self.marks() if marks is None else marks
+        return _at(now, self._status_rest(team, now, self.store.marks() if marks is None else marks))
+
+    async def served_status(self, team: str | None, marks: tuple[int, ...]) -> bytes:
+        """:meth:`status_json` in the event loop: from memory when nothing changed since it was
+        built, else built in a worker thread, once for all the requests that ask meanwhile."""
+        now = self.clock()
+        key = _status_key(team, now)
+        rest: bytes | None = self.reads.peek(key, marks)
+        if rest is None:
+            flight = (key, self.changes.stamp, marks)
+            build = self._builds.get(flight)
+            if build is None:
+                build = asyncio.ensure_future(run_in_threadpool(self._status_rest, team, now, marks))
+                self._builds[flight] = build
+                build.add_done_callback(lambda _: self._builds.pop(flight, None))
+            rest = await asyncio.shield(build)
+        return _at(now, rest)
+
+    def _status_rest(self, team: str | None, now: datetime, marks: tuple[int, ...]) -> bytes:
+        """The status document without ``at``, as of ``marks``, built once per change."""
 
         def build() -> bytes:
             mirror = self.changes.mirror_at(self.store, marks)
@@ -126,11 +171,24 @@ class ApiContext:
             del document["at"]
             return json.dumps(document, separators=(",", ":")).encode()
 
-        rest = self.cached(("status", team, floor_hour(now)), build, marks)
-        return b'{"at":' + json.dumps(now.isoformat()).encode() + b"," + rest[1:]
+        return self.cached(_status_key(team, now), build, marks)
 
     def dashboard(self) -> dict[str, Any]:
         """The dashboard's data as of the last change, with the clock and health of now."""
         now = self.clock()
         page = self.cached(("dashboard", floor_hour(now)), lambda: dashboard(self.store, now, self.health))
         return {**page, "now": now, "health": self.health.as_dict()}
+
+
+def _status_key(team: str | None, now: datetime) -> Hashable:
+    return ("status", team, floor_hour(now))
+
+
+def _at(now: datetime, document: bytes) -> bytes:
+    """A JSON object with ``at`` (now) put first."""
+    return b'{"at":' + json.dumps(now.isoformat()).encode() + b"," + document[1:]
+
+
+def _default_id(token: ApiToken, now: datetime) -> str:
+    """The id of a job submitted without one: its team and the moment."""
+    return f"{token.team}-{now:%Y%m%dT%H%M%S%f}"

@@ -87,16 +87,16 @@ class JobStore(SqlBase):
             insert_jobs(session, jobs)
 
     def job(self, job_id: str) -> Job | None:
-        with self._session(read_only=True) as session:
-            row = session.execute(select(JobRow.__table__).where(JobRow.id == job_id)).first()
+        with self._reading() as connection:
+            row = connection.execute(select(JobRow.__table__).where(JobRow.id == job_id)).first()
             return None if row is None else self._job(row)
 
     def jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
         query = select(JobRow.__table__).order_by(JobRow.seq)
         if states is not None:
             query = query.where(JobRow.state.in_([JobState(s) for s in states]))
-        with self._session(read_only=True) as session:
-            return [self._job(row) for row in session.execute(query)]
+        with self._reading() as connection:
+            return [self._job(row) for row in connection.execute(query)]
 
     def set_promises(self, promises: Mapping[str, datetime]) -> None:
         for promised_start in promises.values():
@@ -120,8 +120,8 @@ class JobStore(SqlBase):
             count(AmendmentRow),
             count(TokenRow, TokenRow.revoked_at.is_not(None)),
         )
-        with self._session(read_only=True) as session:
-            return tuple(int(n or 0) for n in session.execute(query).one())
+        with self._reading() as connection:
+            return tuple(int(n or 0) for n in connection.execute(query).one())
 
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None:
         with self._session() as session:

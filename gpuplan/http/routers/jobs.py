@@ -18,9 +18,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in
 
 
 @router.post("", status_code=201, response_model=SubmitOut, responses=ERRORS)
-def post_job(body: JobSpecIn, token: Submitter, ctx: Context) -> dict[str, object]:
+async def post_job(body: JobSpecIn, token: Submitter, ctx: Context) -> dict[str, object]:
     """Queue a job (the spec of ``gpuplan submit``); answers with its forecast and planned start."""
-    return ctx.submit(token, body.spec(), source="request body").as_dict()
+    return (await ctx.served_submit(token, body.spec(), source="request body")).as_dict()
 
 
 @router.get("/{job_id}", responses=ERRORS)

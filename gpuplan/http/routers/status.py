@@ -11,9 +11,9 @@ router = APIRouter(tags=["status"])
 
 
 @router.get("/v1/status", response_class=Response)
-def get_status(token: Reader, ctx: Context, marks: Marks, team: str | None = None) -> Response:
+async def get_status(token: Reader, ctx: Context, marks: Marks, team: str | None = None) -> Response:
     """The document of ``gpuplan status --json``; ``?team=`` keeps one team's jobs."""
-    return Response(ctx.status_json(team, marks), media_type="application/json")
+    return Response(await ctx.served_status(team, marks), media_type="application/json")
 
 
 @router.get("/healthz")
