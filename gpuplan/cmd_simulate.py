@@ -28,6 +28,7 @@ FLAGS = {
     "promise_penalty": "--promise-penalty",
     "promise_slack_hours": "--promise-slack",
     "promise_break_hours": "--promise-break",
+    "promise_lookback_hours": "--promise-lookback",
 }
 #: Four weeks: the longest bundled series (Philly, ten weeks) still has two weeks of history.
 MAX_DAYS = 28
@@ -103,6 +104,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="H",
         help="what breaking a promise costs at once, in hours late (default 4)",
     )
+    parser.add_argument(
+        "--promise-lookback",
+        type=int,
+        default=None,
+        metavar="H",
+        help="hours of past higher-priority arrivals the promise at submit counts as still to come "
+        "(default 12; 0: the promise is the plan's start)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the drawn workload (default 0)")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.add_argument("--png", type=Path, default=None, metavar="DIR", help="directory for the plots")
@@ -139,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpuplan.app.config import (
         PROMISE_BREAK_HOURS,
+        PROMISE_LOOKBACK_HOURS,
         PROMISE_PENALTY,
         PROMISE_SLACK_HOURS,
         PlanWith,
@@ -157,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             penalty=PROMISE_PENALTY if args.promise_penalty is None else args.promise_penalty,
             slack_hours=PROMISE_SLACK_HOURS if args.promise_slack is None else args.promise_slack,
             break_hours=PROMISE_BREAK_HOURS if args.promise_break is None else args.promise_break,
+            lookback_hours=PROMISE_LOOKBACK_HOURS if args.promise_lookback is None else args.promise_lookback,
         ),
     )
     with tempfile.TemporaryDirectory(prefix="gpuplan-simulate-") as work:
