@@ -201,7 +201,8 @@ def _print(report: SimulationReport) -> None:
         f"{report.options.plan_with.value.upper()} job durations, a cycle every "
         f"{report.options.cycle_minutes} min; amendments {'on' if report.options.amend else 'off'}, "
         f"promise penalty {report.options.promises.penalty:g} "
-        f"(slack {report.options.promises.slack_hours} h, break {report.options.promises.break_hours:g} h)"
+        f"(slack {report.options.promises.slack_hours} h, break {report.options.promises.break_hours:g} h), "
+        f"promises counting the arrivals of {report.options.promises.lookback_hours} h"
     )
     apps = ", ".join(
         f"{s.app.id} (swap cap {s.app.swap_cap}, {s.history_hours} h of history)" for s in setup.series
@@ -222,6 +223,8 @@ def _print(report: SimulationReport) -> None:
         "rt idle GPU-h",
         "amend/day",
         "promise kept",
+        "plan kept",
+        "promised - plan p50/p90 h",
         "delay p50/p90 h",
         "rt moves",
         "wait p50/p99 h",
@@ -244,6 +247,8 @@ def _print(report: SimulationReport) -> None:
                 f"{m.rt_idle_gpu_hours:,.0f}",
                 f"{m.amendments_per_day:.1f}",
                 f"{m.promise_kept:.1%} of {m.promised}",
+                f"{m.plan_kept:.1%}",
+                f"{m.promise_lead_h_p50:.1f} / {m.promise_lead_h_p90:.1f}",
                 f"{m.promise_delay_h_p50:.1f} / {m.promise_delay_h_p90:.1f}",
                 m.rt_moves,
                 f"{m.wait_p50_h:.1f} / {m.wait_p99_h:.1f}",
