@@ -28,6 +28,7 @@ FLAGS = {
     "promise_penalty": "--promise-penalty",
     "promise_slack_hours": "--promise-slack",
     "promise_break_hours": "--promise-break",
+    "promise_lookback_hours": "--promise-lookback",
 }
 #: Four weeks: the longest bundled series (Philly, ten weeks) still has two weeks of history.
 MAX_DAYS = 28
@@ -103,6 +104,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="H",
         help="what breaking a promise costs at once, in hours late (default 4)",
     )
+    parser.add_argument(
+        "--promise-lookback",
+        type=int,
+        default=None,
+        metavar="H",
+        help="hours of past higher-priority arrivals the promise at submit counts as still to come "
+        "(default 12; 0: the promise is the plan's start)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the drawn workload (default 0)")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.add_argument("--png", type=Path, default=None, metavar="DIR", help="directory for the plots")
@@ -139,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpuplan.app.config import (
         PROMISE_BREAK_HOURS,
+        PROMISE_LOOKBACK_HOURS,
         PROMISE_PENALTY,
         PROMISE_SLACK_HOURS,
         PlanWith,
@@ -157,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             penalty=PROMISE_PENALTY if args.promise_penalty is None else args.promise_penalty,
             slack_hours=PROMISE_SLACK_HOURS if args.promise_slack is None else args.promise_slack,
             break_hours=PROMISE_BREAK_HOURS if args.promise_break is None else args.promise_break,
+            lookback_hours=PROMISE_LOOKBACK_HOURS if args.promise_lookback is None else args.promise_lookback,
         ),
     )
     with tempfile.TemporaryDirectory(prefix="gpuplan-simulate-") as work:
@@ -190,7 +201,8 @@ def _print(report: SimulationReport) -> None:
         f"{report.options.plan_with.value.upper()} job durations, a cycle every "
         f"{report.options.cycle_minutes} min; amendments {'on' if report.options.amend else 'off'}, "
         f"promise penalty {report.options.promises.penalty:g} "
-        f"(slack {report.options.promises.slack_hours} h, break {report.options.promises.break_hours:g} h)"
+        f"(slack {report.options.promises.slack_hours} h, break {report.options.promises.break_hours:g} h), "
+        f"promises counting the arrivals of {report.options.promises.lookback_hours} h"
     )
     apps = ", ".join(
         f"{s.app.id} (swap cap {s.app.swap_cap}, {s.history_hours} h of history)" for s in setup.series
@@ -211,6 +223,8 @@ def _print(report: SimulationReport) -> None:
         "rt idle GPU-h",
         "amend/day",
         "promise kept",
+        "plan kept",
+        "promised - plan p50/p90 h",
         "delay p50/p90 h",
         "rt moves",
         "wait p50/p99 h",
@@ -233,6 +247,8 @@ def _print(report: SimulationReport) -> None:
                 f"{m.rt_idle_gpu_hours:,.0f}",
                 f"{m.amendments_per_day:.1f}",
                 f"{m.promise_kept:.1%} of {m.promised}",
+                f"{m.plan_kept:.1%}",
+                f"{m.promise_lead_h_p50:.1f} / {m.promise_lead_h_p90:.1f}",
                 f"{m.promise_delay_h_p50:.1f} / {m.promise_delay_h_p90:.1f}",
                 m.rt_moves,
                 f"{m.wait_p50_h:.1f} / {m.wait_p99_h:.1f}",

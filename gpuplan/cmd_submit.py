@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if result.planned_start is not None and result.first_gpu is not None:
         last_gpu = result.first_gpu + result.gpus - 1
         where = f"planned at {result.planned_start.isoformat()} on GPUs {result.first_gpu}-{last_gpu}"
+        if result.promised_start is not None:
+            where += f"; promised start {result.promised_start.isoformat()}"
     sys.stdout.write(
         f"queued {result.job}: {result.gpus} GPUs, P50 {result.hours_p50:.2f} h, "
         f"P90 {result.hours_p90:.2f} h; {where}\n"

@@ -139,8 +139,11 @@ class Store(abc.ABC):
     def job(self, job_id: str) -> Job | None: ...
 
     @abc.abstractmethod
-    def jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
-        """Jobs in the given states (all when None), in submission order."""
+    def jobs(
+        self, states: Sequence[JobState] | None = None, *, submitted_since: datetime | None = None
+    ) -> list[Job]:
+        """Jobs in the given states (all when None), in submission order; with
+        ``submitted_since``, only those submitted at or after it."""
 
     @abc.abstractmethod
     def set_promises(self, promises: Mapping[str, datetime]) -> None:

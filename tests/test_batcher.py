@@ -167,8 +167,18 @@ def test_a_batch_plans_as_its_submits_one_by_one_would(tmp_path: Path, models_di
         assert planned_together.objective == planned_alone.objective
         # the second batch (job-1 .. job-5) answers from the plan it leaves, the final one
         final = {
-            job.id: answer(planned_alone, job) for job in alone.store.jobs() if job.id.startswith("job-")
+            job.id: answer(planned_alone, job, job.promised_start)
+            for job in alone.store.jobs()
+            if job.id.startswith("job-")
         }
+        # and the same promises: each counts the work submitted before it, weighed by the next
+        promised_together, promised_alone = (
+            {job.id: job.promised_start for job in service.store.jobs()} for service in (together, alone)
+        )
+        assert promised_together == promised_alone
+        assert any(
+            job.promised_start != final[job.id].planned_start for job in alone.store.jobs() if job.id in final
+        )
     assert batched[1:] == [final[spec["id"]] for spec in specs[1:]]
     assert any(a.planned_start is not None for a in final.values())
 

@@ -121,7 +121,8 @@ def test_submit_answers_201_with_the_forecast_and_the_planned_start_and_records_
     answer = client.post("/v1/jobs", json=JOB, headers=service.auth("ml"))
     assert answer.status_code == 201, answer.text
     body = answer.json()
-    assert set(body) == {"job", "gpus", "hours_p50", "hours_p90", "planned_start", "first_gpu", "reason"}
+    keys = {"job", "gpus", "hours_p50", "hours_p90", "planned_start", "promised_start", "first_gpu", "reason"}
+    assert set(body) == keys
     assert body["job"] == "inf-1" and body["gpus"] == 2 and body["hours_p90"] == 3
     assert body["reason"]
     job = service.store.job("inf-1")
@@ -137,7 +138,9 @@ def test_submit_answers_201_with_the_forecast_and_the_planned_start_and_records_
         view["state"] == "queued"
         and view["forecast"]["gpus"] == 2
         and view["planned_start"] == body["planned_start"]
+        and view["promised_start"] == body["promised_start"]
     )
+    assert job.promised_start is not None and job.promised_start.isoformat() == body["promised_start"]
     again = client.post("/v1/jobs", json=JOB, headers=service.auth("ml"))
     assert again.status_code == 422 and _error(again)["errors"][0]["field"] == "id"
 

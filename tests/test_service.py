@@ -150,15 +150,17 @@ def test_submit_answers_with_a_planned_start_and_a_bad_spec_stores_nothing(
     result = run_cli("submit", good, "--db", db, "--models", models_dir, "--json", "--at", T0.isoformat())
     assert result.code == 0, result.err
     answer = json.loads(result.out)
-    assert set(answer) == {"job", "gpus", "hours_p50", "hours_p90", "planned_start", "first_gpu", "reason"}
+    keys = {"job", "gpus", "hours_p50", "hours_p90", "planned_start", "promised_start", "first_gpu", "reason"}
+    assert set(answer) == keys
     assert answer["job"] == "bi-1" and answer["gpus"] == 4 and answer["hours_p90"] == 2
     assert answer["planned_start"] is not None and answer["first_gpu"] % 4 == 0
     assert datetime.fromisoformat(answer["planned_start"]) >= datetime(2026, 11, 30, 11, tzinfo=UTC)
     store = open_store(db)
-    try:  # the planned start given at submit is the job's promise
+    try:  # the start promised at submit is kept; nothing arrived before it, so it is the plan's
         promised = store.job("bi-1")
         assert promised is not None
-        assert promised.promised_start == datetime.fromisoformat(answer["planned_start"])
+        assert promised.promised_start == datetime.fromisoformat(answer["promised_start"])
+        assert answer["promised_start"] == answer["planned_start"]
     finally:
         store.close()
 

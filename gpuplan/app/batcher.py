@@ -42,7 +42,8 @@ from gpuplan.app.bridge import STEP, floor_hour, queued_entry, run_record
 from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.jobs import SubmitResult, answer, check_fits, hot_path_plan, planned_starts, promise
+from gpuplan.app.jobs import SubmitResult, answer, check_fits, hot_path_plan, promise
+from gpuplan.app.promises import batch_gpus, promised_starts, recent_arrivals
 from scheduler.model import Allocation
 from storage.store import Store, marks_after_submits
 
@@ -156,10 +157,11 @@ class SubmitBatcher:
                     stored = self._store_jobs(batch)
                     if not stored:
                         return
-                    run, instance, allocation = self._plan(base, [t.job for t in stored], now)
-                    promised = promise(self.store, run, [t.job.id for t in stored])
+                    waiting = [t.job for t in stored]
+                    run, instance, allocation, starts = self._plan(base, waiting, now)
+                    promised = promise(self.store, run, waiting, now, self.config, starts=starts)
                 for ticket in stored:
-                    ticket.result = answer(run, ticket.job)
+                    ticket.result = answer(run, ticket.job, promised.get(ticket.job.id))
                 # The next batch's base: this run, while nothing moves (the marks read after it).
                 stamp, marks = self.changes.bump(), self.store.marks()
                 self._base = (
@@ -210,8 +212,7 @@ class SubmitBatcher:
         planned = self._warm(base, [t.job for t in batch], now)
         if planned is None:
             return None
-        run, instance, allocation = planned
-        starts = planned_starts(run, [t.job.id for t in batch])
+        run, instance, allocation, starts = planned
         for ticket in batch:
             ticket.job = replace(ticket.job, promised_start=starts.get(ticket.job.id))
         try:
@@ -244,9 +245,9 @@ class SubmitBatcher:
 
     def _plan(
         self, base: WarmBase | None, jobs: list[Job], now: datetime
-    ) -> tuple[PlanRun, Instance, Allocation | None]:
+    ) -> tuple[PlanRun, Instance, Allocation | None, dict[str, datetime] | None]:
         """The stored run that answers ``jobs`` (inserted into ``base`` when there is one), its
-        instance and decisions."""
+        instance and decisions, and the jobs' promises when the insertion made them."""
         if base is not None:
             warm = self._warm(base, jobs, now)
             if warm is not None:
@@ -255,7 +256,7 @@ class SubmitBatcher:
         self.stats.fresh += 1
         run = hot_path_plan(self.store, now, self.config, self.forecasters)
         assert run is not None
-        return (run, *self._decisions(run))
+        return (run, *self._decisions(run), None)
 
     def _warm_base(self, now: datetime, marks: tuple[int, ...]) -> WarmBase | None:
         """The stored plan to insert into, if one still holds at the store's ``marks``: the
@@ -297,21 +298,17 @@ class SubmitBatcher:
         will have them (the promised jobs weigh their promises in the next repair)."""
         if self.config.promises.penalty <= 0 or not promised:
             return base
-        steps = {job: math.floor((start - base.run.start) / STEP) for job, start in promised.items()}
+        steps = {job: _promise_step(base.run, start) for job, start in promised.items()}
         jobs = [
             {**entry, "promise": steps[entry["id"]]}
             if entry["id"] in steps and entry.get("promise") is None
             else entry
             for entry in base.run.scenario["jobs"]
         ]
-        batch_jobs = tuple(
-            replace(job, promise_step=steps[job.id]) if job.id in steps and job.promise_step is None else job
-            for job in base.instance.batch_jobs
-        )
         return replace(
             base,
             run=replace(base.run, scenario={**base.run.scenario, "jobs": jobs}),
-            instance=replace(base.instance, batch_jobs=batch_jobs),
+            instance=_with_promises(base.instance, steps),
         )
 
     @staticmethod
@@ -325,9 +322,12 @@ class SubmitBatcher:
 
     def _warm(
         self, base: WarmBase, jobs: list[Job], now: datetime
-    ) -> tuple[PlanRun, Instance, Allocation] | None:
-        """``base`` with ``jobs`` inserted and repaired, as the run to store; None when the
-        checker refuses it."""
+    ) -> tuple[PlanRun, Instance, Allocation, dict[str, datetime]] | None:
+        """``base`` with ``jobs`` inserted and repaired, as the run to store, and their
+        promises; None when the checker refuses it.
+
+        Each job is promised once it is in, and the next is inserted into a plan that weighs
+        that promise: the plan and the promises are those of the submits one by one."""
         from contract.scenario_io import parse_scenario
         from scheduler.budget import Budget
         from scheduler.check import check_plan
@@ -353,12 +353,35 @@ class SubmitBatcher:
         instance = replace(base.instance, batch_jobs=base.instance.batch_jobs + added)
         budget_ms = self.config.submit_budget_ms or HOT_PATH_BUDGET_MS
         wall_clock = self.config.plan_wall_clock
-        allocation = insert(
-            instance,
-            base.allocation,
-            [job.id for job in jobs],
-            lambda: Budget(budget_ms) if wall_clock else Budget.of_work(budget_ms),
-        )
+        allocation = base.allocation
+        promised: dict[str, datetime] = {}
+        # the arrivals and the batch GPUs the promises count, read once for the batch
+        stored, capacity = recent_arrivals(self.store, jobs, self.config), batch_gpus(base.run)
+        for i, job in enumerate(jobs):
+            allocation = insert(
+                instance,
+                allocation,
+                [job.id],
+                lambda: Budget(budget_ms) if wall_clock else Budget.of_work(budget_ms),
+            )
+            placement = allocation.batch.get(job.id)
+            if placement is None:
+                continue
+            start = {job.id: base.run.start + placement.start_step * STEP}
+            promised |= promised_starts(
+                self.store,
+                base.run,
+                [job],
+                now,
+                self.config,
+                planned=start,
+                arriving=jobs[: i + 1],
+                stored=stored,
+                capacity=capacity,
+            )
+            if self.config.promises.penalty > 0 and i < len(jobs) - 1 and job.id in promised:
+                instance = _with_promises(instance, {job.id: _promise_step(base.run, promised[job.id])})
+                entries[i] = {**entries[i], "promise": _promise_step(base.run, promised[job.id])}
         grid = build_grid(instance, allocation)
         violations = check_plan(instance, grid)
         if violations:  # a bug in the repair: logged, and the queue planned afresh
@@ -376,4 +399,18 @@ class SubmitBatcher:
             latency_ms=(time.perf_counter() - started) * 1000,
             forecasts=base.run.forecasts,
         )
-        return replace(run, extra={"warm_from": base.run.id}), instance, allocation
+        return replace(run, extra={"warm_from": base.run.id}), instance, allocation, promised
+
+
+def _promise_step(run: PlanRun, promised: datetime) -> int:
+    """A promised start as the scenario's ``promise``: steps from the run's start."""
+    return math.floor((promised - run.start) / STEP)
+
+
+def _with_promises(instance: Instance, steps: Mapping[str, int]) -> Instance:
+    """``instance`` with the promises ``steps`` on the batch jobs that have none yet."""
+    batch_jobs = tuple(
+        replace(job, promise_step=steps[job.id]) if job.id in steps and job.promise_step is None else job
+        for job in instance.batch_jobs
+    )
+    return replace(instance, batch_jobs=batch_jobs)

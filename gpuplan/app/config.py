@@ -59,6 +59,10 @@ PROMISE_SLACK_HOURS = 1
 PROMISE_BREAK_HOURS = 4.0
 PROMISE_SLACK_RANGE = (0, 24)
 PROMISE_BREAK_RANGE = (0.0, 168.0)
+#: The promise counts the higher-priority work that arrived in this many hours before the
+#: submit as what will arrive while the job waits (0: the promise is the plan's start).
+PROMISE_LOOKBACK_HOURS = 12
+PROMISE_LOOKBACK_RANGE = (0, 168)
 
 
 @dataclass(frozen=True)
@@ -68,11 +72,16 @@ class PromiseTerms:
     A promised job that starts ``d`` hours after its promise costs nothing while ``d <=
     slack_hours`` and ``penalty x priority x gpus x (d - slack_hours + break_hours)`` after:
     the cost jumps where the promise breaks, and grows with each hour beyond.
+
+    The promise itself is the plan's start moved by the higher-priority work that arrived
+    in the ``lookback_hours`` before the submit (:mod:`gpuplan.app.promises`; 0: the plan's
+    start).
     """
 
     penalty: float = PROMISE_PENALTY
     slack_hours: int = PROMISE_SLACK_HOURS
     break_hours: float = PROMISE_BREAK_HOURS
+    lookback_hours: int = PROMISE_LOOKBACK_HOURS
 
     def __post_init__(self) -> None:
         if not 0 <= self.penalty <= MAX_PROMISE_PENALTY:
@@ -85,6 +94,9 @@ class PromiseTerms:
             raise InputError(
                 "promise_break_hours", f"a number in [{low_break:g}, {high_break:g}]", self.break_hours
             )
+        low, high = PROMISE_LOOKBACK_RANGE
+        if not low <= self.lookback_hours <= high:
+            raise InputError("promise_lookback_hours", f"an integer in [{low}, {high}]", self.lookback_hours)
 
     def scenario_keys(self, step_minutes: int) -> dict[str, float | int]:
         """The scenario's promise keys (CONTRACT.md's extension, docs/contract.md); none at
@@ -181,6 +193,7 @@ TOP_KEYS = {
     "promise_penalty",
     "promise_slack_hours",
     "promise_break_hours",
+    "promise_lookback_hours",
     "models_dir",
     "commits_file",
     "executor",
@@ -424,6 +437,11 @@ def load_config(path: Path) -> ServiceConfig:
                 top.get("promise_break_hours", PROMISE_BREAK_HOURS),
                 "promise_break_hours",
                 *PROMISE_BREAK_RANGE,
+            ),
+            lookback_hours=r.integer(
+                top.get("promise_lookback_hours", PROMISE_LOOKBACK_HOURS),
+                "promise_lookback_hours",
+                *PROMISE_LOOKBACK_RANGE,
             ),
         ),
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),

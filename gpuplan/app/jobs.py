@@ -48,6 +48,8 @@ class SubmitResult:
     planned_start: datetime | None
     first_gpu: int | None
     reason: str
+    #: The start promised (the plan's, moved by the work expected to arrive ahead of the job).
+    promised_start: datetime | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -56,6 +58,7 @@ class SubmitResult:
             "hours_p50": round(self.hours_p50, 4),
             "hours_p90": round(self.hours_p90, 4),
             "planned_start": None if self.planned_start is None else self.planned_start.isoformat(),
+            "promised_start": None if self.promised_start is None else self.promised_start.isoformat(),
             "first_gpu": self.first_gpu,
             "reason": self.reason,
         }
@@ -218,9 +221,9 @@ def submit(
     else:
         store.add_job(job)
     run = hot_path_plan(store, now, config, forecasters) if replan else None
-    if run is not None:
-        promise(store, run, [job.id])
-    return answer(run, job)
+    if run is None:
+        return answer(run, job)
+    return answer(run, job, promise(store, run, [job], now, config).get(job.id))
 
 
 def checked_spec(
@@ -297,8 +300,9 @@ def estimated_job(
     )
 
 
-def answer(run: PlanRun | None, job: Job) -> SubmitResult:
-    """The submit's answer from the plan that placed ``job`` (None: no plan was made)."""
+def answer(run: PlanRun | None, job: Job, promised_start: datetime | None = None) -> SubmitResult:
+    """The submit's answer from the plan that placed ``job`` (None: no plan was made), with
+    the start promised to it."""
     assert job.estimate is not None
     estimate = job.estimate
     if run is None:
@@ -314,7 +318,14 @@ def answer(run: PlanRun | None, job: Job) -> SubmitResult:
     planned_start, first_gpu = planned_place(run, job.id)
     reason = placement_reason(run, job.id, estimate, planned_start)
     return SubmitResult(
-        job.id, estimate.gpus, estimate.hours_p50, estimate.hours_p90, planned_start, first_gpu, reason
+        job.id,
+        estimate.gpus,
+        estimate.hours_p50,
+        estimate.hours_p90,
+        planned_start,
+        first_gpu,
+        reason,
+        promised_start,
     )
 
 
@@ -361,11 +372,22 @@ def planned_starts(run: PlanRun, job_ids: Sequence[str]) -> dict[str, datetime]:
     return starts
 
 
-def promise(store: Store, run: PlanRun, job_ids: Sequence[str]) -> dict[str, datetime]:
-    """The starts ``run`` plans for ``job_ids``, kept as their promises (the planned start
-    given at submit). A job the run does not place gets no promise; one already promised
-    keeps its first."""
-    promised = planned_starts(run, job_ids)
+def promise(
+    store: Store,
+    run: PlanRun,
+    jobs: Sequence[Job],
+    now: datetime,
+    config: ServiceConfig,
+    *,
+    starts: Mapping[str, datetime] | None = None,
+) -> dict[str, datetime]:
+    """The starts promised to ``jobs`` at ``now`` from ``run`` (its planned starts, moved by
+    the work expected to arrive ahead of them: :mod:`gpuplan.app.promises`; ``starts`` when
+    they are made already), kept as their promises. A job the run does not place gets no
+    promise; one already promised keeps its first."""
+    from gpuplan.app.promises import promised_starts
+
+    promised = dict(starts) if starts is not None else promised_starts(store, run, jobs, now, config)
     if promised:
         store.set_promises(promised)
     return promised

@@ -106,6 +106,7 @@ def job_view(store: Store, job: Job) -> dict[str, Any]:
         if estimate is None
         else {"gpus": estimate.gpus, "hours_p50": estimate.hours_p50, "hours_p90": estimate.hours_p90},
         "planned_start": None if planned is None else planned.isoformat(),
+        "promised_start": None if job.promised_start is None else job.promised_start.isoformat(),
         "reason": reason,
         "started_at": None if job.started_at is None else job.started_at.isoformat(),
         "gpus": None

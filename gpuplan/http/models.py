@@ -34,6 +34,11 @@ class SubmitOut(BaseModel):
     hours_p50: float
     hours_p90: float
     planned_start: str | None = Field(description="ISO 8601, as `gpuplan submit --json` prints it")
+    promised_start: str | None = Field(
+        None,
+        description="ISO 8601: the start promised, the plan's moved by the work expected to arrive "
+        "ahead of the job (docs/closed-loop.md)",
+    )
     first_gpu: int | None
     reason: str
 

@@ -91,10 +91,14 @@ class JobStore(SqlBase):
             row = connection.execute(select(JobRow.__table__).where(JobRow.id == job_id)).first()
             return None if row is None else self._job(row)
 
-    def jobs(self, states: Sequence[JobState] | None = None) -> list[Job]:
+    def jobs(
+        self, states: Sequence[JobState] | None = None, *, submitted_since: datetime | None = None
+    ) -> list[Job]:
         query = select(JobRow.__table__).order_by(JobRow.seq)
         if states is not None:
             query = query.where(JobRow.state.in_([JobState(s) for s in states]))
+        if submitted_since is not None:
+            query = query.where(JobRow.submitted_at >= submitted_since)
         with self._reading() as connection:
             return [self._job(row) for row in connection.execute(query)]
 

@@ -6,7 +6,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
@@ -23,7 +23,7 @@ from gpuplan.app.bridge import STEP, floor_hour
 from gpuplan.app.config import PlanWith, PromiseTerms, ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
-from gpuplan.app.jobs import finish, promise, submit
+from gpuplan.app.jobs import finish, planned_starts, promise, submit
 from gpuplan.app.tick import recalibrate, review
 
 if TYPE_CHECKING:
@@ -84,6 +84,10 @@ class PolicyRun:
     commits: list[Commit]
     amendments: list[Amendment] = field(default_factory=list)
     promised: dict[str, datetime] = field(default_factory=dict)
+    #: The plan's start at submit, each promise was made from.
+    planned: dict[str, datetime] = field(default_factory=dict)
+    #: Milliseconds each cycle's promises took to make (outside ``cycle_ms``).
+    promise_ms: list[float] = field(default_factory=list)
     started: dict[str, datetime] = field(default_factory=dict)
     gpus: dict[str, int] = field(default_factory=dict)
     cycle_ms: list[float] = field(default_factory=list)
@@ -123,7 +127,10 @@ def run_policy(
             plan_budget_ms=options.plan_budget_ms,
             plan_wall_clock=False,  # the same plans however busy the machine: results repeat per seed
             plan_with=options.plan_with,
-            promises=options.promises,
+            # FIFO's and priority-backfill's promise is their own plan at submit.
+            promises=options.promises
+            if policy is SimPolicy.FAST
+            else replace(options.promises, lookback_hours=0),
             models_dir=setup.models_dir,
             executor=InMemoryExecutor.name,
         )
@@ -209,7 +216,11 @@ def _loop(
         if planned and run is not None and hooks.planned is not None:
             hooks.planned(store, run)
         if awaiting and run is not None and run.created_at == now:
-            result.promised.update(promise(store, run, awaiting))
+            started = time.perf_counter()
+            jobs = [job for job in (store.job(job_id) for job_id in awaiting) if job is not None]
+            result.promised.update(promise(store, run, jobs, now, config))
+            result.promise_ms.append((time.perf_counter() - started) * 1000)
+            result.planned.update(planned_starts(run, awaiting))
         awaiting = []
     return result
 

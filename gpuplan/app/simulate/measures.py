@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,6 +53,9 @@ class PolicyMetrics:
     promise_kept: float  # share of those started no later than 1 h after it (1 with none)
     promise_delay_h_p50: float  # actual start - promised start, hours
     promise_delay_h_p90: float
+    plan_kept: float  # share of the same judgement against the plan's start at submit
+    promise_lead_h_p50: float  # promised start - the plan's start it was made from, hours
+    promise_lead_h_p90: float
     rt_moves: int  # GPUs the apps gained or lost from one committed hour to the next
     wait_p50_h: float
     wait_p99_h: float
@@ -64,6 +67,8 @@ class PolicyMetrics:
     cycle_ms_p99: float
     amend_ms_p50: float
     amend_ms_p99: float
+    promise_ms_p50: float  # the promises of one cycle's new jobs made, after its plan
+    promise_ms_p99: float
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -85,6 +90,11 @@ class PolicyMetrics:
             "promise_kept": round(self.promise_kept, 6),
             "promise_delay_h_p50": round(self.promise_delay_h_p50, 4),
             "promise_delay_h_p90": round(self.promise_delay_h_p90, 4),
+            "plan_kept": round(self.plan_kept, 6),
+            "promise_lead_h_p50": round(self.promise_lead_h_p50, 4),
+            "promise_lead_h_p90": round(self.promise_lead_h_p90, 4),
+            "promise_ms_p50": round(self.promise_ms_p50, 3),
+            "promise_ms_p99": round(self.promise_ms_p99, 3),
             "rt_moves": self.rt_moves,
             "started": self.started,
             "submitted": self.submitted,
@@ -189,28 +199,21 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
     value = sum(s.app.priority * float(apps[s.app.id].served.sum()) for s in setup.series)
     completed = 0
     waits: dict[str, list[float]] = {}
-    delays: list[float] = []
-    kept = 0
+    delays, kept = _judged(setup, run, run.promised)
+    _, plan_kept = _judged(setup, run, run.planned)
     for job in setup.jobs:
         start = run.started.get(job.id)
         submitted = setup.start + timedelta(hours=job.submit_hour)
         # A job still waiting at the end has waited at least until the end.
         wait = ((start or setup.end) - submitted) / STEP
         waits.setdefault(job.kind.value, []).append(max(0.0, wait))
-        promised = run.promised.get(job.id)
-        # A job not started whose promise falls due after the end (its promised start plus
-        # the slack) is not judged: nothing it was told has been broken yet.
-        due = promised is not None and (start is not None or promised + PROMISE_SLACK < setup.end)
-        if promised is not None and due:
-            delay = ((start or setup.end) - promised) / STEP
-            delays.append(delay)
-            kept += start is not None and delay <= PROMISE_SLACK_HOURS
         if start is None:
             continue
         ran_hours = min(job.actual_hours, (setup.end - start) / STEP)
         value += job.priority * run.gpus[job.id] * ran_hours
         completed += start + timedelta(hours=job.actual_hours) <= setup.end
     every_wait = [w for kind in waits.values() for w in kind]
+    leads = [(at - run.planned[job]) / STEP for job, at in run.promised.items() if job in run.planned]
     demand = float(per_hour.rt_demand.sum())
     served = float(per_hour.rt_served.sum())
     unmet = per_hour.rt_demand - per_hour.rt_served
@@ -224,9 +227,12 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         rt_idle_gpu_hours=float(per_hour.rt_held.sum()) - served,
         amendments_per_day=len(run.amendments) * HOURS_PER_DAY / setup.hours,
         promised=len(delays),
-        promise_kept=kept / len(delays) if delays else 1.0,
+        promise_kept=kept,
         promise_delay_h_p50=_percentile(delays, 50),
         promise_delay_h_p90=_percentile(delays, 90),
+        plan_kept=plan_kept,
+        promise_lead_h_p50=_percentile(leads, 50),
+        promise_lead_h_p90=_percentile(leads, 90),
         rt_moves=sum(realtime_moves(masks) for masks in realtime_sets(setup, run).values()),
         wait_p50_h=_percentile(every_wait, 50),
         wait_p99_h=_percentile(every_wait, 99),
@@ -238,7 +244,29 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         cycle_ms_p99=_percentile(run.cycle_ms, 99),
         amend_ms_p50=_percentile(run.amend_ms, 50),
         amend_ms_p99=_percentile(run.amend_ms, 99),
+        promise_ms_p50=_percentile(run.promise_ms, 50),
+        promise_ms_p99=_percentile(run.promise_ms, 99),
     )
+
+
+def _judged(setup: Setup, run: PolicyRun, promised: Mapping[str, datetime]) -> tuple[list[float], float]:
+    """The delays (actual - promised start, hours) of the jobs judged on ``promised``, and
+    the share of them started no later than the slack after it (1 with none).
+
+    A job not started whose promise falls due after the end (its promised start plus the
+    slack) is not judged: nothing it was told has been broken yet. A job never started
+    counts its delay until the end.
+    """
+    delays = []
+    kept = 0
+    for job, at in promised.items():
+        start = run.started.get(job)
+        if start is None and at + PROMISE_SLACK >= setup.end:
+            continue
+        delay = ((start or setup.end) - at) / STEP
+        delays.append(delay)
+        kept += start is not None and delay <= PROMISE_SLACK_HOURS
+    return delays, kept / len(delays) if delays else 1.0
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
