@@ -22,6 +22,9 @@ WORK_SHARE = 0.75
 # Milliseconds the wall-clock deadline keeps back for what follows the searches (the floor
 # comparison, turning a mirrored plan back, building the grid); at most half the budget.
 FINISH_RESERVE_MS = 0.2
+# The most the wall-clock pace may stretch what is kept back for after the searches (a machine
+# this many times slower than the estimates, or busier).
+MAX_PACE = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,8 @@ class Budget:
         self.deadline = self.started + max(budget_ms / 2, budget_ms - FINISH_RESERVE_MS) / 1000
         self.units = budget_ms * 1000 * WORK_SHARE
         self.spent = 0.0
+        self.kept = 0.0  # units reserved for after the searches (charged, not yet run)
+        self.finish_s = min(budget_ms / 2, FINISH_RESERVE_MS) / 1000
 
     @classmethod
     def of_work(cls, budget_ms: float) -> Budget:
@@ -100,12 +105,29 @@ class Budget:
         the wall-clock deadline moved earlier by its estimated time (the searches end in time
         for it)."""
         self.charge(units)
+        self.kept += units
         self.deadline -= units / 1e6
 
     def affords(self, units: float) -> bool:
         """Whether a step estimated at ``units`` fits in what is left, and would end before
-        the deadline if it ran as fast as estimated."""
-        return self.spent + units <= self.units and time.perf_counter() + units / 1e6 < self.deadline
+        the deadline at the pace the work so far ran (:meth:`pace`): on a machine slower than
+        the estimates, the step and what is kept back for after the searches take longer too,
+        and the searches end earlier by as much."""
+        if self.spent + units > self.units:
+            return False
+        if self.work_only:
+            return True
+        now = time.perf_counter()
+        pace = self.pace(now)
+        return now + units * pace / 1e6 < self.deadline - (pace - 1) * (self.kept / 1e6 + self.finish_s)
+
+    def pace(self, now: float) -> float:
+        """Wall time per estimated unit of the work done so far (at least 1, at most
+        :data:`MAX_PACE`): everything the estimates leave out shows here."""
+        done = self.spent - self.kept
+        if done <= 0:
+            return 1.0
+        return min(MAX_PACE, max(1.0, (now - self.started) * 1e6 / done))
 
     def overdue(self) -> bool:
         """Whether the wall-clock deadline has passed (never, on a work-only budget)."""

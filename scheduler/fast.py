@@ -105,7 +105,7 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     """
     budget = budget or Budget(HOT_PATH_BUDGET_MS)
     costs = WorkCosts.of(instance)
-    floors = _baseline_floors(instance)
+    floors = [_Scored(instance, floor) for floor in baselines.all_three(instance)]
     # The floors (three packs on one set of reservations), as measured; settling at the end
     # is kept back from the work and the wall clock both.
     budget.charge(2 * costs.pack)
@@ -145,28 +145,50 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
             if wider is searched:
                 break
         searched = _search(oriented, wider, budget, costs, most_gain)
-    allocations = [
-        c.allocation if o is instance else _unmirror(instance, c.allocation)
-        for o, c in [*found, (oriented, searched)]
-    ]
-    return best_of(instance, [settle(instance, best_of(instance, allocations)), *floors])
+    # The searches' plans are compared in their own orientation (a mirror image has the same
+    # objective and moves): only the one chosen is turned back and settled.
+    chosen = _best([_Scored(o, c.allocation, c.objective) for o, c in [*found, (oriented, searched)]])
+    if chosen.instance is not instance:
+        chosen = _Scored(instance, _unmirror(instance, chosen.allocation), chosen.objective)
+    return _best([_Scored(instance, settle(instance, chosen.allocation)), *floors]).allocation
+
+
+class _Scored:
+    """An allocation of ``instance`` with its objective, and its real-time moves once asked for
+    (only a tie needs them)."""
+
+    __slots__ = ("_moves", "allocation", "instance", "objective")
+
+    def __init__(self, instance: Instance, allocation: Allocation, value: float | None = None) -> None:
+        self.instance, self.allocation = instance, allocation
+        self.objective = objective(instance, allocation) if value is None else value
+        self._moves: int | None = None
+
+    @property
+    def moves(self) -> int:
+        if self._moves is None:
+            self._moves = moves(self.instance, self.allocation.realtime)
+        return self._moves
+
+
+def _best(scored: Sequence[_Scored]) -> _Scored:
+    """The highest objective; at equal objective, the fewest real-time moves (the objective's
+    tie-break), then the first."""
+    best = scored[0]
+    for other in scored[1:]:
+        if other.allocation is best.allocation:
+            continue
+        if other.objective > best.objective + EPSILON or (
+            other.objective >= best.objective - EPSILON and other.moves < best.moves
+        ):
+            best = other
+    return best
 
 
 def best_of(instance: Instance, allocations: Sequence[Allocation]) -> Allocation:
     """The allocation of the highest objective; at equal objective, the one with the fewest
     real-time moves (the objective's tie-break), then the first."""
-    best = allocations[0]
-    best_objective, best_moves = objective(instance, best), moves(instance, best.realtime)
-    for allocation in allocations[1:]:
-        value, moved = objective(instance, allocation), moves(instance, allocation.realtime)
-        if value > best_objective + EPSILON or (value >= best_objective - EPSILON and moved < best_moves):
-            best, best_objective, best_moves = allocation, value, moved
-    return best
-
-
-def _baseline_floors(instance: Instance) -> list[Allocation]:
-    """The contract's three baselines: the fast mode never answers below any of them."""
-    return list(baselines.all_three(instance))
+    return _best([_Scored(instance, allocation) for allocation in allocations]).allocation
 
 
 def allocate_at_least_hot_path(instance: Instance, budget: Budget) -> Allocation:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -270,6 +271,38 @@ def test_a_work_only_budget_plans_the_same_on_a_machine_that_crawls(crawl: Calla
     assert plan(instance, PolicyName.FAST, options).grid == calm.grid
     hurried = plan(instance, PolicyName.FAST, SolveOptions(budget_ms=150))
     assert check_plan(instance, hurried.grid) == []  # the backstop cut it short, legally
+
+
+class _StoppedClock:
+    """A stand-in for the ``time`` module whose ``perf_counter`` reads what the test sets."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_on_a_machine_slower_than_the_estimates_the_searches_end_in_time_for_what_follows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The work so far ran at half the estimated speed: a next step must fit at that pace, and
+    so must the step kept back for after the searches and the finishing reserve, inside 2 ms."""
+    from scheduler import budget as budget_module
+
+    clock = _StoppedClock()
+    monkeypatch.setattr(budget_module, "time", clock)
+    budget = Budget(2.0)
+    budget.reserve(200)  # settling, after the searches: 200 us estimated
+    budget.charge(500)
+    clock.now = 1e-3  # 500 us of estimated work took 1 ms: a pace of 2
+    assert budget.pace(clock.now) == 2.0
+    # At that pace: 1 ms now, the step, then 2 x (200 us kept back + 200 us finishing) = 2 ms.
+    assert budget.affords(99)
+    assert not budget.affords(101)
+    clock.now = 0.5e-3  # the same work as fast as estimated: the plain deadline (1.6 ms) holds
+    assert budget.affords(700)
+    assert Budget.of_work(2.0).affords(1500)  # work-only: no clock, no pace
 
 
 def test_a_short_service_takes_a_gpu_from_one_of_lower_priority() -> None:
