@@ -90,6 +90,7 @@ class _Candidate:
     objective: float
     allocation: Allocation
     order: Sequence[BatchJob]  # the batch order that produced it
+    rt_objective: float  # the real-time holdings' share of the objective (a re-pack keeps it)
     rt_shortfall: int  # demanded real-time GPU-steps left unserved
     committed: Mapping[str, Placement]  # promised placements it was built around
     busy_before_batch: tuple[int, ...]  # per step: down, running, promised and real-time GPUs
@@ -237,12 +238,11 @@ def _with_batch(
     order: Sequence[BatchJob],
 ) -> _Candidate:
     """``candidate`` with the batch packing ``placements`` (of batch value ``value``), if it is better."""
-    rt_objective = realtime_objective(instance, candidate.allocation.realtime)
-    if rt_objective + value <= candidate.objective + EPSILON:
+    if candidate.rt_objective + value <= candidate.objective + EPSILON:
         return candidate
     return replace(
         candidate,
-        objective=rt_objective + value,
+        objective=candidate.rt_objective + value,
         allocation=Allocation(batch=placements, realtime=candidate.allocation.realtime),
         order=order,
     )
@@ -541,9 +541,11 @@ def _rebuild(
         blocked = [d | p | k for d, p, k in zip(instance.down_masks, promised, kept, strict=True)]
         realtime.update(place_realtime(instance, board, BlockedSchedule(blocked), in_the_way))
     value, placements = _pack(instance, board.busy, committed, candidate.order)
+    rt_objective = realtime_objective(instance, realtime)
     return _Candidate(
-        objective=realtime_objective(instance, realtime) + value,
+        objective=rt_objective + value,
         allocation=Allocation(batch=placements, realtime=realtime),
+        rt_objective=rt_objective,
         order=candidate.order,
         rt_shortfall=_shortfall(instance, realtime),
         committed=committed,
@@ -631,9 +633,11 @@ def _build(
     realtime = place_realtime(instance, board, BlockedSchedule(blocked))
     packed = [(*_pack(instance, board.busy, committed, order), order) for order in orders]
     value, placements, order = max(packed, key=lambda p: p[0])
+    rt_objective = realtime_objective(instance, realtime)
     return _Candidate(
-        objective=realtime_objective(instance, realtime) + value,
+        objective=rt_objective + value,
         allocation=Allocation(batch=placements, realtime=realtime),
+        rt_objective=rt_objective,
         order=order,
         rt_shortfall=_shortfall(instance, realtime),
         committed=committed,
