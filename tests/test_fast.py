@@ -183,18 +183,19 @@ def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) 
     assert check_plan(instance, build_grid(instance, _unmirror(instance, allocation))) == []
 
 
+def _shortfall_floor_of(instance: Any, promise: Any) -> int:
+    """The shortfall floor a promotion checks for ``promise`` (job id -> placement)."""
+    from scheduler.fast import _realtime_need, _shortfall_floor, free_counts
+
+    taken = batch_masks(instance, promise)
+    return _shortfall_floor(instance, taken, free_counts(instance, taken), _realtime_need(instance))
+
+
 @given(scenarios(max_gpus=16, max_jobs=10), st.data())
 def test_a_promise_is_never_built_that_its_shortfall_floor_rules_out(doc: dict[str, Any], data: Any) -> None:
     """The floor a promotion checks before re-planning is a lower bound: no re-plan around the
     promise serves more real-time demand than it says (or the swap caps cannot follow it)."""
-    from scheduler.fast import (
-        InfeasiblePromiseError,
-        _build,
-        _job_orders,
-        _realtime_need,
-        _shortfall_floor,
-        free_counts,
-    )
+    from scheduler.fast import InfeasiblePromiseError, _build, _job_orders
     from scheduler.model import Placement
 
     instance = parse_scenario(doc)
@@ -207,8 +208,7 @@ def test_a_promise_is_never_built_that_its_shortfall_floor_rules_out(doc: dict[s
             continue
         start, _, starts = run
         promise = {job.id: Placement(start_step=start, first_gpu=data.draw(st.sampled_from(gpus_of(starts))))}
-        taken = batch_masks(instance, promise)
-        floor = _shortfall_floor(instance, taken, free_counts(instance, taken), _realtime_need(instance))
+        floor = _shortfall_floor_of(instance, promise)
         try:
             built = _build(instance, promise, _job_orders(instance)[:1])
         except InfeasiblePromiseError:
@@ -339,14 +339,7 @@ def test_a_running_service_that_cannot_leave_a_promised_block_at_step_0_rules_th
     # GPUs 2-3 from step 0 makes it drop both at once: the other two GPUs are free, so the
     # per-step count leaves room, but from its running set the service reaches 0 GPUs at
     # step 0 and 1 at step 1 (3 GPU-steps short), or cannot follow its cap at all.
-    from scheduler.fast import (
-        InfeasiblePromiseError,
-        _build,
-        _job_orders,
-        _realtime_need,
-        _shortfall_floor,
-        free_counts,
-    )
+    from scheduler.fast import InfeasiblePromiseError, _build, _job_orders
     from scheduler.model import Placement
 
     inst = instance_of(
@@ -361,8 +354,7 @@ def test_a_running_service_that_cannot_leave_a_promised_block_at_step_0_rules_th
         }
     )
     promise = {"train": Placement(start_step=0, first_gpu=2)}
-    taken = batch_masks(inst, promise)
-    assert _shortfall_floor(inst, taken, free_counts(inst, taken), _realtime_need(inst)) >= 3
+    assert _shortfall_floor_of(inst, promise) >= 3
     try:
         built = _build(inst, promise, _job_orders(inst)[:1])
     except InfeasiblePromiseError:
