@@ -28,11 +28,15 @@ def free_block_starts(free: int, cluster_gpus: int, block_gpus: int) -> int:
     Folding ``x &= x >> k`` with k = 1, 2, 4, ... leaves bit ``a`` set exactly when
     the ``block_gpus`` bits from ``a`` upward were all set.
     """
-    span = 1
-    while span < block_gpus:
+    for span in _spans(block_gpus):
         free &= free >> span
-        span <<= 1
     return free & aligned_starts(cluster_gpus, block_gpus)
+
+
+@cache
+def _spans(block_gpus: int) -> tuple[int, ...]:
+    """The shifts of :func:`free_block_starts`' fold: 1, 2, 4, ... below ``block_gpus``."""
+    return tuple(1 << k for k in range(max(0, (block_gpus - 1).bit_length())))
 
 
 class Board:
@@ -66,18 +70,29 @@ class Board:
         if not_before >= horizon:
             return None
         end = job.end_step(not_before, horizon)
-        starts = self.all_mask
+        # free_block_starts, inlined: this is the fast mode's innermost loop.
+        all_mask, busy = self.all_mask, self.busy
+        spans, aligned = _spans(job.gpus), aligned_starts(self.gpus, job.gpus)
+        free: list[int] = []
+        starts = all_mask
         for t in range(not_before, end):
-            starts &= free_block_starts(self.all_mask & ~self.busy[t], self.gpus, job.gpus)
-            if not starts:
+            block_starts = all_mask & ~busy[t]
+            for span in spans:
+                block_starts &= block_starts >> span
+            free.append(block_starts)
+            starts &= block_starts
+            if not starts & aligned:
                 break
+        starts &= aligned
         if starts:
             return not_before, end, starts
         # Steps past the horizon are free: a run cut at the horizon checks only the steps it has.
-        free = [
-            free_block_starts(self.all_mask & ~self.busy[t], self.gpus, job.gpus)
-            for t in range(not_before, horizon)
-        ]
+        for t in range(not_before + len(free), horizon):
+            block_starts = all_mask & ~busy[t]
+            for span in spans:
+                block_starts &= block_starts >> span
+            free.append(block_starts)
+        free = [f & aligned for f in free]
         count = len(free)
         free += [self.all_mask] * (duration - 1)
         prefix = free[:]

@@ -22,6 +22,9 @@ WORK_SHARE = 0.75
 # Milliseconds the wall-clock deadline keeps back for what follows the searches (the floor
 # comparison, turning a mirrored plan back, building the grid); at most half the budget.
 FINISH_RESERVE_MS = 0.2
+# The most the wall-clock pace may stretch what is kept back for after the searches (a machine
+# this many times slower than the estimates, or busier).
+MAX_PACE = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,28 +32,50 @@ class WorkCosts:
     """Estimated cost (reference microseconds) of the fast mode's units of work on one instance.
 
     Fitted on the benchmark shapes and the scaling sweep (8 to 1,024 GPUs): a greedy pack
-    costs about ``8 + 2.6 log2(gpus / 8)`` us per queued job (wider bitmasks, more candidate
-    blocks); placing real-time costs about ``3 + 0.0055 gpus`` us per service and step.
-    Finding a delayed job's earlier slots costs about ``10 + 0.75 gpus`` us, and ranking the
-    delayed jobs by what a promotion is expected to gain about 4 us per queued job (measured on
-    the wide shapes, 8 to 64 GPUs).
+    costs about ``5.8 + 1.6 log2(gpus / 8)`` us per queued job (wider bitmasks, more candidate
+    blocks; refitted on the seven and the wide shapes, 8 to 64 GPUs, once the earliest-run
+    search got cheaper); placing real-time costs about ``3 + 0.0055 gpus`` us per service and
+    step. Finding a delayed job's earlier slots costs about ``10 + 0.75 gpus`` us, and ranking
+    the delayed jobs by what a promotion is expected to gain about 4 us per queued job
+    (measured on the wide shapes, 8 to 64 GPUs). The baselines, settling and the check of a
+    promised start are charged what they were measured to cost (:attr:`floors`,
+    :attr:`settle`, :attr:`check`).
     """
 
     pack: float
     realtime: float
     slots: float = 0.0
     delays: float = 0.0
+    jobs: int = 0
 
     @classmethod
     def of(cls, instance: Instance) -> WorkCosts:
-        per_job = 8.0 + 2.6 * math.log2(max(instance.gpus, 8) / 8)
+        per_job = 5.8 + 1.6 * math.log2(max(instance.gpus, 8) / 8)
         per_rt_step = 3.0 + 0.0055 * instance.gpus
         return cls(
-            pack=10.0 + per_job * len(instance.queued_jobs),
+            pack=7.0 + per_job * len(instance.queued_jobs),
             realtime=5.0 + per_rt_step * len(instance.realtime_jobs) * instance.horizon_steps,
             slots=10.0 + 0.75 * instance.gpus,
             delays=5.0 + 4.0 * len(instance.queued_jobs),
+            jobs=len(instance.queued_jobs),
         )
+
+    @property
+    def floors(self) -> float:
+        """The three baselines (first-fit packs on peak reservations) and the job orders of
+        both orientations."""
+        return 2 * self.pack + 0.5 * self.realtime + 6 * self.jobs
+
+    @property
+    def settle(self) -> float:
+        """Settling the chosen plan's services for the fewest moves (two tries)."""
+        return 1.3 * self.realtime
+
+    @property
+    def check(self) -> float:
+        """Whether a promised start is worth re-planning: the services in its way, the shortfall
+        floor, the trade filter."""
+        return 2 * self.slots
 
     @property
     def build(self) -> float:
@@ -74,6 +99,8 @@ class Budget:
         self.deadline = self.started + max(budget_ms / 2, budget_ms - FINISH_RESERVE_MS) / 1000
         self.units = budget_ms * 1000 * WORK_SHARE
         self.spent = 0.0
+        self.kept = 0.0  # units reserved for after the searches (charged, not yet run)
+        self.finish_s = min(budget_ms / 2, FINISH_RESERVE_MS) / 1000
 
     @classmethod
     def of_work(cls, budget_ms: float) -> Budget:
@@ -100,12 +127,29 @@ class Budget:
         the wall-clock deadline moved earlier by its estimated time (the searches end in time
         for it)."""
         self.charge(units)
+        self.kept += units
         self.deadline -= units / 1e6
 
     def affords(self, units: float) -> bool:
         """Whether a step estimated at ``units`` fits in what is left, and would end before
-        the deadline if it ran as fast as estimated."""
-        return self.spent + units <= self.units and time.perf_counter() + units / 1e6 < self.deadline
+        the deadline at the pace the work so far ran (:meth:`pace`): on a machine slower than
+        the estimates, the step and what is kept back for after the searches take longer too,
+        and the searches end earlier by as much."""
+        if self.spent + units > self.units:
+            return False
+        if self.work_only:
+            return True
+        now = time.perf_counter()
+        pace = self.pace(now)
+        return now + units * pace / 1e6 < self.deadline - (pace - 1) * (self.kept / 1e6 + self.finish_s)
+
+    def pace(self, now: float) -> float:
+        """Wall time per estimated unit of the work done so far (at least 1, at most
+        :data:`MAX_PACE`): everything the estimates leave out shows here."""
+        done = self.spent - self.kept
+        if done <= 0:
+            return 1.0
+        return min(MAX_PACE, max(1.0, (now - self.started) * 1e6 / done))
 
     def overdue(self) -> bool:
         """Whether the wall-clock deadline has passed (never, on a work-only budget)."""
