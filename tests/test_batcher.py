@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from contract.errors import InputError
-from contract.records import ApiToken, JobState, Outcome, RunMode
+from contract.records import ApiToken, Job, JobState, Outcome, RunMode
 from contract.scenario_io import parse_scenario
+from gpuplan.app import promises
 from gpuplan.app.changes import FreshMarks
 from gpuplan.app.config import demo_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
@@ -352,3 +353,34 @@ def test_the_status_after_a_warm_batch_is_built_from_memory_as_the_store_has_it(
         ctx.cancel(token, "job-2")  # not a batch: the mirror is read again
         served, stored = served_and_stored()
         assert served == stored and "job-2" not in {row["job"] for row in served["queue"]}
+
+
+def test_the_arrivals_a_batch_promises_by_are_kept_in_memory_as_the_store_has_them(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """A warm batch extends the recent arrivals it read (the promises count them); they are
+    read again once anything else moves the marks, and always equal a read of the store."""
+    with _service(tmp_path, models_dir) as service:
+        ctx, token = service.context, _token(service)
+        batcher, config = ctx.batcher, service.context.config
+        ctx.submit(token, _spec(0), source="test")  # a fresh plan; the next batches are warm
+        probe = [replace(service.store.job("job-0"), submitted_at=ctx.clock())]  # type: ignore[type-var]
+        reads: list[int] = []
+        read = promises.recent_arrivals
+
+        def counted(*args: Any) -> list[Job]:
+            reads.append(1)
+            return read(*args)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("gpuplan.app.batcher.recent_arrivals", counted)
+            for n in range(1, 4):
+                ctx.submit(token, _spec(n, priority=10 + 20 * n), source="test")
+                marks = service.store.marks()
+                kept = batcher._recent_arrivals(marks, probe)
+                assert [j.id for j in kept] == [j.id for j in read(service.store, probe, config)]
+            assert len(reads) == 1  # read by the first warm batch, extended by the next two
+            ctx.cancel(token, "job-2")  # not a batch: read again
+            kept = batcher._recent_arrivals(service.store.marks(), probe)
+            assert [j.id for j in kept] == [j.id for j in read(service.store, probe, config)]
+            assert len(reads) == 2

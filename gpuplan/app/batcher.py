@@ -100,6 +100,9 @@ class SubmitBatcher:
         self.stats = BatchStats()
         self._base: WarmBase | None = None
         self._cycle_seen: CyclePlan | None = None
+        # The recent arrivals the promises count (promises.recent_arrivals), as of the marks
+        # with which they were read or to which this process's batches alone brought them.
+        self._arrivals: tuple[tuple[int, ...], datetime, tuple[Job, ...]] | None = None
         self._lock = threading.Lock()
         self._waiting: list[_Ticket] = []
         self._running = False
@@ -149,10 +152,13 @@ class SubmitBatcher:
                 if queued is not None:  # the jobs and their run stored in one transaction
                     stored, (run, instance, allocation) = batch, queued
                     promised = {t.job.id: t.job.promised_start for t in batch if t.job.promised_start}
-                    if mirror.marks == before:  # the marks moved as one (Store.record_submits)
-                        after = marks_after_submits(before, run.id or 0, len(batch))
-                        jobs = tuple(t.job for t in batch)
+                    # the marks moved as one (Store.record_submits), when nothing else moved them
+                    after = marks_after_submits(before, run.id or 0, len(batch))
+                    jobs = tuple(t.job for t in batch)
+                    if mirror.marks == before:
                         self.changes.mirror = mirror.extended(after, jobs, run)
+                    if self._arrivals is not None and self._arrivals[0] == before:
+                        self._arrivals = (after, self._arrivals[1], self._arrivals[2] + jobs)
                 else:
                     stored = self._store_jobs(batch)
                     if not stored:
@@ -199,6 +205,15 @@ class SubmitBatcher:
             else:
                 fitting.append(ticket)
         return fitting
+
+    def _recent_arrivals(self, marks: tuple[int, ...], jobs: list[Job]) -> list[Job]:
+        """:func:`recent_arrivals` for ``jobs`` on a store at ``marks``: from memory while the
+        marks are those it was read at, or moved by this process's batches alone since."""
+        since = min(job.submitted_at for job in jobs) - timedelta(hours=self.config.promises.lookback_hours)
+        kept = self._arrivals
+        if kept is None or kept[0] != marks or kept[1] > since:
+            kept = self._arrivals = (marks, since, tuple(recent_arrivals(self.store, jobs, self.config)))
+        return [job for job in kept[2] if job.submitted_at >= since]
 
     def _queue_warm(
         self, base: WarmBase, batch: list[_Ticket], now: datetime
@@ -356,7 +371,7 @@ class SubmitBatcher:
         allocation = base.allocation
         promised: dict[str, datetime] = {}
         # the arrivals and the batch GPUs the promises count, read once for the batch
-        stored, capacity = recent_arrivals(self.store, jobs, self.config), batch_gpus(base.run)
+        stored, capacity = self._recent_arrivals(base.marks, jobs), batch_gpus(base.run)
         for i, job in enumerate(jobs):
             allocation = insert(
                 instance,
