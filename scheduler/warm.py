@@ -76,11 +76,15 @@ def insert(
     base: Allocation,
     new_ids: Sequence[str],
     budgets: Callable[[], Budget] | None = None,
+    placed_as: Callable[[BatchJob, Placement], BatchJob | None] | None = None,
 ) -> Allocation:
     """``base`` (a legal plan of ``instance`` without the jobs ``new_ids``) with those jobs
     placed, in the order given, each repaired within a budget of its own from ``budgets``
     (None: no searching, the plain insertion only). Inserting several jobs at once is
-    inserting them one by one: each sees the plan the one before left."""
+    inserting them one by one: each sees the plan the one before left.
+
+    ``placed_as``: called with each new job once it is placed; a job it returns (the same job
+    with a promise, say) stands for it in the repairs of the jobs after it."""
     jobs = instance.jobs_by_id
     new_jobs = [_batch(jobs[i]) for i in new_ids]
     costs = WorkCosts.of(instance)
@@ -99,6 +103,11 @@ def insert(
         placed = _insert_one(
             instance, fixed, placed, job, budget=None if budgets is None else budgets(), costs=costs
         )
+        now_as = (
+            None if placed_as is None or job.id not in placed else placed_as(job, placed[job.id].placement)
+        )
+        if now_as is not None:
+            placed[job.id] = _placed(instance, now_as, placed[job.id].placement)
     return Allocation(
         batch={job_id: p.placement for job_id, p in placed.items()}, realtime=dict(base.realtime)
     )

@@ -37,14 +37,14 @@ from datetime import datetime, timedelta
 
 from contract.errors import InputError
 from contract.records import Job, PlanRun, RunMode
-from contract.scenario import Instance
+from contract.scenario import BatchJob, Instance
 from gpuplan.app.bridge import STEP, floor_hour, queued_entry, run_record
 from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.jobs import SubmitResult, answer, check_fits, hot_path_plan, promise
 from gpuplan.app.promises import batch_gpus, promised_starts, recent_arrivals
-from scheduler.model import Allocation
+from scheduler.model import Allocation, Placement
 from storage.store import Store, marks_after_submits
 
 log = logging.getLogger(__name__)
@@ -368,35 +368,43 @@ class SubmitBatcher:
         instance = replace(base.instance, batch_jobs=base.instance.batch_jobs + added)
         budget_ms = self.config.submit_budget_ms or HOT_PATH_BUDGET_MS
         wall_clock = self.config.plan_wall_clock
-        allocation = base.allocation
         promised: dict[str, datetime] = {}
+        steps: dict[str, int] = {}  # the promises the jobs after each one weigh
         # the arrivals and the batch GPUs the promises count, read once for the batch
         stored, capacity = self._recent_arrivals(base.marks, jobs), batch_gpus(base.run)
-        for i, job in enumerate(jobs):
-            allocation = insert(
-                instance,
-                allocation,
-                [job.id],
-                lambda: Budget(budget_ms) if wall_clock else Budget.of_work(budget_ms),
+        order = {job.id: i for i, job in enumerate(jobs)}
+
+        def promised_as(placed: BatchJob, placement: Placement) -> BatchJob | None:
+            """Promise the job just placed; the jobs after it weigh that promise."""
+            i = order[placed.id]
+            start = {placed.id: base.run.start + placement.start_step * STEP}
+            promised.update(
+                promised_starts(
+                    self.store,
+                    base.run,
+                    [jobs[i]],
+                    now,
+                    self.config,
+                    planned=start,
+                    arriving=jobs[: i + 1],
+                    stored=stored,
+                    capacity=capacity,
+                )
             )
-            placement = allocation.batch.get(job.id)
-            if placement is None:
-                continue
-            start = {job.id: base.run.start + placement.start_step * STEP}
-            promised |= promised_starts(
-                self.store,
-                base.run,
-                [job],
-                now,
-                self.config,
-                planned=start,
-                arriving=jobs[: i + 1],
-                stored=stored,
-                capacity=capacity,
-            )
-            if self.config.promises.penalty > 0 and i < len(jobs) - 1 and job.id in promised:
-                instance = _with_promises(instance, {job.id: _promise_step(base.run, promised[job.id])})
-                entries[i] = {**entries[i], "promise": _promise_step(base.run, promised[job.id])}
+            if self.config.promises.penalty <= 0 or i == len(jobs) - 1 or placed.id not in promised:
+                return None
+            steps[placed.id] = _promise_step(base.run, promised[placed.id])
+            entries[i] = {**entries[i], "promise": steps[placed.id]}
+            return None if placed.promise_step is not None else replace(placed, promise_step=steps[placed.id])
+
+        allocation = insert(
+            instance,
+            base.allocation,
+            [job.id for job in jobs],
+            lambda: Budget(budget_ms) if wall_clock else Budget.of_work(budget_ms),
+            promised_as,
+        )
+        instance = _with_promises(instance, steps)
         grid = build_grid(instance, allocation)
         violations = check_plan(instance, grid)
         if violations:  # a bug in the repair: logged, and the queue planned afresh
