@@ -15,7 +15,7 @@ import pytest
 from contract.errors import InputError
 from contract.records import Cluster, Job, JobEstimate, PlanRun, RunMode
 from contract.scenario import JobKind
-from gpuplan.app.bridge import STEP, planned_places
+from gpuplan.app.bridge import STEP, planned_places, run_record
 from gpuplan.app.config import PlanWith, PromiseTerms, ServiceConfig
 from gpuplan.app.jobs import submit
 from gpuplan.app.promises import MAX_LOAD, batch_gpus, expected_starts
@@ -44,19 +44,15 @@ def _run(cells: dict[str, tuple[range, range]], *, gpus: int = 8, realtime: tupl
             for step in steps:
                 grid[gpu][step] = job
     jobs: list[dict[str, Any]] = [{"id": app, "kind": "realtime"} for app in realtime]
-    return PlanRun(
+    return run_record(
+        {"jobs": jobs, "down": []},
         start=T,
         created_at=T,
         mode=RunMode.SUBMIT,
         policy="fast",
-        inputs_hash="",
-        objective=0.0,
-        bound=None,
-        latency_ms=0.0,
-        status="FEASIBLE",
-        scenario={"jobs": jobs, "down": []},
         grid=grid,
         metrics={},
+        latency_ms=0.0,
     )
 
 
