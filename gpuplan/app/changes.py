@@ -168,14 +168,28 @@ class ReadCache:
         self._lock = threading.Condition()
         self._entries: dict[Hashable, tuple[tuple[Any, ...], Any]] = {}
         self._building: set[tuple[Hashable, tuple[Any, ...]]] = set()
+        self._flights: dict[tuple[Hashable, tuple[Any, ...]], asyncio.Future[Any]] = {}  # served()
         self.builds = 0  # how many reads were rebuilt (the tests count them)
 
-    def peek(self, key: Hashable, marks: tuple[int, ...]) -> Any | None:
-        """The value of ``key`` if nothing changed since it was built (as :meth:`get` would
-        return it without a build), else None; never waits."""
+    async def served(self, key: Hashable, build: Callable[[], T], marks: tuple[int, ...]) -> T:
+        """:meth:`get` for the event loop: from memory, without a thread, when nothing changed
+        since the value was built; else :meth:`get` in a worker thread, once for all the
+        requests that ask meanwhile (they await the same build)."""
+        version = (self.changes.stamp, marks)
         with self._lock:
             entry = self._entries.get(key)
-        return entry[1] if entry is not None and entry[0] == (self.changes.stamp, marks) else None
+        if entry is not None and entry[0] == version:
+            value: T = entry[1]
+            return value
+        flight = (key, version)
+        future = self._flights.get(flight)
+        if future is None:
+            future = asyncio.get_running_loop().run_in_executor(None, self.get, key, build, marks)
+            self._flights[flight] = future
+            future.add_done_callback(lambda _: self._flights.pop(flight, None))
+        # shielded: a request that goes away does not cancel the others' answer
+        built: T = await asyncio.shield(future)
+        return built
 
     def get(self, key: Hashable, build: Callable[[], T], marks: tuple[int, ...] | None = None) -> T:
         """The cached value of ``key``, or ``build()``'s when anything changed since it was built.

@@ -49,7 +49,6 @@ class ApiContext:
     marks: FreshMarks = field(init=False)
     reads: ReadCache = field(init=False)
     tokens: TokenCache = field(init=False)
-    _builds: dict[Hashable, asyncio.Future[bytes]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.batcher = SubmitBatcher(
@@ -150,28 +149,21 @@ class ApiContext:
         """:meth:`status_json` in the event loop: from memory when nothing changed since it was
         built, else built in a worker thread, once for all the requests that ask meanwhile."""
         now = self.clock()
-        key = _status_key(team, now)
-        rest: bytes | None = self.reads.peek(key, marks)
-        if rest is None:
-            flight = (key, self.changes.stamp, marks)
-            build = self._builds.get(flight)
-            if build is None:
-                build = asyncio.ensure_future(run_in_threadpool(self._status_rest, team, now, marks))
-                self._builds[flight] = build
-                build.add_done_callback(lambda _: self._builds.pop(flight, None))
-            rest = await asyncio.shield(build)
+        rest = await self.reads.served(_status_key(team, now), self._status_build(team, now, marks), marks)
         return _at(now, rest)
 
     def _status_rest(self, team: str | None, now: datetime, marks: tuple[int, ...]) -> bytes:
         """The status document without ``at``, as of ``marks``, built once per change."""
+        return self.cached(_status_key(team, now), self._status_build(team, now, marks), marks)
 
+    def _status_build(self, team: str | None, now: datetime, marks: tuple[int, ...]) -> Callable[[], bytes]:
         def build() -> bytes:
             mirror = self.changes.mirror_at(self.store, marks)
             document = status(self.store, now, team=team, known=(mirror.jobs, mirror.run)).as_dict()
             del document["at"]
             return json.dumps(document, separators=(",", ":")).encode()
 
-        return self.cached(_status_key(team, now), build, marks)
+        return build
 
     def dashboard(self) -> dict[str, Any]:
         """The dashboard's data as of the last change, with the clock and health of now."""
