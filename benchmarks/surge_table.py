@@ -94,7 +94,7 @@ def _one(args: argparse.Namespace) -> None:
     from gpuplan.app.bridge import STEP, gpus_for
     from gpuplan.app.config import PlanWith
     from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, run_policy
-    from gpuplan.app.simulate.loop import SimHooks, _observed
+    from gpuplan.app.simulate.loop import SimHooks, observed_so_far
     from gpuplan.app.simulate.measures import measure, realtime_hours
     from gpuplan.app.tick import app_demand
 
@@ -110,7 +110,7 @@ def _one(args: argparse.Namespace) -> None:
         planned: dict[tuple[str, datetime], list[dict[str, Any]]] = {}
 
         def seen(store: Any, run: Any) -> None:
-            rates = hourly_rates(_observed(setup, run.created_at), run.created_at)
+            rates = hourly_rates(observed_so_far(setup, run.created_at), run.created_at)
             for app in setup.apps:
                 demand = app_demand(store, app, run.start, 4, partial_rate=rates.get(app.id))
                 for step in range(4):
