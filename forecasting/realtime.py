@@ -79,8 +79,11 @@ hour in progress, at the rate seen so far, as the latest) is above ``SURGE_RISK_
 (0.5), traffic has run high in its band for hours: the next ``SURGE_RISK_HOURS`` hours
 (counted from the first hour not yet seen) are at surge risk, and the forecast's
 ``reserve``, what an app's GPUs are planned for, is ``P90 + surge_reserve x (P90 - P50)``
-(``surge_reserve`` 0.5) there; elsewhere it is the P90. The reserve is held only while the
-risk lasts, so the GPUs it keeps go back to batch work when traffic falls back in its band.
+(``surge_reserve`` 0.5) there, and never less than the requests of the highest of those
+latest hours: where the profile's shape falls (into the night) while the traffic holds,
+the next hours are planned for the traffic just seen (persistence), not for the shape.
+Elsewhere it is the P90. The reserve is held only while the risk lasts, so the GPUs it
+keeps go back to batch work when traffic falls back in its band.
 """
 
 from __future__ import annotations
@@ -383,7 +386,8 @@ class RealtimeProfile:
         carries into each next hour (0 turns the nowcast off).
     surge_reserve:
         The reserve's width in the hours at surge risk, in widths of the band above the
-        P90 (0 turns the reserve off: GPUs are planned for the P90 everywhere).
+        P90, and never below the highest of the latest hours (0 turns the reserve off:
+        GPUs are planned for the P90 everywhere).
     """
 
     def __init__(
@@ -691,33 +695,42 @@ class RealtimeProfile:
             if self.z_.size > SURGE_LOOKBACK_HOURS
             else None
         )
-        at_risk = self._surge_risk(before, forecast, ahead, partial)
+        reach = self._surge_reach(before, forecast, ahead, partial)
         forecast = self._nowcast(forecast, ahead, partial, before)
         p50 = forecast[lead:]
         hours = ahead[lead:]
         p90 = self.band_.upper(p50, hours)
         reserve = p90
-        if at_risk:
+        if reach is not None:
             held = np.arange(lead, lead + horizon_hours) < SURGE_RISK_HOURS
-            reserve = np.where(held, p90 + self.surge_reserve * (p90 - p50), p90)
+            widened = p90 + self.surge_reserve * (p90 - p50)
+            reserve = np.where(held, np.maximum(widened, reach), p90)
         return ProfileForecast(hours, p50, p90, self.method_, reserve)
 
-    def _surge_risk(
+    def _surge_reach(
         self, before: FloatArray | None, forecast: FloatArray, ahead: HourArray, partial: float | None
-    ) -> bool:
-        """Whether the latest hours ran high in their band (module docstring): the mean band
-        position of the last ``SURGE_LOOKBACK_HOURS`` full hours against ``before`` (the
-        forecast made for them from the hours before), the hour in progress (``partial``,
-        against the fitted ``forecast[0]``) replacing the oldest."""
+    ) -> float | None:
+        """When the latest hours ran high in their band (module docstring), the requests of
+        the highest of them; None: no surge risk.
+
+        The latest hours are the last ``SURGE_LOOKBACK_HOURS`` full hours against ``before``
+        (the forecast made for them from the hours before), the hour in progress
+        (``partial``, against the fitted ``forecast[0]``) replacing the oldest. They are at
+        risk when their mean band position is above ``SURGE_RISK_POSITION``.
+        """
         if not self.surge_reserve > 0 or before is None:
-            return False
+            return None
         band = self.band_
+        actual = np.expm1(self.z_[-SURGE_LOOKBACK_HOURS:])
+        expected = before
         seen = self.next_hour_ - np.arange(SURGE_LOOKBACK_HOURS, 0, -1).astype("timedelta64[h]")
-        positions = band.position(np.expm1(self.z_[-SURGE_LOOKBACK_HOURS:]), before, seen)
         if partial is not None:
-            now = band.position(np.array([partial]), forecast[:1], ahead[:1])
-            positions = np.concatenate([positions[1:], now])
-        return float(np.mean(positions)) > SURGE_RISK_POSITION
+            actual = np.append(actual[1:], partial)
+            expected = np.append(before[1:], forecast[0])
+            seen = np.append(seen[1:], ahead[:1])
+        if not float(np.mean(band.position(actual, expected, seen))) > SURGE_RISK_POSITION:
+            return None
+        return float(np.max(actual))
 
     def _nowcast(
         self, forecast: FloatArray, ahead: HourArray, partial: float | None, before: FloatArray | None

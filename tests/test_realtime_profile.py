@@ -254,6 +254,33 @@ def test_the_reserve_is_held_only_after_hours_high_in_their_band(
         RealtimeProfile(surge_reserve=-1.0).fit(hours[:900], requests[:900])
 
 
+def test_the_reserve_holds_the_highest_latest_hour_while_the_risk_lasts(
+    philly: tuple[np.ndarray, np.ndarray],
+) -> None:
+    hours, requests = philly
+    profile = RealtimeProfile(method="weekly", surge_decay=0.0).fit(hours[:900], requests[:900])
+    band = profile.band_
+    before = profile.predict(hours[900], 3)
+    # Three hours high in their band: 1, 3 and 2 band widths above the P50 forecast for them.
+    for hour, p50, p90, k in zip(hours[900:903], before.p50, before.p90, (1.0, 3.0, 2.0), strict=True):
+        low, high = band.transform([p50, p90])
+        profile.update(hour, float(band.inverse(np.array([low + k * (high - low)]))[0]))
+    highest = float(np.max(np.expm1(profile.z_[-3:])))
+    forecast = profile.predict(hours[903], 24)
+    held = slice(0, SURGE_RISK_HOURS)
+    widened = forecast.p90 + SURGE_RESERVE * (forecast.p90 - forecast.p50)
+    # The reserve is never below the highest of the latest hours, where the profile's shape
+    # falls faster than the traffic (here: above the widened band in every hour held)...
+    np.testing.assert_allclose(forecast.planned[held], np.maximum(widened[held], highest))
+    assert np.all(forecast.planned[held] > widened[held] + 1e-6)
+    # ...for the hours at risk only; the P50 and P90 stay the profile's.
+    np.testing.assert_array_equal(forecast.planned[SURGE_RISK_HOURS:], forecast.p90[SURGE_RISK_HOURS:])
+    np.testing.assert_allclose(forecast.p90, band.upper(forecast.p50, forecast.hours))
+    # The hour in progress counts among the latest: a half hour at twice that rate lifts it.
+    later = profile.predict(hours[904], 24, partial=2 * highest)
+    np.testing.assert_allclose(later.planned[: SURGE_RISK_HOURS - 1], 2 * highest)
+
+
 def test_the_p90_headroom_differs_by_hour_of_day(philly: tuple[np.ndarray, np.ndarray]) -> None:
     hours, requests = philly
     band = RealtimeProfile().fit(hours[:900], requests[:900]).band_

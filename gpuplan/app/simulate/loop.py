@@ -208,7 +208,7 @@ def _loop(
             progress(1)
         # 3. the policy's cycle, having seen the hour so far (at :30, its first half)
         started = time.perf_counter()
-        planned = cycle(service, now, _observed(setup, now))
+        planned = cycle(service, now, observed_so_far(setup, now))
         if planned:
             result.cycle_ms.append((time.perf_counter() - started) * 1000)
         # 4. what the cycle's plan gave the jobs submitted since the last is their promise
@@ -225,7 +225,7 @@ def _loop(
     return result
 
 
-def _observed(setup: Setup, now: datetime) -> Sequence[ObservedTraffic]:
+def observed_so_far(setup: Setup, now: datetime) -> Sequence[ObservedTraffic]:
     """Each app's traffic so far in the hour of ``now``: its share of the hour's actual
     requests at the hour's rate (none on the hour)."""
     hour = floor_hour(now)
