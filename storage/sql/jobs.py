@@ -113,20 +113,8 @@ class JobStore(SqlBase):
                     row.promised_start = promised_start
 
     def marks(self) -> tuple[int, ...]:
-        def count(table: Any, *where: Any) -> Any:
-            return select(func.count()).select_from(table).where(*where).scalar_subquery()
-
-        query = select(
-            select(func.coalesce(func.max(PlanRunRow.id), 0)).scalar_subquery(),
-            count(JobRow),
-            count(JobRow, JobRow.state == JobState.RUNNING),
-            count(JobRow, JobRow.state == JobState.DONE),
-            count(CommitRow),
-            count(AmendmentRow),
-            count(TokenRow, TokenRow.revoked_at.is_not(None)),
-        )
         with self._reading() as connection:
-            return tuple(int(n or 0) for n in connection.execute(query).one())
+            return tuple(int(n or 0) for n in connection.execute(_MARKS).one())
 
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None:
         with self._session() as session:
@@ -223,6 +211,23 @@ class JobStore(SqlBase):
         """Append validated rows; a job id already in the history is skipped (not counted)."""
         with self._session() as session:
             return self._insert_history(session, rows)
+
+
+def _count(table: Any, *where: Any) -> Any:
+    return select(func.count()).select_from(table).where(*where).scalar_subquery()
+
+
+#: The marks' query (:meth:`JobStore.marks`), built once: building it took three times the
+#: processor time of running it, and the served API reads the marks for every request.
+_MARKS = select(
+    select(func.coalesce(func.max(PlanRunRow.id), 0)).scalar_subquery(),
+    _count(JobRow),
+    _count(JobRow, JobRow.state == JobState.RUNNING),
+    _count(JobRow, JobRow.state == JobState.DONE),
+    _count(CommitRow),
+    _count(AmendmentRow),
+    _count(TokenRow, TokenRow.revoked_at.is_not(None)),
+)
 
 
 def _duplicate(job_id: str) -> InputError:

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     delete,
@@ -15,6 +16,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from contract.errors import InputError
@@ -224,15 +226,17 @@ class RunStore(SqlBase):
         with self._session(read_only=True) as session:
             return self._runs(session, list(session.scalars(query)))
 
-    def _commits(self, session: Session, rows: Sequence[CommitRow]) -> list[Commit]:
+    def _commits(self, session: Session | Connection, rows: Sequence[Any]) -> list[Commit]:
+        """The commits of ``rows`` (commit rows, or rows of their ``hour`` and ``run_id``), with
+        their assignments read in ``session``."""
         if not rows:
             return []
         by_hour: dict[datetime, list[Assignment]] = {row.hour: [] for row in rows}
         hours = list(by_hour)
-        query = select(CommitAssignmentRow).where(
+        query = select(CommitAssignmentRow.hour, CommitAssignmentRow.job, CommitAssignmentRow.gpus).where(
             CommitAssignmentRow.hour >= hours[0], CommitAssignmentRow.hour <= hours[-1]
         )
-        for a in session.scalars(query):
+        for a in session.execute(query):
             if a.hour in by_hour:
                 by_hour[a.hour].append(Assignment(a.job, tuple(sorted(a.gpus))))
         return [
@@ -259,12 +263,12 @@ class RunStore(SqlBase):
             return self._commits(session, list(session.scalars(query)))
 
     def last_commit(self, before: datetime | None = None) -> Commit | None:
-        query = select(CommitRow).order_by(CommitRow.hour.desc()).limit(1)
+        query = select(CommitRow.hour, CommitRow.run_id).order_by(CommitRow.hour.desc()).limit(1)
         if before is not None:
             query = query.where(CommitRow.hour < before)
-        with self._session(read_only=True) as session:
-            rows = list(session.scalars(query))
-            return self._commits(session, rows)[0] if rows else None
+        with self._reading() as connection:
+            rows = list(connection.execute(query))
+            return self._commits(connection, rows)[0] if rows else None
 
     # -- amendments ----------------------------------------------------------------------
     def record_amendment(self, amendment: Amendment, *, deliver_to: str | None = None) -> Amendment:
