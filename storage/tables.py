@@ -23,6 +23,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
 )
@@ -88,6 +89,14 @@ class Base(DeclarativeBase):
         dict[str, Any]: JSON(),
         str: String(ID_LENGTH),
     }
+
+
+def table_of(row: type[Base]) -> Table:
+    """A row class's Table, for plain INSERTs and reads without ORM objects (``__table__`` is
+    typed as any FromClause)."""
+    table = row.__table__
+    assert isinstance(table, Table)
+    return table
 
 
 class ClusterRow(Base):

@@ -45,6 +45,7 @@ class Served:
             )
             assert report.run is not None
             self.context.changes.planned(report.run, self.store.marks())
+        self.context.batcher.settle()  # the plan the next submit starts from, made ahead
         self.context.health.record(at, None)
 
 
@@ -92,6 +93,7 @@ def served(
         )
         assert first.run is not None
         context.changes.planned(first.run, store.marks())
+        context.batcher.settle()  # the plan the first submit starts from, made ahead
         tokens, ids = {}, {}
         for role, (team, scopes, cap) in ROLES.items():
             made = create_token(store, team, parse_scopes(scopes), cap, now)

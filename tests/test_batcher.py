@@ -114,9 +114,9 @@ def test_concurrent_submits_are_stored_once_in_two_batches_and_each_is_in_the_ne
         assert all(isinstance(a, SubmitResult) for a in answers), answers
         stats = service.context.batcher.stats
         assert stats.sizes == [1, CALLERS - 1]  # the rest waited and went in one batch
-        # the cycle committed this hour: the first batch plans afresh from the next, the second
-        # is inserted into that plan
-        assert (stats.fresh, stats.warm) == (1, 1)
+        # the cycle committed this hour: its plan was made afresh from the next ahead of the
+        # first batch, and both batches are inserted into it
+        assert (stats.prepared, stats.fresh, stats.warm) == (1, 0, 2)
         stored = [job.id for job in service.store.jobs() if job.id.startswith("job-")]
         assert sorted(stored) == sorted(f"job-{n}" for n in range(CALLERS))
         queue = {row["job"]: row for row in service.context.status(None)["queue"]}
@@ -161,7 +161,7 @@ def test_a_batch_plans_as_its_submits_one_by_one_would(tmp_path: Path, models_di
         for spec in specs:
             alone.context.submit(token, spec, source="test")
         assert alone.context.batcher.stats.sizes == [1] * len(specs)
-        assert alone.context.batcher.stats.warm == len(specs) - 1
+        assert alone.context.batcher.stats.warm == len(specs)  # the first into the plan made ahead
         planned_together, planned_alone = together.store.run(), alone.store.run()
         assert planned_together is not None and planned_alone is not None
         assert planned_together.grid == planned_alone.grid
@@ -203,21 +203,22 @@ def test_the_warm_start_falls_back_to_a_fresh_plan_when_anything_moved(
         ctx, token = service.context, _token(service)
         stats = ctx.batcher.stats
         moves = [
-            ("first", lambda: None, (0, 1)),  # the cycle's plan starts in the hour it committed
-            ("none", lambda: None, (1, 1)),
-            ("a cancel", lambda: ctx.cancel(token, "job-1"), (1, 2)),
-            ("none", lambda: None, (2, 2)),
+            # the cycle's plan starts in the hour it committed: one from the next made ahead
+            ("first", lambda: None, (1, 0)),
+            ("none", lambda: None, (2, 0)),
+            ("a cancel", lambda: ctx.cancel(token, "job-1"), (2, 1)),
+            ("none", lambda: None, (3, 1)),
             (
                 "a traffic push",
                 lambda: ctx.push_traffic("lora-serving", [(T0.replace(minute=0), 100.0)]),
-                (2, 3),
+                (3, 2),
             ),
             (
                 "another process's run",
                 lambda: hot_path_plan(service.store, T0, ctx.config, ctx.forecasters),
-                (2, 4),
+                (3, 3),
             ),
-            ("a cycle within the hour", cycle, (3, 4)),
+            ("a cycle within the hour", cycle, (4, 3)),
         ]
         for n, (change, make, expected) in enumerate(moves):
             make()
@@ -230,10 +231,10 @@ def test_a_plan_older_than_a_cycle_period_is_not_warmed(tmp_path: Path, models_d
     config = replace(demo_config(models_dir=models_dir), plan_wall_clock=False)
     with served(f"sqlite:///{tmp_path / 'g.db'}", models_dir, config=config, clock=lambda: now[0]) as service:
         ctx, token = service.context, _token(service)
-        ctx.submit(token, _spec(0), source="test")
+        ctx.submit(token, _spec(0), source="test")  # into the plan made ahead of it
         now[0] = T0 + timedelta(minutes=config.cycle_minutes + 1)
         ctx.submit(token, _spec(1), source="test")
-        assert (ctx.batcher.stats.warm, ctx.batcher.stats.fresh) == (0, 2)
+        assert (ctx.batcher.stats.warm, ctx.batcher.stats.fresh) == (1, 1)
 
 
 def test_reads_are_served_from_memory_and_rebuilt_after_each_kind_of_change(
@@ -337,13 +338,13 @@ def test_the_status_after_a_warm_batch_is_built_from_memory_as_the_store_has_it(
             stored = status(service.store, ctx.clock()).as_dict()
             return {**served, "at": None}, {**stored, "at": None}
 
-        ctx.submit(token, _spec(0), source="test")  # a fresh plan: the mirror is read next
+        ctx.submit(token, _spec(0), source="test")  # into the plan made ahead, which read the mirror
         served, stored = served_and_stored()
         assert served == stored
         for n in range(1, 4):
             earlier = service.store.marks()
             ctx.submit(token, _spec(n, priority=10 + 20 * n), source="test")
-            assert ctx.batcher.stats.warm == n
+            assert ctx.batcher.stats.warm == n + 1
             mirror = ctx.changes.mirror
             assert mirror is not None and mirror.marks == service.store.marks()  # the batch extended it
             # a reader that saw the marks before the batch may have it (newer, by this batch only)
@@ -363,8 +364,6 @@ def test_the_arrivals_a_batch_promises_by_are_kept_in_memory_as_the_store_has_th
     with _service(tmp_path, models_dir) as service:
         ctx, token = service.context, _token(service)
         batcher, config = ctx.batcher, service.context.config
-        ctx.submit(token, _spec(0), source="test")  # a fresh plan; the next batches are warm
-        probe = [replace(service.store.job("job-0"), submitted_at=ctx.clock())]  # type: ignore[type-var]
         reads: list[int] = []
         read = promises.recent_arrivals
 
@@ -374,12 +373,14 @@ def test_the_arrivals_a_batch_promises_by_are_kept_in_memory_as_the_store_has_th
 
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr("gpuplan.app.batcher.recent_arrivals", counted)
+            ctx.submit(token, _spec(0), source="test")  # the first warm batch (the plan made ahead)
+            probe = [replace(service.store.job("job-0"), submitted_at=ctx.clock())]  # type: ignore[type-var]
             for n in range(1, 4):
                 ctx.submit(token, _spec(n, priority=10 + 20 * n), source="test")
                 marks = service.store.marks()
                 kept = batcher._recent_arrivals(marks, probe)
                 assert [j.id for j in kept] == [j.id for j in read(service.store, probe, config)]
-            assert len(reads) == 1  # read by the first warm batch, extended by the next two
+            assert len(reads) == 1  # read by the first warm batch, extended by the next three
             ctx.cancel(token, "job-2")  # not a batch: read again
             kept = batcher._recent_arrivals(service.store.marks(), probe)
             assert [j.id for j in kept] == [j.id for j in read(service.store, probe, config)]

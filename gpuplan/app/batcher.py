@@ -19,6 +19,11 @@ daemon's cycle:
    queue) and keeps their promises;
 4. answers each caller with its own job's start.
 
+A cycle that commits the hour stores a plan that starts in it, which no batch can extend (a
+plan made now starts an hour later): the batches' thread then plans the queue afresh at once,
+ahead of the next submit (:meth:`SubmitBatcher._prepare`), so that the first submit after a
+commit is inserted too.
+
 Submits that arrive meanwhile wait for the next batch: a submit waits for at most the batch
 in flight and its own, however many arrive together.
 """
@@ -79,6 +84,7 @@ class BatchStats:
     jobs: int = 0
     warm: int = 0  # batches answered by a warm start
     fresh: int = 0  # batches answered by a fresh plan of the whole queue
+    prepared: int = 0  # fresh plans made ahead of the next batch after a cycle (_prepare)
     sizes: list[int] = field(default_factory=list)
 
 
@@ -107,6 +113,7 @@ class SubmitBatcher:
         self._waiting: list[_Ticket] = []
         self._running = False
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpuplan-submits")
+        changes.on_planned(self._planned)
 
     def submit(self, job: Job, *, source: str) -> SubmitResult:
         """:meth:`queue`, waited for."""
@@ -124,6 +131,40 @@ class SubmitBatcher:
                 self._running = True
                 self._worker.submit(self._drain)
         return ticket.answer
+
+    def settle(self) -> None:
+        """Wait for the work handed to the batches' thread so far (a plan made ahead, batches)."""
+        self._worker.submit(lambda: None).result()
+
+    def _planned(self, _: CyclePlan) -> None:
+        self._worker.submit(self._prepare)
+
+    def _prepare(self) -> None:
+        """After a cycle, the next batch's base made ahead when the cycle's plan cannot be it
+        (it starts in the hour it committed; a plan made now starts an hour later): the queue
+        planned afresh in this thread and kept in memory, not stored (the first batch stores
+        it with its jobs, its ``warm_from`` null), so that the first submit after a commit is
+        inserted into a plan instead of waiting for one of the whole queue. Nothing is made
+        when a base holds or when planning fails (logged: that batch plans afresh)."""
+        from gpuplan.app.tick import fresh_run
+
+        try:
+            with self.plan_lock():
+                now = self.clock()
+                base = self._warm_base(now, self.store.marks())
+                if base is not None:  # the cycle's plan, adopted
+                    self._base = base
+                    return
+                marks = self.store.marks()
+                _, run = fresh_run(self.store, now, self.config, self.forecasters)
+                instance, allocation = self._decisions(run)
+                if allocation is None:
+                    return
+                self.changes.mirror_at(self.store, marks)  # the queue read now, not by that batch
+                self._base = WarmBase(run, instance, allocation, marks, self.changes.stamp)
+                self.stats.prepared += 1
+        except Exception:
+            log.exception("the plan made ahead of the next submit failed; that submit plans afresh")
 
     def _drain(self) -> None:
         """Every batch waiting, one after another, until none is."""

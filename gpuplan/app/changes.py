@@ -68,6 +68,7 @@ class Changes:
         self._lock = threading.Lock()
         self._stamp = 0
         self._cycle_plan: CyclePlan | None = None
+        self._listeners: list[Callable[[CyclePlan], None]] = []
         self.mirror: Mirror | None = None
 
     def mirror_at(self, store: Store, marks: tuple[int, ...]) -> Mirror:
@@ -101,7 +102,14 @@ class Changes:
         """A cycle stored ``run``; ``marks`` are the store's right after (under the plan lock)."""
         with self._lock:
             self._stamp += 1
-            self._cycle_plan = CyclePlan(run, marks, self._stamp)
+            cycle = self._cycle_plan = CyclePlan(run, marks, self._stamp)
+        for listener in self._listeners:
+            listener(cycle)
+
+    def on_planned(self, listener: Callable[[CyclePlan], None]) -> None:
+        """Call ``listener`` with each plan a cycle stores from now on. It is called in the
+        cycle's thread under the plan lock, so it must hand its work to a thread of its own."""
+        self._listeners.append(listener)
 
 
 class FreshMarks:

@@ -285,6 +285,29 @@ def _run_of(
     )
 
 
+def fresh_run(
+    store: Store,
+    now: datetime,
+    config: ServiceConfig,
+    forecasters: Forecasters,
+    *,
+    mode: RunMode = RunMode.SUBMIT,
+    policy: PolicyName | None = None,
+    partial_rates: Mapping[str, float] | None = None,
+) -> tuple[Snapshot, PlanRun]:
+    """The queue planned from the first open hour (the fast mode unless ``policy``), and the
+    run that holds the plan, not stored."""
+    from scheduler.policies import PolicyName
+
+    started = time.perf_counter()
+    snapshot = load_snapshot(
+        store, first_open_hour(store, now), config, forecasters, partial_rates=partial_rates
+    )
+    budget = config.plan_budget_ms if mode is RunMode.PLAN else config.submit_budget_ms
+    document, result = plan_snapshot(snapshot, config, policy or PolicyName.FAST, budget_ms=budget)
+    return snapshot, _run_of(snapshot, document, result, now=now, mode=mode, started=started)
+
+
 def plan_cycle(
     store: Store,
     now: datetime,
@@ -302,16 +325,12 @@ def plan_cycle(
     ``policy`` is the fast mode unless a comparison (``gpuplan simulate``) runs a baseline
     through the same cycle.
     """
-    from scheduler.policies import PolicyName
-
-    started = time.perf_counter()
     forecasters = forecasters or Forecasters(config.models_dir)
     hour = floor_hour(now)
-    start = first_open_hour(store, now)
-    snapshot = load_snapshot(store, start, config, forecasters, partial_rates=partial_rates)
-    budget = config.plan_budget_ms if mode is RunMode.PLAN else config.submit_budget_ms
-    document, result = plan_snapshot(snapshot, config, policy or PolicyName.FAST, budget_ms=budget)
-    run = _run_of(snapshot, document, result, now=now, mode=mode, started=started)
+    snapshot, run = fresh_run(
+        store, now, config, forecasters, mode=mode, policy=policy, partial_rates=partial_rates
+    )
+    start = snapshot.start
     review = _better_review(store, start, run.inputs_hash, run.objective) if mode is RunMode.PLAN else None
     if review is not None:
         log.info(

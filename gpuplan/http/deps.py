@@ -1,8 +1,16 @@
-"""Dependencies: the serving process's context and the caller's token (bearer header)."""
+"""Dependencies: the serving process's context, and the authorized call (bearer header).
+
+Each API route takes one dependency, :func:`needs`'s: FastAPI's per-request work grows with
+the dependencies a route declares (tens of microseconds each), and the context, the marks
+and the token are all read from the one request anyway. The dependencies are coroutines:
+FastAPI runs a plain function's in a worker thread, a hop per dependency per request (about
+a third of a millisecond of processor time each).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -10,25 +18,18 @@ from fastapi import Depends, Request
 from contract.records import ApiToken, Scope
 from gpuplan.app.tokens import require
 from gpuplan.http.context import ApiContext
-from storage.store import Store
-
-# The dependencies are coroutines: FastAPI runs a plain function's in a worker thread, a hop
-# per dependency per request (about a third of a millisecond of processor time each).
 
 
-async def context(request: Request) -> ApiContext:
+def context_of(request: Request) -> ApiContext:
     ctx: ApiContext = request.app.state.context
     return ctx
 
 
+async def context(request: Request) -> ApiContext:
+    return context_of(request)
+
+
 Context = Annotated[ApiContext, Depends(context)]
-
-
-async def store(ctx: Context) -> Store:
-    return ctx.store
-
-
-StoreDep = Annotated[Store, Depends(store)]
 
 
 def bearer(request: Request) -> str | None:
@@ -37,30 +38,31 @@ def bearer(request: Request) -> str | None:
     return credentials.strip() if scheme.lower() == "bearer" else None
 
 
-async def request_marks(ctx: Context) -> tuple[int, ...]:
-    """The store's marks as of this request, read once for it (FastAPI calls a dependency
-    once per request) and shared with the requests that arrive together (:class:`FreshMarks`):
-    the token check and a cached read both go by them."""
-    return await ctx.marks()
+@dataclass(frozen=True)
+class Call:
+    """An authorized request: the serving context, the caller's live token (holding the
+    route's scope), and the store's marks as of the request, read once for it and shared
+    with the requests that arrive together (:class:`~gpuplan.app.changes.FreshMarks`): the
+    token check and a cached read both go by them."""
+
+    ctx: ApiContext
+    token: ApiToken
+    marks: tuple[int, ...]
 
 
-Marks = Annotated[tuple[int, ...], Depends(request_marks)]
+def needs(scope: Scope) -> Callable[[Request], Awaitable[Call]]:
+    """A route's dependency: the call of the live token of the request's ``Authorization:
+    Bearer`` header (401 otherwise), which must hold ``scope`` (403 otherwise)."""
 
-
-async def caller(request: Request, ctx: Context, marks: Marks) -> ApiToken:
-    """The live token of the request's ``Authorization: Bearer`` header (401 otherwise)."""
-    return await ctx.caller(bearer(request), marks)
-
-
-def needs(scope: Scope) -> Callable[[ApiToken], Awaitable[ApiToken]]:
-    """A dependency: the caller, who must hold ``scope`` (403 otherwise)."""
-
-    async def dependency(token: Annotated[ApiToken, Depends(caller)]) -> ApiToken:
-        return require(token, scope)
+    async def dependency(request: Request) -> Call:
+        ctx = context_of(request)
+        marks = await ctx.marks()
+        token = await ctx.caller(bearer(request), marks)
+        return Call(ctx, require(token, scope), marks)
 
     return dependency
 
 
-Reader = Annotated[ApiToken, Depends(needs(Scope.READ))]
-Submitter = Annotated[ApiToken, Depends(needs(Scope.SUBMIT))]
-Admin = Annotated[ApiToken, Depends(needs(Scope.ADMIN))]
+Reader = Annotated[Call, Depends(needs(Scope.READ))]
+Submitter = Annotated[Call, Depends(needs(Scope.SUBMIT))]
+Admin = Annotated[Call, Depends(needs(Scope.ADMIN))]

@@ -21,6 +21,7 @@ from storage.tables import (
     ClusterRow,
     DownWindowRow,
     ProfileRow,
+    table_of,
 )
 
 if TYPE_CHECKING:
@@ -30,21 +31,27 @@ from storage.sql.engine import SqlBase
 
 log = logging.getLogger(__name__)
 
+# The reads a plan and the served status make every time, built once (read on bare connections,
+# SqlBase._reading: building a query and ORM objects cost more than running it).
+_CLUSTER = select(table_of(ClusterRow)).where(ClusterRow.id == 1)
+_DOWN_WINDOWS = (
+    select(table_of(DownWindowRow))
+    .where(DownWindowRow.cluster_id == 1)
+    .order_by(DownWindowRow.gpu, DownWindowRow.starts_at, DownWindowRow.id)
+)
+_APPS = select(table_of(AppRow)).order_by(AppRow.id)
+
 
 class ClusterStore(SqlBase):
     """The cluster row, its down windows, the apps and their demand profiles."""
 
     # -- cluster and apps ----------------------------------------------------------------
     def cluster(self) -> Cluster | None:
-        with self._session(read_only=True) as session:
-            row = session.get(ClusterRow, 1)
+        with self._reading() as connection:
+            row = connection.execute(_CLUSTER).first()
             if row is None:
                 return None
-            windows = session.scalars(
-                select(DownWindowRow)
-                .where(DownWindowRow.cluster_id == 1)
-                .order_by(DownWindowRow.gpu, DownWindowRow.starts_at, DownWindowRow.id)
-            )
+            windows = connection.execute(_DOWN_WINDOWS)
             return Cluster(
                 gpus=row.gpus,
                 step_minutes=row.step_minutes,
@@ -73,10 +80,10 @@ class ClusterStore(SqlBase):
             )
 
     def apps(self) -> list[App]:
-        with self._session(read_only=True) as session:
+        with self._reading() as connection:
             return [
                 App(r.id, r.priority, r.swap_cap, r.requests_per_gpu_hour, r.headroom)
-                for r in session.scalars(select(AppRow).order_by(AppRow.id))
+                for r in connection.execute(_APPS)
             ]
 
     def save_app(self, app: App) -> None:

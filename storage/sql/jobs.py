@@ -32,6 +32,7 @@ from storage.tables import (
     JobRow,
     PlanRunRow,
     TokenRow,
+    table_of,
 )
 
 if TYPE_CHECKING:
@@ -112,20 +113,8 @@ class JobStore(SqlBase):
                     row.promised_start = promised_start
 
     def marks(self) -> tuple[int, ...]:
-        def count(table: Any, *where: Any) -> Any:
-            return select(func.count()).select_from(table).where(*where).scalar_subquery()
-
-        query = select(
-            select(func.coalesce(func.max(PlanRunRow.id), 0)).scalar_subquery(),
-            count(JobRow),
-            count(JobRow, JobRow.state == JobState.RUNNING),
-            count(JobRow, JobRow.state == JobState.DONE),
-            count(CommitRow),
-            count(AmendmentRow),
-            count(TokenRow, TokenRow.revoked_at.is_not(None)),
-        )
         with self._reading() as connection:
-            return tuple(int(n or 0) for n in connection.execute(query).one())
+            return tuple(int(n or 0) for n in connection.execute(_MARKS).one())
 
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None:
         with self._session() as session:
@@ -224,6 +213,23 @@ class JobStore(SqlBase):
             return self._insert_history(session, rows)
 
 
+def _count(table: Any, *where: Any) -> Any:
+    return select(func.count()).select_from(table).where(*where).scalar_subquery()
+
+
+#: The marks' query (:meth:`JobStore.marks`), built once: building it took three times the
+#: processor time of running it, and the served API reads the marks for every request.
+_MARKS = select(
+    select(func.coalesce(func.max(PlanRunRow.id), 0)).scalar_subquery(),
+    _count(JobRow),
+    _count(JobRow, JobRow.state == JobState.RUNNING),
+    _count(JobRow, JobRow.state == JobState.DONE),
+    _count(CommitRow),
+    _count(AmendmentRow),
+    _count(TokenRow, TokenRow.revoked_at.is_not(None)),
+)
+
+
 def _duplicate(job_id: str) -> InputError:
     return InputError("id", "a job id not used before", job_id, hint="Every submitted job needs its own id.")
 
@@ -241,31 +247,32 @@ def insert_jobs(session: Session, jobs: Sequence[Job]) -> None:
         taken = session.scalar(select(JobRow.id).where(JobRow.id.in_(chunk)).limit(1))
         if taken is not None:
             raise _duplicate(taken)
-    session.add_all(_job_row_of(job) for job in jobs)
     try:
-        session.flush()
+        # A plain INSERT of the rows (no ORM objects: nothing reads them back in this session),
+        # a quarter of the processor time of adding and flushing the objects.
+        session.execute(insert(table_of(JobRow)), [_job_values(job) for job in jobs])
     except exc.IntegrityError:
         # submitted by another process since the check: which one, the caller asks again
         raise _duplicate(ids[0] if len(ids) == 1 else "(one of the batch)") from None
 
 
-def _job_row_of(job: Job) -> JobRow:
+def _job_values(job: Job) -> dict[str, object]:
     estimate = job.estimate
-    return JobRow(
-        id=job.id,
-        kind=job.kind,
-        priority=job.priority,
-        spec=dict(job.spec),
-        submitted_at=job.submitted_at,
-        state=job.state,
-        estimate_gpus=None if estimate is None else estimate.gpus,
-        estimate_hours_p50=None if estimate is None else estimate.hours_p50,
-        estimate_hours_p90=None if estimate is None else estimate.hours_p90,
-        first_gpu=job.first_gpu,
-        gpus=job.gpus,
-        started_at=job.started_at,
-        ended_at=job.ended_at,
-        outcome=job.outcome,
-        promised_start=job.promised_start,
-        team=job.team,
-    )
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "priority": job.priority,
+        "spec": dict(job.spec),
+        "submitted_at": job.submitted_at,
+        "state": job.state,
+        "estimate_gpus": None if estimate is None else estimate.gpus,
+        "estimate_hours_p50": None if estimate is None else estimate.hours_p50,
+        "estimate_hours_p90": None if estimate is None else estimate.hours_p90,
+        "first_gpu": job.first_gpu,
+        "gpus": job.gpus,
+        "started_at": job.started_at,
+        "ended_at": job.ended_at,
+        "outcome": job.outcome,
+        "promised_start": job.promised_start,
+        "team": job.team,
+    }

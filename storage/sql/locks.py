@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import (
     delete,
     exc,
+    select,
     text,
 )
 
@@ -112,11 +113,11 @@ class LockStore(SqlBase):
     def leader(self) -> str | None:
         if self.dialect != "postgresql":
             return None
-        with self._session(read_only=True) as session:
-            if not session.scalar(text(_LEADER_HELD), {"name": LEADER}):
+        with self._reading() as connection:
+            if not connection.scalar(text(_LEADER_HELD), {"name": LEADER}):
                 return None
-            row = session.get(LockRow, LEADER)
-            return None if row is None else row.owner
+            owner: str | None = connection.scalar(select(LockRow.owner).where(LockRow.name == LEADER))
+            return owner
 
     # -- the cycle lock ------------------------------------------------------------------
     @contextmanager

@@ -21,6 +21,7 @@ from contract.records import (
 from storage.tables import (
     ObservedTrafficRow,
     TrafficRow,
+    table_of,
 )
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class TrafficStore(SqlBase):
         with self._session() as session:
             self._upsert(
                 session,
-                TrafficRow.__table__,  # type: ignore[arg-type]  # a declarative class's Table
+                table_of(TrafficRow),
                 [
                     {"app": app, "hour": hour, "requests": requests}
                     for (app, hour), requests in latest.items()
@@ -96,7 +97,7 @@ class TrafficStore(SqlBase):
         with self._session() as session:
             self._upsert(
                 session,
-                ObservedTrafficRow.__table__,  # type: ignore[arg-type]  # a declarative class's Table
+                table_of(ObservedTrafficRow),
                 [
                     {
                         "app": r.app,

@@ -12,8 +12,7 @@ from fastapi.responses import JSONResponse, Response
 
 from gpuplan.app.bridge import floor_hour
 from gpuplan.app.report_queries import ROW_TYPES, commits_query, coverage_query, idle_query, utilization_query
-from gpuplan.http.context import ApiContext
-from gpuplan.http.deps import Context, Reader
+from gpuplan.http.deps import Call, Reader
 from gpuplan.table import row_records, write_rows_csv
 
 router = APIRouter(prefix="/v1/reports", tags=["reports"])
@@ -33,17 +32,17 @@ def _rows(name: str, rows: Any, output: Format) -> tuple[bytes, str]:
     return bytes(JSONResponse(row_records(row_type, rows)).body), "application/json"
 
 
-def _cached(ctx: ApiContext, key: tuple[Any, ...], build: Callable[[], tuple[bytes, str]]) -> Response:
+def _cached(call: Call, key: tuple[Any, ...], build: Callable[[], tuple[bytes, str]]) -> Response:
     """A report's answer, rebuilt once per change (a refused query is never kept)."""
-    body, media_type = ctx.cached(("report", floor_hour(ctx.clock()), *key), build)
+    ctx = call.ctx
+    body, media_type = ctx.cached(("report", floor_hour(ctx.clock()), *key), build, call.marks)
     return Response(body, media_type=media_type)
 
 
 @router.get("/idle-windows")
 def get_idle_windows(
     *,
-    token: Reader,
-    ctx: Context,
+    call: Reader,
     run_id: str = "latest",
     min_gpus: int = Query(1, ge=1),
     min_hours: float = Query(1, gt=0),
@@ -56,20 +55,25 @@ def get_idle_windows(
 
     def build() -> tuple[bytes, str]:
         query = idle_query(
-            ctx.store, run_id, min_gpus=min_gpus, min_hours=min_hours, gpus=gpus, hours=hours, limit=limit
+            call.ctx.store,
+            run_id,
+            min_gpus=min_gpus,
+            min_hours=min_hours,
+            gpus=gpus,
+            hours=hours,
+            limit=limit,
         )
         if query.windows is not None:
             return _rows("idle-windows", query.windows.rows, format)
         return _rows("bookable", query.bookable or [], format)
 
-    return _cached(ctx, ("idle-windows", run_id, min_gpus, min_hours, gpus, hours, limit, format), build)
+    return _cached(call, ("idle-windows", run_id, min_gpus, min_hours, gpus, hours, limit, format), build)
 
 
 @router.get("/coverage-risk")
 def get_coverage_risk(
     *,
-    token: Reader,
-    ctx: Context,
+    call: Reader,
     run_id: str = "latest",
     quantile: float = Query(0.9, gt=0, lt=1),
     since: str | None = None,
@@ -78,17 +82,16 @@ def get_coverage_risk(
     """Hours where a real-time app holds fewer GPUs than it needs."""
 
     def build() -> tuple[bytes, str]:
-        _, report = coverage_query(ctx.store, run_id, quantile=quantile, since=since)
+        _, report = coverage_query(call.ctx.store, run_id, quantile=quantile, since=since)
         return _rows("coverage-risk", report.rows, format)
 
-    return _cached(ctx, ("coverage-risk", run_id, quantile, since, format), build)
+    return _cached(call, ("coverage-risk", run_id, quantile, since, format), build)
 
 
 @router.get("/utilization")
 def get_utilization(
     *,
-    token: Reader,
-    ctx: Context,
+    call: Reader,
     since: str | None = None,
     team: str | None = None,
     format: Format = Format.JSON,
@@ -97,16 +100,15 @@ def get_utilization(
     every other GPU idle)."""
 
     def build() -> tuple[bytes, str]:
-        return _rows("utilization", utilization_query(ctx.store, since=since, team=team).rows, format)
+        return _rows("utilization", utilization_query(call.ctx.store, since=since, team=team).rows, format)
 
-    return _cached(ctx, ("utilization", since, team, format), build)
+    return _cached(call, ("utilization", since, team, format), build)
 
 
 @router.get("/commits")
 def get_commits(
     *,
-    token: Reader,
-    ctx: Context,
+    call: Reader,
     since: str | None = None,
     team: str | None = None,
     format: Format = Format.JSON,
@@ -114,6 +116,6 @@ def get_commits(
     """Every committed hour: which job holds which GPUs (``team``: that team's jobs only)."""
 
     def build() -> tuple[bytes, str]:
-        return _rows("commits", commits_query(ctx.store, since=since, team=team), format)
+        return _rows("commits", commits_query(call.ctx.store, since=since, team=team), format)
 
-    return _cached(ctx, ("commits", since, team, format), build)
+    return _cached(call, ("commits", since, team, format), build)

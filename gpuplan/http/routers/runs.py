@@ -8,18 +8,18 @@ from fastapi import APIRouter
 
 from gpuplan.app.report_queries import stored_run
 from gpuplan.app.status import run_export, run_summary
-from gpuplan.http.deps import Context, Reader
+from gpuplan.http.deps import Reader
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
 
 @router.get("/{run_id}")
-def get_run(run_id: str, token: Reader, ctx: Context) -> dict[str, Any]:
+def get_run(run_id: str, call: Reader) -> dict[str, Any]:
     """``latest`` or a run id: the run record (``gpuplan export``'s run.json)."""
-    return run_summary(stored_run(ctx.store, run_id)[0])
+    return run_summary(stored_run(call.ctx.store, run_id)[0])
 
 
 @router.get("/{run_id}/export")
-def get_export(run_id: str, token: Reader, ctx: Context) -> dict[str, Any]:
+def get_export(run_id: str, call: Reader) -> dict[str, Any]:
     """``{"scenario", "plan", "run"}``: what ``gpuplan export`` writes, in CONTRACT.md's formats."""
-    return run_export(stored_run(ctx.store, run_id)[0])
+    return run_export(stored_run(call.ctx.store, run_id)[0])

@@ -5,15 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from gpuplan.http.deps import Context, Marks, Reader
+from gpuplan.http.deps import Context, Reader
 
 router = APIRouter(tags=["status"])
 
 
 @router.get("/v1/status", response_class=Response)
-async def get_status(token: Reader, ctx: Context, marks: Marks, team: str | None = None) -> Response:
+async def get_status(call: Reader, team: str | None = None) -> Response:
     """The document of ``gpuplan status --json``; ``?team=`` keeps one team's jobs."""
-    return Response(await ctx.served_status(team, marks), media_type="application/json")
+    return Response(await call.ctx.served_status(team, call.marks), media_type="application/json")
 
 
 @router.get("/healthz")

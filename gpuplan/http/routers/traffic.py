@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gpuplan.http.deps import Admin, Context
+from gpuplan.http.deps import Admin
 from gpuplan.http.models import TrafficHourIn, TrafficOut
 
 router = APIRouter(prefix="/v1/apps", tags=["traffic"])
 
 
 @router.post("/{app}/traffic", response_model=TrafficOut)
-def post_traffic(app: str, body: list[TrafficHourIn], token: Admin, ctx: Context) -> dict[str, object]:
+def post_traffic(app: str, body: list[TrafficHourIn], call: Admin) -> dict[str, object]:
     """Store ``[{"hour", "requests"}]``; a repeated hour replaces the stored count. The hourly
     recalibration feeds the finished hours to the app's demand profile; the hour in progress
     is observed (``observed_minutes``) and may amend the hour (``amendment``)."""
-    stored, surge = ctx.push_traffic(app, [(row.hour, row.requests) for row in body])
+    stored, surge = call.ctx.push_traffic(app, [(row.hour, row.requests) for row in body])
     amendment = None if surge is None else surge.amendment
     return {
         "app": app,
