@@ -140,3 +140,25 @@ def test_windows_where_the_plan_leaves_gpus_idle_while_a_job_waits_come_first() 
     assert [w.first_gpu for w in lns._worst_first(instance, plan_, windows)] == [8, 4, 0]
     waited_for = Allocation(batch={"low": Placement(0, 0), "wait": Placement(0, 4)}, realtime={})
     assert lns._worst_first(instance, waited_for, windows) == windows  # nothing waits: sweep order
+
+
+def test_the_costliest_delays_get_windows_of_their_own_before_the_sweeps(monkeypatch: Any) -> None:
+    # The generator written apart's mixed seed 3 (a tuning seed), 12 GPUs: the hot path leaves
+    # an 8-GPU job of priority 80 to the last steps. The sweeps' first windows (4-GPU blocks)
+    # cannot move it, and the plan cycle's second ran out on them; a window on the job's own
+    # block over the whole day, with it pulled in, comes first and moves it early.
+    from benchmarks.adversarial import scenario
+
+    inst = parse_scenario(scenario("mixed", 3))
+    lns.warm_up()
+    start = allocate(inst, Budget.of_work(2.0))
+    assert start.batch["job-07"].start_step >= 20
+    delayed = [job.id for job in lns.most_delayed(inst, start)][: lns.TARGETED_JOBS]
+    windows = lns._targeted(inst, lns.most_delayed(inst, start))
+    assert "job-07" in delayed and "job-07" in windows.values()
+    assert all(w.end_step == inst.horizon_steps and w.end_gpu - w.first_gpu > 4 for w in windows)
+    improved, _ = lns.improve(inst, start, Budget.of_work(PLAN_CYCLE_BUDGET_MS))
+    assert improved.batch["job-07"].start_step < 20
+    monkeypatch.setattr(lns, "TARGETED_JOBS", 0)
+    swept, _ = lns.improve(inst, start, Budget.of_work(PLAN_CYCLE_BUDGET_MS))
+    assert objective(inst, improved) > 1.03 * objective(inst, swept)
