@@ -12,9 +12,8 @@ in a fixed order (:func:`_stages`): 16-hour spans, then 8-hour ones, then the wh
 on blocks of 4 GPUs, then larger blocks, up to the whole grid, which gets all the time left.
 Within a sweep, the windows where the plan is worst come first (the most idle GPU-steps,
 weighted by the decay, while a queued job waits), so that a large cluster's few windows per
-second go where they can gain. A sweep that
-improved something is repeated at its size. A window's result is kept when it scores
-more, or the same with fewer real-time moves.
+second go where they can gain. A sweep that improved something is repeated at its size. A
+window's result is kept when it scores more, or the same with fewer real-time moves.
 The search ends at the budget, when the whole grid is solved to optimality, or when it
 improves nothing. Each window's CP-SAT call runs on one worker with a deterministic-time
 limit, so the same plan and budget repeat the same steps wherever the wall clock does
