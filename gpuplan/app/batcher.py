@@ -19,10 +19,11 @@ daemon's cycle:
    queue) and keeps their promises;
 4. answers each caller with its own job's start.
 
-A cycle that commits the hour stores a plan that starts in it, which no batch can extend (a
-plan made now starts an hour later): the batches' thread then plans the queue afresh at once,
-ahead of the next submit (:meth:`SubmitBatcher._prepare`), so that the first submit after a
-commit is inserted too.
+After any other change this process makes (a cycle, a recalibration, a cancel, a traffic
+push, a poll), the batches' thread makes the next base at once, ahead of the next submit
+(:meth:`SubmitBatcher._prepare`): the cycle's plan where it can be one (a cycle that commits the
+hour stores a plan that starts in it, which no batch can extend), else a fresh plan of the
+queue, so that the first submit after a change is inserted too.
 
 Submits that arrive meanwhile wait for the next batch: a submit waits for at most the batch
 in flight and its own, however many arrive together.
@@ -53,6 +54,9 @@ from scheduler.model import Allocation, Placement
 from storage.store import Store, marks_after_submits
 
 log = logging.getLogger(__name__)
+
+#: The name of the batches' thread.
+WORKER = "gpuplan-submits"
 
 
 @dataclass(frozen=True)
@@ -112,8 +116,8 @@ class SubmitBatcher:
         self._lock = threading.Lock()
         self._waiting: list[_Ticket] = []
         self._running = False
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpuplan-submits")
-        changes.on_planned(self._planned)
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix=WORKER)
+        changes.on_change(self._changed)
 
     def submit(self, job: Job, *, source: str) -> SubmitResult:
         """:meth:`queue`, waited for."""
@@ -136,16 +140,21 @@ class SubmitBatcher:
         """Wait for the work handed to the batches' thread so far (a plan made ahead, batches)."""
         self._worker.submit(lambda: None).result()
 
-    def _planned(self, _: CyclePlan) -> None:
-        self._worker.submit(self._prepare)
+    def _changed(self) -> None:
+        """Something changed: the next batch's base is made ahead (:meth:`_prepare`), unless the
+        change is a batch of this thread's own, which keeps its run as the base."""
+        if not threading.current_thread().name.startswith(WORKER):
+            self._worker.submit(self._prepare)
 
     def _prepare(self) -> None:
-        """After a cycle, the next batch's base made ahead when the cycle's plan cannot be it
-        (it starts in the hour it committed; a plan made now starts an hour later): the queue
-        planned afresh in this thread and kept in memory, not stored (the first batch stores
-        it with its jobs, its ``warm_from`` null), so that the first submit after a commit is
-        inserted into a plan instead of waiting for one of the whole queue. Nothing is made
-        when a base holds or when planning fails (logged: that batch plans afresh)."""
+        """After a change (a cycle, a recalibration, a cancel, a traffic push, a poll), the next
+        batch's base made ahead when none holds: the cycle's plan when it can be one, else the
+        queue planned afresh in this thread and kept in memory, not stored (the first batch
+        stores it with its jobs, its ``warm_from`` null). The first submit after a change is
+        then inserted into a plan instead of waiting for one of the whole queue. A cycle that
+        commits the hour leaves a plan that starts in it, which no batch can extend (a plan made
+        now starts an hour later). Nothing is made when a base holds or when planning fails
+        (logged: that batch plans afresh)."""
         from gpuplan.app.tick import fresh_run
 
         try:

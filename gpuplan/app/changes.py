@@ -68,7 +68,7 @@ class Changes:
         self._lock = threading.Lock()
         self._stamp = 0
         self._cycle_plan: CyclePlan | None = None
-        self._listeners: list[Callable[[CyclePlan], None]] = []
+        self._listeners: list[Callable[[], None]] = []
         self.mirror: Mirror | None = None
 
     def mirror_at(self, store: Store, marks: tuple[int, ...]) -> Mirror:
@@ -96,20 +96,26 @@ class Changes:
         """A change was made (call it before the change is answered); returns the new stamp."""
         with self._lock:
             self._stamp += 1
-            return self._stamp
+            stamp = self._stamp
+        self._tell()
+        return stamp
 
     def planned(self, run: PlanRun, marks: tuple[int, ...]) -> None:
         """A cycle stored ``run``; ``marks`` are the store's right after (under the plan lock)."""
         with self._lock:
             self._stamp += 1
-            cycle = self._cycle_plan = CyclePlan(run, marks, self._stamp)
-        for listener in self._listeners:
-            listener(cycle)
+            self._cycle_plan = CyclePlan(run, marks, self._stamp)
+        self._tell()
 
-    def on_planned(self, listener: Callable[[CyclePlan], None]) -> None:
-        """Call ``listener`` with each plan a cycle stores from now on. It is called in the
-        cycle's thread under the plan lock, so it must hand its work to a thread of its own."""
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after each change from now on (:meth:`bump`, :meth:`planned`), in
+        the thread that made it, which may hold the plan lock: it must hand its work to a
+        thread of its own."""
         self._listeners.append(listener)
+
+    def _tell(self) -> None:
+        for listener in self._listeners:
+            listener()
 
 
 class FreshMarks:
