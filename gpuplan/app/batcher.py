@@ -49,7 +49,7 @@ from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.jobs import SubmitResult, answer, check_fits, hot_path_plan, promise
-from gpuplan.app.promises import batch_gpus, promised_starts, recent_arrivals
+from gpuplan.app.promises import arrivals_since, batch_gpus, promised_starts, recent_arrivals
 from scheduler.model import Allocation, Placement
 from storage.store import Store, marks_after_submits
 
@@ -88,7 +88,7 @@ class BatchStats:
     jobs: int = 0
     warm: int = 0  # batches answered by a warm start
     fresh: int = 0  # batches answered by a fresh plan of the whole queue
-    prepared: int = 0  # fresh plans made ahead of the next batch after a cycle (_prepare)
+    prepared: int = 0  # fresh plans made ahead of the next batch after a change (_prepare)
     sizes: list[int] = field(default_factory=list)
 
 
@@ -159,12 +159,11 @@ class SubmitBatcher:
 
         try:
             with self.plan_lock():
-                now = self.clock()
-                base = self._warm_base(now, self.store.marks())
+                now, marks = self.clock(), self.store.marks()
+                base = self._warm_base(now, marks)
                 if base is not None:  # the cycle's plan, adopted
                     self._base = base
                     return
-                marks = self.store.marks()
                 _, run = fresh_run(self.store, now, self.config, self.forecasters)
                 instance, allocation = self._decisions(run)
                 if allocation is None:
@@ -259,7 +258,7 @@ class SubmitBatcher:
     def _recent_arrivals(self, marks: tuple[int, ...], jobs: list[Job]) -> list[Job]:
         """:func:`recent_arrivals` for ``jobs`` on a store at ``marks``: from memory while the
         marks are those it was read at, or moved by this process's batches alone since."""
-        since = min(job.submitted_at for job in jobs) - timedelta(hours=self.config.promises.lookback_hours)
+        since = arrivals_since(jobs, self.config)
         kept = self._arrivals
         if kept is None or kept[0] != marks or kept[1] > since:
             kept = self._arrivals = (marks, since, tuple(recent_arrivals(self.store, jobs, self.config)))

@@ -98,13 +98,18 @@ def _moved(start: datetime, now: datetime, load: float) -> datetime:
     return start + round(lead * load / (1 - load)) * STEP
 
 
+def arrivals_since(jobs: Sequence[Job], config: ServiceConfig) -> datetime:
+    """The first submission time :func:`promised_starts` counts for any of ``jobs`` (not
+    empty): the config's lookback before the first of them."""
+    return min(job.submitted_at for job in jobs) - timedelta(hours=config.promises.lookback_hours)
+
+
 def recent_arrivals(store: Store, jobs: Sequence[Job], config: ServiceConfig) -> list[Job]:
     """The stored jobs submitted within the config's lookback before the first of ``jobs``:
     the arrivals :func:`promised_starts` counts for any of them."""
-    lookback = config.promises.lookback_hours
-    if lookback <= 0 or not jobs:
+    if config.promises.lookback_hours <= 0 or not jobs:
         return []
-    return store.jobs(submitted_since=min(job.submitted_at for job in jobs) - timedelta(hours=lookback))
+    return store.jobs(submitted_since=arrivals_since(jobs, config))
 
 
 def promised_starts(

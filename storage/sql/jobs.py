@@ -89,13 +89,13 @@ class JobStore(SqlBase):
 
     def job(self, job_id: str) -> Job | None:
         with self._reading() as connection:
-            row = connection.execute(select(JobRow.__table__).where(JobRow.id == job_id)).first()
+            row = connection.execute(select(table_of(JobRow)).where(JobRow.id == job_id)).first()
             return None if row is None else self._job(row)
 
     def jobs(
         self, states: Sequence[JobState] | None = None, *, submitted_since: datetime | None = None
     ) -> list[Job]:
-        query = select(JobRow.__table__).order_by(JobRow.seq)
+        query = select(table_of(JobRow)).order_by(JobRow.seq)
         if states is not None:
             query = query.where(JobRow.state.in_([JobState(s) for s in states]))
         if submitted_since is not None:
