@@ -88,21 +88,16 @@ def _job(name: str, body: Callable[[Service], object]) -> None:
             service.health.record(utc_now(), None)
 
 
-_HEAP_SETTLED = False
-
-
 def _settle_heap() -> None:
     """After the first cycle that succeeds, once: what is alive then (modules, models, the warm
     forecasters) is moved out of the garbage collector's reach (:func:`gc.freeze`), so that a
     full collection walks only what came later. Left to walk it all, each one stopped every
     thread for 140-210 ms under the HTTP load, the whole tail of its latency."""
-    global _HEAP_SETTLED
-    if not _HEAP_SETTLED:
-        import gc
+    import gc
 
+    if not gc.get_freeze_count():
         gc.collect()
         gc.freeze()
-        _HEAP_SETTLED = True
         log.debug("heap settled: %d objects frozen", gc.get_freeze_count())
 
 

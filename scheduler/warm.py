@@ -109,6 +109,7 @@ def insert(
     base: Allocation,
     new_ids: Sequence[str],
     budgets: Callable[[], Budget] | None = None,
+    *,
     placed_as: Callable[[BatchJob, Placement], BatchJob | None] | None = None,
     refuted: Refuted | None = None,
 ) -> Allocation:

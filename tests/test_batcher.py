@@ -341,8 +341,7 @@ def test_many_tokens_signing_in_together_cost_one_read_and_a_new_one_its_own(
     with _service(tmp_path, models_dir) as service:
         ctx, store = service.context, service.store
         secrets = [
-            create_token(store, f"team{n}", frozenset({Scope.READ}), None, T0).secret
-            for n in range(20)
+            create_token(store, f"team{n}", frozenset({Scope.READ}), None, T0).secret for n in range(20)
         ]
         looked_up: list[str] = []
         ctx.tokens.store = _Counting(store, looked_up)  # type: ignore[assignment]

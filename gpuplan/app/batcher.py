@@ -457,8 +457,8 @@ class SubmitBatcher:
             base.allocation,
             [job.id for job in jobs],
             lambda: Budget(budget_ms) if wall_clock else Budget.of_work(budget_ms),
-            promised_as,
-            base.refuted,
+            placed_as=promised_as,
+            refuted=base.refuted,
         )
         instance = _with_promises(instance, steps)
         grid = build_grid(instance, allocation)
