@@ -13,6 +13,11 @@ optimization results using the ruin and recreate principle", J. Comput. Phys. 20
    jobs hold ("ruin"): those jobs leave, the new job takes the block, and they are placed
    again, highest priority first, each at its earliest free block ("recreate"). The best
    of these by the exact objective replaces the plain insertion when it scores more.
+4. A job that neither fits nor gains from a repair leaves the plan as it was, and so refutes
+   every later one of its shape (GPUs, steps, release step) at no higher priority, until the
+   plan changes: those would try the same blocks, ruin the same jobs and gain no more
+   (:class:`Refuted`). On a full plan most submits are such jobs, and they are answered
+   without a search.
 
 Legal by construction: every job is placed on an aligned block free over its whole run
 of down GPUs, running work, real-time holdings and every other job, at or after its
@@ -63,6 +68,34 @@ def read_allocation(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Alloc
     return Allocation(batch=placements, realtime={job_id: tuple(m) for job_id, m in realtime.items()})
 
 
+class Refuted:
+    """The shapes that found no place in one plan: (GPUs, steps, release step) -> the highest
+    priority of a job of that shape that neither fitted nor gained from a repair. A job of
+    such a shape at no higher priority, with no promise, would do no better (the same starts
+    and blocks, the same jobs ruined and packed again, a value no higher at every start), so
+    it is left out without a search. Valid while the plan is the one it was built on; under a
+    wall-clock budget a repair may reach a few more blocks than the one it stands for."""
+
+    def __init__(self) -> None:
+        self._priority: dict[tuple[int, int, int], float] = {}
+
+    @staticmethod
+    def _shape(job: BatchJob) -> tuple[int, int, int]:
+        return (job.gpus, job.duration_steps, job.release_step)
+
+    def refutes(self, job: BatchJob) -> bool:
+        top = self._priority.get(self._shape(job))
+        return job.promise_step is None and top is not None and job.priority <= top
+
+    def add(self, job: BatchJob) -> None:
+        if job.promise_step is None:
+            shape = self._shape(job)
+            self._priority[shape] = max(job.priority, self._priority.get(shape, job.priority))
+
+    def clear(self) -> None:
+        self._priority.clear()
+
+
 @dataclass(frozen=True, slots=True)
 class _Placed:
     job: BatchJob
@@ -76,7 +109,9 @@ def insert(
     base: Allocation,
     new_ids: Sequence[str],
     budgets: Callable[[], Budget] | None = None,
+    *,
     placed_as: Callable[[BatchJob, Placement], BatchJob | None] | None = None,
+    refuted: Refuted | None = None,
 ) -> Allocation:
     """``base`` (a legal plan of ``instance`` without the jobs ``new_ids``) with those jobs
     placed, in the order given, each repaired within a budget of its own from ``budgets``
@@ -84,7 +119,10 @@ def insert(
     inserting them one by one: each sees the plan the one before left.
 
     ``placed_as``: called with each new job once it is placed; a job it returns (the same job
-    with a promise, say) stands for it in the repairs of the jobs after it."""
+    with a promise, say) stands for it in the repairs of the jobs after it.
+
+    ``refuted``: the shapes ``base`` has no place for (:class:`Refuted`), used and kept up to
+    date here: on return it holds those of the plan returned (pass it on with that plan)."""
     jobs = instance.jobs_by_id
     new_jobs = [_batch(jobs[i]) for i in new_ids]
     costs = WorkCosts.of(instance)
@@ -97,12 +135,20 @@ def insert(
         for job_id, p in base.batch.items()
         if job_id not in new_ids
     }
+    refuted = Refuted() if refuted is None else refuted
     for job in new_jobs:
         if job.id in instance.running_batch:
             raise ValueError(f"{job.id} is not a queued batch job of {instance.name!r}")
+        if refuted.refutes(job):
+            continue
+        before = placed
         placed = _insert_one(
             instance, fixed, placed, job, budget=None if budgets is None else budgets(), costs=costs
         )
+        if job.id not in placed and placed is before:
+            refuted.add(job)
+        else:
+            refuted.clear()
         now_as = (
             None if placed_as is None or job.id not in placed else placed_as(job, placed[job.id].placement)
         )
@@ -163,9 +209,9 @@ def _insert_one(
     """``placed`` with ``job`` in: the plain insertion, or the best repair that beats it."""
     full = _board(fixed, placed, instance)  # every cell of the plan so far
     plain = first_fit(_copy(full, instance), job, job.release_step)
-    best = dict(placed)
+    best = placed  # ``placed`` itself while nothing beats leaving the job out
     if plain is not None:
-        best[job.id] = _placed(instance, job, plain)
+        best = {**placed, job.id: _placed(instance, job, plain)}
     best_gain = _value(instance, job, None if plain is None else plain.start_step)
     if budget is None:
         return best

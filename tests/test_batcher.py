@@ -10,6 +10,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -19,14 +20,14 @@ from typing import Any
 import pytest
 
 from contract.errors import InputError
-from contract.records import ApiToken, Job, JobState, Outcome, RunMode
+from contract.records import ApiToken, Job, JobState, Outcome, RunMode, Scope
 from contract.scenario_io import parse_scenario
 from gpuplan.app import promises
 from gpuplan.app.changes import FreshMarks
 from gpuplan.app.config import demo_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
 from gpuplan.app.status import status
-from gpuplan.app.tokens import NotSignedInError, authenticate
+from gpuplan.app.tokens import NotSignedInError, authenticate, create_token, sha256_hex
 from scheduler.check import check_plan
 from storage.store import Store
 from tests.http_fixtures import T0, Served, served
@@ -306,10 +307,14 @@ def test_fresh_marks_are_read_after_each_caller_asked_one_query_for_those_asking
 
 
 class _Counting:
-    """The store's token lookup, counted."""
+    """The store's token reads, counted: ``"all"`` for every token, the hash for one."""
 
     def __init__(self, store: Store, calls: list[str]) -> None:
         self.store, self.calls = store, calls
+
+    def tokens(self) -> list[ApiToken]:
+        self.calls.append("all")
+        return self.store.tokens()
 
     def token_by_hash(self, secret_sha256: str) -> ApiToken | None:
         self.calls.append(secret_sha256)
@@ -323,11 +328,34 @@ def test_a_cached_token_is_refused_once_another_process_revokes_it(tmp_path: Pat
         ctx.tokens.store = _Counting(service.store, looked_up)  # type: ignore[assignment]
         token = ctx.authenticate(secret, service.store.marks())
         assert ctx.authenticate(secret, service.store.marks()) == token
-        assert len(looked_up) == 1  # the second request found it in memory
+        assert looked_up == ["all"]  # the second request found it in memory
         service.store.revoke_token(token.id, T0)
         with pytest.raises(NotSignedInError, match="revoked"):
             ctx.authenticate(secret, service.store.marks())
-        assert len(looked_up) == 2
+        assert looked_up == ["all", "all"]  # read again after the revocation, and refused
+
+
+def test_many_tokens_signing_in_together_cost_one_read_and_a_new_one_its_own(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    with _service(tmp_path, models_dir) as service:
+        ctx, store = service.context, service.store
+        secrets = [
+            create_token(store, f"team{n}", frozenset({Scope.READ}), None, T0).secret for n in range(20)
+        ]
+        looked_up: list[str] = []
+        ctx.tokens.store = _Counting(store, looked_up)  # type: ignore[assignment]
+        marks = store.marks()
+        with ThreadPoolExecutor(8) as pool:
+            tokens = list(pool.map(lambda secret: ctx.authenticate(secret, marks), secrets))
+        assert [t.team for t in tokens] == [f"team{n}" for n in range(20)]
+        assert looked_up == ["all"]
+        late = create_token(store, "late", frozenset({Scope.READ}), None, T0).secret
+        assert ctx.authenticate(late, store.marks()).team == "late"
+        assert looked_up == ["all", sha256_hex(late)]  # created since the read: looked up alone
+        with pytest.raises(NotSignedInError, match="not known"):
+            ctx.authenticate("no-such-token", store.marks())
+        assert looked_up[-1] == sha256_hex("no-such-token")
 
 
 def test_the_status_after_a_warm_batch_is_built_from_memory_as_the_store_has_it(

@@ -350,7 +350,7 @@ def test_the_live_demo_on_a_fast_clock_finishes_jobs_and_starts_new_ones(
     tmp_path: Path, models_dir: Path
 ) -> None:
     db = f"sqlite:///{tmp_path / 'demo.db'}"
-    argv = ("daemon", "--db", db, "--models", models_dir, "--demo-speed", "3600")
+    argv = ("-v", "daemon", "--db", db, "--models", models_dir, "--demo-speed", "3600")
     with _gpuplan(*argv) as process:
         deadline = time.monotonic() + 300
         ended: list[str] = []
@@ -379,4 +379,5 @@ def test_the_live_demo_on_a_fast_clock_finishes_jobs_and_starts_new_ones(
         _, err = process.communicate(timeout=120)
     assert ended and started_later, err
     assert process.returncode == 0, err
+    assert err.count("heap settled after the first cycle") == 1, err  # once, whatever followed
     _assert_store_consistent(db)

@@ -14,7 +14,7 @@ from scheduler.check import check_plan
 from scheduler.fast import allocate
 from scheduler.metrics import score
 from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement, build_grid
-from scheduler.warm import insert, read_allocation
+from scheduler.warm import Refuted, insert, read_allocation
 from tests.strategies import scenarios
 
 
@@ -90,3 +90,60 @@ def _alloc(instance: Instance, **starts: tuple[int, int]) -> Allocation:
         batch={job: Placement(start_step=s, first_gpu=g) for job, (s, g) in starts.items()},
         realtime={job.id: (0,) * instance.horizon_steps for job in instance.realtime_jobs},
     )
+
+
+def _one_by_one(instance: Instance, base: Allocation, new: list[str]) -> Allocation:
+    """``new`` inserted one call each: every job searched, none left out by a refuted shape."""
+    for job in new:
+        base = insert(instance, base, [job], lambda: Budget.of_work(HOT_PATH_BUDGET_MS))
+    return base
+
+
+def test_a_job_of_a_refuted_shape_is_left_out_without_a_search_and_the_plan_is_the_same() -> None:
+    shape = {"kind": "batch_inference", "gpus": 2, "duration": 3}
+    doc = _doc(
+        {"id": "held", "kind": "training", "priority": 10, "gpus": 2, "duration": 6},
+        {"id": "low", "priority": 5, **shape},  # cannot pay for what it would ruin
+        {"id": "lower", "priority": 4, **shape},  # the same shape, cheaper: refuted by "low"
+        {"id": "longer", "priority": 4, **shape, "duration": 4},  # another shape: searched
+        {"id": "urgent", "priority": 50, **shape},  # the same shape, dearer: searched, and in
+    )
+    instance = parse_scenario(doc)
+    base = read_allocation(instance, build_grid(instance, _alloc(instance, held=(0, 0))))
+    assert base is not None
+    searched: list[int] = []
+
+    def budgets() -> Budget:
+        searched.append(1)
+        return Budget.of_work(HOT_PATH_BUDGET_MS)
+
+    new = ["low", "lower", "longer", "urgent"]
+    refuted = Refuted()
+    together = insert(instance, base, new, budgets, refuted=refuted)
+    assert len(searched) == 3  # "lower" was not searched
+    assert together == _one_by_one(instance, base, new)
+    assert together.batch["urgent"].start_step == 0 and "low" not in together.batch
+    # the plan changed when "urgent" went in: nothing is refuted of the plan returned
+    assert not refuted.refutes(instance.jobs_by_id["lower"])  # type: ignore[arg-type]
+
+
+@given(scenarios(max_gpus=16, max_jobs=10), st.lists(st.floats(0.5, 60), min_size=2, max_size=5))
+def test_inserting_copies_of_a_shape_together_is_inserting_them_one_by_one(
+    doc: dict[str, Any], priorities: list[float]
+) -> None:
+    base_doc, _ = _split(doc, 0)
+    queued = [j for j in base_doc["jobs"] if j["kind"] != "realtime"]
+    running = {r["id"] for r in base_doc.get("running", [])}
+    shapes = [j for j in queued if j["id"] not in running]
+    if not shapes:
+        return
+    copies = [{**shapes[0], "id": f"copy{n}", "priority": p} for n, p in enumerate(priorities)]
+    base_instance = parse_scenario(base_doc)
+    stored = build_grid(base_instance, allocate(base_instance, Budget.of_work(HOT_PATH_BUDGET_MS)))
+    instance = parse_scenario({**base_doc, "jobs": [*base_doc["jobs"], *copies]})
+    base = read_allocation(instance, stored)
+    assert base is not None
+    new = [c["id"] for c in copies]
+    together = insert(instance, base, new, lambda: Budget.of_work(HOT_PATH_BUDGET_MS))
+    assert together == _one_by_one(instance, base, new)
+    assert check_plan(instance, build_grid(instance, together)) == []

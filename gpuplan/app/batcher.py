@@ -51,6 +51,7 @@ from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.jobs import SubmitResult, answer, check_fits, hot_path_plan, promise
 from gpuplan.app.promises import arrivals_since, batch_gpus, promised_starts, recent_arrivals
 from scheduler.model import Allocation, Placement
+from scheduler.warm import Refuted
 from storage.store import Store, marks_after_submits
 
 log = logging.getLogger(__name__)
@@ -62,13 +63,15 @@ WORKER = "gpuplan-submits"
 @dataclass(frozen=True)
 class WarmBase:
     """A stored plan to insert into: the run, its instance and decisions, and the store's marks
-    and the change stamp right after it was stored (it holds while neither moves)."""
+    and the change stamp right after it was stored (it holds while neither moves); the shapes
+    it has no place for, which its inserts keep up to date (:class:`scheduler.warm.Refuted`)."""
 
     run: PlanRun
     instance: Instance
     allocation: Allocation
     marks: tuple[int, ...]
     stamp: int
+    refuted: Refuted = field(default_factory=Refuted, compare=False)
 
 
 @dataclass
@@ -198,6 +201,7 @@ class SubmitBatcher:
                 mirror = self.changes.mirror_at(self.store, before)
                 queued = None if base is None else self._queue_warm(base, batch, now)
                 allocation: Allocation | None
+                inserted = queued is not None  # into the base: its refuted shapes carry on
                 if queued is not None:  # the jobs and their run stored in one transaction
                     stored, (run, instance, allocation) = batch, queued
                     promised = {t.job.id: t.job.promised_start for t in batch if t.job.promised_start}
@@ -214,15 +218,17 @@ class SubmitBatcher:
                         return
                     waiting = [t.job for t in stored]
                     run, instance, allocation, starts = self._plan(base, waiting, now)
+                    inserted = starts is not None
                     promised = promise(self.store, run, waiting, now, self.config, starts=starts)
                 for ticket in stored:
                     ticket.result = answer(run, ticket.job, promised.get(ticket.job.id))
                 # The next batch's base: this run, while nothing moves (the marks read after it).
                 stamp, marks = self.changes.bump(), self.store.marks()
+                refuted = base.refuted if inserted and base is not None else Refuted()
                 self._base = (
                     None
                     if allocation is None
-                    else self._promised(WarmBase(run, instance, allocation, marks, stamp), promised)
+                    else self._promised(WarmBase(run, instance, allocation, marks, stamp, refuted), promised)
                 )
                 self.stats.batches += 1
                 self.stats.jobs += len(stored)
@@ -451,7 +457,8 @@ class SubmitBatcher:
             base.allocation,
             [job.id for job in jobs],
             lambda: Budget(budget_ms) if wall_clock else Budget.of_work(budget_ms),
-            promised_as,
+            placed_as=promised_as,
+            refuted=base.refuted,
         )
         instance = _with_promises(instance, steps)
         grid = build_grid(instance, allocation)

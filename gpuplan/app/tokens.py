@@ -99,35 +99,49 @@ def token_summary(token: ApiToken) -> dict[str, object]:
 
 
 class TokenCache:
-    """Live tokens by hash, kept while no token is revoked: each lookup is given the store's
-    count of revoked tokens as of its request (the last of :meth:`~storage.store.Store.marks`),
-    and a count that moved empties the cache, so a revoke, by any process, is seen at once.
-    Only live tokens found in the store are kept: an unknown secret is looked up every time."""
+    """Tokens by hash, kept while no token is revoked: each lookup is given the store's count
+    of revoked tokens as of its request (the last of :meth:`~storage.store.Store.marks`), and
+    a count that moved empties the cache, so a revoke, by any process, is seen at once.
+
+    The first lookup after the cache was emptied reads every token in one query (the others
+    wait for it): fifty clients signing in together cost one read, not fifty. A hash still
+    unknown (a token created since, or no token at all) is looked up alone, every time."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
+        self._loading = threading.Lock()  # one read of every live token at a time
         self._revoked: int | None = None
-        self._live: dict[str, ApiToken] = {}
+        self._loaded: int | None = None  # the revoked count the tokens were all read at
+        self._known: dict[str, ApiToken] = {}
 
     def known(self, secret_sha256: str, revoked: int) -> ApiToken | None:
-        """The live token kept for this hash, if any (never reads the store)."""
+        """The token kept for this hash, if any (never reads the store)."""
         with self._lock:
             if revoked != self._revoked:
-                self._live.clear()
+                self._known.clear()
                 self._revoked = revoked
-            return self._live.get(secret_sha256)
+            return self._known.get(secret_sha256)
 
     def lookup(self, secret_sha256: str, revoked: int) -> ApiToken | None:
         token = self.known(secret_sha256, revoked)
         if token is not None:
             return token
-        token = self.store.token_by_hash(secret_sha256)
-        if token is not None and token.revoked_at is None:
-            with self._lock:
-                if self._revoked == revoked:
-                    self._live[secret_sha256] = token
+        with self._loading:
+            if self._loaded != revoked:
+                self._keep(self.store.tokens(), revoked)
+                self._loaded = revoked
+        token = self.known(secret_sha256, revoked)
+        if token is None:
+            token = self.store.token_by_hash(secret_sha256)
+            if token is not None:
+                self._keep([token], revoked)
         return token
+
+    def _keep(self, tokens: list[ApiToken], revoked: int) -> None:
+        with self._lock:
+            if self._revoked == revoked:
+                self._known.update((t.secret_sha256, t) for t in tokens)
 
 
 def authenticate(
