@@ -254,17 +254,27 @@ def test_the_reserve_is_held_only_after_hours_high_in_their_band(
         RealtimeProfile(surge_reserve=-1.0).fit(hours[:900], requests[:900])
 
 
-def test_the_reserve_holds_the_highest_latest_hour_while_the_risk_lasts(
-    philly: tuple[np.ndarray, np.ndarray],
-) -> None:
+def _fed_in_band_widths(philly: tuple[np.ndarray, np.ndarray], widths: tuple[float, ...]) -> RealtimeProfile:
+    """A weekly profile of the first 900 hours, fed the next hours ``widths`` band widths
+    (P50 to P90, on the band's scale) above the P50 forecast for them from before them."""
     hours, requests = philly
     profile = RealtimeProfile(method="weekly", surge_decay=0.0).fit(hours[:900], requests[:900])
     band = profile.band_
-    before = profile.predict(hours[900], 3)
-    # Three hours high in their band: 1, 3 and 2 band widths above the P50 forecast for them.
-    for hour, p50, p90, k in zip(hours[900:903], before.p50, before.p90, (1.0, 3.0, 2.0), strict=True):
+    end = 900 + len(widths)
+    before = profile.predict(hours[900], len(widths))
+    for hour, p50, p90, k in zip(hours[900:end], before.p50, before.p90, widths, strict=True):
         low, high = band.transform([p50, p90])
         profile.update(hour, float(band.inverse(np.array([low + k * (high - low)]))[0]))
+    return profile
+
+
+def test_the_reserve_holds_the_highest_latest_hour_while_the_risk_lasts(
+    philly: tuple[np.ndarray, np.ndarray],
+) -> None:
+    hours = philly[0]
+    # Three hours high in their band: 1, 3 and 2 band widths above the P50 forecast for them.
+    profile = _fed_in_band_widths(philly, (1.0, 3.0, 2.0))
+    band = profile.band_
     highest = float(np.max(np.expm1(profile.z_[-3:])))
     forecast = profile.predict(hours[903], 24)
     held = slice(0, SURGE_RISK_HOURS)
@@ -369,15 +379,10 @@ def test_saves_with_provenance(philly: tuple[np.ndarray, np.ndarray], tmp_path: 
 def test_a_dip_holds_the_next_hours_reserve_within_a_swap_cap_step_of_the_latest_peak(
     philly: tuple[np.ndarray, np.ndarray],
 ) -> None:
-    hours, requests = philly
-    profile = RealtimeProfile(method="weekly", surge_decay=0.0).fit(hours[:900], requests[:900])
-    band = profile.band_
-    before = profile.predict(hours[900], 3)
+    hours = philly[0]
     # An hour at its P50, one two band widths above it, then a dip two band widths below:
     # the mean band position is 0, no surge risk.
-    for hour, p50, p90, k in zip(hours[900:903], before.p50, before.p90, (0.0, 2.0, -2.0), strict=True):
-        low, high = band.transform([p50, p90])
-        profile.update(hour, float(band.inverse(np.array([low + k * (high - low)]))[0]))
+    profile = _fed_in_band_widths(philly, (0.0, 2.0, -2.0))
     peak = float(np.expm1(profile.z_[-2]))
     plain = profile.predict(hours[903], 24)
     regrow = (peak - float(plain.p90[0])) / 4
