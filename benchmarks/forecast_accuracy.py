@@ -48,31 +48,63 @@ PODS = "workloads/alibaba_openb_pods_v2023.csv"
 POD_WEEKS = 5
 
 
-#: The pod trace's hourly series: what each hour counts.
+#: The pod trace's hourly series: what each hour counts (the backtest's three; the surge
+#: table also reads the pods deleted and the CPUs requested per hour).
 POD_MEASURES = ("pods", "gpus requested", "gpus in use")
+POD_MEASURES_ALL = (*POD_MEASURES, "pods deleted", "cpus requested")
 
 
-def write_pod_series(pods: Path, out: Path, weeks: int = POD_WEEKS, measure: str = "pods") -> Path:
+def write_pod_series(
+    pods: Path,
+    out: Path,
+    weeks: int = POD_WEEKS,
+    measure: str = "pods",
+    *,
+    qos: str | None = None,
+    drop_hours: int = 0,
+) -> Path:
     """An hourly series of the production cluster's pod trace, its last ``weeks`` weeks, as a
     traffic CSV (``hour,requests``), for the backtest and ``gpuplan simulate --traffic``:
-    pods created per hour (``pods``), their GPUs (``gpus requested``), or the GPUs of the
-    scheduled pods alive in the hour (``gpus in use``)."""
+    pods created per hour (``pods``), their GPUs (``gpus requested``), the GPUs of the
+    scheduled pods alive in the hour (``gpus in use``), the pods deleted per hour (``pods
+    deleted``) or the CPUs the pods created asked for (``cpus requested``). ``qos`` keeps the
+    pods of one class only (``LS``, ``BE``, ...); ``drop_hours`` ends the series that many
+    hours before the trace's end (an earlier window of the same weeks' length)."""
     import numpy as np
     import pandas as pd
 
     trace = pd.read_csv(
-        pods, usecols=["creation_time", "scheduled_time", "deletion_time", "num_gpu", "gpu_milli"]
+        pods,
+        usecols=[
+            "creation_time",
+            "scheduled_time",
+            "deletion_time",
+            "num_gpu",
+            "gpu_milli",
+            "cpu_milli",
+            "qos",
+        ],
     )
+    if qos is not None:
+        trace = trace[trace["qos"] == qos]
     gpus = (trace["num_gpu"] * trace["gpu_milli"] / 1000).to_numpy(dtype=float)
-    end = int(trace["creation_time"].max() // 3600) + 1  # through the hour the last pod arrived
+    # Through the hour the last pod arrived (in the whole trace: a class's series ends there too).
+    end = int(pd.read_csv(pods, usecols=["creation_time"])["creation_time"].max() // 3600) + 1 - drop_hours
     first = end - weeks * HOURS_PER_WEEK
     created = (trace["creation_time"] // 3600).to_numpy(dtype=int) - first
     inside = (created >= 0) & (created < end - first)
-    values: np.ndarray  # counts for pods, GPUs (fractional) otherwise
+    values: np.ndarray  # counts for pods, GPUs or CPUs (fractional) otherwise
     if measure == "pods":
         values = np.bincount(created[inside], minlength=end - first)
     elif measure == "gpus requested":
         values = np.bincount(created[inside], weights=gpus[inside], minlength=end - first)
+    elif measure == "cpus requested":
+        cpus = trace["cpu_milli"].to_numpy(dtype=float) / 1000
+        values = np.bincount(created[inside], weights=cpus[inside], minlength=end - first)
+    elif measure == "pods deleted":
+        deleted = (trace["deletion_time"] // 3600).to_numpy(dtype=int) - first
+        kept = (deleted >= 0) & (deleted < end - first)
+        values = np.bincount(deleted[kept], minlength=end - first)
     elif measure == "gpus in use":
         scheduled = trace["scheduled_time"].notna().to_numpy()
         since = (trace["scheduled_time"].fillna(0) // 3600).to_numpy(dtype=int) - first
@@ -82,7 +114,7 @@ def write_pod_series(pods: Path, out: Path, weeks: int = POD_WEEKS, measure: str
         np.add.at(change, np.clip(until[scheduled], 0, end - first), -gpus[scheduled])
         values = np.cumsum(change)[:-1]
     else:
-        raise ValueError(f"measure must be one of {POD_MEASURES}; got {measure!r}")
+        raise ValueError(f"measure must be one of {POD_MEASURES_ALL}; got {measure!r}")
     # The trace's clock starts at 0 s; put it on a Monday so that weeks have their usual phase.
     hours = pd.date_range("2023-01-02", periods=values.size, freq="h")
     pd.DataFrame({"hour": hours, "requests": np.round(values, 3)}).to_csv(out, index=False)
@@ -153,7 +185,9 @@ def main() -> None:
     parser.add_argument("--variants", action="store_true")
     parser.add_argument("--nowcast", action="store_true", help="score the next hours with and without it")
     parser.add_argument("--write-pods", type=Path, help="write a pod series (--measure) as a CSV and stop")
-    parser.add_argument("--measure", choices=POD_MEASURES, default="pods", help="what --write-pods counts")
+    parser.add_argument(
+        "--measure", choices=POD_MEASURES_ALL, default="pods", help="what --write-pods counts"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.write_pods:

@@ -1,18 +1,24 @@
 """Real-time served on bursty traffic, over several series and seeds, with every missed hour traced.
 
-    .venv/bin/python -m benchmarks.surge_table --out DIR [--set tuning|held-out|bundled]
+    .venv/bin/python -m benchmarks.surge_table --out DIR [--set tuning|held-out|held-out-2|bundled]
         [--days 2] [--gpus 64] [--plan-with p90] [--jobs 2] [--data ../shared/data]
 
 Each run is ``gpuplan simulate --days D --gpus G --traffic CSV --seed S --policy
 fast,fifo,priority-backfill`` (its own process, at most ``--jobs`` at a time; a run
-already in ``DIR`` is read back, not run again). The sets:
+already in ``DIR`` is read back, not run again). Each series is scaled as ``--traffic``
+scales any series, and its last ``D`` days are simulated. The sets:
 
-- ``tuning``: the openb pod submissions with seeds 0-2, and with seed 0 the LoRA
-  requests, Philly's active nodes and the two ServeGen series, each alone (scaled as
-  ``--traffic`` scales any series). The ServeGen series hold two weeks, fewer hours than
-  the two weeks of history and the simulated days need: their first week is repeated
-  before them, so the simulated days are their own last days;
+- ``tuning`` (17 runs): from the openb pod trace, the pod submissions with seeds 0-4 and
+  (seed 0, as every other run) their windows ending 2 and 4 days earlier, the best-effort
+  (``BE``) pods' submissions, the latency-sensitive (``LS``) pods' and their window ending
+  2 days earlier; the LoRA requests and their window ending 3 days earlier; Philly's
+  active nodes and their window ending 6 weeks earlier; the two ServeGen series. The
+  ServeGen series hold two weeks, fewer hours than the two weeks of history and the
+  simulated days need: their first week is repeated before them, so the simulated days
+  are their own last days;
 - ``held-out``: the openb GPUs requested per hour, seed 0 (read once, on the final code);
+- ``held-out-2``: the openb pods deleted per hour and the CPUs the pods created asked for
+  per hour, seed 0 (a second held-out pair, read once, on the final code);
 - ``bundled``: the bundled traffic, seed 0.
 
 Prints one row per run (served, unmet GPU-h at the worst hour, utilization and value
@@ -51,37 +57,69 @@ class RunSpec:
     seed: int
 
 
-def _padded(source: Path, out: Path) -> Path:
-    """``source`` with its first week repeated before it (a two-week series made long enough)."""
+def _rewritten(source: Path, out: Path, *, pad_week: bool = False, drop_hours: int = 0) -> Path:
+    """``source`` as a traffic CSV, with its first week repeated before it (``pad_week``: a
+    two-week series made long enough) or its last ``drop_hours`` left off (an earlier window)."""
     from features.traffic import load_traffic
 
     traffic = load_traffic(source)
-    week = 168
+    hours, values = list(traffic.hours), [float(v) for v in traffic.requests]
+    if pad_week:
+        week = 168
+        hours = [h - week * (traffic.hours[1] - traffic.hours[0]) for h in traffic.hours[:week]] + hours
+        values = values[:week] + values
+    if drop_hours:
+        hours, values = hours[:-drop_hours], values[:-drop_hours]
     lines = ["hour,requests"]
-    hours = [h - week * (traffic.hours[1] - traffic.hours[0]) for h in traffic.hours[:week]]
-    hours += list(traffic.hours)
-    values = list(traffic.requests[:week]) + list(traffic.requests)
-    for hour, value in zip(hours, values, strict=True):
-        lines.append(f"{str(hour).replace('T', ' ')}:00:00,{float(value)}")
+    lines += [
+        f"{str(hour).replace('T', ' ')}:00:00,{value}" for hour, value in zip(hours, values, strict=True)
+    ]
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+#: The sets the table runs (module docstring).
+SETS = ("tuning", "held-out", "held-out-2", "bundled")
 
 
 def run_specs(which: str, data: Path, folder: Path) -> list[RunSpec]:
     from benchmarks.forecast_accuracy import PODS, write_pod_series
 
     folder.mkdir(parents=True, exist_ok=True)
+
+    def pod_series(name: str, **kwargs: Any) -> Path:
+        return write_pod_series(data / PODS, folder / f"{name}.csv", **kwargs)
+
     if which == "bundled":
         return [RunSpec("bundled", None, 0)]
     if which == "held-out":
-        path = write_pod_series(data / PODS, folder / "openb_gpus_requested.csv", measure="gpus requested")
-        return [RunSpec("held out, seed 0", path, 0)]
-    pods = write_pod_series(data / PODS, folder / "openb_pods.csv")
-    specs = [RunSpec(f"pods, seed {seed}", pods, seed) for seed in (0, 1, 2)]
-    specs.append(RunSpec("LoRA", TRAFFIC / "alibaba_genai_lora_hourly.csv", 0))
-    specs.append(RunSpec("Philly", TRAFFIC / "philly_active_nodes_hourly.csv", 0))
+        return [RunSpec("held out, seed 0", pod_series("openb_gpus_requested", measure="gpus requested"), 0)]
+    if which == "held-out-2":
+        return [
+            RunSpec("pods deleted", pod_series("openb_pods_deleted", measure="pods deleted"), 0),
+            RunSpec("CPUs requested", pod_series("openb_cpus_requested", measure="cpus requested"), 0),
+        ]
+    pods = pod_series("openb_pods")
+    specs = [RunSpec(f"pods, seed {seed}", pods, seed) for seed in (0, 1, 2, 3, 4)]
+    for days in (2, 4):
+        specs.append(
+            RunSpec(f"pods {days} days before", pod_series(f"openb_pods_{days}d", drop_hours=24 * days), 0)
+        )
+    specs.append(RunSpec("BE pods", pod_series("openb_be_pods", qos="BE"), 0))
+    specs.append(RunSpec("LS pods", pod_series("openb_ls_pods", qos="LS"), 0))
+    specs.append(RunSpec("LS pods 2 days before", pod_series("openb_ls_pods_2d", qos="LS", drop_hours=48), 0))
+    lora = TRAFFIC / "alibaba_genai_lora_hourly.csv"
+    specs.append(RunSpec("LoRA", lora, 0))
+    specs.append(RunSpec("LoRA 3 days before", _rewritten(lora, folder / "lora_3d.csv", drop_hours=72), 0))
+    philly = TRAFFIC / "philly_active_nodes_hourly.csv"
+    specs.append(RunSpec("Philly", philly, 0))
+    specs.append(
+        RunSpec("Philly 6 weeks before", _rewritten(philly, folder / "philly_6w.csv", drop_hours=6 * 168), 0)
+    )
     for name in ("m-large", "m-mid"):
-        path = _padded(TRAFFIC / f"servegen_{name}_hourly.csv", folder / f"servegen_{name}_hourly.csv")
+        path = _rewritten(
+            TRAFFIC / f"servegen_{name}_hourly.csv", folder / f"servegen_{name}_hourly.csv", pad_week=True
+        )
         specs.append(RunSpec(f"ServeGen {name}", path, 0))
     return specs
 
@@ -303,7 +341,7 @@ def _trace(label: str, result: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--set", default="tuning", choices=("tuning", "held-out", "bundled"))
+    parser.add_argument("--set", default="tuning", choices=SETS)
     parser.add_argument("--days", type=int, default=2)
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--plan-with", default="p90", choices=("p50", "p90"))

@@ -39,6 +39,12 @@ class AppCapacity:
     headroom: float = 0.0
     swap_cap: int = 2
 
+    @property
+    def regrow(self) -> float:
+        """The requests one swap-cap step of GPUs serves (headroom kept): what the swap cap
+        can add back in an hour, and so how fast the reserve may fall (the dip hold)."""
+        return self.swap_cap * self.requests_per_gpu_hour / (1.0 + self.headroom)
+
     def __post_init__(self) -> None:
         if not self.requests_per_gpu_hour > 0:
             raise InputError("requests_per_gpu_hour", "a number > 0", self.requests_per_gpu_hour)

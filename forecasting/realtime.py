@@ -84,6 +84,15 @@ latest hours: where the profile's shape falls (into the night) while the traffic
 the next hours are planned for the traffic just seen (persistence), not for the shape.
 Elsewhere it is the P90. The reserve is held only while the risk lasts, so the GPUs it
 keeps go back to batch work when traffic falls back in its band.
+
+**The dip hold.** Given ``regrow``, the requests one swap-cap step of the app's GPUs serves
+(``predict(regrow=)``; the plan and ``forecast realtime`` give it), the reserve of every
+hour ahead is never below the requests of each of the latest ``SURGE_LOOKBACK_HOURS``
+hours less ``regrow`` for every hour between them: the hour right after the latest one seen
+is planned for at least its traffic, and a one-hour dip does not release the GPUs that the
+next hour, back at the level before the dip, needs (it can regrow one swap-cap step, not
+more). The reserve falls from the traffic just seen no faster than the swap cap can bring
+it back.
 """
 
 from __future__ import annotations
@@ -670,18 +679,28 @@ class RealtimeProfile:
 
     # -------------------------------------------------------------- predict
     def predict(
-        self, start_hour: object, horizon_hours: int = HOURS_PER_DAY, *, partial: float | None = None
+        self,
+        start_hour: object,
+        horizon_hours: int = HOURS_PER_DAY,
+        *,
+        partial: float | None = None,
+        regrow: float | None = None,
     ) -> ProfileForecast:
         """P50 and P90 requests for ``horizon_hours`` hours from ``start_hour``.
 
         ``partial`` is the hour in progress (the first one not yet seen) at the rate seen
         so far: the nowcast reads it as the latest hour. ``start_hour`` must then be after it.
+        ``regrow`` is the requests one swap-cap step of the app's GPUs serves: the reserve of
+        the first hour after the latest one seen is then never below the highest of the
+        latest hours minus it (the dip hold, module docstring).
         """
         start = self._unseen_hour(start_hour, "start_hour", "the first hour not yet observed")
         if horizon_hours < 1:
             raise InputError("horizon_hours", "an integer >= 1", horizon_hours)
         if partial is not None and not (math.isfinite(partial) and partial >= 0):
             raise InputError("partial", "a finite, non-negative count", partial)
+        if regrow is not None and not (math.isfinite(regrow) and regrow >= 0):
+            raise InputError("regrow", "a finite, non-negative count", regrow)
         lead = int((start - self.next_hour_) // _HOUR)
         if partial is not None and lead < 1:
             raise InputError("start_hour", f"after {self.next_hour_}, the hour in progress", str(start))
@@ -695,20 +714,42 @@ class RealtimeProfile:
             if self.z_.size > SURGE_LOOKBACK_HOURS
             else None
         )
-        reach = self._surge_reach(before, forecast, ahead, partial)
+        reach = self._surge_reach(before, forecast, partial)
         forecast = self._nowcast(forecast, ahead, partial, before)
         p50 = forecast[lead:]
         hours = ahead[lead:]
         p90 = self.band_.upper(p50, hours)
         reserve = p90
+        steps = np.arange(lead, lead + horizon_hours)
         if reach is not None:
-            held = np.arange(lead, lead + horizon_hours) < SURGE_RISK_HOURS
             widened = p90 + self.surge_reserve * (p90 - p50)
-            reserve = np.where(held, np.maximum(widened, reach), p90)
+            reserve = np.where(steps < SURGE_RISK_HOURS, np.maximum(widened, reach), p90)
+        if regrow is not None:
+            reserve = np.maximum(reserve, self._regrowable(partial, hours, regrow))
         return ProfileForecast(hours, p50, p90, self.method_, reserve)
 
+    def _regrowable(self, partial: float | None, hours: HourArray, regrow: float) -> FloatArray:
+        """The dip hold (module docstring): per hour ahead, the most requests of the latest
+        hours less ``regrow`` for every hour between (the hour right after one seen: all of
+        its requests), so that the reserve falls from the traffic just seen no faster than
+        one swap-cap step an hour."""
+        actual, seen = self._latest(partial)
+        between = (hours[:, None] - seen[None, :]) // _HOUR - 1
+        floor: FloatArray = np.max(actual[None, :] - regrow * between, axis=1)
+        return floor
+
+    def _latest(self, partial: float | None) -> tuple[FloatArray, HourArray]:
+        """The latest ``SURGE_LOOKBACK_HOURS`` hours' requests and hours: the full hours seen,
+        the hour in progress (``partial``) replacing the oldest."""
+        actual = np.expm1(self.z_[-SURGE_LOOKBACK_HOURS:])
+        seen = self.next_hour_ - np.arange(actual.size, 0, -1).astype("timedelta64[h]")
+        if partial is not None:
+            actual = np.append(actual[1:], partial)
+            seen = np.append(seen[1:], self.next_hour_)
+        return actual, seen
+
     def _surge_reach(
-        self, before: FloatArray | None, forecast: FloatArray, ahead: HourArray, partial: float | None
+        self, before: FloatArray | None, forecast: FloatArray, partial: float | None
     ) -> float | None:
         """When the latest hours ran high in their band (module docstring), the requests of
         the highest of them; None: no surge risk.
@@ -720,15 +761,9 @@ class RealtimeProfile:
         """
         if not self.surge_reserve > 0 or before is None:
             return None
-        band = self.band_
-        actual = np.expm1(self.z_[-SURGE_LOOKBACK_HOURS:])
-        expected = before
-        seen = self.next_hour_ - np.arange(SURGE_LOOKBACK_HOURS, 0, -1).astype("timedelta64[h]")
-        if partial is not None:
-            actual = np.append(actual[1:], partial)
-            expected = np.append(before[1:], forecast[0])
-            seen = np.append(seen[1:], ahead[:1])
-        if not float(np.mean(band.position(actual, expected, seen))) > SURGE_RISK_POSITION:
+        actual, seen = self._latest(partial)
+        expected = before if partial is None else np.append(before[1:], forecast[0])
+        if not float(np.mean(self.band_.position(actual, expected, seen))) > SURGE_RISK_POSITION:
             return None
         return float(np.max(actual))
 

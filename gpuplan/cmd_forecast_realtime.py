@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     requests_per_gpu_hour = args.requests_per_gpu_hour or max(float(history.requests.max()), 1.0) / 8
     capacity = AppCapacity(requests_per_gpu_hour, args.headroom, args.swap_cap)
     profile = RealtimeProfile().fit(history.hours, history.requests)
-    forecast = profile.predict(at, args.hours + LOOKAHEAD_HOURS)
+    forecast = profile.predict(at, args.hours + LOOKAHEAD_HOURS, regrow=capacity.regrow)
     # Planned over the window and the day after it; only the window is printed.
     gpus = gpu_curve(forecast.planned, capacity)[: args.hours]
     rows = [

@@ -254,17 +254,27 @@ def test_the_reserve_is_held_only_after_hours_high_in_their_band(
         RealtimeProfile(surge_reserve=-1.0).fit(hours[:900], requests[:900])
 
 
-def test_the_reserve_holds_the_highest_latest_hour_while_the_risk_lasts(
-    philly: tuple[np.ndarray, np.ndarray],
-) -> None:
+def _fed_in_band_widths(philly: tuple[np.ndarray, np.ndarray], widths: tuple[float, ...]) -> RealtimeProfile:
+    """A weekly profile of the first 900 hours, fed the next hours ``widths`` band widths
+    (P50 to P90, on the band's scale) above the P50 forecast for them from before them."""
     hours, requests = philly
     profile = RealtimeProfile(method="weekly", surge_decay=0.0).fit(hours[:900], requests[:900])
     band = profile.band_
-    before = profile.predict(hours[900], 3)
-    # Three hours high in their band: 1, 3 and 2 band widths above the P50 forecast for them.
-    for hour, p50, p90, k in zip(hours[900:903], before.p50, before.p90, (1.0, 3.0, 2.0), strict=True):
+    end = 900 + len(widths)
+    before = profile.predict(hours[900], len(widths))
+    for hour, p50, p90, k in zip(hours[900:end], before.p50, before.p90, widths, strict=True):
         low, high = band.transform([p50, p90])
         profile.update(hour, float(band.inverse(np.array([low + k * (high - low)]))[0]))
+    return profile
+
+
+def test_the_reserve_holds_the_highest_latest_hour_while_the_risk_lasts(
+    philly: tuple[np.ndarray, np.ndarray],
+) -> None:
+    hours = philly[0]
+    # Three hours high in their band: 1, 3 and 2 band widths above the P50 forecast for them.
+    profile = _fed_in_band_widths(philly, (1.0, 3.0, 2.0))
+    band = profile.band_
     highest = float(np.max(np.expm1(profile.z_[-3:])))
     forecast = profile.predict(hours[903], 24)
     held = slice(0, SURGE_RISK_HOURS)
@@ -364,3 +374,33 @@ def test_saves_with_provenance(philly: tuple[np.ndarray, np.ndarray], tmp_path: 
     assert loaded.method_ is profile.method_
     np.testing.assert_array_equal(loaded.z_, profile.z_)  # JSON floats round-trip exactly
     assert loaded.next_hour_ == profile.next_hour_
+
+
+def test_a_dip_holds_the_next_hours_reserve_within_a_swap_cap_step_of_the_latest_peak(
+    philly: tuple[np.ndarray, np.ndarray],
+) -> None:
+    hours = philly[0]
+    # An hour at its P50, one two band widths above it, then a dip two band widths below:
+    # the mean band position is 0, no surge risk.
+    profile = _fed_in_band_widths(philly, (0.0, 2.0, -2.0))
+    peak = float(np.expm1(profile.z_[-2]))
+    plain = profile.predict(hours[903], 24)
+    regrow = (peak - float(plain.p90[0])) / 4
+    held = profile.predict(hours[903], 24, regrow=regrow)
+    # Without the hold the dip's next hour is planned for its P90, far below the peak...
+    np.testing.assert_array_equal(plain.planned, plain.p90)
+    assert plain.planned[0] < peak - regrow
+    # ...with it, for the peak less a swap-cap step for the hour between (the dip), and
+    # one more step for every hour after, down to the P90; the P50 and P90 are unchanged.
+    envelope = peak - regrow * np.arange(1, 25)
+    np.testing.assert_allclose(held.planned, np.maximum(plain.planned, envelope))
+    assert held.planned[2] > plain.planned[2] and held.planned[6] == plain.planned[6]
+    np.testing.assert_array_equal(held.p90, plain.p90)
+    # The hour in progress counts among the latest: at the :30 cycle, one more hour between.
+    later = profile.predict(hours[904], 24, partial=0.0, regrow=regrow)
+    np.testing.assert_allclose(later.planned, np.maximum(later.p90, peak - regrow * np.arange(2, 26)))
+    # A swap cap that regrows the whole peak in one step holds the latest hour only (the dip).
+    wide = profile.predict(hours[903], 24, regrow=peak)
+    np.testing.assert_array_equal(wide.planned, plain.planned)
+    with pytest.raises(InputError, match="regrow"):
+        profile.predict(hours[903], 24, regrow=-1.0)

@@ -123,6 +123,8 @@ def app_demand(
     """
     import numpy as np
 
+    from forecasting.gpu_mapping import AppCapacity
+
     profile = load_profile(store, app.id)
     if profile is None:
         log.warning("app %s has no demand profile yet; planning it with no demand", app.id)
@@ -141,7 +143,8 @@ def app_demand(
     first = np.datetime64(start.replace(tzinfo=None) + known * STEP, "h")
     if hours > known:
         partial = partial_rate if start + known * STEP > seen_until else None
-        forecast = profile.predict(first, hours - known, partial=partial)
+        capacity = AppCapacity(app.requests_per_gpu_hour, app.headroom, app.swap_cap)
+        forecast = profile.predict(first, hours - known, partial=partial, regrow=capacity.regrow)
         p50 += [float(v) for v in forecast.p50]
         p90 += [float(v) for v in forecast.p90]
         reserve += [float(v) for v in forecast.planned]
