@@ -36,7 +36,9 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    also one a few steps later) on the block real-time uses least (then the next one), the
    real-time services in the way are re-planned around the promise (they move GPUs ahead of
    time within their swap caps), the rest is re-packed, and the change is kept only if the
-   exact objective improves. A promotion may leave real-time demand unserved (a trade) when
+   exact objective improves; where nothing gains at a job's earliest start, that start is tried
+   again with the planned jobs beside it held in place (the services in the way then cannot
+   push them back). A promotion may leave real-time demand unserved (a trade) when
    that pays at the contract's price; a trade waits for the end of its round, where it is
    taken if it is worth more than the plan the round's promotions without one reached.
 """
