@@ -36,7 +36,9 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    also one a few steps later) on the block real-time uses least (then the next one), the
    real-time services in the way are re-planned around the promise (they move GPUs ahead of
    time within their swap caps), the rest is re-packed, and the change is kept only if the
-   exact objective improves. A promotion may leave real-time demand unserved (a trade) when
+   exact objective improves; where nothing gains at a job's earliest start, that start is tried
+   again with the planned jobs beside it held in place (the services in the way then cannot
+   push them back). A promotion may leave real-time demand unserved (a trade) when
    that pays at the contract's price; a trade waits for the end of its round, where it is
    taken if it is worth more than the plan the round's promotions without one reached.
 """
@@ -98,10 +100,11 @@ class _Candidate:
     rt_shortfall: int  # demanded real-time GPU-steps left unserved
     committed: Mapping[str, Placement]  # promised placements it was built around
     busy_before_batch: tuple[int, ...]  # per step: down, running, promised and real-time GPUs
-    # Promises (job, start, first GPU) tried from this plan that did not improve it.
+    # Promises (job, start, first GPU, planned jobs held in place) tried from this plan that did
+    # not improve it.
     # (True: the services could not make room, or it traded at a loss; another block or a later
     # start may do better).
-    refuted: dict[tuple[str, int, int], bool] = field(default_factory=dict, compare=False)
+    refuted: dict[tuple[str, int, int, bool], bool] = field(default_factory=dict, compare=False)
 
 
 def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
@@ -473,6 +476,38 @@ def _promote(
     def done() -> _Candidate:
         return best if traded is None or traded[0].objective <= best.objective + EPSILON else traded[0]
 
+    def attempt(job: BatchJob, latest: int, promise: Placement, pins: Mapping[str, Placement]) -> _Trial:
+        """``best`` re-planned around ``promise`` (and ``pins``, the planned jobs held in place),
+        if the budget affords the check and the re-plan and the check says it may improve."""
+        nonlocal need
+        committed = {**promises, **pins, job.id: promise}
+        if not budget.affords(costs.check):
+            return _Trial(stop=True)
+        budget.charge(costs.check)
+        need = need or _realtime_need(instance)
+        in_the_way = _in_the_way(instance, best.allocation, committed)
+        lost = _value_lost(instance, job, promise.start_step, latest)
+        if not _worth_building(instance, best, committed, in_the_way, need=need, gain=lost):
+            return _Trial()
+        replan = costs.replan(len(in_the_way))
+        if not budget.affords(replan) or budget.spent > until:
+            return _Trial(stop=True)
+        budget.charge(replan)
+        try:
+            trial = _rebuild(instance, best, committed, in_the_way)
+        except InfeasiblePromiseError:
+            return _Trial()
+        return _Trial(candidate=_unpinned(instance, trial, pins) if pins else trial)
+
+    def judge(key: tuple[str, int, int, bool], trial: _Candidate | None) -> tuple[bool, bool]:
+        """Whether ``trial`` improves ``best``, and whether it trades; a promise that does not
+        improve is remembered with ``best`` (True: the services made no room, or it traded)."""
+        gains = trial is not None and trial.objective > best.objective + EPSILON
+        trades = trial is not None and trial.rt_shortfall > best.rt_shortfall
+        if not gains:
+            best.refuted[key] = trial is None or trades
+        return gains, trades
+
     improved, improved_plainly = True, False
     while improved:
         if traded is not None and (not improved_plainly or traded[0].objective > best.objective + EPSILON):
@@ -494,39 +529,24 @@ def _promote(
                 blocks = queue.pop(0)
                 promise, rest = blocks[0], blocks[1:]
                 tried.add(promise.start_step)
-                committed = {**promises, job.id: promise}
-                trial: _Candidate | None = None
-                key = (job.id, promise.start_step, promise.first_gpu)
+                key = (job.id, promise.start_step, promise.first_gpu, False)
                 known = best.refuted.get(key)  # None: not tried from this plan yet
                 if known is False:
                     continue
+                trial: _Candidate | None = None
                 if known is None:  # (True: tried, and the services made no room)
-                    if not budget.affords(costs.check):
+                    outcome = attempt(job, latest, promise, {})
+                    if outcome.stop:
                         return done()
-                    budget.charge(costs.check)
-                    need = need or _realtime_need(instance)
-                    in_the_way = _in_the_way(instance, best.allocation, committed)
-                    lost = _value_lost(instance, job, promise.start_step, latest)
-                    if _worth_building(instance, best, committed, in_the_way, need=need, gain=lost):
-                        replan = costs.replan(len(in_the_way))
-                        if not budget.affords(replan) or budget.spent > until:
-                            return done()
-                        budget.charge(replan)
-                        try:
-                            trial = _rebuild(instance, best, committed, in_the_way)
-                        except InfeasiblePromiseError:
-                            trial = None
+                    trial = outcome.candidate
                 # A trade is taken when the exact objective says it pays: the contract prices an
                 # unserved GPU-step at (1 + rt_penalty) x priority, and the plan cycle and the
                 # full mode trade at that price too.
-                gains = trial is not None and trial.objective > best.objective + EPSILON
-                trades = trial is not None and trial.rt_shortfall > best.rt_shortfall
-                if not gains:
-                    best.refuted[key] = trial is None or trades
+                gains, trades = judge(key, trial)
                 if gains and trades:
                     assert trial is not None
                     if traded is None or trial.objective > traded[0].objective:
-                        traded = (trial, committed)
+                        traded = (trial, dict(trial.committed))
                     improved = True
                     break
                 if trial is None or trades:
@@ -544,9 +564,104 @@ def _promote(
                             queue.insert(0, at_later)
                     continue
                 if gains:
-                    best, promises, improved, improved_plainly = trial, committed, True, True
+                    assert trial is not None
+                    best, promises, improved, improved_plainly = trial, dict(trial.committed), True, True
                     break
+            else:
+                # Nothing gained: the earliest start again, on the block where the ranking expects
+                # the planned jobs it overlaps to lose least, the planned jobs beside it held in
+                # place: else the services in that block's way move onto their cells and push
+                # them later (on `long-blockers-30`, a 19-hour job worth more than the service).
+                if not slots or not instance.realtime_jobs:
+                    continue
+                start = slots[0][0].start_step
+                gain = _value_lost(instance, job, start, latest)
+                if gain <= 0 or not budget.affords(costs.slots):
+                    continue
+                budget.charge(costs.slots)
+                held = _held_promise(instance, best.allocation, job, promises, start)
+                if held is None or held.displaced >= gain:
+                    continue
+                promise, pins = held.promise, held.pins
+                key = (job.id, promise.start_step, promise.first_gpu, True)
+                if key in best.refuted:
+                    continue
+                outcome = attempt(job, latest, promise, pins)
+                if outcome.stop:
+                    return done()
+                trial = outcome.candidate
+                gains, trades = judge(key, trial)
+                if gains and trial is not None:
+                    if not trades:
+                        best, promises, improved, improved_plainly = trial, dict(trial.committed), True, True
+                    elif traded is None or trial.objective > traded[0].objective:
+                        traded, improved = (trial, dict(trial.committed)), True
     return done()
+
+
+class _Trial(NamedTuple):
+    """A promise's re-plan: ``stop`` when the budget ran out first; else the candidate, None when
+    it was not built (it could not pay) or the services could not follow their caps."""
+
+    stop: bool = False
+    candidate: _Candidate | None = None
+
+
+class _Held(NamedTuple):
+    """A promise with the planned jobs beside it held in place, and what the planned jobs it
+    overlaps are expected to lose (pushed to its end)."""
+
+    promise: Placement
+    pins: dict[str, Placement]
+    displaced: float
+
+
+def _held_promise(
+    instance: Instance, allocation: Allocation, job: BatchJob, promises: Mapping[str, Placement], start: int
+) -> _Held | None:
+    """``job`` at ``start`` on the free block where the planned jobs it overlaps lose least when
+    pushed to its end (the block :func:`expected_gains` ranks it by; the fewest real-time
+    GPU-steps among equals), with the other planned jobs that run beside it held in place; None
+    where no service holds GPUs of that block (a re-pack, tried already) or no job is beside it."""
+    fixed = _promise_board(instance, job, promises)
+    horizon = instance.horizon_steps
+    end = job.end_step(start, horizon)
+    jobs = instance.jobs_by_id
+    beside: list[tuple[str, Placement, int, float]] = []  # (id, placement, its GPUs, value lost)
+    for job_id, placed in allocation.batch.items():
+        other = jobs[job_id]
+        assert isinstance(other, BatchJob)
+        if job_id == job.id or job_id in promises:
+            continue
+        if placed.start_step < end and other.end_step(placed.start_step, horizon) > start:
+            lost = _run_value(instance, other, placed.start_step) - _run_value(instance, other, end)
+            beside.append((job_id, placed, block_mask(placed.first_gpu, other.gpus), lost))
+    ranked = []
+    for first_gpu in islice(iter_gpus(fixed.free_starts(job.gpus, start, end)), MAX_BLOCK_CANDIDATES):
+        mask = block_mask(first_gpu, job.gpus)
+        displaced = sum(lost for *_, taken, lost in beside if taken & mask)
+        ranked.append((displaced, _realtime_cells(allocation, first_gpu, job.gpus, start, end), first_gpu))
+    if not ranked:
+        return None
+    displaced, services, first_gpu = min(ranked)
+    mask = block_mask(first_gpu, job.gpus)
+    pins = {job_id: placed for job_id, placed, taken, _ in beside if not taken & mask}
+    if not services or not pins:
+        return None
+    return _Held(Placement(start_step=start, first_gpu=first_gpu), pins, displaced)
+
+
+def _unpinned(instance: Instance, candidate: _Candidate, pins: Mapping[str, Placement]) -> _Candidate:
+    """``candidate``, built with ``pins`` among its promises, with them free to move again in
+    later searches (its plan keeps them where they are)."""
+    pinned = placement_masks(instance, pins)
+    return replace(
+        candidate,
+        committed={job_id: p for job_id, p in candidate.committed.items() if job_id not in pins},
+        busy_before_batch=tuple(
+            busy & ~mask for busy, mask in zip(candidate.busy_before_batch, pinned, strict=True)
+        ),
+    )
 
 
 def _worth_building(
