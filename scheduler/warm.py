@@ -73,8 +73,9 @@ class Refuted:
     priority of a job of that shape that neither fitted nor gained from a repair. A job of
     such a shape at no higher priority, with no promise, would do no better (the same starts
     and blocks, the same jobs ruined and packed again, a value no higher at every start), so
-    it is left out without a search. Valid while the plan is the one it was built on; under a
-    wall-clock budget a repair may reach a few more blocks than the one it stands for."""
+    it is left out without a search. Valid while the plan is the one it was built on, for
+    inserts with the same budgets; under a wall-clock budget a repair may reach a few more
+    blocks than the one it stands for."""
 
     def __init__(self) -> None:
         self._priority: dict[tuple[int, int, int], float] = {}

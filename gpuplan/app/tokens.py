@@ -110,7 +110,7 @@ class TokenCache:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._loading = threading.Lock()  # one read of every live token at a time
+        self._loading = threading.Lock()  # one read of every token at a time
         self._revoked: int | None = None
         self._loaded: int | None = None  # the revoked count the tokens were all read at
         self._known: dict[str, ApiToken] = {}
