@@ -34,6 +34,7 @@ flight finish, then the daemon exits.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -98,8 +99,6 @@ def _settle_heap() -> None:
     forecasters) is moved out of the garbage collector's reach (:func:`gc.freeze`), so that a
     full collection walks only what came later. Left to walk it all, each one stopped every
     thread for 140-210 ms under the HTTP load, the whole tail of its latency."""
-    import gc
-
     if not gc.get_freeze_count():
         gc.collect()
         gc.freeze()
@@ -290,8 +289,6 @@ def serve(
             signal.signal(sig, handler)
         _SERVICE = None
         _SERVING.clear()
-        import gc
-
         gc.unfreeze()  # a process that goes on (a test) collects its whole heap again
     log.info("daemon stopped")
     return 0

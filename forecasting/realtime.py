@@ -691,8 +691,8 @@ class RealtimeProfile:
         ``partial`` is the hour in progress (the first one not yet seen) at the rate seen
         so far: the nowcast reads it as the latest hour. ``start_hour`` must then be after it.
         ``regrow`` is the requests one swap-cap step of the app's GPUs serves: the reserve of
-        the first hour after the latest one seen is then never below the highest of the
-        latest hours minus it (the dip hold, module docstring).
+        every hour ahead is then never below each of the latest hours' requests less it for
+        every hour between (the dip hold, module docstring).
         """
         start = self._unseen_hour(start_hour, "start_hour", "the first hour not yet observed")
         if horizon_hours < 1:

@@ -101,9 +101,8 @@ class _Candidate:
     committed: Mapping[str, Placement]  # promised placements it was built around
     busy_before_batch: tuple[int, ...]  # per step: down, running, promised and real-time GPUs
     # Promises (job, start, first GPU, planned jobs held in place) tried from this plan that did
-    # not improve it.
-    # (True: the services could not make room, or it traded at a loss; another block or a later
-    # start may do better).
+    # not improve it (True: the services could not make room, or it traded at a loss; another
+    # block or a later start may do better).
     refuted: dict[tuple[str, int, int, bool], bool] = field(default_factory=dict, compare=False)
 
 

@@ -29,7 +29,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from contract.scenario import BatchJob, Instance
+from contract.scenario import BatchJob, Instance, iter_gpus
 from scheduler.board import Board, free_block_starts
 from scheduler.budget import Budget
 from scheduler.cpmodel import BuildTimeoutError, Window, build_model, hint, read_allocation
@@ -180,7 +180,7 @@ def _targeted(instance: Instance, delayed: list[BatchJob]) -> dict[Window, str]:
         if run is None or job.gpus <= FIRST_WINDOW_GPUS:
             continue
         *_, starts = run  # aligned first GPUs of the job's size
-        first = (starts & -starts).bit_length() - 1
+        first = next(iter_gpus(starts))
         window = Window(first, first + job.gpus, 0, instance.horizon_steps)
         if window != Window.whole(instance):  # the whole grid keeps its place, last
             windows.setdefault(window, job.id)
