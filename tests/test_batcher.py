@@ -22,7 +22,7 @@ import pytest
 from contract.errors import InputError
 from contract.records import ApiToken, Job, JobState, Outcome, RunMode, Scope
 from contract.scenario_io import parse_scenario
-from gpuplan.app import promises
+from gpuplan.app import batcher, promises
 from gpuplan.app.changes import FreshMarks
 from gpuplan.app.config import demo_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
@@ -129,6 +129,31 @@ def test_concurrent_submits_are_stored_once_in_two_batches_and_each_is_in_the_ne
             assert queue[answer.job]["planned_start"] == expected
         # the warm run is a legal plan of the scenario stored with it
         assert check_plan(parse_scenario(run.scenario), run.grid) == []
+
+
+def test_the_callers_a_batch_answered_go_together_in_the_next_and_a_lone_one_never_waits(
+    tmp_path: Path, models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a batch of nine, the next batch waits until nine submits wait: arriving one by
+    one, they go together, not the first alone. A caller whose last batch was its own does not
+    wait for the window (a minute here, so that neither case hangs on the machine's speed)."""
+    monkeypatch.setattr(batcher, "GATHER_S", 60.0)
+    with _service(tmp_path, models_dir) as service:
+        ctx = service.context
+        token = _token(service)
+        pool = ThreadPoolExecutor(CALLERS - 1)
+        for n in range(2):  # one caller, one by one: each batch its own, none waits
+            pool.submit(ctx.submit, token, _spec(n), source="test").result(timeout=30)
+        _submit_together(service, [_spec(n) for n in range(2, 2 + CALLERS)])
+        assert ctx.batcher.stats.sizes == [1, 1, 1, CALLERS - 1]
+        answers = []
+        for i in range(CALLERS - 1):  # the nine come back one at a time
+            spec = _spec(100 + i)
+            answers.append(pool.submit(ctx.submit, token, spec, source="test"))
+            _wait_until(lambda i=i: len(ctx.batcher._waiting) == i + 1 or ctx.batcher.stats.batches > 4)
+        assert all(isinstance(a.result(timeout=30), SubmitResult) for a in answers)
+        pool.shutdown()
+        assert ctx.batcher.stats.sizes == [1, 1, 1, CALLERS - 1, CALLERS - 1]
 
 
 def test_a_job_the_cluster_cannot_hold_is_refused_alone_and_its_batch_goes_on(
