@@ -26,7 +26,9 @@ hour stores a plan that starts in it, which no batch can extend), else a fresh p
 queue, so that the first submit after a change is inserted too.
 
 Submits that arrive meanwhile wait for the next batch: a submit waits for at most the batch
-in flight and its own, however many arrive together.
+in flight and its own, however many arrive together, and after a batch of several for at most
+:data:`GATHER_S` more, while the callers that batch answered come back
+(:meth:`SubmitBatcher._gathered`).
 """
 
 from __future__ import annotations
