@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from contract.errors import InputError
-from contract.records import ApiToken, Job, JobState, Outcome, RunMode, Scope
+from contract.records import ApiToken, Job, JobEstimate, JobState, Outcome, RunMode, Scope
+from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
-from gpuplan.app import promises
+from gpuplan.app import batcher, promises
 from gpuplan.app.changes import FreshMarks
 from gpuplan.app.config import demo_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
@@ -131,6 +132,31 @@ def test_concurrent_submits_are_stored_once_in_two_batches_and_each_is_in_the_ne
         assert check_plan(parse_scenario(run.scenario), run.grid) == []
 
 
+def test_the_callers_a_batch_answered_go_together_in_the_next_and_a_lone_one_never_waits(
+    tmp_path: Path, models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a batch of nine, the next batch waits until nine submits wait: arriving one by
+    one, they go together, not the first alone. A caller whose last batch was its own does not
+    wait for the window (a minute here, so that neither case hangs on the machine's speed)."""
+    monkeypatch.setattr(batcher, "GATHER_S", 60.0)
+    with _service(tmp_path, models_dir) as service:
+        ctx = service.context
+        token = _token(service)
+        pool = ThreadPoolExecutor(CALLERS - 1)
+        for n in range(2):  # one caller, one by one: each batch its own, none waits
+            pool.submit(ctx.submit, token, _spec(n), source="test").result(timeout=30)
+        _submit_together(service, [_spec(n) for n in range(2, 2 + CALLERS)])
+        assert ctx.batcher.stats.sizes == [1, 1, 1, CALLERS - 1]
+        answers = []
+        for i in range(CALLERS - 1):  # the nine come back one at a time
+            spec = _spec(100 + i)
+            answers.append(pool.submit(ctx.submit, token, spec, source="test"))
+            _wait_until(lambda i=i: len(ctx.batcher._waiting) == i + 1 or ctx.batcher.stats.batches > 4)
+        assert all(isinstance(a.result(timeout=30), SubmitResult) for a in answers)
+        pool.shutdown()
+        assert ctx.batcher.stats.sizes == [1, 1, 1, CALLERS - 1, CALLERS - 1]
+
+
 def test_a_job_the_cluster_cannot_hold_is_refused_alone_and_its_batch_goes_on(
     tmp_path: Path, models_dir: Path
 ) -> None:
@@ -228,6 +254,40 @@ def test_after_each_kind_of_change_the_next_submit_is_warm_but_after_another_pro
             make()
             ctx.submit(token, _spec(n), source="test")
             assert (stats.warm, stats.fresh) == expected, change
+
+
+def test_a_job_another_process_stores_while_a_batch_is_stored_is_in_the_next_plan(
+    tmp_path: Path, models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marks a warm batch leaves are those of its own transaction: a job another process
+    stores right after it moves the store's marks past them, so the next batch plans afresh
+    with that job in, instead of taking the batch's run (which lacks it) as its base."""
+    with _service(tmp_path, models_dir) as service:
+        ctx, token = service.context, _token(service)
+        other = Job(
+            id="other-process-job",
+            kind=JobKind.BATCH_INFERENCE,
+            priority=50.0,
+            spec={"id": "other-process-job", "kind": "batch_inference", "gpus": 1, "hours": 1},
+            submitted_at=T0,
+            estimate=JobEstimate(1, 1.0, 1.0),
+        )
+        record_submits = service.store.record_submits
+
+        def and_another_process(jobs: list[Job], run: Any) -> Any:
+            stored = record_submits(jobs, run)
+            monkeypatch.setattr(service.store, "record_submits", record_submits)
+            service.store.add_job(other)  # as another process would, between two batches' reads
+            return stored
+
+        monkeypatch.setattr(service.store, "record_submits", and_another_process)
+        ctx.submit(token, _spec(0), source="test")
+        ctx.submit(token, _spec(1), source="test")
+        stats = ctx.batcher.stats
+        assert (stats.warm, stats.fresh) == (1, 1)
+        run = service.store.run()
+        assert run is not None
+        assert "other-process-job" in {job["id"] for job in run.scenario["jobs"]}
 
 
 def test_a_plan_older_than_a_cycle_period_is_not_warmed(tmp_path: Path, models_dir: Path) -> None:

@@ -26,7 +26,9 @@ hour stores a plan that starts in it, which no batch can extend), else a fresh p
 queue, so that the first submit after a change is inserted too.
 
 Submits that arrive meanwhile wait for the next batch: a submit waits for at most the batch
-in flight and its own, however many arrive together.
+in flight and its own, however many arrive together, and after a batch of several for at most
+:data:`GATHER_S` more, while the callers that batch answered come back
+(:meth:`SubmitBatcher._gathered`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ log = logging.getLogger(__name__)
 
 #: The name of the batches' thread.
 WORKER = "gpuplan-submits"
+
+#: How long a batch waits at most for the callers of the last one to come back (_gathered).
+GATHER_S = 0.015
 
 
 @dataclass(frozen=True)
@@ -116,9 +121,10 @@ class SubmitBatcher:
         # The recent arrivals the promises count (promises.recent_arrivals), as of the marks
         # with which they were read or to which this process's batches alone brought them.
         self._arrivals: tuple[tuple[int, ...], datetime, tuple[Job, ...]] | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._waiting: list[_Ticket] = []
         self._running = False
+        self._answered = 0  # how many submits the last batch answered (their callers may return)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=WORKER)
         changes.on_change(self._changed)
 
@@ -137,6 +143,8 @@ class SubmitBatcher:
             if not self._running:
                 self._running = True
                 self._worker.submit(self._drain)
+            elif len(self._waiting) >= self._answered:
+                self._lock.notify()
         return ticket.answer
 
     def settle(self) -> None:
@@ -181,11 +189,27 @@ class SubmitBatcher:
         """Every batch waiting, one after another, until none is."""
         while True:
             with self._lock:
-                batch, self._waiting = self._waiting, []
+                batch, self._waiting = self._gathered(), []
                 if not batch:
                     self._running = False
                     return
             self._answer(batch)
+            self._answered = len(batch)
+
+    def _gathered(self) -> list[_Ticket]:
+        """The submits waiting (the lock held), once as many wait as the last batch answered, or
+        after at most :data:`GATHER_S`. The callers a batch answers tend to come back together,
+        each after reading the status its answer changed; a batch begun as the first of them
+        arrives would go with that one alone, the others in the next, and each batch has a fixed
+        part (the lock, the marks, the run stored) whatever its size. A lone caller, whose last
+        batch was its own, never waits."""
+        deadline = time.monotonic() + GATHER_S
+        while self._waiting and len(self._waiting) < self._answered:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._lock.wait(left)
+        return self._waiting
 
     def _answer(self, submitted: list[_Ticket]) -> None:
         try:
@@ -213,7 +237,7 @@ class SubmitBatcher:
                     if self._arrivals is not None and self._arrivals[0] == before:
                         self._arrivals = (after, self._arrivals[1], self._arrivals[2] + jobs)
                 else:
-                    stored = self._store_jobs(batch)
+                    stored, after = self._store_jobs(batch), None
                     if not stored:
                         return
                     waiting = [t.job for t in stored]
@@ -222,8 +246,11 @@ class SubmitBatcher:
                     promised = promise(self.store, run, waiting, now, self.config, starts=starts)
                 for ticket in stored:
                     ticket.result = answer(run, ticket.job, promised.get(ticket.job.id))
-                # The next batch's base: this run, while nothing moves (the marks read after it).
-                stamp, marks = self.changes.bump(), self.store.marks()
+                # The next batch's base: this run, while nothing moves. After one transaction the
+                # marks are known without a read: a change by another process meanwhile leaves the
+                # store's others, and the next batch plans afresh.
+                stamp = self.changes.bump()
+                marks = self.store.marks() if after is None else after
                 refuted = base.refuted if inserted and base is not None else Refuted()
                 self._base = (
                     None

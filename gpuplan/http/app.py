@@ -23,6 +23,9 @@ def create_app(context: ApiContext) -> FastAPI:
         docs_url=None,  # the interactive pages load their scripts from a CDN
         redoc_url=None,
         debug=False,
+        # No OpenTelemetry here (the daemon's metrics are Prometheus's): off, FastAPI skips
+        # asking the global providers on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.context = context
     errors.install(app)
