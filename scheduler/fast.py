@@ -1146,9 +1146,10 @@ def _evacuate_early(
     out, keeps demand covered. ``safe`` GPUs are free now and never blocked later; ``cap``
     is the service's swap cap.
     """
-    doomed = sorted(
-        (d, g) for g in gpus_of(current & downs.ever_down) if (d := downs.next_down(g, t + 1)) is not None
-    )
+    doomed_gpus = current & ~downs.never_blocked_after(t + 1)
+    if not doomed_gpus or not safe & ~current:  # nothing held goes later, or nowhere to move
+        return current, budget
+    doomed = sorted((d, g) for g in gpus_of(doomed_gpus) if (d := downs.next_down(g, t + 1)) is not None)
     # Just in time: the i-th GPU to go (by deadline) is replaced once the changes that the
     # first i replacements need (one in, one out each) no longer fit in the cap's steps before
     # it goes. Moving at the first spare change instead (16 hours early, say) took the safe
