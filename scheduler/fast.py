@@ -57,7 +57,7 @@ from scheduler import baselines
 from scheduler.board import BlockedSchedule, Board
 from scheduler.budget import Budget, WorkCosts
 from scheduler.churn import settle
-from scheduler.metrics import moves
+from scheduler.metrics import moves, realtime_objective
 from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement, batch_masks, placement_masks
 
 UNLIMITED = 1 << 30
@@ -947,17 +947,6 @@ def _blocks_at(fixed: Board, allocation: Allocation, job: BatchJob, start: int) 
 
 
 # --- real-time -------------------------------------------------------------------------------
-
-
-def realtime_objective(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> float:
-    """Value minus penalty of the real-time holdings (the contract's scoring, per job and step)."""
-    total = 0.0
-    weights = instance.weights
-    for job in instance.realtime_jobs:
-        for t, mask in enumerate(realtime[job.id]):
-            served = min(mask.bit_count(), job.demand[t])
-            total += job.priority * weights[t] * (served - instance.rt_penalty * (job.demand[t] - served))
-    return total
 
 
 def place_realtime(
