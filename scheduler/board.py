@@ -70,24 +70,22 @@ class Board:
         if not_before >= horizon:
             return None
         end = job.end_step(not_before, horizon)
-        # free_block_starts, inlined: this is the fast mode's innermost loop.
+        # free_block_starts, inlined: this is the fast mode's innermost loop. A block is free at
+        # every step of the run iff it is free in the union of the steps' busy GPUs.
         all_mask, busy = self.all_mask, self.busy
         spans, aligned = _spans(job.gpus), aligned_starts(self.gpus, job.gpus)
-        free: list[int] = []
-        starts = all_mask
+        taken = 0
         for t in range(not_before, end):
-            block_starts = all_mask & ~busy[t]
-            for span in spans:
-                block_starts &= block_starts >> span
-            free.append(block_starts)
-            starts &= block_starts
-            if not starts & aligned:
-                break
+            taken |= busy[t]
+        starts = all_mask & ~taken
+        for span in spans:
+            starts &= starts >> span
         starts &= aligned
         if starts:
             return not_before, end, starts
         # Steps past the horizon are free: a run cut at the horizon checks only the steps it has.
-        for t in range(not_before + len(free), horizon):
+        free: list[int] = []
+        for t in range(not_before, horizon):
             block_starts = all_mask & ~busy[t]
             for span in spans:
                 block_starts &= block_starts >> span
