@@ -116,7 +116,9 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     """
     budget = budget or Budget(HOT_PATH_BUDGET_MS)
     costs = WorkCosts.of(instance)
-    floors = [_Scored(instance, floor) for floor in baselines.all_three(instance)]
+    baseline_plans = baselines.all_three(instance)
+    reserved_value = realtime_objective(instance, baseline_plans[0].realtime)  # one set of reservations
+    floors = [_Scored(instance, f, reserved_value + batch_value(instance, f.batch)) for f in baseline_plans]
     # The floors (three packs on one set of reservations), as measured; settling at the end
     # is kept back from the work and the wall clock both.
     budget.charge(costs.floors)
@@ -1164,6 +1166,8 @@ def _compact(current: int, free: int, budget: int) -> int:
     is added now and the low one is shed next step (the lowest id goes first), so
     demand stays covered throughout.
     """
+    if budget == 0 or (free & ~current) < (current & -current):  # no free GPU above the lowest held
+        return current
     for gpu in iter_gpus_down(free & ~current):
         if budget == 0 or not current:
             break
