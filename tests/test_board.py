@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,6 +22,22 @@ def schedules(draw: st.DrawFn) -> tuple[int, list[int]]:
     return gpus, masks
 
 
+class Holding(NamedTuple):
+    """A schedule of blocked GPUs, a service's held GPUs, the step and its swap cap."""
+
+    masks: list[int]
+    held: int
+    step: int
+    cap: int
+
+
+@st.composite
+def holdings(draw: st.DrawFn) -> Holding:
+    gpus, masks = draw(schedules())
+    held = draw(st.integers(0, (1 << gpus) - 1))
+    return Holding(masks, held, draw(st.integers(0, len(masks) - 1)), draw(st.integers(0, 4)))
+
+
 def _deadlines(masks: list[int], held: int, step: int) -> list[tuple[int, int]]:
     """(first blocked step from ``step`` on, GPU) of each held GPU blocked again, earliest first."""
     found = []
@@ -31,31 +49,21 @@ def _deadlines(masks: list[int], held: int, step: int) -> list[tuple[int, int]]:
     return sorted(found)
 
 
-@given(schedules(), st.data())
-def test_must_drop_releases_the_earliest_deadlines_the_cap_cannot_wait_for(
-    schedule: tuple[int, list[int]], data: st.DataObject
-) -> None:
+@given(holdings())
+def test_must_drop_releases_the_earliest_deadlines_the_cap_cannot_wait_for(holding: Holding) -> None:
     """With N(u) held GPUs blocked by step u and at most ``swap_cap`` released a step, the
     most N(u) - swap_cap * (u - step) says how many go now: the earliest deadlines, the
     lowest ids first among equal ones."""
-    gpus, masks = schedule
-    held = data.draw(st.integers(0, (1 << gpus) - 1))
-    step = data.draw(st.integers(0, len(masks) - 1))
-    cap = data.draw(st.integers(0, 4))
+    masks, held, step, cap = holding
     deadlines = _deadlines(masks, held, step)
     needed = max([0, *(count - cap * (d - step) for count, (d, _) in enumerate(deadlines, start=1))])
     expected = sum(1 << gpu for _, gpu in deadlines[:needed])
     assert BlockedSchedule(masks).must_drop(held, step, cap) == expected
 
 
-@given(schedules(), st.data())
-def test_still_reachable_means_no_step_needs_more_releases_than_the_cap_allows(
-    schedule: tuple[int, list[int]], data: st.DataObject
-) -> None:
-    gpus, masks = schedule
-    held = data.draw(st.integers(0, (1 << gpus) - 1))
-    step = data.draw(st.integers(0, len(masks) - 1))
-    cap = data.draw(st.integers(0, 4))
+@given(holdings())
+def test_still_reachable_means_no_step_needs_more_releases_than_the_cap_allows(holding: Holding) -> None:
+    masks, held, step, cap = holding
     deadlines = _deadlines(masks, held, step + 1)
     expected = all(count <= cap * (d - step) for count, (d, _) in enumerate(deadlines, start=1))
     assert BlockedSchedule(masks).still_reachable(held, step, cap) == expected
