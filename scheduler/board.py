@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from functools import cache
 
-from contract.scenario import BatchJob, Instance, block_mask, gpus_of
+from contract.scenario import BatchJob, Instance, block_mask
 
 
 @cache
@@ -70,24 +70,22 @@ class Board:
         if not_before >= horizon:
             return None
         end = job.end_step(not_before, horizon)
-        # free_block_starts, inlined: this is the fast mode's innermost loop.
+        # free_block_starts, inlined: this is the fast mode's innermost loop. A block is free at
+        # every step of the run iff it is free in the union of the steps' busy GPUs.
         all_mask, busy = self.all_mask, self.busy
         spans, aligned = _spans(job.gpus), aligned_starts(self.gpus, job.gpus)
-        free: list[int] = []
-        starts = all_mask
+        taken = 0
         for t in range(not_before, end):
-            block_starts = all_mask & ~busy[t]
-            for span in spans:
-                block_starts &= block_starts >> span
-            free.append(block_starts)
-            starts &= block_starts
-            if not starts & aligned:
-                break
+            taken |= busy[t]
+        starts = all_mask & ~taken
+        for span in spans:
+            starts &= starts >> span
         starts &= aligned
         if starts:
             return not_before, end, starts
         # Steps past the horizon are free: a run cut at the horizon checks only the steps it has.
-        for t in range(not_before + len(free), horizon):
+        free: list[int] = []
+        for t in range(not_before, horizon):
             block_starts = all_mask & ~busy[t]
             for span in spans:
                 block_starts &= block_starts >> span
@@ -166,23 +164,51 @@ class BlockedSchedule:
 
         Earliest-deadline-first: with ``N(u)`` the held GPUs down by step ``u``, at most
         ``swap_cap`` can be released per step, so ``N(u) - swap_cap * (u - step)`` of them
-        must go now (all of those down at ``step`` itself).
+        must go now (all of those down at ``step`` itself); the earliest deadlines go, the
+        lowest ids first among equal ones. The steps are walked from ``step`` on only until
+        no later one can need more.
         """
-        at_risk = held & self.ever_down
-        if not at_risk:
+        pending = held & self.blocked_from[step]
+        if not pending:
             return 0
-        deadlines = sorted((nxt, g) for g in gpus_of(at_risk) if (nxt := self.next_down(g, step)) is not None)
-        needed = 0
-        for count, (deadline, _) in enumerate(deadlines, start=1):
-            needed = max(needed, count - swap_cap * (deadline - step))
+        masks, total = self.masks, pending.bit_count()
+        due: list[int] = []  # per step walked, the held GPUs whose deadline it is
+        count = needed = 0
+        u = step
+        while pending:
+            new = pending & masks[u]
+            if new:
+                pending ^= new
+                due.append(new)
+                count += new.bit_count()
+                needed = max(needed, count - swap_cap * (u - step))
+            u += 1
+            if total - swap_cap * (u - step) <= needed:
+                break
         drop = 0
-        for _, gpu in deadlines[:needed]:
-            drop |= 1 << gpu
+        for gpus in due:
+            left = gpus
+            while left and needed:
+                lowest = left & -left
+                drop |= lowest
+                left ^= lowest
+                needed -= 1
         return drop
 
     def still_reachable(self, held: int, step: int, swap_cap: int) -> bool:
-        """Whether ``held`` at ``step`` can still shed its GPUs before they go down (from step+1 on)."""
-        deadlines = sorted(
-            d for g in gpus_of(held & self.ever_down) if (d := self.next_down(g, step + 1)) is not None
-        )
-        return all(count <= swap_cap * (d - step) for count, d in enumerate(deadlines, start=1))
+        """Whether ``held`` at ``step`` can still shed its GPUs before they go down (from step+1 on):
+        by every later step ``u``, at most ``swap_cap * (u - step)`` of them are down."""
+        pending = held & self.blocked_from[step + 1]
+        total, count = pending.bit_count(), 0
+        u = step + 1
+        while pending:
+            if total <= swap_cap * (u - step):
+                return True
+            new = pending & self.masks[u]
+            if new:
+                pending ^= new
+                count += new.bit_count()
+                if count > swap_cap * (u - step):
+                    return False
+            u += 1
+        return True

@@ -25,7 +25,7 @@ from itertools import chain
 from contract.curves import swap_capped_curve
 from contract.scenario import Instance, iter_gpus_down
 from scheduler.board import BlockedSchedule
-from scheduler.metrics import moves
+from scheduler.metrics import moves, realtime_objective
 from scheduler.model import Allocation, batch_masks
 
 EPSILON = 1e-9
@@ -37,28 +37,19 @@ def settle(instance: Instance, allocation: Allocation) -> Allocation:
     least as good by the contract's score and moves fewer GPUs; else ``allocation`` itself."""
     if not instance.realtime_jobs:
         return allocation
-    best, best_score = allocation.realtime, _realtime_score(instance, allocation.realtime)
+    best, best_score = allocation.realtime, realtime_objective(instance, allocation.realtime)
     best_moves = moves(instance, best)
     blocked = batch_masks(instance, allocation.batch)
     schedule = BlockedSchedule(blocked)
+    floor = _served_curves(instance, allocation)
     for give_back_idle in (False, True):
-        realtime = _sticky_realtime(instance, allocation, blocked, schedule, give_back_idle=give_back_idle)
+        realtime = _sticky_realtime(instance, floor, blocked, schedule, give_back_idle=give_back_idle)
         if realtime is None:
             continue
-        score, moved = _realtime_score(instance, realtime), moves(instance, realtime)
+        score, moved = realtime_objective(instance, realtime), moves(instance, realtime)
         if score > best_score + EPSILON or (score >= best_score - EPSILON and moved < best_moves):
             best, best_score, best_moves = realtime, score, moved
     return allocation if best is allocation.realtime else Allocation(batch=allocation.batch, realtime=best)
-
-
-def _realtime_score(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> float:
-    weights = instance.weights
-    total = 0.0
-    for job in instance.realtime_jobs:
-        for t, mask in enumerate(realtime[job.id]):
-            served = min(mask.bit_count(), job.demand[t])
-            total += job.priority * weights[t] * (served - instance.rt_penalty * (job.demand[t] - served))
-    return total
 
 
 def _by_blocking(schedule: BlockedSchedule, gpus: int, step: int) -> Iterator[int]:
@@ -66,29 +57,35 @@ def _by_blocking(schedule: BlockedSchedule, gpus: int, step: int) -> Iterator[in
     yield from sorted(iter_gpus_down(gpus), key=lambda g: -(schedule.next_down(g, step) or NEVER))
 
 
+def _served_curves(instance: Instance, allocation: Allocation) -> dict[str, list[int]]:
+    """Per service, the swap-capped curve of what ``allocation`` serves it (the least count
+    each step that covers it and that the cap can follow)."""
+    running = instance.running_realtime
+    return {
+        job.id: swap_capped_curve(
+            [min(m.bit_count(), d) for m, d in zip(allocation.realtime[job.id], job.demand, strict=True)],
+            job.swap_cap,
+            running[job.id].mask.bit_count() if job.id in running else None,
+        )
+        for job in instance.realtime_jobs
+    }
+
+
 def _sticky_realtime(
     instance: Instance,
-    allocation: Allocation,
+    floor: Mapping[str, Sequence[int]],
     blocked: Sequence[int],
     schedule: BlockedSchedule,
     *,
     give_back_idle: bool,
 ) -> dict[str, tuple[int, ...]] | None:
     """The services' holdings by rules 1-3 around the plan's batch work, or None where a swap
-    cap cannot follow (the plan then keeps its own holdings). Without ``give_back_idle``, a
-    service keeps idle GPUs nothing else takes (fewer moves; more GPUs held)."""
+    cap cannot follow (the plan then keeps its own holdings). ``floor``: per service, the
+    swap-capped curve of what the plan serves (:func:`_served_curves`). Without
+    ``give_back_idle``, a service keeps idle GPUs nothing else takes (fewer moves; more GPUs
+    held)."""
     jobs = sorted(instance.realtime_jobs, key=lambda j: -j.priority)
-    served = {
-        job.id: [min(m.bit_count(), d) for m, d in zip(allocation.realtime[job.id], job.demand, strict=True)]
-        for job in jobs
-    }
     running = instance.running_realtime
-    floor = {
-        job.id: swap_capped_curve(
-            served[job.id], job.swap_cap, running[job.id].mask.bit_count() if job.id in running else None
-        )
-        for job in jobs
-    }
     previous: dict[str, int | None] = {
         job.id: running[job.id].mask if job.id in running else None for job in jobs
     }
@@ -110,10 +107,10 @@ def _sticky_realtime(
             budgets[job.id] = job.swap_cap - forced.bit_count()
         # Rule 2 for all before rule 3 for any: a GPU one service gives back is free for
         # another's growth in the same step.
-        for job in jobs:
+        for job in jobs if give_back_idle else ():
             current, budget = kept[job.id], budgets[job.id]
             high = max(floor[job.id][t], job.demand[t])
-            if give_back_idle and current.bit_count() > high:
+            if current.bit_count() > high:
                 # Idle GPUs beyond what is served and needed for a ramp go back, those
                 # blocked soonest first, then the lowest ids.
                 order = sorted(
@@ -122,7 +119,7 @@ def _sticky_realtime(
                 for gpu in order[: min(current.bit_count() - high, budget)]:
                     current &= ~(1 << gpu)
                     budget -= 1
-            kept[job.id], budgets[job.id] = current, budget
+                kept[job.id], budgets[job.id] = current, budget
         taken = blocked[t]
         for mask in kept.values():
             taken |= mask

@@ -57,7 +57,7 @@ from scheduler import baselines
 from scheduler.board import BlockedSchedule, Board
 from scheduler.budget import Budget, WorkCosts
 from scheduler.churn import settle
-from scheduler.metrics import moves
+from scheduler.metrics import moves, realtime_objective
 from scheduler.model import HOT_PATH_BUDGET_MS, Allocation, Placement, batch_masks, placement_masks
 
 UNLIMITED = 1 << 30
@@ -116,7 +116,9 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     """
     budget = budget or Budget(HOT_PATH_BUDGET_MS)
     costs = WorkCosts.of(instance)
-    floors = [_Scored(instance, floor) for floor in baselines.all_three(instance)]
+    baseline_plans = baselines.all_three(instance)
+    reserved_value = realtime_objective(instance, baseline_plans[0].realtime)  # one set of reservations
+    floors = [_Scored(instance, f, reserved_value + batch_value(instance, f.batch)) for f in baseline_plans]
     # The floors (three packs on one set of reservations), as measured; settling at the end
     # is kept back from the work and the wall clock both.
     budget.charge(costs.floors)
@@ -949,17 +951,6 @@ def _blocks_at(fixed: Board, allocation: Allocation, job: BatchJob, start: int) 
 # --- real-time -------------------------------------------------------------------------------
 
 
-def realtime_objective(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> float:
-    """Value minus penalty of the real-time holdings (the contract's scoring, per job and step)."""
-    total = 0.0
-    weights = instance.weights
-    for job in instance.realtime_jobs:
-        for t, mask in enumerate(realtime[job.id]):
-            served = min(mask.bit_count(), job.demand[t])
-            total += job.priority * weights[t] * (served - instance.rt_penalty * (job.demand[t] - served))
-    return total
-
-
 def place_realtime(
     instance: Instance, board: Board, blocked: BlockedSchedule, services: Sequence[RealtimeJob] | None = None
 ) -> dict[str, tuple[int, ...]]:
@@ -1146,9 +1137,10 @@ def _evacuate_early(
     out, keeps demand covered. ``safe`` GPUs are free now and never blocked later; ``cap``
     is the service's swap cap.
     """
-    doomed = sorted(
-        (d, g) for g in gpus_of(current & downs.ever_down) if (d := downs.next_down(g, t + 1)) is not None
-    )
+    doomed_gpus = current & ~downs.never_blocked_after(t + 1)
+    if not doomed_gpus or not safe & ~current:  # nothing held goes later, or nowhere to move
+        return current, budget
+    doomed = sorted((d, g) for g in gpus_of(doomed_gpus) if (d := downs.next_down(g, t + 1)) is not None)
     # Just in time: the i-th GPU to go (by deadline) is replaced once the changes that the
     # first i replacements need (one in, one out each) no longer fit in the cap's steps before
     # it goes. Moving at the first spare change instead (16 hours early, say) took the safe
@@ -1174,6 +1166,8 @@ def _compact(current: int, free: int, budget: int) -> int:
     is added now and the low one is shed next step (the lowest id goes first), so
     demand stays covered throughout.
     """
+    if budget == 0 or (free & ~current) < (current & -current):  # no free GPU above the lowest held
+        return current
     for gpu in iter_gpus_down(free & ~current):
         if budget == 0 or not current:
             break

@@ -95,6 +95,20 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
     )
 
 
+def realtime_objective(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> float:
+    """Value minus penalty of the services' holdings (held-GPU bitmasks per step), the
+    contract's scoring per service and step."""
+    total = 0.0
+    weights, penalty = instance.weights, instance.rt_penalty
+    for job in instance.realtime_jobs:
+        priority = job.priority
+        for weight, mask, need in zip(weights, realtime[job.id], job.demand, strict=True):
+            held = mask.bit_count()
+            served = held if held < need else need
+            total += priority * weight * (served - penalty * (need - served))
+    return total
+
+
 def moves(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> int:
     """The ``rt_moves`` metric of the services' holdings (held-GPU bitmasks per step)."""
     running = instance.running_realtime
