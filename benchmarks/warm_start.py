@@ -70,6 +70,14 @@ class Watch:
 
     def planned(self, store: Store, run: Any) -> None:
         self.changes.planned(run, store.marks())
+        self._settle()
+
+    def _settle(self) -> None:
+        """Wait for the batches' thread (the plan it makes ahead after a change, a batch's last
+        steps): the simulation's store is one in-memory connection, and in the daemon the plan
+        lock keeps that thread and a cycle apart; the simulated clock stands still meanwhile."""
+        if self.batcher is not None:
+            self.batcher.settle()
 
     def submit(
         self,
@@ -95,6 +103,7 @@ class Watch:
         answer = submit(
             store, spec, at, config, source=source, forecasters=forecasters, batcher=self.batcher.submit
         )
+        self._settle()
         kind = "warm" if self.batcher.stats.warm > warm_before else "fresh"
         self.tally.submits += 1
         if self.tally.submits % self.every:
