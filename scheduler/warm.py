@@ -12,7 +12,9 @@ optimization results using the ruin and recreate principle", J. Comput. Phys. 20
 3. While the budget lasts, earlier starts are tried on blocks that only queued batch
    jobs hold ("ruin"): those jobs leave, the new job takes the block, and they are placed
    again, highest priority first, each at its earliest free block ("recreate"). The best
-   of these by the exact objective replaces the plain insertion when it scores more.
+   of these by the exact objective replaces the plain insertion when it scores more. A
+   repair stops packing once it cannot: the jobs still to pack counted at their ceilings
+   (their best value from their release) it would score no more than the best so far.
 4. A job that neither fits nor gains from a repair leaves the plan as it was, and so refutes
    every later one of its shape (GPUs, steps, release step) at no higher priority, until the
    plan changes: those would try the same blocks, ruin the same jobs and gain no more
@@ -137,6 +139,7 @@ def insert(
         if job_id not in new_ids
     }
     refuted = Refuted() if refuted is None else refuted
+    ceilings = _Ceilings(instance)
     for job in new_jobs:
         if job.id in instance.running_batch:
             raise ValueError(f"{job.id} is not a queued batch job of {instance.name!r}")
@@ -144,7 +147,13 @@ def insert(
             continue
         before = placed
         placed = _insert_one(
-            instance, fixed, placed, job, budget=None if budgets is None else budgets(), costs=costs
+            instance,
+            fixed,
+            placed,
+            job,
+            budget=None if budgets is None else budgets(),
+            costs=costs,
+            ceilings=ceilings,
         )
         if job.id not in placed and placed is before:
             refuted.add(job)
@@ -179,9 +188,30 @@ def _value(instance: Instance, job: BatchJob, start: int | None) -> float:
     """What ``job`` adds to the objective started at ``start`` (None: left out)."""
     if start is None:
         return -instance.promise_cost(job, None)
+    return _output(instance, job, start) - instance.promise_cost(job, start)
+
+
+def _output(instance: Instance, job: BatchJob, start: int) -> float:
+    """The weighted output of ``job`` started at ``start``, before its promise's cost."""
     end = job.end_step(start, instance.horizon_steps)
-    value = job.priority * job.gpus * sum(instance.weights[start:end])
-    return value - instance.promise_cost(job, start)
+    return job.priority * job.gpus * sum(instance.weights[start:end])
+
+
+class _Ceilings(dict[str, float]):
+    """Job id -> the most :func:`_value` can give that job at any start from its release, or
+    left out, as computed: its highest output (a promise costs nothing or more, and subtracting
+    it never rounds up), or nothing. Made when first asked for; a job's promise, the one thing
+    a placement changes, does not enter it."""
+
+    def __init__(self, instance: Instance) -> None:
+        super().__init__()
+        self.instance = instance
+
+    def __missing__(self, job_id: str) -> float:
+        job = _batch(self.instance.jobs_by_id[job_id])
+        starts = range(job.release_step, self.instance.horizon_steps)
+        ceiling = self[job_id] = max([0.0, *(_output(self.instance, job, start) for start in starts)])
+        return ceiling
 
 
 def _board(fixed: Board, placed: Mapping[str, _Placed], instance: Instance) -> Board:
@@ -206,6 +236,7 @@ def _insert_one(
     *,
     budget: Budget | None,
     costs: WorkCosts,
+    ceilings: _Ceilings,
 ) -> dict[str, _Placed]:
     """``placed`` with ``job`` in: the plain insertion, or the best repair that beats it."""
     full = _board(fixed, placed, instance)  # every cell of the plan so far
@@ -235,21 +266,37 @@ def _insert_one(
             if not budget.affords(step_cost):
                 return best
             budget.charge(step_cost)
+            repacked = sorted(ruined, key=lambda p: (-p.job.priority, p.job.order))
             trial = _copy(full, instance)
-            kept = dict(placed)
             for p in ruined:  # cells never overlap: clearing a job's block frees exactly its cells
-                del kept[p.job.id]
                 for t in range(p.placement.start_step, p.end):
                     trial.busy[t] &= ~p.mask
             trial.occupy(mask, start, end)
-            kept[job.id] = _placed(instance, job, Placement(start_step=start, first_gpu=first_gpu))
+            moved = {job.id: _placed(instance, job, Placement(start_step=start, first_gpu=first_gpu))}
+            was = [_value(instance, p.job, p.placement.start_step) for p in repacked]
             gain = _value(instance, job, start)
-            for other in sorted(ruined, key=lambda p: (-p.job.priority, p.job.order)):
+            for i, other in enumerate(repacked):
+                if _ceiling(gain, repacked[i:], was[i:], ceilings) <= best_gain + EPSILON:
+                    break  # this repair cannot beat the best: the jobs left are not packed
                 again = first_fit(trial, other.job, other.job.release_step)
                 if again is not None:
-                    kept[other.job.id] = _placed(instance, other.job, again)
+                    moved[other.job.id] = _placed(instance, other.job, again)
                 gain += _value(instance, other.job, None if again is None else again.start_step)
-                gain -= _value(instance, other.job, other.placement.start_step)
-            if gain > best_gain + EPSILON:
-                best, best_gain = kept, gain
+                gain -= was[i]
+            else:
+                if gain > best_gain + EPSILON:
+                    gone = {p.job.id for p in ruined}
+                    kept = {job_id: p for job_id, p in placed.items() if job_id not in gone}
+                    best, best_gain = {**kept, **moved}, gain
     return best
+
+
+def _ceiling(gain: float, rest: Sequence[_Placed], was: Sequence[float], ceilings: _Ceilings) -> float:
+    """No less than the gain of a repair that has reached ``gain`` with the jobs ``rest`` (whose
+    values in the plan were ``was``) still to pack: each counted at its ceiling, in the order
+    and with the operations of the gain itself. Rounding is monotone, so an operand no smaller
+    never makes the result smaller."""
+    for other, value in zip(rest, was, strict=True):
+        gain += ceilings[other.job.id]
+        gain -= value
+    return gain

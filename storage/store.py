@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from contract.records import (
     Amendment,
@@ -33,6 +33,16 @@ from contract.records import (
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+class EncodedJSON(dict[str, Any]):
+    """A JSON object and the text it is stored as, encoded once by whoever made it (a submit
+    run's scenario, whose inputs' hash comes from the same encoding): the store writes the
+    text as it is instead of encoding the object again."""
+
+    def __init__(self, value: Mapping[str, Any], text: str) -> None:
+        super().__init__(value)
+        self.text = text
 
 
 def marks_after_submits(marks: tuple[int, ...], run_id: int, jobs: int) -> tuple[int, ...]:

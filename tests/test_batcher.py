@@ -24,6 +24,7 @@ from contract.records import ApiToken, Job, JobEstimate, JobState, Outcome, RunM
 from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
 from gpuplan.app import batcher, promises
+from gpuplan.app.bridge import inputs_hash
 from gpuplan.app.changes import FreshMarks
 from gpuplan.app.config import demo_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
@@ -209,6 +210,31 @@ def test_a_batch_plans_as_its_submits_one_by_one_would(tmp_path: Path, models_di
         )
     assert batched[1:] == [final[spec["id"]] for spec in specs[1:]]
     assert any(a.planned_start is not None for a in final.values())
+
+
+def _unpromised(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key != "promise" or entry["id"] != "job-1"}
+
+
+def test_a_warm_batch_stores_its_scenario_as_planned_and_hashed_from_one_encoding(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The batch's scenario is encoded once, for the store and the inputs' hash: read back, it
+    is the scenario the batch planned (the one the next batch starts from), and its hash is
+    the one any run of those inputs gets (bridge.inputs_hash)."""
+    with _service(tmp_path, models_dir) as service:
+        service.context.submit(_token(service), _spec(1), source="test")
+        assert service.context.batcher.stats.warm == 1
+        stored, kept = service.store.run(), service.context.batcher._base
+        assert stored is not None and kept is not None
+        assert "warm_from" in stored.extra  # a warm run (from the plan made ahead: null)
+        # the one kept adds the promises just made, as the next cycle's snapshot will have them
+        assert stored.scenario == {
+            **kept.run.scenario,
+            "jobs": [_unpromised(j) for j in kept.run.scenario["jobs"]],
+        }
+        assert stored.inputs_hash == inputs_hash(stored.scenario) == kept.run.inputs_hash
+        assert parse_scenario(stored.scenario).batch_jobs[-1].id == "job-1"
 
 
 def test_a_taken_id_in_a_batch_refuses_that_submit_alone(tmp_path: Path, models_dir: Path) -> None:

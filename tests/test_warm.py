@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from contract.scenario import Instance
 from contract.scenario_io import parse_scenario
+from scheduler import warm
 from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.fast import allocate
@@ -147,3 +149,36 @@ def test_inserting_copies_of_a_shape_together_is_inserting_them_one_by_one(
     together = insert(instance, base, new, lambda: Budget.of_work(HOT_PATH_BUDGET_MS))
     assert together == _one_by_one(instance, base, new)
     assert check_plan(instance, build_grid(instance, together)) == []
+
+
+@given(
+    scenarios(max_gpus=16, max_jobs=14),
+    st.integers(1, 4),
+    st.floats(0, 2),
+    st.lists(st.integers(0, 8), max_size=14),
+    st.floats(0.5, 1),
+)
+def test_a_repair_left_once_its_ceiling_cannot_beat_the_best_leaves_the_plan_as_a_full_search(
+    doc: dict[str, Any], count: int, penalty: float, promises: list[int], decay: float
+) -> None:
+    """A repair stops packing its ruined jobs once, each counted at its ceiling, it cannot beat
+    the best (warm._ceiling): the plan is the one the search that packs every ruined job makes
+    (the ceilings infinite), on work-only budgets, promises and their costs included."""
+    jobs = [
+        {**job, "promise": promises[i]} if i < len(promises) and job["kind"] != "realtime" else job
+        for i, job in enumerate(doc["jobs"])
+    ]
+    doc = {**doc, "jobs": jobs, "promise_penalty": penalty, "promise_break": 2, "decay": decay}
+    base_doc, new = _split(doc, count)
+    base_instance = parse_scenario(base_doc)
+    stored = build_grid(base_instance, allocate(base_instance, Budget.of_work(HOT_PATH_BUDGET_MS)))
+    instance = parse_scenario(doc)
+    base = read_allocation(instance, stored)
+    assert base is not None
+
+    def planned() -> Allocation:
+        return insert(instance, base, new, lambda: Budget.of_work(HOT_PATH_BUDGET_MS))
+
+    bounded = planned()
+    with mock.patch.object(warm._Ceilings, "__missing__", lambda self, job_id: float("inf")):
+        assert bounded == planned()

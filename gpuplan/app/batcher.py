@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from contract.errors import InputError
 from contract.records import Job, PlanRun, RunMode
 from contract.scenario import BatchJob, Instance
-from gpuplan.app.bridge import STEP, floor_hour, queued_entry, run_record
+from gpuplan.app.bridge import STEP, encoded_scenario, floor_hour, queued_entry, run_record
 from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
@@ -493,7 +493,8 @@ class SubmitBatcher:
         if violations:  # a bug in the repair: logged, and the queue planned afresh
             log.error("warm start from run %s broke the contract: %s", base.run.id, violations[0])
             return None
-        document = {**scenario, "jobs": [*scenario["jobs"], *entries]}
+        # encoded once, for the store and the inputs' hash
+        document, digest = encoded_scenario({**scenario, "jobs": [*scenario["jobs"], *entries]})
         run = run_record(
             document,
             start=base.run.start,
@@ -504,6 +505,7 @@ class SubmitBatcher:
             metrics=score(instance, grid).as_dict(),
             latency_ms=(time.perf_counter() - started) * 1000,
             forecasts=base.run.forecasts,
+            inputs_hash_=digest,
         )
         return replace(run, extra={"warm_from": base.run.id}), instance, allocation, promised
 

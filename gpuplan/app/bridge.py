@@ -40,6 +40,7 @@ from contract.records import (
     RunMode,
 )
 from gpuplan.app.config import PlanWith, PromiseTerms
+from storage.store import EncodedJSON
 
 if TYPE_CHECKING:
     from storage.store import Store
@@ -266,8 +267,29 @@ def app_forecasts(snapshot: Snapshot) -> tuple[AppForecast, ...]:
 
 def inputs_hash(document: Mapping[str, Any]) -> str:
     """A stable hash of a scenario (its name aside): two runs that saw the same inputs share it."""
+    return _sha256(_inputs_text(document))
+
+
+def encoded_scenario(document: Mapping[str, Any]) -> tuple[EncodedJSON, str]:
+    """``document`` with the text the store writes for it, and its :func:`inputs_hash`, from
+    one encoding (a scenario of the whole queue takes about a millisecond to encode at 500
+    jobs): the hash's text, which leaves the name out and sorts the keys, with the name put
+    first. NaN and Infinity are refused, as the store refuses them."""
+    text = _inputs_text(document, allow_nan=False)
+    digest = _sha256(text)
+    if "name" in document:
+        name = json.dumps({"name": document["name"]})
+        text = name[:-1] + (", " + text[1:] if text != "{}" else "}")
+    return EncodedJSON(document, text), digest
+
+
+def _inputs_text(document: Mapping[str, Any], *, allow_nan: bool = True) -> str:
     payload = {key: value for key, value in document.items() if key != "name"}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return json.dumps(payload, sort_keys=True, allow_nan=allow_nan)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def run_record(

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 from contract.errors import InputError, StoreError
+from storage.store import EncodedJSON
 from storage.tables import (
     SCHEMA_REVISION,
 )
@@ -52,6 +53,8 @@ _IN_CLAUSE_CHUNK = 500
 
 def _json_dumps(value: object) -> str:
     # NaN and Infinity are not JSON: PostgreSQL would refuse them, so SQLite must too.
+    if isinstance(value, EncodedJSON):
+        return value.text
     return json.dumps(value, allow_nan=False)
 
 
