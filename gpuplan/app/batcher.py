@@ -194,7 +194,8 @@ class SubmitBatcher:
                     self._running = False
                     return
             self._answer(batch)
-            self._answered = len(batch)
+            with self._lock:  # read by queue() on the callers' threads
+                self._answered = len(batch)
 
     def _gathered(self) -> list[_Ticket]:
         """The submits waiting (the lock held), once as many wait as the last batch answered, or
