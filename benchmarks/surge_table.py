@@ -8,7 +8,7 @@ fast,fifo,priority-backfill`` (its own process, at most ``--jobs`` at a time; a 
 already in ``DIR`` is read back, not run again). Each series is scaled as ``--traffic``
 scales any series, and its last ``D`` days are simulated. The sets:
 
-- ``tuning`` (17 runs): from the openb pod trace, the pod submissions with seeds 0-4 and
+- ``tuning`` (16 runs): from the openb pod trace, the pod submissions with seeds 0-4 and
   (seed 0, as every other run) their windows ending 2 and 4 days earlier, the best-effort
   (``BE``) pods' submissions, the latency-sensitive (``LS``) pods' and their window ending
   2 days earlier; the LoRA requests and their window ending 3 days earlier; Philly's
