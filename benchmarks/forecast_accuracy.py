@@ -13,7 +13,7 @@ arrive all day):
 
 - **tuning**: the bundled series (training_data/traffic) and the trace's pod submissions
   per hour (bursty); the profile's constants (surge decay, the hourly band's window, the
-  median's margin, the blend, the band's levels) were chosen on these;
+  median's margin, the blend) were chosen on these;
 - **held out**: never read while tuning: the trace's GPUs requested per hour (each pod
   created in the hour weighed by its GPUs, ``num_gpu x gpu_milli / 1000``) and its GPUs
   in use per hour (the scheduled pods alive in the hour, weighed the same way).

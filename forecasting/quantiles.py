@@ -4,7 +4,6 @@ and the pinball loss."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -16,17 +15,12 @@ def conformal_quantile(scores: npt.ArrayLike, quantile: float) -> float:
     Split-conformal (Vovk et al. 2005; Lei et al. 2018): added to a forecast, it covers a
     new case exchangeable with the scored ones with probability at least ``q``.
     """
-    return float(conformal_quantiles(scores, (quantile,))[0])
-
-
-def conformal_quantiles(scores: npt.ArrayLike, quantiles: Sequence[float]) -> npt.NDArray[np.float64]:
-    """:func:`conformal_quantile` at each of ``quantiles``, the scores sorted once."""
     values = np.asarray(scores, dtype=float)
     if values.size == 0:
         raise ValueError("conformal_quantile needs at least one score.")
-    ordered = np.sort(values.ravel())
-    ranks = [min(ordered.size, math.ceil((ordered.size + 1) * q)) for q in quantiles]
-    return ordered[np.asarray(ranks, dtype=np.int64) - 1]
+    ordered = np.sort(values)
+    rank = min(ordered.size, math.ceil((ordered.size + 1) * quantile))
+    return float(ordered[rank - 1])
 
 
 def pinball_loss(actual: npt.ArrayLike, predicted: npt.ArrayLike, quantile: float) -> float:

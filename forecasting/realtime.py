@@ -55,25 +55,14 @@ hours of a backtest are never seen. Which families are allowed depends on the hi
 validation errors. With T the Box-Cox transform of ``requests + floor`` with power 0
 (log: errors proportional to the level), 1/2 (square root: count-like noise) or 1
 (additive), the power chosen by the pinball loss at 0.9 on those errors,
-``P90 = T^-1(T(P50) + q)``. The shift ``q`` is set **per hour of the day**: each hour gets a
-conformal quantile of the errors ``T(actual) - T(forecast)`` made within ``HOURLY_WINDOW``
-(2) hours of that time of day, and never less than a conformal quantile of the errors over
-each validation day's busiest quarter of hours (by actual requests), the *busy floor*: the
-headroom an app is planned with comes from its own errors at that time of day, and the
-busiest hours, where a shortfall costs, get at least what their errors ask for.
-
-**The two levels are chosen by leave-one-day-out validation**, like the other settings
-(each case held out in turn, as in cross-conformal prediction, Vovk 2015, and the
-jackknife+, Barber et al. 2021): each validation day in turn is held out, the band is
-calibrated on the other days at every pair of levels in ``BAND_LEVELS``, and the held-out
-day's hours are scored. The narrowest band (mean P90 - P50 in requests) whose held-out
-coverage reaches ``quantile`` (0.9) over all hours and ``busy_quantile`` (0.85) over the
-busiest quarters is kept (none reaching both: the nearest, then the narrowest). A day's
-busiest quarter is picked by its actuals, the hours that surprised high, so a floor fixed
-at the 0.85 quantile of the validation days' own busy errors covered as little as 0.71 of
-the busy hours of the days after (ServeGen m-mid); held out, the busy coverage is measured
-as it will be met. Where the busy hours need no floor the chosen level is low (0.5, near
-the busy errors' median), and each hour of day keeps its own headroom.
+``P90 = T^-1(T(P50) + q)``: ``q`` is the larger of the conformal ``quantile`` of
+``T(actual) - T(forecast)`` over all validation hours and the conformal
+``busy_quantile`` over each validation day's busiest quarter of hours (by actual
+requests). The busiest hours are where a shortfall costs, and where errors run larger
+than on a quiet night. The shift is then set **per hour of the day**: each hour gets the
+conformal ``quantile`` of the errors made within ``HOURLY_WINDOW`` (2) hours of that time
+of day, and never less than the busiest quarter's: the headroom an app is planned with
+comes from its own errors at that time of day, not from one number.
 
 **Nowcast.** The profile follows the shape of past weeks; a surge is not in it. When the
 latest hour seen (or the hour in progress, at the rate seen so far: ``predict(partial=)``)
@@ -110,7 +99,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal, Self
@@ -120,7 +109,7 @@ import numpy.typing as npt
 
 from contract.errors import InputError, NotFittedError
 from forecasting.persistence import Provenance, make_provenance
-from forecasting.quantiles import conformal_quantile, conformal_quantiles, pinball_loss
+from forecasting.quantiles import conformal_quantile, pinball_loss
 
 logger = logging.getLogger(__name__)
 
@@ -140,10 +129,6 @@ DAILY_SHAPE_DAYS = (3, 7, 14)
 WEEKLY_SHAPE_WEEKS = (1, 2, 3, 4)
 #: Box-Cox powers the P90 band may use: log, square root, additive.
 BAND_POWERS = (0.0, 0.5, 1.0)
-#: The conformal levels the band's hourly shifts and its busy-quarter floor are chosen
-#: from, by leave-one-day-out validation (module docstring); 0.5 leaves the floor near the
-#: busy quarter's median error, so that it binds only where the busy hours need it.
-BAND_LEVELS = (0.5, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99)
 #: An hour of day's P90 shift is calibrated on the errors within this many hours of it
 #: (5 hours x 7 validation days = 35 errors, enough for a conformal 0.9 quantile).
 HOURLY_WINDOW = 2
@@ -394,10 +379,9 @@ class RealtimeProfile:
         Origins of the rolling-origin validation, one a day before the forecast origin;
         the same days calibrate the P90.
     quantile:
-        The coverage the ``p90`` is to reach over all hours, on the validation days held
-        out one at a time (the band's levels are chosen for it: module docstring).
+        The upper quantile reported as ``p90`` over all hours.
     busy_quantile:
-        The coverage it is to reach, the same way, on each day's busiest quarter of hours.
+        The quantile the P90 must reach on each day's busiest quarter of hours.
     band_floor_fraction:
         The band's floor, as a fraction of the last week's mean requests: it keeps a
         near-zero forecast from turning a handful of requests into a huge ratio.
@@ -632,8 +616,7 @@ class RealtimeProfile:
         """The P90 band from the chosen family's validation days (module docstring).
 
         ``first_hour`` is the hour of day of each validation day's first hour. Each hour of
-        the day gets its own shift, from the errors within ``HOURLY_WINDOW`` hours of it, at
-        the levels :meth:`_band_levels` chooses.
+        the day gets its own shift, from the errors within ``HOURLY_WINDOW`` hours of it.
         """
         floor = max(self.band_floor_fraction * float(np.mean(np.expm1(z[-HOURS_PER_WEEK:]))), 1e-6)
         if not days:
@@ -652,59 +635,19 @@ class RealtimeProfile:
         for power in BAND_POWERS:
             unit = Band(power, floor, 0.0)
             scores = unit.transform(actual) - unit.transform(forecast)
-            level, busy_level = self._band_levels(
-                unit, scores, forecast, busy=busy, near=near, column_hour=column_hour
+            busy_shift = conformal_quantile(scores[busy], self.busy_quantile)
+            shift = max(conformal_quantile(scores.ravel(), self.quantile), busy_shift)
+            hourly = tuple(
+                max(conformal_quantile(scores[:, near[h]].ravel(), self.quantile), busy_shift)
+                for h in range(HOURS_PER_DAY)
             )
-            by_hour, busy_shifts = _hour_shifts(scores, busy, near, (level, busy_level))
-            busy_shift = float(busy_shifts[1])
-            shift = max(conformal_quantile(scores.ravel(), level), busy_shift)
-            hourly = np.maximum(by_hour[0], busy_shift)
-            band = Band(power, floor, shift, tuple(float(v) for v in hourly))
-            upper = band.inverse(unit.transform(forecast.ravel()) + hourly[hours])
+            band = Band(power, floor, shift, hourly)
+            upper = band.inverse(unit.transform(forecast.ravel()) + np.asarray(hourly)[hours])
             loss = pinball_loss(actual.ravel(), np.maximum(upper, forecast.ravel()), self.quantile)
-            logger.debug("band power %g: levels %g / %g (busy), pinball %.4g", power, level, busy_level, loss)
             if best is None or loss < best[0]:
                 best = (loss, band)
         assert best is not None  # BAND_POWERS is not empty
         return best[1]
-
-    def _band_levels(
-        self,
-        unit: Band,
-        scores: FloatArray,
-        forecast: FloatArray,
-        *,
-        busy: npt.NDArray[np.bool_],
-        near: npt.NDArray[np.bool_],
-        column_hour: npt.NDArray[np.int64],
-    ) -> tuple[float, float]:
-        """The conformal levels of the hourly shifts and of the busy quarter's floor, chosen
-        from ``BAND_LEVELS`` by leave-one-day-out validation (module docstring): the
-        narrowest band whose held-out days are covered at ``quantile`` over all hours and at
-        ``busy_quantile`` over their busiest quarters; when no pair reaches both, the pair
-        that comes nearest, then the narrowest. With one validation day, ``quantile`` and
-        ``busy_quantile`` themselves.
-        """
-        count = scores.shape[0]
-        if count < 2:
-            return self.quantile, self.busy_quantile
-        covered = np.zeros((len(BAND_LEVELS), len(BAND_LEVELS)))  # (hourly level, busy level)
-        covered_busy = np.zeros_like(covered)
-        width = np.zeros_like(covered)
-        for held in range(count):
-            keep = np.arange(count) != held
-            by_hour, busy_shifts = _hour_shifts(scores[keep], busy[keep], near, BAND_LEVELS)
-            shifts = np.maximum(by_hour[:, None, column_hour], busy_shifts[None, :, None])
-            hit = scores[held] <= shifts
-            covered += hit.mean(axis=2) / count
-            covered_busy += hit[:, :, busy[held]].mean(axis=2) / count
-            upper = unit.inverse(unit.transform(forecast[held]) + shifts)
-            width += np.maximum(upper - forecast[held], 0.0).mean(axis=2) / count
-        # Coverages are shares of whole hours: the tolerance only absorbs rounding.
-        reach = np.minimum(covered - self.quantile, covered_busy - self.busy_quantile) + 1e-9
-        eligible = reach >= 0 if np.any(reach >= 0) else reach == reach.max()
-        level, busy_level = np.unravel_index(np.argmin(np.where(eligible, width, np.inf)), width.shape)
-        return BAND_LEVELS[int(level)], BAND_LEVELS[int(busy_level)]
 
     # --------------------------------------------------------------- update
     def update(self, hour: object, requests: float) -> RealtimeProfile:
@@ -867,17 +810,6 @@ def busiest_quarter(actual: FloatArray) -> npt.NDArray[np.bool_]:
     busy = np.zeros(actual.shape, dtype=bool)
     np.put_along_axis(busy, np.argsort(actual, axis=1, kind="stable")[:, -count:], True, axis=1)
     return busy
-
-
-def _hour_shifts(
-    scores: FloatArray, busy: npt.NDArray[np.bool_], near: npt.NDArray[np.bool_], levels: Sequence[float]
-) -> tuple[FloatArray, FloatArray]:
-    """At each of ``levels``: each hour of day's conformal quantile of the ``scores`` (days x
-    columns) in the columns ``near`` it (levels x 24), and that of the ``busy`` scores (levels)."""
-    by_hour = np.stack(
-        [conformal_quantiles(scores[:, near[hour]], levels) for hour in range(HOURS_PER_DAY)], axis=1
-    )
-    return by_hour, conformal_quantiles(scores[busy], levels)
 
 
 def _best_family(mae: dict[ProfileMethod, float]) -> ProfileMethod | None:
