@@ -102,6 +102,7 @@ class Budget:
         self.units = budget_ms * 1000 * WORK_SHARE
         self.spent = 0.0
         self.kept = 0.0  # units reserved for after the searches (charged, not yet run)
+        self.refused = 0  # steps it did not afford: more budget could have bought them
         self.finish_s = min(budget_ms / 2, FINISH_RESERVE_MS) / 1000
 
     @classmethod
@@ -138,12 +139,16 @@ class Budget:
         the estimates, the step and what is kept back for after the searches take longer too,
         and the searches end earlier by as much."""
         if self.spent + units > self.units:
+            self.refused += 1
             return False
         if self.work_only:
             return True
         now = time.perf_counter()
         pace = self.pace(now)
-        return now + units * pace / 1e6 < self.deadline - (pace - 1) * (self.kept / 1e6 + self.finish_s)
+        if now + units * pace / 1e6 < self.deadline - (pace - 1) * (self.kept / 1e6 + self.finish_s):
+            return True
+        self.refused += 1
+        return False
 
     def pace(self, now: float) -> float:
         """Wall time per estimated unit of the work done so far (at least 1, at most

@@ -237,6 +237,69 @@ def test_a_work_budget_gives_the_same_plan_every_time(doc: dict[str, Any]) -> No
     assert allocate(instance, Budget.of_work(5.0)) == allocate(instance, Budget.of_work(5.0))
 
 
+@settings(max_examples=60)
+@given(scenarios(max_gpus=32, max_jobs=12))
+def test_a_larger_budget_never_answers_below_a_smaller_one_on_its_way(doc: dict[str, Any]) -> None:
+    """The plan cycle's heuristic (and the full mode's hint) keeps the best of its own budget
+    and of doubling ones from the hot path's up to an eighth of it: 32 ms of work tries 2 and
+    4 ms as well, and answers no worse than either, though more budget can search down
+    another path."""
+    from scheduler.fast import allocate_at_least_hot_path
+
+    instance = parse_scenario(doc)
+    allocation = allocate_at_least_hot_path(instance, Budget.of_work(32.0))
+    assert check_plan(instance, build_grid(instance, allocation)) == []
+    best = score(instance, build_grid(instance, allocation)).objective
+    for budget_ms in (HOT_PATH_BUDGET_MS, 4.0, 32.0):
+        on_the_way = score(instance, build_grid(instance, allocate(instance, Budget.of_work(budget_ms))))
+        assert best >= on_the_way.objective - 1e-6, budget_ms
+
+
+def test_the_doubling_ends_once_a_run_affords_every_step_it_asks_for(monkeypatch: Any) -> None:
+    """A budget that bought every step the searches asked for ends the doubling: a larger
+    one would take the same path to the same plan."""
+    from scheduler import fast
+
+    instance = instance_of(
+        {
+            "gpus": 4,
+            "horizon": 4,
+            "jobs": [{"id": "a", "kind": "training", "gpus": 2, "duration": 2, "priority": 5}],
+        }
+    )
+    budgets: list[Budget] = []
+
+    def counted(inst: Any, budget: Budget) -> Any:
+        budgets.append(budget)
+        return allocate(inst, budget)
+
+    monkeypatch.setattr(fast, "allocate", counted)
+    fast.allocate_at_least_hot_path(instance, Budget.of_work(1000.0))
+    assert [b.budget_ms for b in budgets] == [HOT_PATH_BUDGET_MS]
+    assert budgets[0].refused == 0
+
+    crowded = instance_of(
+        {
+            "gpus": 8,
+            "horizon": 24,
+            "jobs": [
+                {
+                    "id": f"j{i}",
+                    "kind": "training",
+                    "gpus": 1 << (i % 4),
+                    "duration": 3 + i % 7,
+                    "priority": 10 + i,
+                }
+                for i in range(24)
+            ],
+        }
+    )
+    budgets.clear()
+    fast.allocate_at_least_hot_path(crowded, Budget.of_work(100.0))
+    assert [b.budget_ms for b in budgets] == [HOT_PATH_BUDGET_MS, 4.0, 8.0, 100.0]
+    assert all(b.refused for b in budgets[:-1])
+
+
 def test_more_budget_buys_the_searches_a_better_plan_on_a_rolling_replan() -> None:
     # A sampled rolling re-plan where the first pass starts valuable jobs late; the searches
     # (promotions, re-orders) given the plan cycle's heuristic share move them forward.
