@@ -1245,8 +1245,8 @@ def batch_value(instance: Instance, placements: Mapping[str, Placement]) -> floa
     for job_id, placement in placements.items():
         job = jobs[job_id]
         assert isinstance(job, BatchJob)
-        end = job.end_step(placement.start_step, instance.horizon_steps)
-        total += job.priority * job.gpus * sum(weights[placement.start_step : end])
+        start = placement.start_step  # (the slice stops at the horizon, as the run does)
+        total += job.priority * job.gpus * sum(weights[start : start + job.duration_steps])
     if instance.has_promises:
         for job in instance.queued_jobs:
             placed = placements.get(job.id)
