@@ -60,11 +60,13 @@ class Board:
         """``(start, end, block starts)`` of the earliest run of ``job`` from ``not_before`` on
         which some aligned block is free at every step, or None when none fits.
 
-        The run from ``not_before`` is tried first (it usually fits). Otherwise the free
-        blocks of every later run come from van Herk / Gil-Werman's sliding-window AND: with
-        the steps cut into chunks of ``duration`` steps, a window's AND is one chunk's suffix
-        AND times the next chunk's prefix AND, so each start costs a constant number of
-        integer operations whatever the duration.
+        The run from ``not_before`` is tried first (it usually fits). Otherwise the later starts
+        are scanned forward, each step's free blocks ANDed into the run's, and the scan stops at
+        the first run that keeps a block. Where none is left at step ``j``, no start up to the
+        first step of the longest stretch ending at ``j`` that keeps a block can fit (its run
+        covers that stretch and the step before it), so the scan goes on from there with the
+        stretch's blocks, found scanning back from ``j``: the same answer as a sliding-window AND
+        over every start, with no work past the start found.
         """
         horizon, duration = self.horizon, job.duration_steps
         if not_before >= horizon:
@@ -75,8 +77,8 @@ class Board:
         all_mask, busy = self.all_mask, self.busy
         spans, aligned = _spans(job.gpus), aligned_starts(self.gpus, job.gpus)
         taken = 0
-        for t in range(not_before, end):
-            taken |= busy[t]
+        for step_busy in busy[not_before:end]:
+            taken |= step_busy
         starts = all_mask & ~taken
         for span in spans:
             starts &= starts >> span
@@ -84,33 +86,38 @@ class Board:
         if starts:
             return not_before, end, starts
         # Steps past the horizon are free: a run cut at the horizon checks only the steps it has.
-        free: list[int] = []
-        for t in range(not_before, horizon):
-            block_starts = all_mask & ~busy[t]
-            for span in spans:
-                block_starts &= block_starts >> span
-            free.append(block_starts)
-        free = [f & aligned for f in free]
-        count = len(free)
-        free += [self.all_mask] * (duration - 1)
-        prefix = free[:]
-        for i in range(1, len(free)):
-            if i % duration:
-                prefix[i] &= prefix[i - 1]
-        suffix = free[:]
-        for i in range(len(free) - 2, -1, -1):
-            if (i + 1) % duration:
-                suffix[i] &= suffix[i + 1]
-        for i in range(1, count):
-            starts = suffix[i] & prefix[i + duration - 1]
-            if starts:
-                start = not_before + i
-                return start, job.end_step(start, horizon), starts
+        free = [0] * horizon  # per step scanned, its free aligned block starts
+        start = not_before + 1
+        j = start
+        run = all_mask
+        while start < horizon:
+            last = start + duration if start + duration < horizon else horizon
+            while j < last:
+                f = all_mask & ~busy[j]
+                for span in spans:
+                    f &= f >> span
+                f = free[j] = f & aligned
+                run &= f
+                if not run:
+                    break
+                j += 1
+            else:
+                return start, job.end_step(start, horizon), run
+            back = free[j]  # the blocks free from step k + 1 to j
+            k = j - 1
+            while k >= start and back & free[k]:
+                back &= free[k]
+                k -= 1
+            start, run, j = k + 1, back, j + 1
+            if not back:
+                start = j
+                run = all_mask
         return None
 
     def occupy(self, mask: int, start: int, end: int) -> None:
+        busy = self.busy
         for t in range(start, end):
-            self.busy[t] |= mask
+            busy[t] |= mask
 
     def occupy_block(self, first_gpu: int, block_gpus: int, start: int, end: int) -> None:
         self.occupy(block_mask(first_gpu, block_gpus), start, end)

@@ -52,10 +52,10 @@ class WorkCosts:
 
     @classmethod
     def of(cls, instance: Instance) -> WorkCosts:
-        per_job = 5.8 + 1.6 * math.log2(max(instance.gpus, 8) / 8)
+        per_job = 3.9 + 1.1 * math.log2(max(instance.gpus, 8) / 8)
         per_rt_step = 1.6 + 0.4 * math.log2(max(instance.gpus, 8) / 8)
         return cls(
-            pack=7.0 + per_job * len(instance.queued_jobs),
+            pack=4.7 + per_job * len(instance.queued_jobs),
             realtime=5.0 + per_rt_step * len(instance.realtime_jobs) * instance.horizon_steps,
             slots=10.0 + 0.75 * instance.gpus,
             delays=5.0 + 4.0 * len(instance.queued_jobs),

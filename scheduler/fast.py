@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 from itertools import accumulate, islice
 from typing import NamedTuple
 
@@ -1253,8 +1254,8 @@ def batch_value(instance: Instance, placements: Mapping[str, Placement]) -> floa
     for job_id, placement in placements.items():
         job = jobs[job_id]
         assert isinstance(job, BatchJob)
-        end = job.end_step(placement.start_step, instance.horizon_steps)
-        total += job.priority * job.gpus * sum(weights[placement.start_step : end])
+        start = placement.start_step  # (the slice stops at the horizon, as the run does)
+        total += job.priority * job.gpus * sum(weights[start : start + job.duration_steps])
     if instance.has_promises:
         for job in instance.queued_jobs:
             placed = placements.get(job.id)
@@ -1289,23 +1290,35 @@ def _best_block(board: Board, block_gpus: int, start: int, end: int, starts: int
     busy = board.busy
     ever = 0
     always = board.all_mask
-    for t in range(start, end):
-        ever |= busy[t]
-        always &= busy[t]
+    for taken in busy[start:end]:
+        ever |= taken
+        always &= taken
     before = busy[start - 1] if start > 0 else 0
     after = busy[end] if end < board.horizon else 0
+    surroundings = _surroundings(board.gpus, block_gpus)
     best_gpu, best_score = -1, -1
     for first_gpu in islice(iter_gpus(starts), MAX_BLOCK_CANDIDATES):
-        score = 0
-        span = block_gpus * 2
-        weight = 4
-        while span <= board.gpus and weight:
-            ancestor = block_mask(first_gpu - first_gpu % span, span)
+        own, ancestors = surroundings[first_gpu]
+        score = 2 * ((before & own).bit_count() + (after & own).bit_count())
+        for weight, ancestor in ancestors:
             score += weight * ((ever & ancestor).bit_count() + (always & ancestor).bit_count())
-            span *= 2
-            weight //= 2
-        mask = block_mask(first_gpu, block_gpus)
-        score += 2 * ((before & mask).bit_count() + (after & mask).bit_count())
         if score > best_score:
             best_gpu, best_score = first_gpu, score
     return best_gpu
+
+
+@cache
+def _surroundings(cluster_gpus: int, block_gpus: int) -> dict[int, tuple[int, tuple[tuple[int, int], ...]]]:
+    """:func:`_best_block`'s masks, by the first GPU of each aligned block of ``block_gpus``: the
+    block's own, and its parent, grandparent and great-grandparent aligned blocks inside the
+    cluster with their weights."""
+    table = {}
+    for first_gpu in range(0, cluster_gpus - block_gpus + 1, block_gpus):
+        ancestors = []
+        span, weight = block_gpus * 2, 4
+        while span <= cluster_gpus and weight:
+            ancestors.append((weight, block_mask(first_gpu - first_gpu % span, span)))
+            span *= 2
+            weight //= 2
+        table[first_gpu] = (block_mask(first_gpu, block_gpus), tuple(ancestors))
+    return table

@@ -92,3 +92,14 @@ def test_earliest_run_is_the_first_start_with_an_aligned_block_free_at_every_ste
             expected = (start, end, sum(1 << a for a in free))
             break
     assert board.earliest_run(job, not_before) == expected
+
+
+def test_earliest_run_goes_on_from_the_stretch_that_keeps_a_block_when_a_step_empties_the_run() -> None:
+    # Two GPUs, a 1-GPU job of 3 steps. From step 1 the run keeps GPU 0 until step 3 takes it;
+    # scanning back from step 3, GPU 1 is free at steps 2-3 but not 1: the next start is 2, on
+    # GPU 1, with steps 2-3 already known free.
+    job = BatchJob(id="job", kind=JobKind.TRAINING, priority=1.0, gpus=1, duration_steps=3)
+    board = Board(instance_of({"name": "empty", "gpus": 2, "horizon": 6, "jobs": []}))
+    board.busy = [0b01, 0b10, 0b00, 0b01, 0b00, 0b00]
+    assert board.earliest_run(job, 0) == (2, 5, 0b10)
+    assert board.earliest_run(job, 3) == (3, 6, 0b10)

@@ -458,15 +458,15 @@ def test_a_promotion_replans_only_the_services_in_its_way() -> None:
 def test_a_promise_no_service_is_in_the_way_of_is_a_repack_and_buys_the_hot_path_a_better_plan(
     monkeypatch: Any,
 ) -> None:
-    # A sampled training-heavy case (tuning seed 74): at 2 ms of work, promises that take no
+    # A sampled wide-large case (tuning seed 79): at 2 ms of work, promises that take no
     # service's GPUs cost a re-pack, not a re-plan of every service, and the promotions that
-    # this affords find a better plan.
+    # this affords find a plan 2.2% better.
     from gpuplan.app.bench import sample_instances
     from gpuplan.app.synthetic import WIDE_SHAPES
     from scheduler import fast
     from scheduler.budget import WorkCosts
 
-    (inst,) = sample_instances([WIDE_SHAPES["wide-training"]], [74])
+    (inst,) = sample_instances([WIDE_SHAPES["wide-large"]], [79])
     costs = WorkCosts.of(inst)
     assert costs.replan(0) < costs.replan(1) == costs.build
     partial = score(inst, build_grid(inst, allocate(inst, hot_path_work()))).objective
