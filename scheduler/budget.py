@@ -80,6 +80,12 @@ class WorkCosts:
         return 2 * self.slots
 
     @property
+    def displaced(self) -> float:
+        """What the planned jobs beside a promise would lose on its block: one walk over the
+        plan's jobs."""
+        return 1.0 + 0.5 * self.jobs
+
+    @property
     def build(self) -> float:
         """Real-time around some promises, then one pack."""
         return self.realtime + self.pack

@@ -36,11 +36,13 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    also one a few steps later) on the block real-time uses least (then the next one), the
    real-time services in the way are re-planned around the promise (they move GPUs ahead of
    time within their swap caps), the rest is re-packed, and the change is kept only if the
-   exact objective improves; where nothing gains at a job's earliest start, that start is tried
-   again with the planned jobs beside it held in place (the services in the way then cannot
-   push them back). A promotion may leave real-time demand unserved (a trade) when
-   that pays at the contract's price; a trade waits for the end of its round, where it is
-   taken if it is worth more than the plan the round's promotions without one reached.
+   exact objective improves (a block is not built where the planned jobs on it would lose more,
+   each pushed to the promise's end, than the promoted job gains); where nothing gains at a
+   job's earliest start, that start is tried again with the planned jobs beside it held in
+   place (the services in the way then cannot push them back). A promotion may leave
+   real-time demand unserved (a trade) when that pays at the contract's price; a trade waits
+   for the end of its round, where it is taken if it is worth more than the plan the round's
+   promotions without one reached.
 """
 
 from __future__ import annotations
@@ -480,15 +482,27 @@ def _promote(
 
     def attempt(job: BatchJob, latest: int, promise: Placement, pins: Mapping[str, Placement]) -> _Trial:
         """``best`` re-planned around ``promise`` (and ``pins``, the planned jobs held in place),
-        if the budget affords the check and the re-plan and the check says it may improve."""
+        if the budget affords the check and the re-plan and the check says it may improve;
+        without pins, only where the planned jobs the promise displaces are not expected to lose
+        more than it gains (:func:`_displaced`)."""
         nonlocal need
         committed = {**promises, **pins, job.id: promise}
+        lost = _value_lost(instance, job, promise.start_step, latest)
+        if not pins:
+            # A block whose planned jobs would lose more, each pushed to the promise's end, than
+            # the promoted job gains is not built (the held promise may still take that start);
+            # re-packs that lost a quarter of the plan took the budget of the promise that gains.
+            if not budget.affords(costs.displaced):
+                return _Trial(stop=True)
+            budget.charge(costs.displaced)
+            beside = _beside(instance, best.allocation, job, promises, promise.start_step)
+            if _displaced(beside, promise.first_gpu, job.gpus) >= lost:
+                return _Trial(displaces=True)
         if not budget.affords(costs.check):
             return _Trial(stop=True)
         budget.charge(costs.check)
         need = need or _realtime_need(instance)
         in_the_way = _in_the_way(instance, best.allocation, committed)
-        lost = _value_lost(instance, job, promise.start_step, latest)
         if not _worth_building(instance, best, committed, in_the_way, need=need, gain=lost):
             return _Trial()
         replan = costs.replan(len(in_the_way))
@@ -540,6 +554,9 @@ def _promote(
                     outcome = attempt(job, latest, promise, {})
                     if outcome.stop:
                         return done()
+                    if outcome.displaces:
+                        best.refuted[key] = False
+                        continue
                     trial = outcome.candidate
                 # A trade is taken when the exact objective says it pays: the contract prices an
                 # unserved GPU-step at (1 + rt_penalty) x priority, and the plan cycle and the
@@ -607,6 +624,7 @@ class _Trial(NamedTuple):
 
     stop: bool = False
     candidate: _Candidate | None = None
+    displaces: bool = False  # the planned jobs on its block are expected to lose more than it gains
 
 
 class _Held(NamedTuple):
@@ -626,10 +644,40 @@ def _held_promise(
     GPU-steps among equals), with the other planned jobs that run beside it held in place; None
     where no service holds GPUs of that block (a re-pack, tried already) or no job is beside it."""
     fixed = _promise_board(instance, job, promises)
+    end = job.end_step(start, instance.horizon_steps)
+    beside = _beside(instance, allocation, job, promises, start)
+    ranked = []
+    for first_gpu in islice(iter_gpus(fixed.free_starts(job.gpus, start, end)), MAX_BLOCK_CANDIDATES):
+        displaced = _displaced(beside, first_gpu, job.gpus)
+        ranked.append((displaced, _realtime_cells(allocation, first_gpu, job.gpus, start, end), first_gpu))
+    if not ranked:
+        return None
+    displaced, services, first_gpu = min(ranked)
+    mask = block_mask(first_gpu, job.gpus)
+    pins = {other.job_id: other.placement for other in beside if not other.block & mask}
+    if not services or not pins:
+        return None
+    return _Held(Placement(start_step=start, first_gpu=first_gpu), pins, displaced)
+
+
+class _Beside(NamedTuple):
+    """A planned job that runs beside a promise (in time), and what it would lose pushed to the
+    promise's end."""
+
+    job_id: str
+    placement: Placement
+    block: int  # the mask of its GPUs
+    lost: float
+
+
+def _beside(
+    instance: Instance, allocation: Allocation, job: BatchJob, promises: Mapping[str, Placement], start: int
+) -> list[_Beside]:
+    """The planned jobs (but ``job`` and the promised) that run during ``job``'s run from ``start``."""
     horizon = instance.horizon_steps
     end = job.end_step(start, horizon)
     jobs = instance.jobs_by_id
-    beside: list[tuple[str, Placement, int, float]] = []  # (id, placement, its GPUs, value lost)
+    beside = []
     for job_id, placed in allocation.batch.items():
         other = jobs[job_id]
         assert isinstance(other, BatchJob)
@@ -637,20 +685,15 @@ def _held_promise(
             continue
         if placed.start_step < end and other.end_step(placed.start_step, horizon) > start:
             lost = _run_value(instance, other, placed.start_step) - _run_value(instance, other, end)
-            beside.append((job_id, placed, block_mask(placed.first_gpu, other.gpus), lost))
-    ranked = []
-    for first_gpu in islice(iter_gpus(fixed.free_starts(job.gpus, start, end)), MAX_BLOCK_CANDIDATES):
-        mask = block_mask(first_gpu, job.gpus)
-        displaced = sum(lost for *_, taken, lost in beside if taken & mask)
-        ranked.append((displaced, _realtime_cells(allocation, first_gpu, job.gpus, start, end), first_gpu))
-    if not ranked:
-        return None
-    displaced, services, first_gpu = min(ranked)
-    mask = block_mask(first_gpu, job.gpus)
-    pins = {job_id: placed for job_id, placed, taken, _ in beside if not taken & mask}
-    if not services or not pins:
-        return None
-    return _Held(Placement(start_step=start, first_gpu=first_gpu), pins, displaced)
+            beside.append(_Beside(job_id, placed, block_mask(placed.first_gpu, other.gpus), lost))
+    return beside
+
+
+def _displaced(beside: Sequence[_Beside], first_gpu: int, gpus: int) -> float:
+    """What the planned jobs ``beside`` a promise on block ``[first_gpu, first_gpu + gpus)`` whose
+    GPUs it takes would lose, each pushed to the promise's end."""
+    mask = block_mask(first_gpu, gpus)
+    return sum(other.lost for other in beside if other.block & mask)
 
 
 def _unpinned(instance: Instance, candidate: _Candidate, pins: Mapping[str, Placement]) -> _Candidate:
