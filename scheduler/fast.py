@@ -254,15 +254,16 @@ def allocate_at_least_hot_path(instance: Instance, budget: Budget) -> Allocation
     """
     run = budget.sibling(HOT_PATH_BUDGET_MS)
     hot = allocate(instance, run)
-    smaller = []
+    doubled = []
     while run.refused and 2 * run.budget_ms <= budget.budget_ms / 8:
         run = budget.sibling(2 * run.budget_ms)
-        smaller.append(allocate(instance, run))
+        doubled.append(allocate(instance, run))
     # Unless a first pass alone outlasted ``budget`` (a large cluster): allocate would do it
     # again and nothing more, past the budget a second time.
+    own = []
     if run.refused and run.spent < budget.units and (budget.work_only or budget.remaining_s() > 0):
-        smaller.insert(0, allocate(instance, budget))  # ties go to the hot path, then to it
-    return best_of(instance, [hot, *smaller])
+        own.append(allocate(instance, budget))
+    return best_of(instance, [hot, *own, *doubled])  # ties: the hot path, then ``budget``'s run
 
 
 def objective(instance: Instance, allocation: Allocation) -> float:
