@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="P",
         help="weight of the start promised at submit, per GPU-hour late times priority "
-        "(default 1; 0: promises weigh nothing)",
+        "(default 0.7; 0: promises weigh nothing)",
     )
     parser.add_argument(
         "--promise-slack",

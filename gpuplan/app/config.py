@@ -50,8 +50,9 @@ class AppTraffic:
     peak_gpus: int | None = None  # when the app gives no requests_per_gpu_hour
 
 
-#: The default weight of a promise: an hour late costs an hour of the job's own output.
-PROMISE_PENALTY = 1.0
+#: The default weight of a promise: an hour late costs 0.7 of an hour of the job's own output
+#: (docs/closed-loop.md, "The penalty's weight over twenty workloads").
+PROMISE_PENALTY = 0.7
 #: A start no later than this after its promise keeps it: how promises are judged
 #: (issue 21), and the delay the plans weigh as free.
 PROMISE_SLACK_HOURS = 1
