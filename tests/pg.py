@@ -164,12 +164,17 @@ class PgServer:
         return url.partition("application_name=")[2].partition("&")[0]
 
     def drop(self, url: str) -> None:
-        name = self.name_of(url)
+        self.terminate(url)
+        with self.admin(TEST_DATABASE) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{self.name_of(url)}" CASCADE')
+
+    def terminate(self, url: str) -> None:
+        """End the server's sessions opened through ``url``, as a restart would."""
         with self.admin(TEST_DATABASE) as admin:
             admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (name,)
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                (self.name_of(url),),
             )
-            admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
     def sessions(self, url: str) -> list[tuple[object, ...]]:
         """Sessions opened through ``url``: (pid, state, last query)."""

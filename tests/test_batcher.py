@@ -7,6 +7,7 @@ on work-only budgets, so that two services given the same submits plan the same.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ from contract.records import ApiToken, Job, JobEstimate, JobState, Outcome, RunM
 from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
 from gpuplan.app import batcher, promises
-from gpuplan.app.bridge import inputs_hash
+from gpuplan.app.bridge import EntryTexts, encoded_scenario, inputs_hash
 from gpuplan.app.changes import FreshMarks
 from gpuplan.app.config import demo_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
@@ -212,8 +213,8 @@ def test_a_batch_plans_as_its_submits_one_by_one_would(tmp_path: Path, models_di
     assert any(a.planned_start is not None for a in final.values())
 
 
-def _unpromised(entry: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in entry.items() if key != "promise" or entry["id"] != "job-1"}
+def _unpromised(entry: dict[str, Any], job: str) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key != "promise" or entry["id"] != job}
 
 
 def test_a_warm_batch_stores_its_scenario_as_planned_and_hashed_from_one_encoding(
@@ -223,18 +224,32 @@ def test_a_warm_batch_stores_its_scenario_as_planned_and_hashed_from_one_encodin
     is the scenario the batch planned (the one the next batch starts from), and its hash is
     the one any run of those inputs gets (bridge.inputs_hash)."""
     with _service(tmp_path, models_dir) as service:
-        service.context.submit(_token(service), _spec(1), source="test")
-        assert service.context.batcher.stats.warm == 1
-        stored, kept = service.store.run(), service.context.batcher._base
-        assert stored is not None and kept is not None
-        assert "warm_from" in stored.extra  # a warm run (from the plan made ahead: null)
-        # the one kept adds the promises just made, as the next cycle's snapshot will have them
-        assert stored.scenario == {
-            **kept.run.scenario,
-            "jobs": [_unpromised(j) for j in kept.run.scenario["jobs"]],
-        }
-        assert stored.inputs_hash == inputs_hash(stored.scenario) == kept.run.inputs_hash
-        assert parse_scenario(stored.scenario).batch_jobs[-1].id == "job-1"
+        for n in range(1, 4):  # each batch's entries after the first reuse their texts (EntryTexts)
+            service.context.submit(_token(service), _spec(n, priority=10 + 20 * n), source="test")
+            assert service.context.batcher.stats.warm == n
+            stored, kept = service.store.run(), service.context.batcher._base
+            assert stored is not None and kept is not None
+            assert "warm_from" in stored.extra  # a warm run (from the plan made ahead: null)
+            # the one kept adds the promises just made, as the next cycle's snapshot will have them
+            assert stored.scenario == {
+                **kept.run.scenario,
+                "jobs": [_unpromised(j, f"job-{n}") for j in kept.run.scenario["jobs"]],
+            }
+            assert stored.inputs_hash == inputs_hash(stored.scenario) == kept.run.inputs_hash
+            assert parse_scenario(stored.scenario).batch_jobs[-1].id == f"job-{n}"
+
+
+def test_entry_texts_encode_as_one_encoding_of_the_whole_would() -> None:
+    """Entries seen last time are reused by identity; a replaced or a new one is encoded."""
+    first = {"name": "s", "gpus": 8, "jobs": [{"id": "a", "b": 1}, {"id": "b", "x": [1.5]}], "decay": 0.9}
+    second = {**first, "jobs": [first["jobs"][0], {**first["jobs"][1], "promise": 2}, {"id": "c"}]}
+    texts = EntryTexts()
+    for document in (first, second, {**second, "jobs": []}, second):
+        reused = encoded_scenario(document, entries=texts)
+        assert reused[0].text == encoded_scenario(document)[0].text
+        assert json.loads(reused[0].text) == document and reused[1] == inputs_hash(document)
+    with pytest.raises(ValueError):
+        encoded_scenario({**first, "jobs": [{"id": "d", "x": float("nan")}]}, entries=texts)
 
 
 def test_a_taken_id_in_a_batch_refuses_that_submit_alone(tmp_path: Path, models_dir: Path) -> None:
@@ -355,8 +370,11 @@ def test_reads_are_served_from_memory_and_rebuilt_after_each_kind_of_change(
             assert ctx.reads.builds == builds, change  # served from memory
             make()
             after = ctx.status(None)
-            assert ctx.reads.builds == builds + 1, change  # rebuilt once
+            assert ctx.reads.builds == builds + 2, change  # the whole status rebuilt once, and encoded
             assert holds({row["job"] for row in after["queue"]}), change
+            team = ctx.status(token.team)  # filtered from the whole status, not built again
+            assert ctx.reads.builds == builds + 3, change
+            assert team["queue"] == [row for row in after["queue"] if row["team"] == token.team]
         assert service.store.job("job-0").state is JobState.DONE  # type: ignore[union-attr]
 
 

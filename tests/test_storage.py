@@ -44,8 +44,10 @@ from contract.records import (
 )
 from storage.factory import DEFAULT_URL, open_store
 from storage.sql import SqlStore, alembic_config, head_revision
+from storage.sql import engine as sql_engine
 from storage.tables import SCHEMA_REVISION, Base
 from tests.leaks import open_files
+from tests.pg import PgServer
 from tests.storage_children import (
     HOUR,
     die_holding_lock,
@@ -189,6 +191,29 @@ def test_an_unreachable_server_is_a_store_error() -> None:
         open_store(url)
     shown = f"postgresql+psycopg://gpuplan:***@127.0.0.1:{port}/db"  # the password stays out of logs
     assert str(raised.value).startswith(f"cannot reach or use the database at {shown}: connection failed")
+
+
+def test_connections_the_server_ended_are_replaced_once_idle_and_fail_only_the_transaction_in_flight(
+    pg_server: PgServer, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqlStore.open(pg_url)
+    try:
+        assert store.jobs() == []  # a connection now in the pool
+        pg_server.terminate(pg_url)
+        assert not pg_server.settled_sessions(pg_url)
+        # idle past the threshold: pinged as it is checked out, found dead, replaced
+        monkeypatch.setattr(sql_engine, "PING_AFTER_IDLE_S", 0.0)
+        assert store.jobs() == []
+        # handed out again within the threshold: not pinged, so that transaction fails; the
+        # pool drops the dead connection and the next one works
+        monkeypatch.setattr(sql_engine, "PING_AFTER_IDLE_S", 3600.0)
+        pg_server.terminate(pg_url)
+        assert not pg_server.settled_sessions(pg_url)
+        with pytest.raises(StoreError, match="cannot reach or use the database"):
+            store.jobs()
+        assert store.jobs() == []
+    finally:
+        store.close()
 
 
 def test_a_sqlite_file_that_cannot_be_opened_is_a_store_error(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from contract.errors import InputError
 from contract.records import Job, PlanRun, RunMode
 from contract.scenario import BatchJob, Instance
-from gpuplan.app.bridge import STEP, encoded_scenario, floor_hour, queued_entry, run_record
+from gpuplan.app.bridge import STEP, EntryTexts, encoded_scenario, floor_hour, queued_entry, run_record
 from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
@@ -126,6 +126,7 @@ class SubmitBatcher:
         self._running = False
         self._answered = 0  # how many submits the last batch answered (their callers may return)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=WORKER)
+        self._entry_texts = EntryTexts()  # the batches' thread's alone
         changes.on_change(self._changed)
 
     def submit(self, job: Job, *, source: str) -> SubmitResult:
@@ -495,7 +496,9 @@ class SubmitBatcher:
             log.error("warm start from run %s broke the contract: %s", base.run.id, violations[0])
             return None
         # encoded once, for the store and the inputs' hash
-        document, digest = encoded_scenario({**scenario, "jobs": [*scenario["jobs"], *entries]})
+        document, digest = encoded_scenario(
+            {**scenario, "jobs": [*scenario["jobs"], *entries]}, entries=self._entry_texts
+        )
         run = run_record(
             document,
             start=base.run.start,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,28 @@ class Status:
             "queue": self.queue,
             "last_run": self.last_run,
             "leader": self.leader,
+        }
+
+    def of_team(self, team: str | None) -> Status:
+        """This status with ``team``'s jobs only (and the real-time apps left out), as
+        :func:`status` with ``team`` builds it; ``None``: all of it."""
+        if team is None:
+            return self
+        return self.by_team.get(team) or replace(self, running=[], queue=[])
+
+    @cached_property
+    def by_team(self) -> dict[str, Status]:
+        """:meth:`of_team` of every team with a job here, from one pass over the rows (a
+        served status is filtered for each team that reads it)."""
+        running: dict[str, list[dict[str, Any]]] = {}
+        queue: dict[str, list[dict[str, Any]]] = {}
+        for rows, kept in ((self.running, running), (self.queue, queue)):
+            for row in rows:
+                if row["team"] is not None:
+                    kept.setdefault(row["team"], []).append(row)
+        return {
+            team: replace(self, running=running.get(team, []), queue=queue.get(team, []))
+            for team in running.keys() | queue.keys()
         }
 
 
@@ -155,10 +178,9 @@ def status(
         and job.first_gpu is not None
         and job.gpus is not None
         and job.started_at is not None
-        and team in (None, job.team)
     ]
     commit = store.last_commit(before=floor_hour(now) + STEP)
-    if commit is not None and team is None:  # the real-time apps, as the latest committed hour placed them
+    if commit is not None:  # the real-time apps, as the latest committed hour placed them
         held = realtime_sets(commit, [app.id for app in store.apps()])
         running += [
             {
@@ -171,15 +193,11 @@ def status(
             for app, gpus in held.items()
         ]
     places = {} if newest is None else planned_places(newest)
-    queue = [
-        _queue_row(job, newest, places)
-        for job in jobs
-        if job.state is JobState.QUEUED and team in (None, job.team)
-    ]
+    queue = [_queue_row(job, newest, places) for job in jobs if job.state is JobState.QUEUED]
     # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
     queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
     summary = None if last is None else run_summary(last)
-    return Status(now, running, queue, summary, leader_of(store.leader()))
+    return Status(now, running, queue, summary, leader_of(store.leader())).of_team(team)
 
 
 def find_run(store: Store, which: str) -> PlanRun:

@@ -22,7 +22,7 @@ from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.jobs import SubmitResult, cancel, checked_spec, estimated_job, submit
-from gpuplan.app.status import status
+from gpuplan.app.status import Status, status
 from gpuplan.app.tokens import TokenCache, authenticate, sha256_hex
 from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from storage.store import Store, revoked_tokens
@@ -157,13 +157,23 @@ class ApiContext:
         return self.cached(_status_key(team, now), self._status_build(team, now, marks), marks)
 
     def _status_build(self, team: str | None, now: datetime, marks: tuple[int, ...]) -> Callable[[], bytes]:
+        """The build of a team's status document: the whole status is built once per change
+        (:meth:`_whole_status`) and each team's filtered from it, so fifty teams reading after
+        a change cost one build and fifty filters, not fifty builds."""
+
         def build() -> bytes:
-            mirror = self.changes.mirror_at(self.store, marks)
-            document = status(self.store, now, team=team, known=(mirror.jobs, mirror.run)).as_dict()
+            document = self._whole_status(now, marks).of_team(team).as_dict()
             del document["at"]
             return json.dumps(document, separators=(",", ":")).encode()
 
         return build
+
+    def _whole_status(self, now: datetime, marks: tuple[int, ...]) -> Status:
+        def build() -> Status:
+            mirror = self.changes.mirror_at(self.store, marks)
+            return status(self.store, now, known=(mirror.jobs, mirror.run))
+
+        return self.cached(("whole status", floor_hour(now)), build, marks)
 
     def dashboard(self) -> dict[str, Any]:
         """The dashboard's data as of the last change, with the clock and health of now."""

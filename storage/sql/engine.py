@@ -10,7 +10,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -90,12 +90,16 @@ POOL_SIZE = 20
 POOL_OVERFLOW = 20
 
 
+#: A pooled PostgreSQL connection idle longer than this is pinged before it is handed out
+#: (:func:`_ping_if_idle`).
+PING_AFTER_IDLE_S = 1.0
+
+
 def _create_engine(parsed: URL) -> Engine:
     if parsed.get_backend_name() == "postgresql":
         try:
-            return create_engine(
+            engine = create_engine(
                 parsed,
-                pool_pre_ping=True,  # a restarted server leaves dead connections in the pool
                 # The served API's threads (up to 40) each hold a connection per transaction: a
                 # pool smaller than that opens and closes a connection per request under load.
                 pool_size=POOL_SIZE,
@@ -107,6 +111,9 @@ def _create_engine(parsed: URL) -> Engine:
             raise StoreError(
                 "PostgreSQL needs the psycopg driver: pip install 'gpuplan[postgres]'"
             ) from error
+        event.listen(engine, "checkin", _idle_from)
+        event.listen(engine, "checkout", _ping_if_idle(engine))
+        return engine
     if _sqlite_file(parsed) is None:
         # In memory: one shared connection, or every new connection would see an empty database.
         engine = create_engine(
@@ -122,6 +129,31 @@ def _create_engine(parsed: URL) -> Engine:
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine
+
+
+def _idle_from(_dbapi_connection: Any, record: Any) -> None:
+    record.info["idle_since"] = time.monotonic()
+
+
+def _ping_if_idle(engine: Engine) -> Callable[[Any, Any, Any], None]:
+    """A restarted server leaves dead connections in the pool: one idle longer than
+    :data:`PING_AFTER_IDLE_S` is pinged when it is checked out, and a dead one is replaced
+    (the pool retries on :class:`sqlalchemy.exc.DisconnectionError`). A connection handed back
+    and out again within that time is not: under load a ping per checkout was a round trip
+    per transaction. A server that goes away under load fails the transactions in flight,
+    and the pool drops every connection it had opened before (SQLAlchemy's handling of a
+    disconnect)."""
+
+    def checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:
+            raise exc.DisconnectionError(f"a pooled connection is dead: {error}") from error
+
+    return checkout
 
 
 def _set_wal(cursor: Any) -> None:
