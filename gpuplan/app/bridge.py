@@ -285,13 +285,15 @@ class EntryTexts:
     def text(self, entries: Sequence[Mapping[str, Any]], *, allow_nan: bool) -> str:
         """``json.dumps(entries, sort_keys=True)``, the entries seen last time reused."""
         texts: dict[int, tuple[Mapping[str, Any], str]] = {}
+        parts = []
         for entry in entries:
             kept = self._texts.get(id(entry))
             if kept is None or kept[0] is not entry:
                 kept = (entry, json.dumps(entry, sort_keys=True, allow_nan=allow_nan))
             texts[id(entry)] = kept
+            parts.append(kept[1])
         self._texts = texts
-        return "[" + ", ".join(texts[id(entry)][1] for entry in entries) + "]"
+        return "[" + ", ".join(parts) + "]"
 
 
 def encoded_scenario(
@@ -314,7 +316,7 @@ def _inputs_text(
     document: Mapping[str, Any], *, allow_nan: bool = True, entries: EntryTexts | None = None
 ) -> str:
     payload = {key: value for key, value in document.items() if key != "name"}
-    if entries is None or not isinstance(payload.get("jobs"), list):
+    if entries is None:
         return json.dumps(payload, sort_keys=True, allow_nan=allow_nan)
     # json.dumps(payload, sort_keys=True) written out key by key, the jobs from ``entries``
     items = (
