@@ -1,6 +1,7 @@
 """The HTTP API under load: concurrent clients submitting jobs and reading the status.
 
     python -m benchmarks.api_load [--clients 50] [--jobs 1000] [--models models] [--floor]
+                                  [--team-status] [--rate SUBMITS_PER_S] [--seed S]
 
 A throwaway PostgreSQL server (tests/pg.py, Debian's postgresql package) holds a fresh
 database; ``gpuplan daemon --http`` serves it from its own process (the demo cluster: 16
@@ -17,6 +18,13 @@ the first round: the first ``--clients`` answers of each), and how the
 submits were grouped (one stored submit run per batch) and answered (warm starts), and the
 daemon's processor time per submit and its status read.
 
+By default each client asks again as soon as its read is answered (a closed loop): the
+latency is then about the clients over the throughput, whatever the server's own answer takes.
+``--rate R`` offers the submits instead (an open loop): each client's submits arrive as a
+Poisson process of ``R / clients`` a second (seeded by ``--seed``), and each latency counts
+from the moment the submit was due, so a client held up by a slow answer counts its wait (no
+coordinated omission).
+
 ``--floor``: the same clients against a FastAPI server on uvicorn whose two routes answer
 constants (:func:`floor_app`), no database: the part of the latency that is not gpuplan's.
 """
@@ -27,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -65,10 +74,30 @@ class _Connection:
     one event loop add a few milliseconds.
     """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes) -> None:
-        self.reader, self.writer, self.head = reader, writer, head
+    # uvicorn closes a keep-alive connection idle for 5 s; an open loop's client can be idle longer
+    REOPEN_AFTER_IDLE_S = 4.0
+
+    def __init__(self, port: int, head: bytes) -> None:
+        self.port, self.head = port, head
+        self.writer: asyncio.StreamWriter | None = None
+        self.last_used = 0.0
 
     async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        if self.writer is None or time.monotonic() - self.last_used > self.REOPEN_AFTER_IDLE_S:
+            self.close()
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            return await self._exchange(method, path, body)
+        finally:
+            self.last_used = time.monotonic()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    async def _exchange(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+        assert self.writer is not None
         lines = f"{method} {path} HTTP/1.1\r\n".encode() + self.head
         if body is not None:
             lines += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
@@ -83,17 +112,29 @@ class _Connection:
 
 
 async def _client(
-    port: int, token: str, team: str, jobs: list[int], tally: Tally, *, status_path: str
+    port: int,
+    token: str,
+    team: str,
+    jobs: list[int],
+    tally: Tally,
+    *,
+    status_path: str,
+    due: list[float] | None = None,
 ) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    """``due``: the moment (``time.perf_counter``) each submit is due, for an open loop; None
+    asks again as soon as the last read is answered."""
     head = f"Host: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n".encode()
-    connection = _Connection(reader, writer, head)
+    connection = _Connection(port, head)
     try:
-        for n in jobs:
+        for k, n in enumerate(jobs):
             job_id = f"{team}-job-{n}"
             spec = {"id": job_id, "kind": "batch_inference", "gpus": (1, 2, 4)[n % 3], "hours": 1 + n % 6}
             spec["priority"] = 10 + n % 80
-            started = time.perf_counter()
+            if due is None:
+                started = time.perf_counter()
+            else:
+                started = due[k]
+                await asyncio.sleep(max(0.0, started - time.perf_counter()))
             code, _ = await connection.request("POST", "/v1/jobs", json.dumps(spec).encode())
             tally.submit_ms.append((time.perf_counter() - started) * 1000)
             started = time.perf_counter()
@@ -106,7 +147,7 @@ async def _client(
             else:
                 tally.refused.append((job_id, code))
     finally:
-        writer.close()
+        connection.close()
 
 
 async def _load(
@@ -117,19 +158,36 @@ async def _load(
     tally: Tally,
     *,
     status_path: str = "/v1/status",
+    rate: float | None = None,
+    seed: int = 0,
 ) -> float:
     """Every client's submits and reads, concurrently; the wall time in seconds. ``status_path``:
-    the status each client reads (``{team}``: its own team's name)."""
+    the status each client reads (``{team}``: its own team's name); ``rate``: the submits a
+    second offered in all (an open loop, :func:`_arrivals`), None for a closed loop."""
     clients = len(teams)
     shares = [list(range(c, jobs, clients)) for c in range(clients)]
     started = time.perf_counter()
+    due = [
+        None if rate is None else _arrivals(started, len(share), rate / clients, seed * clients + c)
+        for c, share in enumerate(shares)
+    ]
     await asyncio.gather(
         *(
-            _client(port, tokens[c], teams[c], shares[c], tally, status_path=status_path)
+            _client(port, tokens[c], teams[c], shares[c], tally, status_path=status_path, due=due[c])
             for c in range(clients)
         )
     )
     return time.perf_counter() - started
+
+
+def _arrivals(start: float, n: int, rate: float, seed: int) -> list[float]:
+    """``n`` moments of a Poisson process of ``rate`` a second from ``start``."""
+    draw = random.Random(seed)
+    moments, at = [], start
+    for _ in range(n):
+        at += draw.expovariate(rate)
+        moments.append(at)
+    return moments
 
 
 def _cpu_s(pid: int) -> float:
@@ -170,7 +228,9 @@ def _floor(args: argparse.Namespace) -> int:
         tally = Tally(check_seen=False)
         teams = [f"team{c}" for c in range(args.clients)]
         cpu_before = _cpu_s(server.pid)
-        wall_s = uvloop.run(_load(port, ["-"] * args.clients, teams, args.jobs, tally))
+        wall_s = uvloop.run(
+            _load(port, ["-"] * args.clients, teams, args.jobs, tally, rate=args.rate, seed=args.seed)
+        )
         cpu_ms = (_cpu_s(server.pid) - cpu_before) * 1000 / max(1, len(tally.submit_ms))
     finally:
         server.terminate()
@@ -197,8 +257,9 @@ def _summary(args: argparse.Namespace, server: str, wall_s: float, cpu_ms: float
         latency_row(f"POST, after the first {first}", tally.submit_ms[first:]),
         latency_row(f"GET, after the first {first}", tally.read_ms[first:]),
     ]
+    offered = "each asking again once answered" if args.rate is None else f"{args.rate:g} submits/s offered"
     return (
-        f"{args.clients} clients, {args.jobs} submits on {server} in {wall_s:.1f} s "
+        f"{args.clients} clients ({offered}), {args.jobs} submits on {server} in {wall_s:.1f} s "
         f"({len(tally.submit_ms) / wall_s:.0f} submits/s; the server's processor time: "
         f"{cpu_ms:.2f} ms per submit and its status read)\n"
         + format_table(["request", "calls", "median ms", "p99 ms", "max ms"], rows)
@@ -227,7 +288,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="each client reads its own team's status (?team=), not the whole queue's",
     )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="submits a second offered in all, as Poisson arrivals (an open loop); "
+        "default: each client asks again once answered",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the arrivals' seed (with --rate)")
     args = parser.parse_args(argv)
+    if args.rate is not None and args.rate <= 0:
+        parser.error(f"--rate: expected a positive number of submits a second, got {args.rate:g}")
     if args.floor:
         return _floor(args)
     pg = PgServer.start()
@@ -250,7 +320,18 @@ def main(argv: list[str] | None = None) -> int:
                 tally = Tally()
                 cpu_before = _cpu_s(daemon.pid)
                 status_path = "/v1/status?team={team}" if args.team_status else "/v1/status"
-                wall_s = uvloop.run(_load(port, tokens, teams, args.jobs, tally, status_path=status_path))
+                wall_s = uvloop.run(
+                    _load(
+                        port,
+                        tokens,
+                        teams,
+                        args.jobs,
+                        tally,
+                        status_path=status_path,
+                        rate=args.rate,
+                        seed=args.seed,
+                    )
+                )
                 # the daemon's processor time per submit and its status read: what bounds the
                 # throughput whatever else shares the machine
                 cpu_ms = (_cpu_s(daemon.pid) - cpu_before) * 1000 / max(1, len(tally.submit_ms))

@@ -29,7 +29,7 @@ from gpuplan.app.bridge import EntryTexts, encoded_scenario, inputs_hash
 from gpuplan.app.changes import FreshMarks
 from gpuplan.app.config import demo_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
-from gpuplan.app.status import status
+from gpuplan.app.status import QueueRows, Status, status
 from gpuplan.app.tokens import NotSignedInError, authenticate, create_token, sha256_hex
 from scheduler.check import check_plan
 from storage.store import Store
@@ -250,6 +250,63 @@ def test_entry_texts_encode_as_one_encoding_of_the_whole_would() -> None:
         assert json.loads(reused[0].text) == document and reused[1] == inputs_hash(document)
     with pytest.raises(ValueError):
         encoded_scenario({**first, "jobs": [{"id": "d", "x": float("nan")}]}, entries=texts)
+
+
+def test_queue_rows_are_the_rows_built_afresh_and_encode_as_one_encoding_would(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """From one status to the next, a queued job's row is reused while the job, its planned start
+    and what its reason reads of the plan are unchanged, and built again otherwise; the texts of
+    any team's status are one encoding of it."""
+
+    def text(state: Status) -> str:
+        document = state.as_dict()
+        del document["at"]
+        return json.dumps(document, separators=(",", ":"))
+
+    with _service(tmp_path, models_dir) as service:
+        ctx, token = service.context, _token(service)
+        rows = QueueRows()
+        last: list[dict[str, Any]] = []
+        carried = 0  # rows reused from the status after the submit before
+        for n in range(6):
+            big = {"gpus": 8, "hours": 20} if n % 2 else {}  # some the plan cannot start
+            ctx.submit(token, _spec(n, priority=10 + 15 * n, **big), source="test")
+            if n == 3:
+                ctx.cancel(token, "job-1")
+            mirror = ctx.changes.mirror_at(service.store, service.store.marks())  # as the served status
+            known = (mirror.jobs, mirror.run)
+            fresh = status(service.store, ctx.clock(), known=known)
+            reused = status(service.store, ctx.clock(), known=known, rows=rows)
+            assert reused.as_dict() == fresh.as_dict()
+            for team in (None, token.team, "nobody"):
+                assert reused.of_team(team).text_without_at(rows) == text(fresh.of_team(team)), team
+            carried += sum(any(row is old for old in last) for row in reused.queue)
+            again = status(service.store, ctx.clock(), known=known, rows=rows)  # nothing changed
+            assert all(a is b for a, b in zip(again.queue, reused.queue, strict=True))
+            last = again.queue
+        assert carried > 0 and "job-1" not in {row["job"] for row in reused.queue}
+        assert any(row["planned_start"] is None for row in reused.queue)
+        # plans that move what the reasons read and not the starts: the same starts from an hour
+        # earlier (each wait one hour longer), no real-time GPUs, a one-GPU cluster, every GPU
+        # real-time
+        run = known[1]
+        assert run is not None
+        earlier = replace(run, start=run.start - timedelta(hours=1), grid=[[None, *r] for r in run.grid])
+        realtime = {j["id"] for j in run.scenario["jobs"] if j["kind"] == "realtime"}
+        for variant in (
+            earlier,
+            replace(run, grid=[[None if c in realtime else c for c in r] for r in run.grid]),
+            replace(run, scenario={**run.scenario, "gpus": 1}),
+            replace(run, grid=[[min(realtime)] * len(r) for r in run.grid]),  # no GPU free
+            run,
+        ):
+            fresh = status(service.store, ctx.clock(), known=(mirror.jobs, variant))
+            reused = status(service.store, ctx.clock(), known=(mirror.jobs, variant), rows=rows)
+            assert reused.as_dict() == fresh.as_dict()
+            assert reused.text_without_at(rows) == text(fresh)
+        # a row given by another status (not the last rows()) is encoded, not looked up
+        assert rows.text(fresh.queue) == json.dumps(fresh.queue, separators=(",", ":"))
 
 
 def test_a_taken_id_in_a_batch_refuses_that_submit_alone(tmp_path: Path, models_dir: Path) -> None:

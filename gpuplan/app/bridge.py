@@ -455,6 +455,19 @@ def _facts(run: PlanRun) -> _RunFacts:
     return facts
 
 
+def no_start_inputs(run: PlanRun, job_id: str) -> tuple[object, ...]:
+    """What :func:`no_start_reason` reads of ``run`` for ``job_id`` (beside its ``gpus``): two
+    runs with the same give it the same reason."""
+    facts = _facts(run)
+    return (
+        facts.sizes.get(job_id),
+        facts.most_free_up,
+        facts.most_free,
+        facts.hours,
+        run.scenario.get("gpus", 0),
+    )
+
+
 def no_start_reason(run: PlanRun, job_id: str, gpus: int | None) -> str:
     """Why ``run`` gives ``job_id`` no start in its horizon, in an operator's words.
 

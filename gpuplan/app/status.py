@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
@@ -11,7 +12,15 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import Job, JobEstimate, JobState, PlanRun, RunMode
-from gpuplan.app.bridge import STEP, floor_hour, no_start_reason, planned_place, planned_places, realtime_sets
+from gpuplan.app.bridge import (
+    STEP,
+    floor_hour,
+    no_start_inputs,
+    no_start_reason,
+    planned_place,
+    planned_places,
+    realtime_sets,
+)
 from gpuplan.app.tokens import NotFoundError
 from storage.store import Store
 
@@ -49,6 +58,13 @@ class Status:
             "leader": self.leader,
         }
 
+    def text_without_at(self, queue: QueueRows) -> str:
+        """:meth:`as_dict` less ``at``, as compact JSON, the queue's rows from ``queue``."""
+        return (
+            f'{{"running":{_compact(self.running)},"queue":{queue.text(self.queue)},'
+            f'"last_run":{_compact(self.last_run)},"leader":{_compact(self.leader)}}}'
+        )
+
     def of_team(self, team: str | None) -> Status:
         """This status with ``team``'s jobs only (and the real-time apps left out), as
         :func:`status` with ``team`` builds it; ``None``: all of it."""
@@ -70,6 +86,56 @@ class Status:
             team: replace(self, running=running.get(team, []), queue=queue.get(team, []))
             for team in running.keys() | queue.keys()
         }
+
+
+class QueueRows:
+    """The queued jobs' status rows and their JSON texts, kept from one status to the next.
+
+    A served status is built and encoded again after every batch of submits, and most of its
+    rows are the rows before: a row changes only with its job, its planned start, or what its
+    reason reads of the plan (:func:`_reason_inputs`). At 2,000 queued jobs the rows took 6.5
+    ms to encode whole and 0.9 ms with the texts of the rows unchanged reused."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[Any, ...], tuple[Job, dict[str, Any], str]] = {}
+        self._texts: dict[int, str] = {}  # by the row's identity: the rows in _rows, alive
+
+    def rows(
+        self, jobs: Iterable[Job], newest: PlanRun | None, places: dict[str, tuple[datetime, int]]
+    ) -> list[dict[str, Any]]:
+        """:func:`_queue_row` of each job, the rows of the last call reused where unchanged."""
+        kept: dict[tuple[Any, ...], tuple[Job, dict[str, Any], str]] = {}
+        rows, texts = [], {}
+        for job in jobs:
+            start = places[job.id][0] if job.id in places else None
+            key = (id(job), start, _reason_inputs(newest, job, start))
+            known = self._rows.get(key)
+            if known is None or known[0] is not job:  # a job of the same id() is another job
+                row = _queue_row(job, newest, places)
+                known = (job, row, _compact(row))
+            kept[key] = known
+            rows.append(known[1])
+            texts[id(known[1])] = known[2]
+        self._rows, self._texts = kept, texts
+        return rows
+
+    def text(self, rows: Iterable[dict[str, Any]]) -> str:
+        """``rows`` as a compact JSON list; rows :meth:`rows` did not give last are encoded."""
+        texts = self._texts
+        return "[" + ",".join(texts.get(id(row)) or _compact(row) for row in rows) + "]"
+
+
+def _reason_inputs(newest: PlanRun | None, job: Job, start: datetime | None) -> object:
+    """What :func:`placement_reason` reads of ``newest`` for ``job`` planned at ``start``."""
+    if newest is None:
+        return "no plan"
+    if job.estimate is None:
+        return None
+    return newest.start if start is not None else no_start_inputs(newest, job.id)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def leader_of(owner: str | None) -> dict[str, Any] | None:
@@ -155,12 +221,14 @@ def status(
     *,
     team: str | None = None,
     known: tuple[Sequence[Job], PlanRun | None] | None = None,
+    rows: QueueRows | None = None,
 ) -> Status:
     """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
     hour placed them), the queue by planned start from the latest plan with each job's reason,
     the last run, and the leading daemon (on PostgreSQL, where a standby may wait). ``team``
     keeps that team's jobs only (and leaves the apps out). ``known``: the queued and running
-    jobs and the latest run, when the caller holds them (:class:`gpuplan.app.changes.Mirror`)."""
+    jobs and the latest run, when the caller holds them (:class:`gpuplan.app.changes.Mirror`);
+    ``rows``: the queue's rows of the status built before, reused where unchanged."""
     if known is None:
         known = (store.jobs([JobState.QUEUED, JobState.RUNNING]), store.run())
     jobs, last = known
@@ -193,7 +261,11 @@ def status(
             for app, gpus in held.items()
         ]
     places = {} if newest is None else planned_places(newest)
-    queue = [_queue_row(job, newest, places) for job in jobs if job.state is JobState.QUEUED]
+    queued = [job for job in jobs if job.state is JobState.QUEUED]
+    if rows is None:
+        queue = [_queue_row(job, newest, places) for job in queued]
+    else:
+        queue = rows.rows(queued, newest, places)
     # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
     queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
     summary = None if last is None else run_summary(last)

@@ -22,7 +22,7 @@ from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.jobs import SubmitResult, cancel, checked_spec, estimated_job, submit
-from gpuplan.app.status import Status, status
+from gpuplan.app.status import QueueRows, Status, status
 from gpuplan.app.tokens import TokenCache, authenticate, sha256_hex
 from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from storage.store import Store, revoked_tokens
@@ -49,6 +49,7 @@ class ApiContext:
     marks: FreshMarks = field(init=False)
     reads: ReadCache = field(init=False)
     tokens: TokenCache = field(init=False)
+    queue_rows: QueueRows = field(init=False, default_factory=QueueRows)
 
     def __post_init__(self) -> None:
         self.batcher = SubmitBatcher(
@@ -162,16 +163,14 @@ class ApiContext:
         a change cost one build and fifty filters, not fifty builds."""
 
         def build() -> bytes:
-            document = self._whole_status(now, marks).of_team(team).as_dict()
-            del document["at"]
-            return json.dumps(document, separators=(",", ":")).encode()
+            return self._whole_status(now, marks).of_team(team).text_without_at(self.queue_rows).encode()
 
         return build
 
     def _whole_status(self, now: datetime, marks: tuple[int, ...]) -> Status:
         def build() -> Status:
             mirror = self.changes.mirror_at(self.store, marks)
-            return status(self.store, now, known=(mirror.jobs, mirror.run))
+            return status(self.store, now, known=(mirror.jobs, mirror.run), rows=self.queue_rows)
 
         return self.cached(("whole status", floor_hour(now)), build, marks)
 
