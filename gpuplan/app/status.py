@@ -98,14 +98,15 @@ class QueueRows:
 
     def __init__(self) -> None:
         self._rows: dict[tuple[Any, ...], tuple[Job, dict[str, Any], str]] = {}
-        self._texts: dict[int, str] = {}  # by the row's identity: the rows in _rows, alive
+        self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # by the row's identity
 
     def rows(
         self, jobs: Iterable[Job], newest: PlanRun | None, places: dict[str, tuple[datetime, int]]
     ) -> list[dict[str, Any]]:
         """:func:`_queue_row` of each job, the rows of the last call reused where unchanged."""
         kept: dict[tuple[Any, ...], tuple[Job, dict[str, Any], str]] = {}
-        rows, texts = [], {}
+        rows: list[dict[str, Any]] = []
+        texts: dict[int, tuple[dict[str, Any], str]] = {}
         for job in jobs:
             start = places[job.id][0] if job.id in places else None
             key = (id(job), start, _reason_inputs(newest, job, start))
@@ -115,14 +116,20 @@ class QueueRows:
                 known = (job, row, _compact(row))
             kept[key] = known
             rows.append(known[1])
-            texts[id(known[1])] = known[2]
+            texts[id(known[1])] = known[1:]
         self._rows, self._texts = kept, texts
         return rows
 
     def text(self, rows: Iterable[dict[str, Any]]) -> str:
-        """``rows`` as a compact JSON list; rows :meth:`rows` did not give last are encoded."""
+        """``rows`` as a compact JSON list; rows :meth:`rows` did not give last are encoded.
+        (A row is found by its identity, and checked to be that row: two statuses built at once
+        may leave the texts of one beside the rows of the other.)"""
         texts = self._texts
-        return "[" + ",".join(texts.get(id(row)) or _compact(row) for row in rows) + "]"
+        parts = []
+        for row in rows:
+            known = texts.get(id(row))
+            parts.append(known[1] if known is not None and known[0] is row else _compact(row))
+        return "[" + ",".join(parts) + "]"
 
 
 def _reason_inputs(newest: PlanRun | None, job: Job, start: datetime | None) -> object:
