@@ -309,6 +309,51 @@ def test_queue_rows_are_the_rows_built_afresh_and_encode_as_one_encoding_would(
         assert rows.text(fresh.queue) == json.dumps(fresh.queue, separators=(",", ":"))
 
 
+def test_the_served_status_reads_what_lies_beside_the_queue_once_per_read_of_the_queue(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The real-time apps' rows and the leader are read once for the statuses after a run of
+    submits, and again after a cycle's commit (shown at once) and in the next hour; each
+    served status is the one built afresh."""
+    now = [T0 + timedelta(minutes=10)]
+    with _service(tmp_path, models_dir, clock=lambda: now[0]) as service:
+        ctx, token, store = service.context, _token(service), service.store
+        reads = [0]
+        last_commit = store.last_commit
+
+        def counted(before: datetime | None = None) -> Any:
+            reads[0] += 1
+            return last_commit(before)
+
+        store.last_commit = counted  # type: ignore[method-assign]
+
+        def served_is_fresh() -> tuple[dict[str, Any], int]:
+            """The served status, checked against one built afresh, and the commit reads it made."""
+            before = reads[0]
+            served_doc = json.loads(ctx.status_json(None))
+            made = reads[0] - before
+            assert served_doc == status(store, now[0]).as_dict()
+            return served_doc, made
+
+        seen_since = set()
+        # (minutes on from T0, the job): two hours without a cycle, then a cycle that commits
+        # the third hour after a status in it
+        for minutes, n in ((5, 0), (5, 1), (5, 2), (65, 3), (65, 4), (125, 5), (135, 6), (135, 7)):
+            if n == 6:
+                service.cycle(T0 + timedelta(minutes=minutes))
+            now[0] = T0 + timedelta(minutes=minutes)
+            ctx.submit(token, _spec(n), source="test")
+            document, served_reads = served_is_fresh()
+            realtime = [r for r in document["running"] if r["kind"] == "realtime"]
+            assert realtime, "the demo's apps hold GPUs in every committed hour"
+            seen_since |= {r["since"] for r in realtime}
+            # the first status after a cycle or in a new hour reads them, the others do not
+            assert served_reads == (1 if n in (0, 3, 5, 6) else 0), n
+        # the hour without a cycle shows the commit before it; the cycle's commit shows at once
+        first = T0.replace(minute=0)
+        assert seen_since == {first.isoformat(), (first + timedelta(hours=2)).isoformat()}
+
+
 def test_a_taken_id_in_a_batch_refuses_that_submit_alone(tmp_path: Path, models_dir: Path) -> None:
     with _service(tmp_path, models_dir) as service:
         answers = _submit_together(service, [_spec(0), _spec(1), _spec(1), _spec(2)])
