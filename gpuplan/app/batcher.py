@@ -315,7 +315,7 @@ class SubmitBatcher:
         for ticket in batch:
             ticket.job = replace(ticket.job, promised_start=starts.get(ticket.job.id))
         try:
-            stored = self.store.record_submits([t.job for t in batch], run)
+            stored = self.store.record_submits([t.job for t in batch], run, forecasts_of=base.run)
         except InputError:
             for ticket in batch:
                 ticket.job = replace(ticket.job, promised_start=None)

@@ -13,6 +13,7 @@ from sqlalchemy import (
     exc,
     func,
     insert,
+    literal,
     select,
     update,
 )
@@ -79,12 +80,14 @@ class RunStore(SqlBase):
             session.flush()
             return replace(run, id=run_id, committed=committed)
 
-    def record_submits(self, jobs: Sequence[Job], run: PlanRun) -> PlanRun:
+    def record_submits(
+        self, jobs: Sequence[Job], run: PlanRun, *, forecasts_of: PlanRun | None = None
+    ) -> PlanRun:
         self._check_run(run, None)
         # on a bare connection (no ORM session): stored for every batch of submits the API answers
         with self._writing() as connection:
             insert_jobs(connection, jobs)
-            return replace(run, id=_insert_run(connection, run), committed=False)
+            return replace(run, id=_insert_run(connection, run, forecasts_of), committed=False)
 
     @staticmethod
     def _commit_hour(session: Session, run_id: int, commit: Commit, created_at: datetime) -> bool:
@@ -320,10 +323,11 @@ def _pending(hour: datetime, seq: int, executor: str, at: datetime) -> DeliveryR
     )
 
 
-def _insert_run(session: Session | Connection, run: PlanRun) -> int:
+def _insert_run(session: Session | Connection, run: PlanRun, forecasts_of: PlanRun | None = None) -> int:
     """The run's row and its forecasts inserted in ``session``'s transaction, uncommitted: plain
     INSERTs (no ORM objects: nothing reads them back), a fraction of the processor time of adding
-    and flushing objects. Returns the run's id."""
+    and flushing objects; the forecasts copied from ``forecasts_of``'s rows when they are its
+    (:func:`_copied_forecasts`). Returns the run's id."""
     table = table_of(PlanRunRow)
     values = {
         "start": run.start,
@@ -342,7 +346,7 @@ def _insert_run(session: Session | Connection, run: PlanRun) -> int:
         "extra": dict(run.extra),
     }
     run_id: int = session.execute(insert(table).values(values).returning(table.c.id)).scalar_one()
-    if run.forecasts:
+    if run.forecasts and not _copied_forecasts(session, run, run_id, forecasts_of):
         session.execute(
             insert(table_of(RunForecastRow)),
             [
@@ -358,3 +362,21 @@ def _insert_run(session: Session | Connection, run: PlanRun) -> int:
             ],
         )
     return run_id
+
+
+def _copied_forecasts(
+    session: Session | Connection, run: PlanRun, run_id: int, source: PlanRun | None
+) -> bool:
+    """``run``'s forecasts stored as a copy of the stored run ``source``'s rows, in the database
+    (one statement, where inserting the rows sends each), when they are ``source``'s; False
+    when they are not, or the source's rows are gone (the run pruned): nothing is copied then."""
+    if source is None or source.id is None or source.forecasts != run.forecasts:
+        return False
+    table = table_of(RunForecastRow)
+    hours = [table.c.app, table.c.hour, table.c.p50, table.c.p90, table.c.gpus]
+    rows = select(literal(run_id, table.c.run_id.type), *hours).where(table.c.run_id == source.id)
+    copied = session.execute(insert(table).from_select([table.c.run_id, *hours], rows).returning(table.c.app))
+    if len(copied.all()) == len(run.forecasts):
+        return True
+    session.execute(delete(table).where(table.c.run_id == run_id))
+    return False
