@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from contract.errors import InputError
-from contract.records import ApiToken, Job, JobEstimate, JobState, Outcome, RunMode, Scope
+from contract.records import ApiToken, DownWindowRecord, Job, JobEstimate, JobState, Outcome, RunMode, Scope
 from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
 from gpuplan.app import batcher, promises
@@ -354,6 +354,27 @@ def test_the_served_status_reads_what_lies_beside_the_queue_once_per_read_of_the
         assert seen_since == {first.isoformat(), (first + timedelta(hours=2)).isoformat()}
 
 
+def test_a_submit_is_checked_on_the_cluster_as_this_processs_last_change_left_it(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The cluster read for a batch is kept while its base holds; a change (a poll that finds
+    GPUs down for good) ends the base, and the next submit is checked on the cluster it left."""
+    with _service(tmp_path, models_dir) as service:
+        ctx, token, store = service.context, _token(service), service.store
+        for n in range(2):  # the second is inserted into the first's plan, on its cluster
+            ctx.submit(token, _spec(n), source="test")
+        assert ctx.batcher.stats.warm >= 1
+        cluster = store.cluster()
+        assert cluster is not None
+        gone = tuple(DownWindowRecord(gpu, T0 - timedelta(hours=1), None) for gpu in range(2, cluster.gpus))
+        with ctx.plan_lock():
+            store.save_cluster(replace(cluster, down=(*cluster.down, *gone)))
+            ctx.changes.bump()  # as a poll does
+        with pytest.raises(InputError, match="at most 2: the largest aligned block"):
+            ctx.submit(token, _spec(2), source="test")  # four GPUs
+        assert store.job("job-2") is None
+
+
 def test_a_taken_id_in_a_batch_refuses_that_submit_alone(tmp_path: Path, models_dir: Path) -> None:
     with _service(tmp_path, models_dir) as service:
         answers = _submit_together(service, [_spec(0), _spec(1), _spec(1), _spec(2)])
@@ -417,8 +438,8 @@ def test_a_job_another_process_stores_while_a_batch_is_stored_is_in_the_next_pla
         )
         record_submits = service.store.record_submits
 
-        def and_another_process(jobs: list[Job], run: Any) -> Any:
-            stored = record_submits(jobs, run)
+        def and_another_process(jobs: list[Job], run: Any, **options: Any) -> Any:
+            stored = record_submits(jobs, run, **options)
             monkeypatch.setattr(service.store, "record_submits", record_submits)
             service.store.add_job(other)  # as another process would, between two batches' reads
             return stored
