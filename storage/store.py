@@ -217,11 +217,15 @@ class Store(abc.ABC):
 
     # -- plan runs and commits -----------------------------------------------------------
     @abc.abstractmethod
-    def record_submits(self, jobs: Sequence[Job], run: PlanRun) -> PlanRun:
+    def record_submits(
+        self, jobs: Sequence[Job], run: PlanRun, *, forecasts_of: PlanRun | None = None
+    ) -> PlanRun:
         """Queue ``jobs`` (their promises set) and store ``run``, the plan that places them
         (never committed), in one transaction: all of it or, when an id is taken or
         repeated, none (``InputError`` as :meth:`add_jobs`). The marks then move as one
-        (:meth:`marks`: the latest run id to the run's, the jobs counted by ``len(jobs)``)."""
+        (:meth:`marks`: the latest run id to the run's, the jobs counted by ``len(jobs)``).
+        ``forecasts_of``: a stored run the plan was made from; when ``run``'s forecasts are
+        its, they are stored as a copy of its rows."""
 
     @abc.abstractmethod
     def record_run(

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from contract.errors import InputError
-from contract.records import ApiToken, Job, JobEstimate, JobState, Outcome, RunMode, Scope
+from contract.records import ApiToken, DownWindowRecord, Job, JobEstimate, JobState, Outcome, RunMode, Scope
 from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
 from gpuplan.app import batcher, promises
@@ -309,6 +309,72 @@ def test_queue_rows_are_the_rows_built_afresh_and_encode_as_one_encoding_would(
         assert rows.text(fresh.queue) == json.dumps(fresh.queue, separators=(",", ":"))
 
 
+def test_the_served_status_reads_what_lies_beside_the_queue_once_per_read_of_the_queue(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The real-time apps' rows and the leader are read once for the statuses after a run of
+    submits, and again after a cycle's commit (shown at once) and in the next hour; each
+    served status is the one built afresh."""
+    now = [T0 + timedelta(minutes=10)]
+    with _service(tmp_path, models_dir, clock=lambda: now[0]) as service:
+        ctx, token, store = service.context, _token(service), service.store
+        reads = [0]
+        last_commit = store.last_commit
+
+        def counted(before: datetime | None = None) -> Any:
+            reads[0] += 1
+            return last_commit(before)
+
+        store.last_commit = counted  # type: ignore[method-assign]
+
+        def served_is_fresh() -> tuple[dict[str, Any], int]:
+            """The served status, checked against one built afresh, and the commit reads it made."""
+            before = reads[0]
+            served_doc = json.loads(ctx.status_json(None))
+            made = reads[0] - before
+            assert served_doc == status(store, now[0]).as_dict()
+            return served_doc, made
+
+        seen_since = set()
+        # (minutes on from T0, the job): two hours without a cycle, then a cycle that commits
+        # the third hour after a status in it
+        for minutes, n in ((5, 0), (5, 1), (5, 2), (65, 3), (65, 4), (125, 5), (135, 6), (135, 7)):
+            if n == 6:
+                service.cycle(T0 + timedelta(minutes=minutes))
+            now[0] = T0 + timedelta(minutes=minutes)
+            ctx.submit(token, _spec(n), source="test")
+            document, served_reads = served_is_fresh()
+            realtime = [r for r in document["running"] if r["kind"] == "realtime"]
+            assert realtime, "the demo's apps hold GPUs in every committed hour"
+            seen_since |= {r["since"] for r in realtime}
+            # the first status after a cycle or in a new hour reads them, the others do not
+            assert served_reads == (1 if n in (0, 3, 5, 6) else 0), n
+        # the hour without a cycle shows the commit before it; the cycle's commit shows at once
+        first = T0.replace(minute=0)
+        assert seen_since == {first.isoformat(), (first + timedelta(hours=2)).isoformat()}
+
+
+def test_a_submit_is_checked_on_the_cluster_as_this_processs_last_change_left_it(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The cluster read for a batch is kept while its base holds; a change (a poll that finds
+    GPUs down for good) ends the base, and the next submit is checked on the cluster it left."""
+    with _service(tmp_path, models_dir) as service:
+        ctx, token, store = service.context, _token(service), service.store
+        for n in range(2):  # the second is inserted into the first's plan, on its cluster
+            ctx.submit(token, _spec(n), source="test")
+        assert ctx.batcher.stats.warm >= 1
+        cluster = store.cluster()
+        assert cluster is not None
+        gone = tuple(DownWindowRecord(gpu, T0 - timedelta(hours=1), None) for gpu in range(2, cluster.gpus))
+        with ctx.plan_lock():
+            store.save_cluster(replace(cluster, down=(*cluster.down, *gone)))
+            ctx.changes.bump()  # as a poll does
+        with pytest.raises(InputError, match="at most 2: the largest aligned block"):
+            ctx.submit(token, _spec(2), source="test")  # four GPUs
+        assert store.job("job-2") is None
+
+
 def test_a_taken_id_in_a_batch_refuses_that_submit_alone(tmp_path: Path, models_dir: Path) -> None:
     with _service(tmp_path, models_dir) as service:
         answers = _submit_together(service, [_spec(0), _spec(1), _spec(1), _spec(2)])
@@ -372,8 +438,8 @@ def test_a_job_another_process_stores_while_a_batch_is_stored_is_in_the_next_pla
         )
         record_submits = service.store.record_submits
 
-        def and_another_process(jobs: list[Job], run: Any) -> Any:
-            stored = record_submits(jobs, run)
+        def and_another_process(jobs: list[Job], run: Any, **options: Any) -> Any:
+            stored = record_submits(jobs, run, **options)
             monkeypatch.setattr(service.store, "record_submits", record_submits)
             service.store.add_job(other)  # as another process would, between two batches' reads
             return stored

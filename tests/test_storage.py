@@ -484,6 +484,35 @@ def test_submits_and_their_run_are_stored_together_or_not_at_all(store: SqlStore
     assert store.marks() == (run.id, before[1] + 2, *before[2:])
 
 
+def test_a_submit_run_with_its_base_runs_forecasts_stores_a_copy_of_them(store: SqlStore) -> None:
+    """The forecasts of a run made from a stored one are its: stored as a copy of its rows, read
+    back the same as stored row by row; other forecasts, or a base pruned since, are stored
+    from the run itself."""
+    base = store.record_run(sample_run())
+    later = HOUR + timedelta(hours=1)
+    moved = tuple(replace(f, p90=f.p90 + 1) for f in base.forecasts)
+    cases = [
+        ("job-a", replace(sample_run(), forecasts=base.forecasts), base),  # copied
+        ("job-b", replace(sample_run(), forecasts=moved), base),  # not the base's: inserted
+        ("job-c", replace(sample_run(later), forecasts=base.forecasts), None),  # no base: inserted
+    ]
+    for job_id, run, source in cases:
+        stored = store.record_submits([queued_job(job_id)], run, forecasts_of=source)
+        assert stored.id is not None
+        read = store.run(stored.id)
+        assert read is not None and len(read.forecasts) == 24 and set(read.forecasts) == set(run.forecasts), (
+            job_id
+        )
+    # the base pruned: nothing to copy, and the run's own rows are stored
+    assert store.prune_runs(base.created_at + timedelta(seconds=1)) >= 1 and store.run(base.id) is None
+    stored = store.record_submits(
+        [queued_job("job-d")], replace(sample_run(later), forecasts=base.forecasts), forecasts_of=base
+    )
+    assert stored.id is not None
+    read = store.run(stored.id)
+    assert read is not None and set(read.forecasts) == set(base.forecasts)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

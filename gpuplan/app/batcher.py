@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from contract.errors import InputError
-from contract.records import Job, PlanRun, RunMode
+from contract.records import Cluster, Job, PlanRun, RunMode
 from contract.scenario import BatchJob, Instance
 from gpuplan.app.bridge import STEP, EntryTexts, encoded_scenario, floor_hour, queued_entry, run_record
 from gpuplan.app.changes import Changes, CyclePlan
@@ -77,6 +77,8 @@ class WarmBase:
     marks: tuple[int, ...]
     stamp: int
     refuted: Refuted = field(default_factory=Refuted, compare=False)
+    # the stored cluster while the base holds, once a batch has read it (its submits checked on it)
+    cluster: Cluster | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -214,14 +216,18 @@ class SubmitBatcher:
         return self._waiting
 
     def _answer(self, submitted: list[_Ticket]) -> None:
+        from gpuplan.app.tick import require_cluster
+
         try:
             with self.plan_lock():
                 now = self.clock()
-                batch = self._fitting(submitted, now)
-                if not batch:
-                    return
                 before = self.store.marks()  # before the batch's jobs move them
                 base = self._warm_base(now, before)
+                # the cluster the base holds on (read once for as long as it holds)
+                cluster = base.cluster if base is not None and base.cluster else require_cluster(self.store)
+                batch = self._fitting(submitted, now, cluster)
+                if not batch:
+                    return
                 # The queue as it stands, which a warm batch extends: read (once) when what this
                 # process stored last is not what the store holds now.
                 mirror = self.changes.mirror_at(self.store, before)
@@ -257,7 +263,9 @@ class SubmitBatcher:
                 self._base = (
                     None
                     if allocation is None
-                    else self._promised(WarmBase(run, instance, allocation, marks, stamp, refuted), promised)
+                    else self._promised(
+                        WarmBase(run, instance, allocation, marks, stamp, refuted, cluster), promised
+                    )
                 )
                 self.stats.batches += 1
                 self.stats.jobs += len(stored)
@@ -273,13 +281,10 @@ class SubmitBatcher:
                 else:
                     ticket.answer.set_exception(ticket.error or RuntimeError("the batch gave no answer"))
 
-    def _fitting(self, batch: list[_Ticket], now: datetime) -> list[_Ticket]:
-        """The batch's submits whose jobs the cluster can hold (:func:`check_fits`, the cluster
-        read once for them all); each other one is refused alone. Their ids are checked when
-        they are stored (a taken id refuses that submit alone, :meth:`_store_jobs`)."""
-        from gpuplan.app.tick import require_cluster
-
-        cluster = require_cluster(self.store)
+    def _fitting(self, batch: list[_Ticket], now: datetime, cluster: Cluster) -> list[_Ticket]:
+        """The batch's submits whose jobs ``cluster`` can hold (:func:`check_fits`); each other
+        one is refused alone. Their ids are checked when they are stored (a taken id refuses
+        that submit alone, :meth:`_store_jobs`)."""
         fitting = []
         for ticket in batch:
             try:
@@ -315,7 +320,7 @@ class SubmitBatcher:
         for ticket in batch:
             ticket.job = replace(ticket.job, promised_start=starts.get(ticket.job.id))
         try:
-            stored = self.store.record_submits([t.job for t in batch], run)
+            stored = self.store.record_submits([t.job for t in batch], run, forecasts_of=base.run)
         except InputError:
             for ticket in batch:
                 ticket.job = replace(ticket.job, promised_start=None)

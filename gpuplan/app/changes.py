@@ -53,11 +53,20 @@ class Mirror:
     jobs: tuple[Job, ...]
     run: PlanRun | None
     since: tuple[tuple[int, ...], ...] = ()
+    read_at: tuple[int, ...] | None = None  # the marks it was read from the store at (None: ``marks``)
+
+    @property
+    def root(self) -> tuple[int, ...]:
+        """The marks of the read this mirror grew from: since then the store moved by this
+        process's batches of submits alone, so whatever they leave alone (the commits, the
+        apps, the leading daemon) is as that read found it."""
+        return self.marks if self.read_at is None else self.read_at
 
     def extended(self, marks: tuple[int, ...], jobs: tuple[Job, ...], run: PlanRun) -> Mirror:
         """This mirror after ``jobs`` were queued and ``run`` stored, and nothing else, leaving
         the store at ``marks``."""
-        return Mirror(marks, self.jobs + jobs, run, (*self.since, self.marks)[-MIRROR_SINCE:])
+        since = (*self.since, self.marks)[-MIRROR_SINCE:]
+        return Mirror(marks, self.jobs + jobs, run, since, self.root)
 
 
 class Changes:

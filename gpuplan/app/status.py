@@ -218,6 +218,30 @@ def _newest_plan(store: Store, last: PlanRun | None = None) -> PlanRun | None:
     return next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
 
 
+@dataclass(frozen=True)
+class Beside:
+    """What the status reads from the store beside the jobs and the runs: the real-time apps'
+    rows (the GPUs the latest committed hour up to now's placed them) and the leading daemon.
+    A batch of submits moves neither, so the served status reads them once for every status
+    built from one read of the queue (:attr:`gpuplan.app.changes.Mirror.root`)."""
+
+    realtime: tuple[dict[str, Any], ...]
+    leader: dict[str, Any] | None
+
+
+def read_beside(store: Store, now: datetime) -> Beside:
+    """:class:`Beside` as the store holds it, for a status at ``now``."""
+    commit = store.last_commit(before=floor_hour(now) + STEP)
+    realtime: tuple[dict[str, Any], ...] = ()
+    if commit is not None:  # the real-time apps, as the latest committed hour placed them
+        since = commit.hour.isoformat()
+        realtime = tuple(
+            {"job": app, "kind": "realtime", "team": None, "gpus": list(gpus), "since": since}
+            for app, gpus in realtime_sets(commit, [app.id for app in store.apps()]).items()
+        )
+    return Beside(realtime, leader_of(store.leader()))
+
+
 def status(
     store: Store,
     now: datetime,
@@ -225,13 +249,15 @@ def status(
     team: str | None = None,
     known: tuple[Sequence[Job], PlanRun | None] | None = None,
     rows: QueueRows | None = None,
+    beside: Beside | None = None,
 ) -> Status:
     """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
     hour placed them), the queue by planned start from the latest plan with each job's reason,
     the last run, and the leading daemon (on PostgreSQL, where a standby may wait). ``team``
     keeps that team's jobs only (and leaves the apps out). ``known``: the queued and running
     jobs and the latest run, when the caller holds them (:class:`gpuplan.app.changes.Mirror`);
-    ``rows``: the queue's rows of the status built before, reused where unchanged."""
+    ``rows``: the queue's rows of the status built before, reused where unchanged;
+    ``beside``: what the status reads beside the jobs and the runs, when the caller holds it."""
     if known is None:
         known = (store.jobs([JobState.QUEUED, JobState.RUNNING]), store.run())
     jobs, last = known
@@ -250,19 +276,8 @@ def status(
         and job.gpus is not None
         and job.started_at is not None
     ]
-    commit = store.last_commit(before=floor_hour(now) + STEP)
-    if commit is not None:  # the real-time apps, as the latest committed hour placed them
-        held = realtime_sets(commit, [app.id for app in store.apps()])
-        running += [
-            {
-                "job": app,
-                "kind": "realtime",
-                "team": None,
-                "gpus": list(gpus),
-                "since": commit.hour.isoformat(),
-            }
-            for app, gpus in held.items()
-        ]
+    around = read_beside(store, now) if beside is None else beside
+    running += [{**row, "gpus": list(row["gpus"])} for row in around.realtime]
     places = {} if newest is None else planned_places(newest)
     queued = [job for job in jobs if job.state is JobState.QUEUED]
     if rows is None:
@@ -272,7 +287,7 @@ def status(
     # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
     queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
     summary = None if last is None else run_summary(last)
-    return Status(now, running, queue, summary, leader_of(store.leader())).of_team(team)
+    return Status(now, running, queue, summary, around.leader).of_team(team)
 
 
 def find_run(store: Store, which: str) -> PlanRun:

@@ -15,14 +15,14 @@ from starlette.concurrency import run_in_threadpool
 from contract.records import ApiToken, Job
 from gpuplan.app.batcher import SubmitBatcher
 from gpuplan.app.bridge import floor_hour
-from gpuplan.app.changes import Changes, FreshMarks, ReadCache
+from gpuplan.app.changes import Changes, FreshMarks, Mirror, ReadCache
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.dashboard import dashboard
 from gpuplan.app.executors import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.jobs import SubmitResult, cancel, checked_spec, estimated_job, submit
-from gpuplan.app.status import QueueRows, Status, status
+from gpuplan.app.status import Beside, QueueRows, Status, read_beside, status
 from gpuplan.app.tokens import TokenCache, authenticate, sha256_hex
 from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from storage.store import Store, revoked_tokens
@@ -50,6 +50,7 @@ class ApiContext:
     reads: ReadCache = field(init=False)
     tokens: TokenCache = field(init=False)
     queue_rows: QueueRows = field(init=False, default_factory=QueueRows)
+    _beside: tuple[Hashable, Beside] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.batcher = SubmitBatcher(
@@ -170,9 +171,21 @@ class ApiContext:
     def _whole_status(self, now: datetime, marks: tuple[int, ...]) -> Status:
         def build() -> Status:
             mirror = self.changes.mirror_at(self.store, marks)
-            return status(self.store, now, known=(mirror.jobs, mirror.run), rows=self.queue_rows)
+            beside = self._beside_of(mirror, now)
+            known = (mirror.jobs, mirror.run)
+            return status(self.store, now, known=known, rows=self.queue_rows, beside=beside)
 
         return self.cached(("whole status", floor_hour(now)), build, marks)
+
+    def _beside_of(self, mirror: Mirror, now: datetime) -> Beside:
+        """What the status reads beside the jobs and runs (:class:`Beside`), read once per
+        read of the queue that ``mirror`` grew from, and per hour (the commit it shows is the
+        latest up to the hour)."""
+        key = (mirror.root, floor_hour(now))
+        kept = self._beside
+        if kept is None or kept[0] != key:
+            kept = self._beside = (key, read_beside(self.store, now))
+        return kept[1]
 
     def dashboard(self) -> dict[str, Any]:
         """The dashboard's data as of the last change, with the clock and health of now."""

@@ -296,13 +296,29 @@ class SqlBase:
         """One read-only transaction on a bare connection: for the reads that build no ORM
         objects, a third of :meth:`_session`'s processor time (the marks, asked on every
         request the API serves). Errors as :meth:`_session`'s."""
+        with self._bare(read_only=True) as connection:
+            yield connection
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """One transaction on a bare connection, for writes of plain INSERTs that build no ORM
+        objects (a batch of submits and its run, stored for every batch the API answers).
+        Errors as :meth:`_session`'s."""
+        with self._bare(read_only=False) as connection:
+            yield connection
+
+    @contextmanager
+    def _bare(self, *, read_only: bool) -> Iterator[Connection]:
         try:
             with self._engine.connect() as connection:
-                connection.execution_options(**{_READ_ONLY: True})
+                if read_only:
+                    connection.execution_options(**{_READ_ONLY: True})
                 with connection.begin():
                     yield connection
         except (exc.DBAPIError, exc.TimeoutError) as error:
             raise self._fail(error) from error
+        except exc.StatementError as error:
+            raise ValueError(f"cannot store a value: {error.orig}") from error
 
     def _schema_revision(self) -> str | None:
         with self._engine.connect() as connection:

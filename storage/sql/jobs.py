@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Row,
-    exc,
+    Table,
     func,
     insert,
     select,
 )
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from contract.errors import InputError
@@ -217,6 +219,12 @@ def _count(table: Any, *where: Any) -> Any:
     return select(func.count()).select_from(table).where(*where).scalar_subquery()
 
 
+#: INSERT with ON CONFLICT, per back end.
+_INSERT: dict[str, Callable[[Table], postgresql.Insert | sqlite.Insert]] = {
+    "postgresql": postgresql.insert,
+    "sqlite": sqlite.insert,
+}
+
 #: The marks' query (:meth:`JobStore.marks`), built once: building it took three times the
 #: processor time of running it, and the served API reads the marks for every request.
 _MARKS = select(
@@ -234,8 +242,9 @@ def _duplicate(job_id: str) -> InputError:
     return InputError("id", "a job id not used before", job_id, hint="Every submitted job needs its own id.")
 
 
-def insert_jobs(session: Session, jobs: Sequence[Job]) -> None:
-    """New jobs inserted in ``session``'s transaction; ``InputError`` for an id taken or repeated."""
+def insert_jobs(session: Session | Connection, jobs: Sequence[Job]) -> None:
+    """New jobs inserted in ``session``'s transaction; ``InputError`` for an id taken or repeated
+    (raised inside the transaction, so that the caller's rolls back)."""
     ids = [job.id for job in jobs]
     repeated = next((job_id for job_id in ids if ids.count(job_id) > 1), None)
     if repeated is not None:
@@ -243,17 +252,16 @@ def insert_jobs(session: Session, jobs: Sequence[Job]) -> None:
     for job in jobs:
         if job.promised_start is not None:
             _require_hour(job.promised_start, "promised_start")
-    for chunk in _chunks(ids):
-        taken = session.scalar(select(JobRow.id).where(JobRow.id.in_(chunk)).limit(1))
-        if taken is not None:
-            raise _duplicate(taken)
-    try:
-        # A plain INSERT of the rows (no ORM objects: nothing reads them back in this session),
-        # a quarter of the processor time of adding and flushing the objects.
-        session.execute(insert(table_of(JobRow)), [_job_values(job) for job in jobs])
-    except exc.IntegrityError:
-        # submitted by another process since the check: which one, the caller asks again
-        raise _duplicate(ids[0] if len(ids) == 1 else "(one of the batch)") from None
+    # Plain INSERTs of the rows (no ORM objects: nothing reads them back), a quarter of the
+    # processor time of adding and flushing the objects; an id taken (by another process
+    # too, meanwhile) inserts nothing and is missing from what the INSERT returns.
+    bind = session.get_bind() if isinstance(session, Session) else session
+    table = table_of(JobRow)
+    statement = _INSERT[bind.dialect.name](table).on_conflict_do_nothing(index_elements=[table.c.id])
+    inserted = set(session.scalars(statement.returning(table.c.id), [_job_values(job) for job in jobs]))
+    taken = next((job_id for job_id in ids if job_id not in inserted), None)
+    if taken is not None:
+        raise _duplicate(taken)
 
 
 def _job_values(job: Job) -> dict[str, object]:

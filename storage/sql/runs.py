@@ -13,6 +13,7 @@ from sqlalchemy import (
     exc,
     func,
     insert,
+    literal,
     select,
     update,
 )
@@ -68,60 +69,25 @@ class RunStore(SqlBase):
     ) -> PlanRun:
         self._check_run(run, commit)
         with self._session() as session:
-            return self._insert_run(session, run, commit, deliver_to)
+            run_id = _insert_run(session, run)
+            committed = commit is not None and self._commit_hour(session, run_id, commit, run.created_at)
+            if committed:
+                table = table_of(PlanRunRow)
+                session.execute(update(table).where(table.c.id == run_id).values(committed=True))
+                if deliver_to is not None:
+                    assert commit is not None
+                    session.add(_pending(commit.hour, commit.seq, deliver_to, run.created_at))
+            session.flush()
+            return replace(run, id=run_id, committed=committed)
 
-    def record_submits(self, jobs: Sequence[Job], run: PlanRun) -> PlanRun:
-        self._check_run(run, None)
-        with self._session() as session:
-            insert_jobs(session, jobs)
-            return self._insert_run(session, run, None, None)
-
-    def _insert_run(
-        self, session: Session, run: PlanRun, commit: Commit | None, deliver_to: str | None
+    def record_submits(
+        self, jobs: Sequence[Job], run: PlanRun, *, forecasts_of: PlanRun | None = None
     ) -> PlanRun:
-        # Plain INSERTs (no ORM objects: nothing reads them back in this session), a fraction of
-        # the processor time of adding and flushing objects; a submit's run is stored per batch.
-        table = table_of(PlanRunRow)
-        values = {
-            "start": run.start,
-            "created_at": run.created_at,
-            "mode": RunMode(run.mode),
-            "policy": run.policy,
-            "inputs_hash": run.inputs_hash,
-            "objective": run.objective,
-            "bound": run.bound,
-            "latency_ms": run.latency_ms,
-            "status": run.status,
-            "scenario": run.scenario,
-            "grid": run.grid,
-            "metrics": dict(run.metrics),
-            "committed": False,
-            "extra": dict(run.extra),
-        }
-        run_id: int = session.execute(insert(table).values(values).returning(table.c.id)).scalar_one()
-        if run.forecasts:
-            session.execute(
-                insert(table_of(RunForecastRow)),
-                [
-                    {
-                        "run_id": run_id,
-                        "app": f.app,
-                        "hour": f.hour,
-                        "p50": f.p50,
-                        "p90": f.p90,
-                        "gpus": f.gpus,
-                    }
-                    for f in run.forecasts
-                ],
-            )
-        committed = commit is not None and self._commit_hour(session, run_id, commit, run.created_at)
-        if committed:
-            session.execute(update(table).where(table.c.id == run_id).values(committed=True))
-            if deliver_to is not None:
-                assert commit is not None
-                session.add(_pending(commit.hour, commit.seq, deliver_to, run.created_at))
-        session.flush()
-        return replace(run, id=run_id, committed=committed)
+        self._check_run(run, None)
+        # on a bare connection (no ORM session): stored for every batch of submits the API answers
+        with self._writing() as connection:
+            insert_jobs(connection, jobs)
+            return replace(run, id=_insert_run(connection, run, forecasts_of), committed=False)
 
     @staticmethod
     def _commit_hour(session: Session, run_id: int, commit: Commit, created_at: datetime) -> bool:
@@ -355,3 +321,62 @@ def _pending(hour: datetime, seq: int, executor: str, at: datetime) -> DeliveryR
         created_at=at,
         acknowledged_at=None,
     )
+
+
+def _insert_run(session: Session | Connection, run: PlanRun, forecasts_of: PlanRun | None = None) -> int:
+    """The run's row and its forecasts inserted in ``session``'s transaction, uncommitted: plain
+    INSERTs (no ORM objects: nothing reads them back), a fraction of the processor time of adding
+    and flushing objects; the forecasts copied from ``forecasts_of``'s rows when they are its
+    (:func:`_copied_forecasts`). Returns the run's id."""
+    table = table_of(PlanRunRow)
+    values = {
+        "start": run.start,
+        "created_at": run.created_at,
+        "mode": RunMode(run.mode),
+        "policy": run.policy,
+        "inputs_hash": run.inputs_hash,
+        "objective": run.objective,
+        "bound": run.bound,
+        "latency_ms": run.latency_ms,
+        "status": run.status,
+        "scenario": run.scenario,
+        "grid": run.grid,
+        "metrics": dict(run.metrics),
+        "committed": False,
+        "extra": dict(run.extra),
+    }
+    run_id: int = session.execute(insert(table).values(values).returning(table.c.id)).scalar_one()
+    if run.forecasts and not _copied_forecasts(session, run, run_id, forecasts_of):
+        session.execute(
+            insert(table_of(RunForecastRow)),
+            [
+                {
+                    "run_id": run_id,
+                    "app": f.app,
+                    "hour": f.hour,
+                    "p50": f.p50,
+                    "p90": f.p90,
+                    "gpus": f.gpus,
+                }
+                for f in run.forecasts
+            ],
+        )
+    return run_id
+
+
+def _copied_forecasts(
+    session: Session | Connection, run: PlanRun, run_id: int, source: PlanRun | None
+) -> bool:
+    """``run``'s forecasts stored as a copy of the stored run ``source``'s rows, in the database
+    (one statement, where inserting the rows sends each), when they are ``source``'s; False
+    when they are not, or the source's rows are gone (the run pruned): nothing is copied then."""
+    if source is None or source.id is None or source.forecasts != run.forecasts:
+        return False
+    table = table_of(RunForecastRow)
+    hours = [table.c.app, table.c.hour, table.c.p50, table.c.p90, table.c.gpus]
+    rows = select(literal(run_id, table.c.run_id.type), *hours).where(table.c.run_id == source.id)
+    copied = session.execute(insert(table).from_select([table.c.run_id, *hours], rows).returning(table.c.app))
+    if len(copied.all()) == len(run.forecasts):
+        return True
+    session.execute(delete(table).where(table.c.run_id == run_id))
+    return False
