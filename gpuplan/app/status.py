@@ -277,7 +277,7 @@ def status(
         and job.started_at is not None
     ]
     around = read_beside(store, now) if beside is None else beside
-    running += [{**row, "gpus": list(row["gpus"])} for row in around.realtime]
+    running += around.realtime  # shared between statuses, as the kept queue rows are: never mutated
     places = {} if newest is None else planned_places(newest)
     queued = [job for job in jobs if job.state is JobState.QUEUED]
     if rows is None:
