@@ -1,7 +1,7 @@
 """The HTTP API under load: concurrent clients submitting jobs and reading the status.
 
     python -m benchmarks.api_load [--clients 50] [--jobs 1000] [--models models] [--floor]
-                                  [--team-status] [--rate SUBMITS_PER_S] [--seed S]
+                                  [--team-status] [--rate SUBMITS_PER_S] [--seed S] [--history N]
 
 A throwaway PostgreSQL server (tests/pg.py, Debian's postgresql package) holds a fresh
 database; ``gpuplan daemon --http`` serves it from its own process (the demo cluster: 16
@@ -24,6 +24,9 @@ latency is then about the clients over the throughput, whatever the server's own
 Poisson process of ``R / clients`` a second (seeded by ``--seed``), and each latency counts
 from the moment the submit was due, so a client held up by a slow answer counts its wait (no
 coordinated omission).
+
+``--history N``: N finished jobs stored before the load, as a service that has run for months
+keeps them (the jobs table holds every job ever submitted).
 
 ``--floor``: the same clients against a FastAPI server on uvicorn whose two routes answer
 constants (:func:`floor_app`), no database: the part of the latency that is not gpuplan's.
@@ -286,6 +289,18 @@ def _summary(args: argparse.Namespace, server: str, wall_s: float, cpu_ms: float
     )
 
 
+def _store_history(pg: PgServer, database: str, jobs: int) -> None:
+    """``jobs`` finished jobs, a month old, written straight into the jobs table."""
+    with pg.admin(database) as connection:
+        connection.execute(
+            "INSERT INTO jobs (id, kind, priority, spec, submitted_at, state, ended_at, outcome) "
+            "SELECT 'history-' || n, 'batch_inference', 10, '{}'::json, now() - interval '30 days', "
+            "'done', now() - interval '29 days', 'completed' FROM generate_series(1, %s) AS n",
+            (jobs,),
+        )
+        connection.execute("ANALYZE jobs")
+
+
 def _gpuplan(*argv: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "gpuplan", *argv], capture_output=True, text=True, check=False
@@ -315,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         "default: each client asks again once answered",
     )
     parser.add_argument("--seed", type=int, default=0, help="the arrivals' seed (with --rate)")
+    parser.add_argument(
+        "--history", type=int, default=0, help="finished jobs stored before the load (default 0)"
+    )
     args = parser.parse_args(argv)
     if args.rate is not None and args.rate <= 0:
         parser.error(f"--rate: expected a positive number of submits a second, got {args.rate:g}")
@@ -322,9 +340,12 @@ def main(argv: list[str] | None = None) -> int:
         return _floor(args)
     pg = PgServer.start()
     try:
-        db = pg.database_url(pg.create_database())
+        name = pg.create_database()
+        db = pg.database_url(name)
         port = free_port()
         _gpuplan("daemon", "--once", "--db", db, "--models", str(args.models))
+        if args.history:
+            _store_history(pg, name, args.history)
         teams = [f"team{c}" for c in range(args.clients)]
         tokens = [
             _gpuplan("token", "create", "--team", t, "--scopes", "read,submit", "--db", db).strip()

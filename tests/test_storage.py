@@ -39,6 +39,7 @@ from contract.records import (
     JobEstimate,
     JobState,
     ObservedTraffic,
+    Outcome,
     RunMode,
     TrafficHour,
 )
@@ -71,6 +72,7 @@ TABLES = {
     "commit_assignments",
     "commits",
     "deliveries",
+    "job_counts",
     "job_history",
     "jobs",
     "locks",
@@ -482,6 +484,110 @@ def test_submits_and_their_run_are_stored_together_or_not_at_all(store: SqlStore
     assert store.runs() == [run] and store.job("job-a") == promised
     # the marks moved as one: the latest run is this one, two more jobs, nothing else
     assert store.marks() == (run.id, before[1] + 2, *before[2:])
+
+
+def counted_jobs(store: SqlStore) -> tuple[int, int, int]:
+    """The jobs, and the running and done ones, counted from the jobs table itself."""
+    with store.engine.connect() as connection:
+        row = connection.execute(
+            text(
+                "SELECT count(*), coalesce(sum(CASE WHEN state = 'running' THEN 1 ELSE 0 END), 0), "
+                "coalesce(sum(CASE WHEN state = 'done' THEN 1 ELSE 0 END), 0) FROM jobs"
+            )
+        ).one()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def test_the_marks_count_the_jobs_as_the_table_holds_them_whoever_writes(store: SqlStore) -> None:
+    """The database keeps the jobs counted as they are written (``job_counts``): after every kind
+    of write the store makes, a refused one, and plain SQL of another writer (a change of state,
+    an update that changes none, a delete), the marks show what a count of the table finds."""
+
+    def agrees() -> tuple[int, ...]:
+        marks = store.marks()
+        assert marks[1:4] == counted_jobs(store)
+        return marks
+
+    assert agrees()[1:4] == (0, 0, 0)
+    store.add_jobs([queued_job("job-a"), queued_job("job-b")])
+    agrees()
+    with pytest.raises(InputError):  # one id taken: the batch is refused whole
+        store.add_jobs([queued_job("job-c"), queued_job("job-a")])
+    assert agrees()[1] == 2
+    store.record_submits([queued_job("job-c")], sample_run())
+    store.record_run(sample_run(), sample_commit())  # job-a starts
+    assert agrees()[1:4] == (3, 1, 0)
+    store.requeue_job("job-a")
+    assert agrees()[2] == 0
+    later = HOUR + timedelta(hours=1)
+    store.record_run(sample_run(later), sample_commit(later))
+    store.finish_job("job-a", later + timedelta(minutes=20), Outcome.OK, lambda job: None)
+    assert agrees()[1:4] == (3, 0, 1)
+    with store.engine.begin() as connection:
+        connection.execute(text("UPDATE jobs SET state = 'running' WHERE id = 'job-b'"))
+        connection.execute(text("UPDATE jobs SET state = 'running' WHERE id = 'job-b'"))  # no change
+        connection.execute(text("DELETE FROM jobs WHERE id = 'job-c'"))
+    assert agrees()[1:4] == (2, 1, 1)
+
+
+def test_an_upgraded_database_starts_its_job_counts_from_the_jobs_it_holds(db_url: str) -> None:
+    store = SqlStore.open(db_url)
+    try:
+        store.add_jobs([queued_job("job-a"), queued_job("job-b"), queued_job("job-c")])
+        store.record_run(sample_run(), sample_commit())  # job-a runs
+        store.finish_job("job-a", HOUR + timedelta(minutes=30), Outcome.OK, lambda job: None)
+        store.record_run(
+            sample_run(HOUR + timedelta(hours=1)),
+            replace(sample_commit(HOUR + timedelta(hours=1)), assignments=(Assignment("job-b", (0,)),)),
+        )
+    finally:
+        store.close()
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as connection:  # back to the schema before the counts
+            command.downgrade(alembic_config(connection), "0005")
+    finally:
+        engine.dispose()
+    store = SqlStore.open(db_url)  # upgraded: the counts start from the rows
+    try:
+        assert store.marks()[1:4] == counted_jobs(store) == (3, 1, 1)
+        store.add_job(queued_job("job-d"))
+        assert store.marks()[1:4] == counted_jobs(store) == (4, 1, 1)
+    finally:
+        store.close()
+
+
+def test_writers_on_two_connections_at_once_keep_the_job_counts(db_url: str) -> None:
+    """Two stores (two connection pools, as two processes) insert jobs and move their states at
+    once: every write lands, none waits on the other for good, and the counts are the table's."""
+    stores = [SqlStore.open(db_url) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def write(store: SqlStore, name: str) -> None:
+        try:
+            for i in range(25):
+                store.add_jobs([queued_job(f"{name}-{i}-a"), queued_job(f"{name}-{i}-b")])
+                with store.engine.begin() as connection:
+                    connection.execute(
+                        text("UPDATE jobs SET state = 'running' WHERE id = :id"), {"id": f"{name}-{i}-a"}
+                    )
+                    connection.execute(
+                        text("UPDATE jobs SET state = 'done' WHERE id = :id"), {"id": f"{name}-{i}-b"}
+                    )
+        except BaseException as error:  # reported below, in the test's thread
+            errors.append(error)
+
+    try:
+        threads = [threading.Thread(target=write, args=(s, f"w{n}")) for n, s in enumerate(stores)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not errors
+        assert stores[0].marks()[1:4] == counted_jobs(stores[0]) == (100, 50, 50)
+    finally:
+        for opened in stores:
+            opened.close()
 
 
 def test_a_submit_run_with_its_base_runs_forecasts_stores_a_copy_of_them(store: SqlStore) -> None:
