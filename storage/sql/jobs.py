@@ -227,7 +227,8 @@ _INSERT: dict[str, Callable[[Table], postgresql.Insert | sqlite.Insert]] = {
 }
 
 
-def _counted(column: Any) -> Any:
+def _kept(column: Any) -> Any:
+    """A count the database keeps (:class:`JobCountsRow`), read from its one row."""
     return select(column).where(JobCountsRow.id == 1).scalar_subquery()
 
 
@@ -238,9 +239,9 @@ def _counted(column: Any) -> Any:
 #: (docs/api.md, "The history's size"); the other tables counted here stay small.
 _MARKS = select(
     select(func.coalesce(func.max(PlanRunRow.id), 0)).scalar_subquery(),
-    _counted(JobCountsRow.jobs),
-    _counted(JobCountsRow.running),
-    _counted(JobCountsRow.done),
+    _kept(JobCountsRow.jobs),
+    _kept(JobCountsRow.running),
+    _kept(JobCountsRow.done),
     _count(CommitRow),
     _count(AmendmentRow),
     _count(TokenRow, TokenRow.revoked_at.is_not(None)),

@@ -30,66 +30,55 @@ RUNNING, DONE = "running", "done"
 
 
 def _is(row: str, state: str) -> str:
-    """1 when the job ``row`` (NEW or OLD) is in ``state``, else 0."""
+    """1 when the job ``row`` (NEW, OLD or the table's own row) is in ``state``, else 0."""
     return f"(CASE WHEN {row}.state = '{state}' THEN 1 ELSE 0 END)"
 
 
-INSERTED = (
-    "UPDATE job_counts SET jobs = jobs + 1, "
-    f"running = running + {_is('NEW', RUNNING)}, done = done + {_is('NEW', DONE)} WHERE id = 1"
-)
-DELETED = (
-    "UPDATE job_counts SET jobs = jobs - 1, "
-    f"running = running - {_is('OLD', RUNNING)}, done = done - {_is('OLD', DONE)} WHERE id = 1"
-)
-CHANGED = (
-    f"UPDATE job_counts SET running = running + {_is('NEW', RUNNING)} - {_is('OLD', RUNNING)}, "
-    f"done = done + {_is('NEW', DONE)} - {_is('OLD', DONE)} WHERE id = 1"
-)
-
-SQLITE_TRIGGERS = {
-    "job_counts_insert": f"AFTER INSERT ON jobs BEGIN {INSERTED}; END",
-    "job_counts_delete": f"AFTER DELETE ON jobs BEGIN {DELETED}; END",
-    "job_counts_state": f"AFTER UPDATE OF state ON jobs WHEN OLD.state IS NOT NEW.state BEGIN {CHANGED}; END",
-}
+def _moved(sign: str, jobs: str, running: str, done: str) -> str:
+    """The one row moved by ``sign`` (+ or -) times the given counts."""
+    return (
+        f"UPDATE job_counts SET jobs = jobs {sign} {jobs}, running = running {sign} {running}, "
+        f"done = done {sign} {done} WHERE id = 1"
+    )
 
 
-def _counted(rows: str, state: str) -> str:
+def _in(rows: str, state: str) -> str:
     """How many of the transition table ``rows`` are in ``state``."""
     return f"(SELECT count(*) FROM {rows} WHERE state = '{state}')"
 
+
+def _statement(sign: str, rows: str) -> str:
+    """A PostgreSQL statement trigger's body: the rows of ``rows`` counted in (+) or out (-)."""
+    moved = _moved(sign, f"(SELECT count(*) FROM {rows})", _in(rows, RUNNING), _in(rows, DONE))
+    return f"BEGIN IF EXISTS (SELECT 1 FROM {rows}) THEN {moved}; END IF; RETURN NULL; END"
+
+
+def _row(sign: str, row: str, jobs: str = "1") -> str:
+    """A SQLite row trigger's statement: the job ``row`` (NEW or OLD) counted in (+) or out (-)."""
+    return _moved(sign, jobs, _is(row, RUNNING), _is(row, DONE))
+
+
+SQLITE_TRIGGERS = {
+    "job_counts_insert": f"AFTER INSERT ON jobs BEGIN {_row('+', 'NEW')}; END",
+    "job_counts_delete": f"AFTER DELETE ON jobs BEGIN {_row('-', 'OLD')}; END",
+    "job_counts_state": "AFTER UPDATE OF state ON jobs WHEN OLD.state IS NOT NEW.state BEGIN "
+    f"{_row('+', 'NEW', jobs='0')}; {_row('-', 'OLD', jobs='0')}; END",
+}
 
 # PostgreSQL counts once per statement, from its transition tables: a row trigger would update
 # the one row once per job written, and many updates of one row in one transaction each walk
 # the chain of its earlier versions (a bulk insert then takes time quadratic in its rows).
 POSTGRES_FUNCTIONS = {
     "job_counts_lock": "BEGIN PERFORM 1 FROM job_counts WHERE id = 1 FOR UPDATE; RETURN NULL; END",
-    "job_counts_inserted": f"""
-        BEGIN
-          IF EXISTS (SELECT 1 FROM new_rows) THEN
-            UPDATE job_counts SET jobs = jobs + (SELECT count(*) FROM new_rows),
-              running = running + {_counted("new_rows", RUNNING)},
-              done = done + {_counted("new_rows", DONE)} WHERE id = 1;
-          END IF;
-          RETURN NULL;
-        END""",
-    "job_counts_deleted": f"""
-        BEGIN
-          IF EXISTS (SELECT 1 FROM old_rows) THEN
-            UPDATE job_counts SET jobs = jobs - (SELECT count(*) FROM old_rows),
-              running = running - {_counted("old_rows", RUNNING)},
-              done = done - {_counted("old_rows", DONE)} WHERE id = 1;
-          END IF;
-          RETURN NULL;
-        END""",
+    "job_counts_inserted": _statement("+", "new_rows"),
+    "job_counts_deleted": _statement("-", "old_rows"),
     "job_counts_changed": f"""
         DECLARE
-          running_moved bigint := {_counted("new_rows", RUNNING)} - {_counted("old_rows", RUNNING)};
-          done_moved bigint := {_counted("new_rows", DONE)} - {_counted("old_rows", DONE)};
+          running_moved bigint := {_in("new_rows", RUNNING)} - {_in("old_rows", RUNNING)};
+          done_moved bigint := {_in("new_rows", DONE)} - {_in("old_rows", DONE)};
         BEGIN
           IF running_moved <> 0 OR done_moved <> 0 THEN
-            UPDATE job_counts SET running = running + running_moved, done = done + done_moved
-              WHERE id = 1;
+            {_moved("+", "0", "running_moved", "done_moved")};
           END IF;
           RETURN NULL;
         END""",
@@ -120,8 +109,7 @@ def upgrade() -> None:
     )
     op.execute(
         "INSERT INTO job_counts (id, jobs, running, done) SELECT 1, count(*), "
-        f"coalesce(sum(CASE WHEN state = '{RUNNING}' THEN 1 ELSE 0 END), 0), "
-        f"coalesce(sum(CASE WHEN state = '{DONE}' THEN 1 ELSE 0 END), 0) FROM jobs"
+        f"coalesce(sum({_is('jobs', RUNNING)}), 0), coalesce(sum({_is('jobs', DONE)}), 0) FROM jobs"
     )
     if op.get_bind().dialect.name == "postgresql":
         for name, body in POSTGRES_FUNCTIONS.items():
