@@ -521,6 +521,16 @@ def _promote(
         return gains, trades
 
     improved, improved_plainly = True, False
+
+    def keep(trial: _Candidate, trades: bool) -> None:
+        """Take ``trial``, which improves ``best``: at once when it trades nothing, else as the
+        round's trade if it is worth more than the one found before."""
+        nonlocal best, promises, traded, improved, improved_plainly
+        if not trades:
+            best, promises, improved, improved_plainly = trial, dict(trial.committed), True, True
+        elif traded is None or trial.objective > traded[0].objective:
+            traded, improved = (trial, dict(trial.committed)), True
+
     while improved:
         if traded is not None and (not improved_plainly or traded[0].objective > best.objective + EPSILON):
             best, promises = traded
@@ -557,9 +567,25 @@ def _promote(
                 gains, trades = judge(key, trial)
                 if gains and trades:
                     assert trial is not None
-                    if traded is None or trial.objective > traded[0].objective:
-                        traded = (trial, dict(trial.committed))
-                    improved = True
+                    keep(trial, trades)
+                    # A start can be a step too early for the services in the way to move out
+                    # within their caps: one step later they may, and no trade is needed (on
+                    # tuning seed 60 of `wide-oversubscribed`, 12% more at 2 ms).
+                    later = promise.start_step + 1
+                    if later < latest and later not in tried and budget.affords(costs.slots):
+                        budget.charge(costs.slots)
+                        fixed = _promise_board(instance, job, promises)
+                        for block in _blocks_at(fixed, best.allocation, job, later)[:1]:
+                            later_key = (job.id, later, block.first_gpu, False)
+                            if later_key in best.refuted:
+                                continue
+                            outcome = attempt(job, latest, block, {})
+                            if outcome.stop:
+                                return done()
+                            later_gains, later_trades = judge(later_key, outcome.candidate)
+                            if later_gains:
+                                assert outcome.candidate is not None
+                                keep(outcome.candidate, later_trades)
                     break
                 if trial is None or trades:
                     # Another block at the same start may leave the services room; else the
@@ -577,7 +603,7 @@ def _promote(
                     continue
                 if gains:
                     assert trial is not None
-                    best, promises, improved, improved_plainly = trial, dict(trial.committed), True, True
+                    keep(trial, trades)
                     break
             else:
                 # Nothing gained: the earliest start again, on the block where the ranking expects
@@ -604,10 +630,7 @@ def _promote(
                 trial = outcome.candidate
                 gains, trades = judge(key, trial)
                 if gains and trial is not None:
-                    if not trades:
-                        best, promises, improved, improved_plainly = trial, dict(trial.committed), True, True
-                    elif traded is None or trial.objective > traded[0].objective:
-                        traded, improved = (trial, dict(trial.committed)), True
+                    keep(trial, trades)
     return done()
 
 
