@@ -61,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "long enough for --days plus two weeks of history)",
     )
     parser.add_argument(
+        "--column",
+        default=None,
+        metavar="NAME",
+        help="read column NAME of each --traffic CSV as the hourly count (the first column: the hour)",
+    )
+    parser.add_argument(
         "--policy",
         default=",".join(POLICIES),
         help=f"comma-separated policies to compare (default {','.join(POLICIES)})",
@@ -129,6 +135,7 @@ def _policies(text: str) -> list[str]:
 
 def _check_options(args: argparse.Namespace) -> None:
     """Every option's range, before anything slow starts."""
+    from contract.errors import InputError
     from contract.files import check_writable_dir
     from gpuplan.options import integer_in
 
@@ -137,6 +144,8 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.review_every is not None:
         integer_in("--review-every", args.review_every, 1, 168)
     integer_in("--seed", args.seed, 0, 2**63 - 1)
+    if args.column is not None and not args.traffic:
+        raise InputError("--column", "a column of the --traffic files, given with --traffic", args.column)
     if args.png is not None:
         check_writable_dir(args.png, "--png")
 
@@ -176,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
             gpus=args.gpus,
             work_dir=Path(work),
             traffic_paths=args.traffic,
+            traffic_column=args.column,
             workload_path=args.workload,
             seed=args.seed,
         )

@@ -320,3 +320,26 @@ def test_the_command_names_a_bad_policy() -> None:
     assert (
         "`--policy` must be a comma-separated list of fast, fifo, priority-backfill, commit-all" in result.err
     )
+
+
+def test_a_series_whose_count_column_has_another_name_is_read_with_column(tmp_path: Path) -> None:
+    # The bundled Philly series under Philly's own header, `hour,active,total`: refused as it
+    # is, read with its count column named.
+    bundled = (BUNDLED_TRAFFIC_DIR / "philly_active_nodes_hourly.csv").read_text().splitlines()
+    philly = tmp_path / "philly.csv"
+    philly.write_text("\n".join(["hour,active,total"] + [f"{row},420" for row in bundled[1:]]) + "\n")
+    with pytest.raises(InputError, match=re.escape("`header` must be `hour,requests`")):
+        load_realtime([philly], days=1, gpus=16)
+    (series,) = load_realtime([philly], days=1, gpus=16, column="active")
+    (same,) = load_realtime([BUNDLED_TRAFFIC_DIR / "philly_active_nodes_hourly.csv"], days=1, gpus=16)
+    assert series.app.id == "philly"
+    assert np.array_equal(series.requests, same.requests)
+    assert np.array_equal(series.demand_gpus, same.demand_gpus)
+
+
+def test_the_command_refuses_a_column_without_traffic() -> None:
+    result = run_cli("simulate", "--days", 1, "--column", "active")
+    assert result.code == 2
+    assert (
+        "`--column` must be a column of the --traffic files, given with --traffic; got 'active'" in result.err
+    )

@@ -85,8 +85,11 @@ class RealtimeSeries:
         return self.demand_gpus[self.history_hours : self.history_hours + hours]
 
 
-def load_realtime(paths: Sequence[Path], *, days: int, gpus: int) -> list[RealtimeSeries]:
-    """The apps' series (default: the bundled ones long enough), moved onto the simulated clock.
+def load_realtime(
+    paths: Sequence[Path], *, days: int, gpus: int, column: str | None = None
+) -> list[RealtimeSeries]:
+    """The apps' series (default: the bundled ones long enough), moved onto the simulated clock;
+    ``column``: the hourly count's column of each of ``paths`` (:func:`features.traffic.load_traffic`).
 
     The last ``days`` days of each series are simulated; the hours before are its history.
     An app's capacity is set so that its history's peak needs an equal share of
@@ -100,7 +103,7 @@ def load_realtime(paths: Sequence[Path], *, days: int, gpus: int) -> list[Realti
     chosen = list(paths) or bundled_traffic_paths()
     loaded = []
     for path in chosen:
-        traffic = load_traffic(path)
+        traffic = load_traffic(path, requests_column=column if paths else None)
         if len(traffic) < needed:
             if paths:
                 raise InputError(
@@ -226,6 +229,7 @@ def prepare(
     gpus: int,
     work_dir: Path,
     traffic_paths: Sequence[Path] = (),
+    traffic_column: str | None = None,
     workload_path: Path | None = None,
     seed: int = 0,
 ) -> Setup:
@@ -250,7 +254,7 @@ def prepare(
     if gpus < 1:
         raise InputError("gpus", "an integer >= 1", gpus)
     hours = days * HOURS_PER_DAY
-    series = load_realtime(traffic_paths, days=days, gpus=gpus)
+    series = load_realtime(traffic_paths, days=days, gpus=gpus, column=traffic_column)
     # A workload file is checked before anything slow happens.
     listed = None
     if workload_path is not None:
