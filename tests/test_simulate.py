@@ -30,6 +30,7 @@ from gpuplan.app.simulate import (
     simulate,
     week_grid,
 )
+from gpuplan.app.simulate.setup import RT_PRIORITY, app_priority
 from gpuplan.app.workload import draw_workload, held_out_split, job_pool, read_workload
 from scheduler.check import check_plan
 from tests.service_fixtures import run_cli
@@ -343,3 +344,20 @@ def test_the_command_refuses_a_column_without_traffic() -> None:
     assert (
         "`--column` must be a column of the --traffic files, given with --traffic; got 'active'" in result.err
     )
+
+
+def test_a_workload_on_another_priority_scale_does_not_outbid_the_apps(tmp_path: Path) -> None:
+    # Half the jobs at priority 1,000: at the drawn workload's app priority (80), a training
+    # GPU-hour is worth more than an unmet real-time one costs, and the plans starve the apps
+    # (74% served). On the workload's own scale the apps sit where 80 sits in 20-90.
+    rows = [f"j{i},{i * 0.5},training,{1000 if i % 2 else 1},{4 if i % 3 else 8},6,6" for i in range(40)]
+    setup = prepare(days=1, gpus=16, work_dir=tmp_path, workload_path=_csv(tmp_path, *rows))
+    assert [s.app.priority for s in setup.series] == pytest.approx([1 + 999 * 6 / 7] * len(setup.series))
+    report = simulate(setup, [SimPolicy.FAST], SimOptions())
+    assert report.as_json()["policies"]["fast"]["rt_served"] >= 0.99
+
+
+def test_the_apps_priority_on_the_drawn_workloads_scale_is_unchanged() -> None:
+    assert app_priority([20.0, 55.0, 90.0]) == pytest.approx(RT_PRIORITY)
+    assert app_priority([50.0, 50.0]) == 50.0
+    assert app_priority([1.0, 8.0]) == pytest.approx(7.0)

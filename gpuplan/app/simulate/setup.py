@@ -45,6 +45,9 @@ HOURS_PER_WEEK = 168
 HISTORY_HOURS = 2 * HOURS_PER_WEEK
 #: The apps' summed peak GPU need (in their history), as a share of the cluster.
 RT_PEAK_SHARE = 0.4
+#: The apps' priority on the drawn workload's scale (batch priorities 20-90,
+#: :data:`gpuplan.app.workload.PRIORITY_RANGES`): an unmet GPU-hour costs (1 + rt_penalty) x 80,
+#: far above any batch job's GPU-hour.
 RT_PRIORITY = 80.0
 #: An app's swap cap: a quarter of its peak, so a ramp from trough to peak takes ~4 hours.
 SWAP_CAP_SHARE = 0.25
@@ -86,7 +89,12 @@ class RealtimeSeries:
 
 
 def load_realtime(
-    paths: Sequence[Path], *, days: int, gpus: int, column: str | None = None
+    paths: Sequence[Path],
+    *,
+    days: int,
+    gpus: int,
+    column: str | None = None,
+    priority: float = RT_PRIORITY,
 ) -> list[RealtimeSeries]:
     """The apps' series (default: the bundled ones long enough), moved onto the simulated clock;
     ``column``: the hourly count's column of each of ``paths`` (:func:`features.traffic.load_traffic`).
@@ -137,7 +145,7 @@ def load_realtime(
         history_peak = float(traffic.requests[:first_simulated].max())
         app = App(
             id=path.stem,
-            priority=RT_PRIORITY,
+            priority=priority,
             swap_cap=max(1, math.ceil(peak_gpus * SWAP_CAP_SHARE)),
             requests_per_gpu_hour=history_peak / peak_gpus if history_peak > 0 else 1.0,
         )
@@ -151,6 +159,20 @@ def load_realtime(
             )
         )
     return series
+
+
+def app_priority(batch_priorities: Sequence[float]) -> float:
+    """The apps' priority for a workload of ``batch_priorities``: where :data:`RT_PRIORITY` sits
+    in the drawn workload's range (20-90), in this workload's range (lowest to highest). A
+    workload on another scale (1-1,000, say) keeps the apps above its batch work as the drawn one
+    does, so that the penalty, not the scale, decides what an unmet hour is worth."""
+    from gpuplan.app.workload import PRIORITY_RANGES
+
+    low = min(low for low, _ in PRIORITY_RANGES.values())
+    high = max(high for _, high in PRIORITY_RANGES.values())
+    share = (RT_PRIORITY - low) / (high - low)
+    least, most = min(batch_priorities), max(batch_priorities)
+    return least + share * (most - least)
 
 
 def fit_profile(series: RealtimeSeries) -> bytes:
@@ -254,11 +276,12 @@ def prepare(
     if gpus < 1:
         raise InputError("gpus", "an integer >= 1", gpus)
     hours = days * HOURS_PER_DAY
-    series = load_realtime(traffic_paths, days=days, gpus=gpus, column=traffic_column)
     # A workload file is checked before anything slow happens.
     listed = None
     if workload_path is not None:
         listed = [job for job in read_workload(workload_path, cluster_gpus=gpus) if job.submit_hour < hours]
+    priority = RT_PRIORITY if not listed else app_priority([job.priority for job in listed])
+    series = load_realtime(traffic_paths, days=days, gpus=gpus, column=traffic_column, priority=priority)
     models_dir = work_dir / "models"
     history_path = bundled_history_path()
     if listed is None or any(job.forecast_hours is None for job in listed):
