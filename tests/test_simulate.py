@@ -361,3 +361,17 @@ def test_the_apps_priority_on_the_drawn_workloads_scale_is_unchanged() -> None:
     assert app_priority([20.0, 55.0, 90.0]) == pytest.approx(RT_PRIORITY)
     assert app_priority([50.0, 50.0]) == 50.0
     assert app_priority([1.0, 8.0]) == pytest.approx(7.0)
+
+
+def test_jobs_submitted_after_the_simulated_days_are_left_out_and_said_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _csv(
+        tmp_path, "early,3,training,50,4,2,2", "late,24,training,50,4,2,2", "later,30.5,training,50,4,2,2"
+    )
+    with caplog.at_level("WARNING", logger="gpuplan.app.simulate.setup"):
+        setup = prepare(days=1, gpus=16, work_dir=tmp_path, workload_path=path)
+    assert [job.id for job in setup.jobs] == ["early"]
+    assert (
+        "2 of 3 jobs are submitted at hour 24 or later, after the 1 simulated days: left out" in caplog.text
+    )

@@ -279,7 +279,17 @@ def prepare(
     # A workload file is checked before anything slow happens.
     listed = None
     if workload_path is not None:
-        listed = [job for job in read_workload(workload_path, cluster_gpus=gpus) if job.submit_hour < hours]
+        every = read_workload(workload_path, cluster_gpus=gpus)
+        listed = [job for job in every if job.submit_hour < hours]
+        if len(listed) < len(every):
+            log.warning(
+                "%s: %d of %d jobs are submitted at hour %d or later, after the %d simulated days: left out",
+                workload_path,
+                len(every) - len(listed),
+                len(every),
+                hours,
+                days,
+            )
     priority = RT_PRIORITY if not listed else app_priority([job.priority for job in listed])
     series = load_realtime(traffic_paths, days=days, gpus=gpus, column=traffic_column, priority=priority)
     models_dir = work_dir / "models"
