@@ -315,12 +315,23 @@ def test_the_command_prints_json_and_draws_the_plots(tmp_path: Path) -> None:
     ]
 
 
-def test_the_command_names_a_bad_policy() -> None:
-    result = run_cli("simulate", "--days", 1, "--policy", "fast,lottery")
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ("--policy", "fast,lottery"),
+            "`--policy` must be a comma-separated list of fast, fifo, priority-backfill, commit-all",
+        ),
+        (
+            ("--column", "active"),
+            "`--column` must be a column of the --traffic files, given with --traffic; got 'active'",
+        ),
+    ],
+)
+def test_the_command_names_a_bad_option(options: tuple[str, str], message: str) -> None:
+    result = run_cli("simulate", "--days", 1, *options)
     assert result.code == 2
-    assert (
-        "`--policy` must be a comma-separated list of fast, fifo, priority-backfill, commit-all" in result.err
-    )
+    assert message in result.err
 
 
 def test_a_series_whose_count_column_has_another_name_is_read_with_column(tmp_path: Path) -> None:
@@ -336,14 +347,6 @@ def test_a_series_whose_count_column_has_another_name_is_read_with_column(tmp_pa
     assert series.app.id == "philly"
     assert np.array_equal(series.requests, same.requests)
     assert np.array_equal(series.demand_gpus, same.demand_gpus)
-
-
-def test_the_command_refuses_a_column_without_traffic() -> None:
-    result = run_cli("simulate", "--days", 1, "--column", "active")
-    assert result.code == 2
-    assert (
-        "`--column` must be a column of the --traffic files, given with --traffic; got 'active'" in result.err
-    )
 
 
 def test_a_workload_on_another_priority_scale_does_not_outbid_the_apps(tmp_path: Path) -> None:
