@@ -215,7 +215,9 @@ def _print(report: SimulationReport) -> None:
         f"promises counting the arrivals of {report.options.promises.lookback_hours} h"
     )
     apps = ", ".join(
-        f"{s.app.id} (swap cap {s.app.swap_cap}, {s.history_hours} h of history)" for s in setup.series
+        f"{s.app.id} (priority {s.app.priority:.4g}, swap cap {s.app.swap_cap}, "
+        f"{s.history_hours} h of history)"
+        for s in setup.series
     )
     _say(f"real-time apps: {apps}")
     kinds: dict[str, int] = {}

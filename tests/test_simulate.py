@@ -378,3 +378,10 @@ def test_jobs_submitted_after_the_simulated_days_are_left_out_and_said_so(
     assert (
         "2 of 3 jobs are submitted at hour 24 or later, after the 1 simulated days: left out" in caplog.text
     )
+
+
+def test_the_command_prints_the_apps_priority_on_the_workloads_scale(tmp_path: Path) -> None:
+    path = _csv(tmp_path, "a,1,training,1,4,2,2", "b,2,training,1000,4,2,2")
+    result = run_cli("simulate", "--days", 1, "--gpus", 16, "--policy", "fifo", "--workload", path)
+    assert result.code == 0, result.err
+    assert "alibaba_dlrm_alive_hourly (priority 857.3, swap cap 1, " in result.out
