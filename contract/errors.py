@@ -11,7 +11,9 @@ class InputError(ValueError):
     The message names where (``source``), which field, what was expected and what
     came, so that the user can fix the file without reading code. The CLI turns it
     into exit code 2. A use case names its own fields (``db``, ``run_id``); each face
-    shows them under its own names (:meth:`renamed`: ``--db``, ``RUN_ID``).
+    shows them under its own names (:meth:`renamed`: ``--db``, ``RUN_ID``). A field of a
+    file (``in_file``: a column or key of the file ``source`` names) is never an argument,
+    and keeps its name: a workload's ``gpus`` column is not the ``--gpus`` option.
     """
 
     def __init__(
@@ -22,8 +24,10 @@ class InputError(ValueError):
         *,
         source: str | None = None,
         hint: str | None = None,
+        in_file: bool = False,
     ) -> None:
         self.field = field
+        self.in_file = in_file
         self.expected = expected
         self.got = got
         self.source = source
@@ -36,7 +40,7 @@ class InputError(ValueError):
 
     def renamed(self, names: Mapping[str, str]) -> InputError:
         """The same error under ``names[field]`` (a face's name for the field), or itself."""
-        if self.field not in names:
+        if self.in_file or self.field not in names:
             return self
         return InputError(names[self.field], self.expected, self.got, source=self.source, hint=self.hint)
 

@@ -739,7 +739,11 @@ def _simulate_cases() -> list[Case]:
         ("png-a-file", ["--png", "{d}/file"], "`--png` must be a directory"),
         ("workload-missing", ["--workload", "{d}/none.csv"], "`--workload` must be a readable file"),
         ("workload-latin-1", ["--workload", "{d}/latin.csv"], "`--workload` must be UTF-8 text"),
-        ("workload-gpus", ["--workload", "{d}/gpus.csv"], "Broken at row 2 (line 3)."),
+        (
+            "workload-gpus",
+            ["--workload", "{d}/gpus.csv"],
+            "`gpus` must be a power of two (1, 2, 4, 8, ...); got '6'. Broken at row 2 (line 3).",
+        ),
         (
             "traffic-short",
             ["--traffic", "{d}/short.csv"],

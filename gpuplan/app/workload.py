@@ -260,7 +260,9 @@ def read_workload(path: Path, *, cluster_gpus: int) -> list[SimJob]:
         where = _row_label(index)
 
         def bad(column: str, expected: str, where: str = where, row: pd.Series = row) -> InputError:
-            return InputError(column, expected, row[column], source=source, hint=f"Broken at {where}.")
+            return InputError(
+                column, expected, row[column], source=source, hint=f"Broken at {where}.", in_file=True
+            )
 
         job_id = row["id"].strip()
         if not job_id or job_id in seen:

@@ -318,7 +318,9 @@ def prepare(
         source = f"{workload_path or 'the default workload'}, job {job.id}"
         estimate = estimate_spec(check_spec(job.spec(), source=source), forecasters, source=source)
         if estimate.gpus > gpus:
-            raise InputError("gpus", f"at most the cluster's {gpus} GPUs", estimate.gpus, source=source)
+            raise InputError(
+                "gpus", f"at most the cluster's {gpus} GPUs", estimate.gpus, source=source, in_file=True
+            )
         estimates[job.id] = estimate
     profiles = {s.app.id: fit_profile(s) for s in series}
     return Setup(
