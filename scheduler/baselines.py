@@ -118,7 +118,8 @@ def _follow_reservation(
     """Held GPUs per step: the running set at step 0, then toward the reservation by swap_cap a step."""
     held: list[int] = []
     previous = running
-    for t in range(instance.horizon_steps):
+    horizon = instance.horizon_steps
+    for t in range(horizon):
         up = ~instance.down_masks[t]
         if previous is None:
             current = reserved & up
@@ -132,6 +133,11 @@ def _follow_reservation(
                 )
                 current = _drop_lowest(current, current & ~reserved, budget)
         held.append(current)
+        if current == reserved and not reserved & downs.blocked_from[t + 1]:
+            # Settled on the reservation, and none of it goes down later: nothing is forced
+            # out, added or dropped at any later step.
+            held.extend([reserved] * (horizon - t - 1))
+            break
         previous = current
     return tuple(held)
 
