@@ -678,3 +678,22 @@ def test_a_promotion_holds_the_planned_jobs_beside_it_where_the_services_would_p
 
     monkeypatch.setattr(fast, "_held_promise", unheld)
     assert "job-09" not in allocate(inst, Budget.of_work(4.0)).batch
+
+
+def test_where_the_first_pass_leaves_only_settling_its_budget_packs_two_more_job_orders() -> None:
+    # The uniform-priority benchmark (14 GPUs, not mirrored): at 1 ms of work the floors, the
+    # first pass, its second job order and settling's reservation take 747 of the 750 units.
+    # The fourth job order packs 13.7% more; settling's reservation affords the third and fourth.
+    from pathlib import Path
+
+    from contract.scenario_io import load_scenario
+    from scheduler import fast
+
+    inst = load_scenario(Path(__file__).parents[1] / "benchmarks" / "7-uniform-priority.json")
+    orders = fast._job_orders(inst)
+    first = fast._build(inst, {}, orders[:1])
+    packed = [first.rt_objective + fast._pack(inst, first.busy_before_batch, {}, o)[0] for o in orders[:4]]
+    assert max(packed) > 1.1 * max(packed[:2])
+    allocation = allocate(inst, Budget.of_work(1.0))
+    assert check_plan(inst, build_grid(inst, allocation)) == []
+    assert fast.objective(inst, allocation) >= max(packed) - 1e-6
