@@ -1062,32 +1062,35 @@ def place_realtime(
             job.demand, job.swap_cap, running.mask.bit_count() if running else None
         )
     held: dict[str, list[int]] = {job.id: [] for job in jobs}
+    # Per service what each step reads (this loop runs for every service and step).
+    per_service = [(i, job, job.id, curves[job.id], held[job.id], job.demand) for i, job in enumerate(jobs)]
+    all_mask, busy = board.all_mask, board.busy
     for t in range(instance.horizon_steps):
         # A GPU a service held a step before stays its own until the service has decided on
         # this step; one it gives up is free for the services after it to grow into (not to
         # move into: that would be churn that buys nothing).
-        undecided = held_before = 0
+        undecided = 0
         for mask in previous.values():
             undecided |= mask or 0
         held_before = undecided
         taken_now = 0
         stolen: dict[str, int] = {}  # GPUs a service loses this step to a higher-priority one
-        for i, job in enumerate(jobs):
-            before = previous[job.id]
-            lost = stolen.get(job.id, 0)
+        for i, job, job_id, curve, holdings, demand in per_service:
+            before = previous[job_id]
+            lost = stolen.get(job_id, 0)
             undecided &= ~(before or 0)
-            grow_into = board.all_mask & ~(board.busy[t] | taken_now | undecided | (before or 0))
+            grow_into = all_mask & ~(busy[t] | taken_now | undecided | (before or 0))
             current = _step_realtime(
                 job,
                 t,
                 previous=None if before is None else before & ~lost,
                 lost=lost.bit_count(),
-                curve=curves[job.id],
+                curve=curve,
                 free=grow_into & ~held_before,
                 grow_into=grow_into,
                 downs=blocked,
             )
-            if before is not None and current.bit_count() < job.demand[t]:
+            if before is not None and current.bit_count() < demand[t]:
                 current = _take_from_lower(
                     job,
                     t,
@@ -1096,14 +1099,14 @@ def place_realtime(
                     others=jobs[i + 1 :],
                     previous=previous,
                     stolen=stolen,
-                    busy=board.busy[t],
+                    busy=busy[t],
                     downs=blocked,
                 )
             taken_now |= current
-            held[job.id].append(current)
-        for job in jobs:
-            previous[job.id] = held[job.id][t]
-        board.busy[t] |= taken_now
+            holdings.append(current)
+        for _, _, job_id, _, holdings, _ in per_service:
+            previous[job_id] = holdings[t]
+        busy[t] |= taken_now
     return {job_id: tuple(masks) for job_id, masks in held.items()}
 
 
@@ -1212,26 +1215,29 @@ def _step_realtime(
     if previous is not None and budget > 0:
         # GPUs that stay up (and unpromised) for the rest of the horizon: a GPU whose down
         # window is over is as good as one never down (treating it as doomed all day pushed
-        # the services down into the batch blocks).
-        safe = free & downs.never_blocked_after(t)
-        current, budget = _evacuate_early(current, safe, budget, t, downs, cap=job.swap_cap)
-        current = _compact(current, safe, budget)
+        # the services down into the batch blocks). Both moves are tried only where they
+        # can do something (this runs for every service and step).
+        blocked_from = downs.blocked_from
+        room = free & ~blocked_from[t] & ~current  # free, never blocked later, not held
+        if room and current & blocked_from[t + 1]:  # somewhere to go, and a held GPU goes later
+            current, budget = _evacuate_early(current, room, budget, t, downs, cap=job.swap_cap)
+            room &= ~current
+        if budget and room >= current & -current:  # a free GPU above the lowest held
+            current = _compact(current, room, budget)
     return current
 
 
 def _evacuate_early(
-    current: int, safe: int, budget: int, t: int, downs: BlockedSchedule, *, cap: int
+    current: int, room: int, budget: int, t: int, downs: BlockedSchedule, *, cap: int
 ) -> tuple[int, int]:
     """Spend spare swap budget replacing held GPUs that will be taken away later.
 
     Leaving a GPU at the last moment (the earliest-deadline rule) spends the whole cap
     on drops and leaves none for replacements; moving early enough, one GPU in before one
-    out, keeps demand covered. ``safe`` GPUs are free now and never blocked later; ``cap``
-    is the service's swap cap.
+    out, keeps demand covered. ``room``: the GPUs free now, never blocked later and not held;
+    ``cap`` is the service's swap cap.
     """
-    doomed_gpus = current & ~downs.never_blocked_after(t + 1)
-    if not doomed_gpus or not safe & ~current:  # nothing held goes later, or nowhere to move
-        return current, budget
+    doomed_gpus = current & downs.blocked_from[t + 1]
     doomed = sorted((d, g) for g in gpus_of(doomed_gpus) if (d := downs.next_down(g, t + 1)) is not None)
     # Just in time: the i-th GPU to go (by deadline) is replaced once the changes that the
     # first i replacements need (one in, one out each) no longer fit in the cap's steps before
@@ -1239,7 +1245,7 @@ def _evacuate_early(
     # GPUs, often a whole batch block, for the rest of the day (tuning split, 2 ms: 59 of 210
     # scenarios better, 10 worse).
     doomed = [(d, g) for i, (d, g) in enumerate(doomed, start=1) if d - t <= -(-2 * i // max(cap, 1))]
-    for (_, gpu), replacement in zip(doomed, iter_gpus_down(safe & ~current), strict=False):
+    for (_, gpu), replacement in zip(doomed, iter_gpus_down(room), strict=False):
         if budget == 0:
             break
         current |= 1 << replacement
@@ -1250,17 +1256,16 @@ def _evacuate_early(
     return current, budget
 
 
-def _compact(current: int, free: int, budget: int) -> int:
-    """Spend spare swap budget moving the lowest held GPU up to a higher free one.
+def _compact(current: int, room: int, budget: int) -> int:
+    """Spend spare swap budget moving the lowest held GPU up to a higher one of ``room``
+    (free, not held).
 
     The services then stay packed at the top and leave whole aligned blocks below for
     batch work. With two changes to spare the move is done now; with one, the new GPU
     is added now and the low one is shed next step (the lowest id goes first), so
     demand stays covered throughout.
     """
-    if budget == 0 or (free & ~current) < (current & -current):  # no free GPU above the lowest held
-        return current
-    for gpu in iter_gpus_down(free & ~current):
+    for gpu in iter_gpus_down(room):
         if budget == 0 or not current:
             break
         lowest = current & -current
