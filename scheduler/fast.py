@@ -5,11 +5,12 @@ completion: the contract's three baselines (the floors: no plan scores below fif
 fifo-backfill or priority-backfill), the first pass, and at the end the real-time
 settling of :mod:`scheduler.churn` (the fewest GPU moves at equal value; where the first
 pass leaves no budget for another job order, its reservation may go to two more of them).
-Between them, while the budget affords each next step: the mirror image's first pass, the other job
-orders, then rounds of promotions (4, the largest expected gain first, at most half of
-what is left per round) and the order search (end of 2) until a round brings nothing; with budget
-left, the same from the other orientation, then with promotions in priority order, then
-the order search's wider moves. Every candidate is compared by the exact objective.
+Between them, while the budget affords each next step: the mirror image's first pass, the
+other job orders, then rounds of promotions (4, the largest expected gain first, at most
+half of what is left per round) and the order search (end of 2) until a round brings
+nothing; with budget left, the same from the other orientation, then with promotions in
+priority order, then the order search's wider moves. Every candidate is compared by the
+exact objective.
 
 Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
 
@@ -1217,10 +1218,10 @@ def _step_realtime(
         # window is over is as good as one never down (treating it as doomed all day pushed
         # the services down into the batch blocks). Both moves are tried only where they
         # can do something (this runs for every service and step).
-        blocked_from = downs.blocked_from
-        room = free & ~blocked_from[t] & ~current  # free, never blocked later, not held
-        if room and current & blocked_from[t + 1]:  # somewhere to go, and a held GPU goes later
-            current, budget = _evacuate_early(current, room, budget, t, downs, cap=job.swap_cap)
+        room = free & ~downs.blocked_from[t] & ~current  # free, never blocked later, not held
+        doomed = current & downs.blocked_from[t + 1]  # held, and taken away later
+        if room and doomed:
+            current, budget = _evacuate_early(current, doomed, room, budget, t, downs=downs, cap=job.swap_cap)
             room &= ~current
         if budget and room >= current & -current:  # a free GPU above the lowest held
             current = _compact(current, room, budget)
@@ -1228,16 +1229,16 @@ def _step_realtime(
 
 
 def _evacuate_early(
-    current: int, room: int, budget: int, t: int, downs: BlockedSchedule, *, cap: int
+    current: int, doomed_gpus: int, room: int, budget: int, t: int, *, downs: BlockedSchedule, cap: int
 ) -> tuple[int, int]:
     """Spend spare swap budget replacing held GPUs that will be taken away later.
 
     Leaving a GPU at the last moment (the earliest-deadline rule) spends the whole cap
     on drops and leaves none for replacements; moving early enough, one GPU in before one
-    out, keeps demand covered. ``room``: the GPUs free now, never blocked later and not held;
-    ``cap`` is the service's swap cap.
+    out, keeps demand covered. ``doomed_gpus``: the held GPUs blocked at some later step;
+    ``room``: the GPUs free now, never blocked later and not held; ``cap`` is the service's
+    swap cap.
     """
-    doomed_gpus = current & downs.blocked_from[t + 1]
     doomed = sorted((d, g) for g in gpus_of(doomed_gpus) if (d := downs.next_down(g, t + 1)) is not None)
     # Just in time: the i-th GPU to go (by deadline) is replaced once the changes that the
     # first i replacements need (one in, one out each) no longer fit in the cap's steps before
