@@ -224,6 +224,14 @@ class Instance:
         return tuple(masks)
 
     @cached_property
+    def realtime_demand(self) -> tuple[int, ...]:
+        """Per step, the real-time services' demand summed."""
+        demand = [0] * self.horizon_steps
+        for job in self.realtime_jobs:
+            demand = [total + want for total, want in zip(demand, job.demand, strict=True)]
+        return tuple(demand)
+
+    @cached_property
     def jobs_by_id(self) -> dict[str, BatchJob | RealtimeJob]:
         jobs: dict[str, BatchJob | RealtimeJob] = {job.id: job for job in self.batch_jobs}
         jobs.update((job.id, job) for job in self.realtime_jobs)

