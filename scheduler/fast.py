@@ -50,8 +50,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cache, partial
+from functools import cache, cached_property
 from itertools import accumulate, islice
+from operator import mul
 from typing import NamedTuple
 
 from contract.curves import swap_capped_curve
@@ -128,8 +129,14 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     budget.charge(costs.floors)
     budget.reserve(costs.settle)
     worth = _worth_at_earliest(instance)  # the mirror image's is the same
-    loss = _services_loss(instance) if instance.realtime_jobs else None  # the mirror image's is the same
-    gains: Targets = partial(most_gain, loss=loss)
+    loss = ServicesLoss(instance) if instance.realtime_jobs else None  # the mirror image's is the same
+
+    def gains(instance: Instance, candidate: _Candidate) -> list[BatchJob]:
+        return most_gain(instance, candidate.allocation, loss, rt_objective=candidate.rt_objective)
+
+    def by_priority(instance: Instance, candidate: _Candidate) -> list[BatchJob]:
+        return _by_priority(instance, candidate.allocation)
+
     orders = _job_orders(instance, worth)
     first = _first_pass(instance, orders[:1], budget, costs)
     # A promotion expected to gain much goes first (EARLY_GAIN). Where the budget does not afford
@@ -174,7 +181,7 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     # the other orientation's, then with promotions in priority order instead; last, the
     # order search's wider moves on the best of them.
     found: list[tuple[Instance, _Candidate]] = []
-    for (oriented, _, start), targets in [*((s, gains) for s in starts), (starts[0], _by_priority)]:
+    for (oriented, _, start), targets in [*((s, gains) for s in starts), (starts[0], by_priority)]:
         if found and not budget.affords(costs.build):
             break
         found.append((oriented, _search(oriented, start, budget, costs, targets)))
@@ -231,7 +238,7 @@ def _early_promotions(
     :data:`EARLY_GAIN` of its objective (the largest first), if any improves it. ``worth``: each
     job's run value from its earliest start on the fixed load (:func:`_worth_at_earliest`), an
     upper bound on what its promotion gains; where none is above the threshold, nothing is
-    ranked or charged. ``loss``: :func:`_services_loss` (None without services)."""
+    ranked or charged. ``loss``: :class:`ServicesLoss` (None without services)."""
     threshold = EARLY_GAIN * abs(first.objective)
     if all(
         worth[job.id] - _run_value(instance, job, _start_or_horizon(instance, first.allocation, job))
@@ -240,8 +247,9 @@ def _early_promotions(
     ):
         return first
 
-    def large(instance: Instance, allocation: Allocation) -> list[BatchJob]:
-        return [job for gain, job in expected_gains(instance, allocation, loss)[:1] if gain > threshold]
+    def large(instance: Instance, candidate: _Candidate) -> list[BatchJob]:
+        ranked = expected_gains(instance, candidate.allocation, loss, rt_objective=candidate.rt_objective)
+        return [job for gain, job in ranked[:1] if gain > threshold]
 
     return _promote(instance, first, budget, costs, large, offsets=PROMISE_OFFSETS[:1])
 
@@ -406,9 +414,7 @@ def _unmirror(instance: Instance, allocation: Allocation) -> Allocation:
     )
 
 
-Targets = Callable[[Instance, Allocation], list[BatchJob]]
-# What the services must lose at least with a block of ``gpus`` taken over ``[begin, end)``.
-ServicesLoss = Callable[[int, int, int], float]
+Targets = Callable[[Instance, "_Candidate"], list[BatchJob]]
 
 
 def _search(
@@ -455,23 +461,34 @@ def most_delayed(instance: Instance, allocation: Allocation) -> list[BatchJob]:
     return [job for *_, job in sorted(delayed, key=lambda d: (d[0], d[1]))]
 
 
-def most_gain(instance: Instance, allocation: Allocation, loss: ServicesLoss | None = None) -> list[BatchJob]:
+def most_gain(
+    instance: Instance,
+    allocation: Allocation,
+    loss: ServicesLoss | None = None,
+    *,
+    rt_objective: float | None = None,
+) -> list[BatchJob]:
     """The jobs of :func:`most_delayed`, the one a promotion to its earliest start is expected
     to gain the most first: its own delay's cost saved, less the delay of the planned jobs
     whose cells it would take, each pushed to start when it ends (on the block of the earliest
     run where that is least, of the first :data:`MAX_BLOCK_CANDIDATES`).
 
     A job the services cannot make room for at less than that gain (what they must lose at
-    least with its block taken, :func:`_services_loss`) is ranked by the best of the later
+    least with its block taken, :class:`ServicesLoss`, beyond what they lose in
+    ``allocation``, whose services' objective is ``rt_objective``) is ranked by the best of the later
     starts the promotions try (:data:`PROMISE_OFFSETS`), where it may pay, and after every
     other job where none does: its promotion would be tried and refuted first, and at 2 ms
-    that spends the budget of the jobs after it. ``loss`` is built here unless given (the
-    fast mode builds it once a plan)."""
-    return [job for _, job in expected_gains(instance, allocation, loss)]
+    that spends the budget of the jobs after it. ``loss`` and ``rt_objective`` are computed
+    here unless given (the fast mode builds ``loss`` once a plan)."""
+    return [job for _, job in expected_gains(instance, allocation, loss, rt_objective=rt_objective)]
 
 
 def expected_gains(
-    instance: Instance, allocation: Allocation, loss: ServicesLoss | None = None
+    instance: Instance,
+    allocation: Allocation,
+    loss: ServicesLoss | None = None,
+    *,
+    rt_objective: float | None = None,
 ) -> list[tuple[float, BatchJob]]:
     """:func:`most_gain`'s ranking with each job's expected gain, the largest first."""
     horizon = instance.horizon_steps
@@ -502,7 +519,23 @@ def expected_gains(
         )
     ranked = []
     if loss is None and instance.realtime_jobs:
-        loss = _services_loss(instance)
+        loss = ServicesLoss(instance)
+    lost_now: float | None = None  # what the services lose in ``allocation``, when first needed
+
+    def services_lose(gpus: int, begin: int, end: int) -> float:
+        """What the services must lose at least beyond what they lose now."""
+        nonlocal lost_now
+        assert loss is not None
+        least = loss(gpus, begin, end)
+        if least <= 0:
+            return 0.0
+        if lost_now is None:
+            served = rt_objective
+            if served is None:
+                served = realtime_objective(instance, allocation.realtime)
+            lost_now = loss.served_all - served
+        return max(0.0, least - lost_now)
+
     for job, (earliest, end, starts), start in _delays(instance, allocation):
         size = job.gpus
         displaced: dict[int, float] = {}  # per aligned block of ``size`` GPUs
@@ -523,7 +556,7 @@ def expected_gains(
         kept = run_value(job, start) + least  # what the promotion gives up
         gain = run_value(job, earliest) - kept
         hopeless = False
-        if loss is not None and gain <= (at_earliest := loss(size, earliest, end)):
+        if loss is not None and gain <= (at_earliest := services_lose(size, earliest, end)):
             # The services cannot make room at its earliest start for less than it gains there.
             gain = 0.0
             for offset in PROMISE_OFFSETS[1:]:
@@ -531,41 +564,60 @@ def expected_gains(
                     break
                 later_end = job.end_step(later, horizon)
                 rate = job.priority * size * (worth[later_end] - worth[later])
-                gain = max(gain, rate - kept - loss(size, later, later_end))
+                gain = max(gain, rate - kept - services_lose(size, later, later_end))
             if gain <= 0:
                 gain, hopeless = gain - at_earliest, True
         ranked.append((hopeless, -gain, job.order, job))
     return [(-gain, job) for _, gain, _, job in sorted(ranked, key=lambda r: r[:3])]
 
 
-def _services_loss(instance: Instance) -> ServicesLoss:
-    """``loss(gpus, begin, end)``: what the services must lose at least when a block of
-    ``gpus`` GPUs is taken over steps ``[begin, end)``: per step, their summed demand beyond
-    the GPUs that the fixed load and the block leave, at the cheapest service's cost (the
-    figure :func:`_may_pay` filters trades by, before what a plan loses already). A lookup
-    into prefix sums, one per block size asked for."""
-    weights = instance.weights
-    # Per step, the demand beyond the GPUs the fixed load leaves (negative: room to spare).
-    beyond = [
-        want - instance.gpus + (down | running).bit_count()
-        for want, down, running in zip(
-            instance.realtime_demand, instance.down_masks, instance.running_masks, strict=True
+class ServicesLoss:
+    """What the services must lose at least when a block of ``gpus`` GPUs is taken over steps
+    ``[begin, end)``: per step, their summed demand beyond the GPUs that the fixed load and the
+    block leave, at the cheapest service's cost (the figure :func:`_may_pay` filters trades
+    by). A lookup into prefix sums, one per block size asked for, each built when first asked
+    for; the mirror image's are the same."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self.sums: dict[int, list[float]] = {}
+
+    @cached_property
+    def served_all(self) -> float:
+        """The services' objective with all their demand served."""
+        weights = self.instance.weights
+        return float(
+            sum(
+                service.priority * sum(map(mul, weights, service.demand))
+                for service in self.instance.realtime_jobs
+            )
         )
-    ]
-    cheapest = min(service.priority for service in instance.realtime_jobs) * (1 + instance.rt_penalty)
-    sums: dict[int, list[float]] = {}
 
-    def loss(gpus: int, begin: int, end: int) -> float:
-        if (excess := sums.get(gpus)) is None:
-            excess = sums[gpus] = [0.0]
-            total = 0.0
-            for w, b in zip(weights, beyond, strict=True):
-                if b + gpus > 0:
-                    total += w * (b + gpus)
-                excess.append(total)
-        return cheapest * (excess[end] - excess[begin])
+    @cached_property
+    def _beyond(self) -> list[int]:
+        """Per step, the demand beyond the GPUs the fixed load leaves (negative: room to spare)."""
+        instance = self.instance
+        return [
+            want - instance.gpus + (down | running).bit_count()
+            for want, down, running in zip(
+                instance.realtime_demand, instance.down_masks, instance.running_masks, strict=True
+            )
+        ]
 
-    return loss
+    def __call__(self, gpus: int, begin: int, end: int) -> float:
+        if (excess := self.sums.get(gpus)) is None:
+            instance = self.instance
+            cheapest = min(service.priority for service in instance.realtime_jobs) * (1 + instance.rt_penalty)
+            excess = self.sums[gpus] = list(
+                accumulate(
+                    (
+                        cheapest * w * (b + gpus) if b + gpus > 0 else 0.0
+                        for w, b in zip(instance.weights, self._beyond, strict=True)
+                    ),
+                    initial=0.0,
+                )
+            )
+        return excess[end] - excess[begin]
 
 
 def _delays(instance: Instance, allocation: Allocation) -> list[tuple[BatchJob, tuple[int, int, int], int]]:
@@ -698,7 +750,7 @@ def _promote(
         if not budget.affords(costs.delays):
             return done()
         budget.charge(costs.delays)  # the fixed load's earliest starts, one run search a job
-        for job in targets(instance, best.allocation):
+        for job in targets(instance, best):
             latest = _start_or_horizon(instance, best.allocation, job)
             if not budget.affords(costs.slots) or budget.spent > until:
                 return done()
