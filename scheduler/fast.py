@@ -52,7 +52,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from itertools import accumulate, islice
-from operator import mul
 from typing import NamedTuple
 
 from contract.curves import swap_capped_curve
@@ -562,9 +561,8 @@ def expected_gains(
             for offset in PROMISE_OFFSETS[1:]:
                 if (later := earliest + offset) >= start:
                     break
-                later_end = job.end_step(later, horizon)
-                rate = job.priority * size * (worth[later_end] - worth[later])
-                gain = max(gain, rate - kept - services_lose(size, later, later_end))
+                later_gain = run_value(job, later) - kept
+                gain = max(gain, later_gain - services_lose(size, later, job.end_step(later, horizon)))
             if gain <= 0:
                 gain, hopeless = gain - at_earliest, True
         ranked.append((hopeless, -gain, job.order, job))
@@ -585,13 +583,7 @@ class ServicesLoss:
     @cached_property
     def served_all(self) -> float:
         """The services' objective with all their demand served."""
-        weights = self.instance.weights
-        return float(
-            sum(
-                service.priority * sum(map(mul, weights, service.demand))
-                for service in self.instance.realtime_jobs
-            )
-        )
+        return _served_all(self.instance)
 
     @cached_property
     def _beyond(self) -> list[int]:
@@ -607,7 +599,7 @@ class ServicesLoss:
     def __call__(self, gpus: int, begin: int, end: int) -> float:
         if (excess := self.sums.get(gpus)) is None:
             instance = self.instance
-            cheapest = min(service.priority for service in instance.realtime_jobs) * (1 + instance.rt_penalty)
+            cheapest = _unserved_cost(instance)
             excess = self.sums[gpus] = list(
                 accumulate(
                     (
@@ -1015,25 +1007,34 @@ class _Need(NamedTuple):
     with all demand served; and the least an unserved GPU-step costs before its step's weight
     (the value it would have earned and its penalty, for the cheapest service)."""
 
-    demand: list[int]
+    demand: Sequence[int]
     curves: list[int]
     served_all: float
     cheapest: float
 
 
 def _realtime_need(instance: Instance) -> _Need:
-    demand = [0] * instance.horizon_steps
     curves = [0] * instance.horizon_steps
-    served_all = 0.0
     for job in instance.realtime_jobs:
         running = instance.running_realtime.get(job.id)
         curve = swap_capped_curve(job.demand, job.swap_cap, running.mask.bit_count() if running else None)
-        for t in range(instance.horizon_steps):
-            demand[t] += job.demand[t]
-            curves[t] += curve[t]
-            served_all += job.priority * instance.weights[t] * job.demand[t]
-    cheapest = min((job.priority for job in instance.realtime_jobs), default=0.0) * (1 + instance.rt_penalty)
-    return _Need(demand, curves, served_all, cheapest)
+        curves = [total + step for total, step in zip(curves, curve, strict=True)]
+    return _Need(instance.realtime_demand, curves, _served_all(instance), _unserved_cost(instance))
+
+
+def _served_all(instance: Instance) -> float:
+    """The services' objective with all their demand served."""
+    served_all = 0.0
+    for job in instance.realtime_jobs:
+        for weight, want in zip(instance.weights, job.demand, strict=True):
+            served_all += job.priority * weight * want
+    return served_all
+
+
+def _unserved_cost(instance: Instance) -> float:
+    """The least an unserved GPU-step costs before its step's weight: the value it would have
+    earned and its penalty, for the cheapest service (0 without services)."""
+    return min((job.priority for job in instance.realtime_jobs), default=0.0) * (1 + instance.rt_penalty)
 
 
 def _may_pay(instance: Instance, free: Sequence[int], need: _Need, best: _Candidate, gain: float) -> bool:
