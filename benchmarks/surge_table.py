@@ -177,6 +177,7 @@ def _missed(setup: Any, run: Any, planned: dict[Any, Any], apps: dict[str, Any])
     from gpuplan.app.bridge import STEP
 
     demand = setup.demand()
+    actual = {job.id: job.actual_hours for job in setup.jobs}
     commits = {c.hour: c for c in run.commits}
     amendments: dict[datetime, list[Any]] = {}
     for m in run.amendments:
@@ -195,7 +196,16 @@ def _missed(setup: Any, run: Any, planned: dict[Any, Any], apps: dict[str, Any])
             added = {
                 a.job: list(a.gpus) for m in amendments.get(hour, []) for a in m.assignments if a.job == app
             }
-            after = taken | {g for m in amendments.get(hour, []) for a in m.assignments for g in a.gpus}
+            added_gpus = {g for m in amendments.get(hour, []) for a in m.assignments for g in a.gpus}
+            # GPUs whose batch job ended by :30 are free then, unless an amendment took them
+            half = hour + timedelta(minutes=30)
+            ended = {
+                g
+                for job, gpus in held.items()
+                if job in run.started and run.started[job] + timedelta(hours=actual[job]) <= half
+                for g in gpus
+            }
+            after = (taken - ended) | added_gpus
             batch = []
             for job, gpus in held.items():
                 if job in demand:

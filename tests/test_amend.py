@@ -22,6 +22,7 @@ from contract.records import (
     JobEstimate,
     JobState,
     ObservedTraffic,
+    Outcome,
 )
 from contract.scenario import BatchJob, DownWindow, Instance, JobKind, RealtimeJob
 from gpuplan.app.amend import amend, check_amendment, propose
@@ -132,6 +133,37 @@ def test_propose_prefers_the_next_hours_gpus_and_starts_planned_jobs() -> None:
     )
     # Swap cap 2: two GPUs, GPU 5 first (the next hour's plan gives it to chat), then GPU 3.
     assert additions == [Assignment("chat", (3, 5)), Assignment("quant", (4,))]
+
+
+def test_gpus_an_app_released_at_the_hour_come_back_within_its_swap_cap() -> None:
+    chat = App("chat", 80.0, swap_cap=2, requests_per_gpu_hour=10.0)
+    before = {"chat": (0, 1, 2, 3)}  # the commit let 2 and 3 go: the whole swap cap used
+
+    def proposed(held: dict[str, tuple[int, ...]], need: int) -> list[Assignment]:
+        return propose(
+            gpus=8,
+            down=frozenset(),
+            held=held,
+            before=before,
+            apps=[chat],
+            need={"chat": need},
+            next_hour={},
+            starting=[],
+        )
+
+    assert proposed({"chat": (0, 1), "train": (4, 5, 6, 7)}, 4) == [Assignment("chat", (2, 3))]
+    # Taking them back narrows the change to nothing: the cap's room is whole again.
+    held = {"chat": (0, 1), "train": (4, 5)}
+    more = proposed(held, 8)
+    assert more == [Assignment("chat", (2, 3, 6, 7))]
+    apps = {"chat": chat}
+    assert (
+        check_amendment(more, gpus=8, down=frozenset(), held=held, before=before, apps=apps, queued={}) == []
+    )
+    from_two = {"chat": (0, 1)}
+    assert check_amendment(
+        more, gpus=8, down=frozenset(), held=held, before=from_two, apps=apps, queued={}
+    ) == ["chat: 4 GPUs change from the hour before, more than its swap cap 2"]
 
 
 def _store_with_committed_hour(tmp_path: Path) -> str:
@@ -383,3 +415,42 @@ def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_pa
         "amendment": 1,
         "at": at.isoformat(),
     } in lines
+
+
+def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cycle(tmp_path: Path) -> None:
+    from gpuplan.app.amend import amend_cycle
+    from gpuplan.app.config import ServiceConfig
+    from gpuplan.app.jobs import finish, submit
+
+    store = open_store(f"sqlite:///{tmp_path}/freed.db")
+    config = ServiceConfig(cluster=Cluster(gpus=8), apps=(), models_dir=tmp_path / "models")
+    try:
+        store.save_cluster(config.cluster)
+        for job_id, hours in (("long", 8), ("short", 3)):
+            spec = {"id": job_id, "kind": "batch_inference", "priority": 50, "gpus": 4, "hours": hours}
+            submit(store, spec, H0 - timedelta(minutes=10), config, replan=False)
+        first, _ = amend_cycle(store, H0, config)
+        committed = store.commit(H0)
+        assert first.committed and committed is not None
+        blocks = {a.job: a.gpus for a in committed.assignments}
+        assert set(blocks) == {"long", "short"}  # the cluster is full
+        # "short" ends at :05, well before its estimate; new work arrives at :10.
+        finish(store, "short", H0 + timedelta(minutes=5), Outcome.OK)
+        spec = {"id": "next", "kind": "batch_inference", "priority": 90, "gpus": 4, "hours": 2}
+        submit(store, spec, H0 + timedelta(minutes=10), config, replan=False)
+        at = H0 + timedelta(minutes=30)
+        _, amendment = amend_cycle(store, at, config)
+        # The :30 cycle starts it on the block "short" freed; "long" keeps its own.
+        assert amendment is not None
+        assert list(amendment.assignments) == [Assignment("next", blocks["short"])]
+        assert store.commit(H0) == committed
+        job = store.job("next")
+        assert job is not None and job.state is JobState.RUNNING and job.started_at == at
+        allocation = hour_allocation(store, H0)
+        assert allocation is not None
+        assert {a.job: a.gpus for a in allocation.assignments} == {**blocks, "next": blocks["short"]}
+        # A block still held by a running job is never taken.
+        with pytest.raises(InputError, match=f"GPU {blocks['long'][0]} is committed in this hour"):
+            amend(store, at, [Assignment("late", blocks["long"])])
+    finally:
+        store.close()

@@ -11,12 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from contract.records import App, Assignment, Cluster, ObservedTraffic
+from contract.records import App, Assignment, Cluster, Job, JobEstimate, ObservedTraffic, Outcome
+from contract.scenario import JobKind
+from gpuplan.app.amend import check_amendment, occupied
 from gpuplan.app.bridge import STEP, hour_allocation, merged_assignments
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
+from gpuplan.app.jobs import finish
 from gpuplan.app.service import Service, run_once
 from gpuplan.app.traffic import MIN_OBSERVED_MINUTES, in_progress
 from gpuplan.http.context import ApiContext
@@ -111,6 +114,43 @@ def test_a_surge_pushed_mid_hour_amends_the_hour_with_additions_only(tmp_path: P
         runs = store.run()
         _, calm = api.push_traffic("chat", [(H0, 20.0)])
         assert calm is None and store.run() == runs
+
+
+def test_a_surge_takes_the_gpus_a_batch_job_freed_within_the_hour(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/freed.db"
+    config = ServiceConfig(cluster=Cluster(gpus=8), apps=(CHAT,), models_dir=Path("models"))
+    store = open_store(url)
+    try:
+        store.save_cluster(config.cluster)
+        store.save_app(CHAT)
+        # The rest of the cluster is busy in H0: "wide" on GPUs 0-3, "short" on 4-5.
+        for job_id, gpus in (("wide", 4), ("short", 2)):
+            estimate = JobEstimate(gpus=gpus, hours_p50=8.0, hours_p90=8.0)
+            store.add_job(Job(job_id, JobKind.TRAINING, 50.0, {"id": job_id}, H0 - STEP, estimate=estimate))
+        held = (Assignment("chat", (6, 7)), Assignment("wide", (0, 1, 2, 3)), Assignment("short", (4, 5)))
+        commit_by_hand(store, (H0 - STEP, H0), held, gpus=8)
+        committed = store.commit(H0)
+    finally:
+        store.close()
+    clock = [H0 + timedelta(minutes=20)]
+    with _api(url, config, clock) as (api, _):
+        store = api.store
+        finish(store, "short", H0 + timedelta(minutes=5), Outcome.OK)
+        _, surge = api.push_traffic("chat", [(H0, 20.0)])  # 60 an hour: 6 GPUs' worth
+        assert surge is not None and surge.amendment is not None
+        # The swap cap's two GPUs come from the job that ended at :05; the running one keeps its block.
+        assert merged_assignments(None, [surge.amendment]) == {"chat": (4, 5)}
+        assert store.commit(H0) == committed
+        assert set(_chat(store, H0)) == {4, 5, 6, 7}
+        assert check_amendment(
+            [Assignment("chat", (0,))],
+            gpus=8,
+            down=frozenset(),
+            held=occupied(store, H0),
+            before=None,
+            apps={"chat": CHAT},
+            queued={},
+        ) == ["chat: GPU 0 is committed in this hour"]
 
 
 def test_the_hour_in_progress_is_read_from_a_few_minutes_on() -> None:

@@ -10,6 +10,11 @@ one) may add to it, never move or remove anything:
 - **batch starts on GPUs free for the rest of the hour**: a queued job that the new plan
   starts at the next hour, on a block that is idle now, starts now on that block.
 
+*Idle now* means held by nothing that still runs: a GPU of the hour's commit whose batch job
+has ended (done, failed or cancelled) since is free for the rest of the hour, and an
+amendment may add it. The commit's record stays as it was; the ended job simply holds
+nothing any more (:func:`occupied`).
+
 The hour's allocation is then its commit plus every amendment's additions, and the next
 plan starts from it (:func:`gpuplan.app.tick.hour_allocation`). :func:`check_amendment` is the legality
 rule, a pure function; :func:`amend` checks and stores the amendment and delivers it through
@@ -50,9 +55,10 @@ def check_amendment(
 ) -> list[str]:
     """What makes ``additions`` illegal against the hour (empty: legal).
 
-    ``held`` is the hour's allocation (commit and earlier amendments), ``before`` the hour
-    before's (None: not committed, so no swap cap binds, as at a plan's step 0 without a
-    running set), ``apps`` the real-time apps by id, ``queued`` each queued batch job's GPUs.
+    ``held`` is what holds the hour's GPUs now (:func:`occupied`: its commit and earlier
+    amendments, less the batch jobs that have ended), ``before`` the hour before's (None: not
+    committed, so no swap cap binds, as at a plan's step 0 without a running set), ``apps``
+    the real-time apps by id, ``queued`` each queued batch job's GPUs.
     """
     problems: list[str] = []
     taken = {gpu for block in held.values() for gpu in block}
@@ -119,7 +125,7 @@ def amend(
     if latest is not None and latest.hour > hour:
         raise InputError("hour", f"the latest committed hour {latest.hour.isoformat()}", hour.isoformat())
     cluster = require_cluster(store)
-    held = merged_assignments(commit, store.amendments(hour, hour + STEP))
+    held = occupied(store, hour)
     previous = hour_allocation(store, hour - STEP)
     before = None if previous is None else merged_assignments(previous, ())
     queued = {job.id: job.estimate.gpus for job in store.jobs([JobState.QUEUED]) if job.estimate is not None}
@@ -149,6 +155,20 @@ def amend(
     return stored
 
 
+def occupied(store: Store, hour: datetime) -> dict[str, tuple[int, ...]]:
+    """What holds the GPUs of ``hour`` now: its commit and amendments, less the batch jobs that
+    have ended since (their GPUs are free for the rest of the hour); empty if not committed."""
+    from gpuplan.app.bridge import hour_allocation, merged_assignments
+
+    held = merged_assignments(hour_allocation(store, hour), ())
+    return {job: gpus for job, gpus in held.items() if not _ended(store, job)}
+
+
+def _ended(store: Store, job_id: str) -> bool:
+    job = store.job(job_id)  # None: a real-time app
+    return job is not None and job.state is JobState.DONE
+
+
 def propose(
     *,
     gpus: int,
@@ -163,7 +183,9 @@ def propose(
     """The additions a cycle within a committed hour makes (a pure function).
 
     Real-time first: an app whose ``need`` (GPUs for the traffic seen so far) is above what
-    it holds gets idle GPUs, up to its swap cap's room against the hour before. It takes
+    it holds gets idle GPUs, up to its swap cap's room against the hour before. The idle
+    GPUs it held the hour before come first, as many as it needs: each narrows the change
+    from the hour before, so the room grows by one with each. Within each kind, it takes
     the idle GPUs the next hour's plan gives it first, then those the plan leaves idle,
     then the highest others. Then batch: each job of ``starting`` (the next plan's starts
     at its first hour, best first) whose planned block is idle now starts on it.
@@ -172,24 +194,38 @@ def propose(
     planned_idle = free - {gpu for block in next_hour.values() for gpu in block}
     additions: list[Assignment] = []
     for app in apps:
-        mine = held.get(app.id, ())
-        room = len(free) if before is None else app.swap_cap - len(set(mine) ^ set(before.get(app.id, ())))
-        count = min(need.get(app.id, 0) - len(mine), room, len(free))
-        if count <= 0:
+        mine = set(held.get(app.id, ()))
+        want = need.get(app.id, 0) - len(mine)
+        if want <= 0:
             continue
+        # the idle GPUs the next hour's plan gives it, those the plan leaves idle, the others
         planned_mine = free & set(next_hour.get(app.id, ()))
         tiers = [planned_mine, (free & planned_idle) - planned_mine, free - planned_idle - planned_mine]
-        chosen: list[int] = []
-        for tier in tiers:
-            chosen += sorted(tier, reverse=True)[: count - len(chosen)]
-        free -= set(chosen)
-        additions.append(Assignment(app.id, tuple(sorted(chosen))))
+        if before is None:
+            chosen = _first(free, want, tiers)
+        else:
+            # A GPU it held the hour before comes back within the swap cap: the change shrinks.
+            was = set(before.get(app.id, ()))
+            back = _first(free & (was - mine), want, tiers)
+            room = app.swap_cap - len(mine ^ was) + len(back)
+            chosen = back + _first(free - was, max(0, min(want - len(back), room)), tiers)
+        if chosen:
+            free -= set(chosen)
+            additions.append(Assignment(app.id, tuple(sorted(chosen))))
     for job in starting:
         block = next_hour.get(job, ())
         if block and free.issuperset(block):
             free -= set(block)
             additions.append(Assignment(job, tuple(block)))
     return additions
+
+
+def _first(pool: set[int], count: int, tiers: Sequence[set[int]]) -> list[int]:
+    """The first ``count`` GPUs of ``pool`` in the order of ``tiers``, the highest first within each."""
+    chosen: list[int] = []
+    for tier in tiers:
+        chosen += sorted(pool & tier, reverse=True)[: count - len(chosen)]
+    return chosen
 
 
 def amend_cycle(
@@ -234,8 +270,7 @@ def amend_hour(
     from gpuplan.app.tick import down_gpus, require_cluster
 
     hour = floor_hour(now)
-    current = hour_allocation(store, hour)
-    if report.start != hour + STEP or current is None or report.run_id is None:
+    if report.start != hour + STEP or store.commit(hour) is None or report.run_id is None:
         return None
     run = store.run(report.run_id)
     assert run is not None  # just stored
@@ -253,7 +288,7 @@ def amend_hour(
     additions = propose(
         gpus=cluster.gpus,
         down=down_gpus(cluster, hour),
-        held=merged_assignments(current, ()),
+        held=occupied(store, hour),
         before=None if previous is None else merged_assignments(previous, ()),
         apps=apps,
         need=need,

@@ -21,7 +21,7 @@ from gpuplan.app.bridge import STEP
 from gpuplan.app.config import PROMISE_SLACK_HOURS
 
 if TYPE_CHECKING:
-    from contract.records import Amendment, Commit
+    from contract.records import Amendment, Assignment, Commit
     from contract.scenario import Grid, Instance
 
 from gpuplan.app.simulate.loop import PolicyRun
@@ -280,14 +280,17 @@ class IllegalCommitError(RuntimeError):
 def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
     """The whole simulation as one contract scenario and grid, for ``check_plan``.
 
-    Each batch job's duration is the hours it was committed, its release the first hour
+    Each batch job's duration is the hours it holds in the grid, its release the first hour
     after its submission; real-time demand is the actual need. A legal grid means no GPU
     was double-booked, every block was aligned and kept, and no swap cap was broken.
     """
     from contract.scenario import BatchJob, Instance, JobKind, RealtimeJob
 
     grid = committed_grid(setup, run)
-    committed_hours = run.committed_hours(setup)
+    committed_hours: dict[str, int] = {}
+    for column in zip(*grid, strict=True):
+        for job in {job for job in column if job is not None}:
+            committed_hours[job] = committed_hours.get(job, 0) + 1
     # A job an amendment started may start within the hour it was submitted in.
     amended = {a.job for amendment in run.amendments for a in amendment.assignments}
     demand = setup.demand()
@@ -323,19 +326,34 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
 
 
 def committed_grid(setup: Setup, run: PolicyRun) -> list[list[str | None]]:
-    """GPU x simulated hour -> the job committed there, or added by an amendment (None: idle)."""
+    """GPU x simulated hour -> the job committed there, or added by an amendment (None: idle).
+
+    A cell changes hands within its hour where an amendment adds a GPU whose batch job had
+    ended by then: the grid's cell is the addition's, and the job that ended holds none of
+    its cells in that hour, its last (its block's hours end at the hour before).
+    """
     grid: list[list[str | None]] = [[None] * setup.hours for _ in range(setup.cluster.gpus)]
-    hours = [(c.hour, c.assignments) for c in run.commits] + [(a.hour, a.assignments) for a in run.amendments]
-    for hour, assignments in hours:
+    actual = {job.id: timedelta(hours=job.actual_hours) for job in setup.jobs}
+    ends = {job: at + actual[job] for job, at in run.started.items() if job in actual}
+    hours: list[tuple[datetime, datetime | None, tuple[Assignment, ...]]] = [
+        (c.hour, None, c.assignments) for c in run.commits
+    ]
+    hours += [(a.hour, a.made_at, a.assignments) for a in sorted(run.amendments, key=lambda a: a.made_at)]
+    for hour, made_at, assignments in hours:
         h = (hour - setup.start) // STEP
         if not 0 <= h < setup.hours:
             continue
         for assignment in assignments:
             for gpu in assignment.gpus:
-                if grid[gpu][h] is not None:
+                holder = grid[gpu][h]
+                if holder is not None and made_at is not None and ends.get(holder, made_at + STEP) <= made_at:
+                    for row in grid:  # the ended job leaves the hour, its whole block
+                        if row[h] == holder:
+                            row[h] = None
+                elif holder is not None:
                     raise IllegalCommitError(
                         f"{run.policy.value} committed GPU {gpu} twice at hour {h}: "
-                        f"to {grid[gpu][h]} and to {assignment.job}"
+                        f"to {holder} and to {assignment.job}"
                     )
                 grid[gpu][h] = assignment.job
     return grid
