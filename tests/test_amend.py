@@ -454,3 +454,33 @@ def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cy
             amend(store, at, [Assignment("late", blocks["long"])])
     finally:
         store.close()
+
+
+def test_a_completion_within_the_hour_starts_the_next_hours_work_at_once(tmp_path: Path) -> None:
+    from gpuplan.app.amend import amend_cycle, answer_freed
+    from gpuplan.app.config import ServiceConfig
+    from gpuplan.app.jobs import finish, submit
+
+    store = open_store(f"sqlite:///{tmp_path}/completion.db")
+    config = ServiceConfig(cluster=Cluster(gpus=8), apps=(), models_dir=tmp_path / "models")
+    try:
+        store.save_cluster(config.cluster)
+        for job_id, hours in (("long", 8), ("short", 3)):
+            spec = {"id": job_id, "kind": "batch_inference", "priority": 50, "gpus": 4, "hours": hours}
+            submit(store, spec, H0 - timedelta(minutes=10), config, replan=False)
+        amend_cycle(store, H0, config)
+        spec = {"id": "next", "kind": "batch_inference", "priority": 90, "gpus": 4, "hours": 2}
+        submit(store, spec, H0 + timedelta(minutes=2), config, replan=False)
+        at = H0 + timedelta(minutes=5)
+        # A job that held nothing in the hour frees nothing: no re-plan.
+        runs = len(store.runs())
+        assert answer_freed(store, at, config, ["next"]) is None and len(store.runs()) == runs
+        finish(store, "short", at, Outcome.OK)
+        amendment = answer_freed(store, at, config, ["short"])
+        assert amendment is not None and amendment.made_at == at
+        short = next(a.gpus for a in store.commit(H0).assignments if a.job == "short")  # type: ignore[union-attr]
+        assert list(amendment.assignments) == [Assignment("next", short)]
+        job = store.job("next")
+        assert job is not None and job.state is JobState.RUNNING and job.started_at == at
+    finally:
+        store.close()

@@ -21,6 +21,7 @@ from gpuplan.app.config import AppTraffic, ServiceConfig
 from gpuplan.app.executors.slurm import SlurmExecutor
 from gpuplan.app.jobs import submit
 from gpuplan.app.seed import ensure_service
+from gpuplan.app.service import Service, poll_once
 from gpuplan.app.slurm.batch import parse_comment
 from gpuplan.app.slurm.client import RUNNING, BatchRequest, Placement, SlurmError, SlurmJob, gres_indices
 from gpuplan.app.slurm.cluster import ceil_hour
@@ -230,6 +231,28 @@ def test_completions_and_scancel_enter_the_history(service: SlurmService) -> Non
     assert row["outcome"] == "completed" and row["gpus"] == 1
     assert history.loc["doomed", "outcome"] == "cancelled"
     assert service.executor.poll(service.store, datetime.now(UTC)) == []  # nothing is recorded twice
+
+
+@pytest.mark.slurm
+def test_a_completion_polled_within_the_hour_starts_the_waiting_job_on_its_gpus(
+    service: SlurmService,
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    service.submit("short", 8, 1.0, now, command="sleep 2")
+    service.submit("wide", 2, 3.0, now)
+    service.cycle(now)
+    freed = service.committed(this_hour())["short"]
+    service.submit("next", 8, 1.0, now)  # no block of 8 is free in this hour's commit
+    assert "next" not in service.committed(this_hour())
+    short = service.slurm_job("short")
+    wait_for(lambda: service.executor.client.job(short.id).finished, "the short job done")  # type: ignore[union-attr]
+    daemon = Service(service.store, service.config, service.executor, reconciler=service.executor)
+    assert [job.id for job in poll_once(daemon, datetime.now(UTC))] == ["short"]
+    (amendment,) = service.store.amendments(this_hour(), this_hour() + HOUR)
+    assert list(amendment.assignments) == [Assignment("next", freed)]
+    released = service.slurm_job("next")
+    wait_for(lambda: service.executor.client.job(released.id).state == RUNNING, "the next job RUNNING")  # type: ignore[union-attr]
+    assert service.shown_gpus(released.id) == freed
 
 
 @pytest.mark.slurm

@@ -246,6 +246,33 @@ def amend_cycle(
     return report, amend_hour(store, now, report, executor, observed=observed)
 
 
+def answer_freed(
+    store: Store,
+    now: datetime,
+    config: ServiceConfig,
+    ended: Sequence[str],
+    executor: Executor | None = None,
+    *,
+    forecasters: Forecasters | None = None,
+) -> Amendment | None:
+    """Jobs ``ended`` within a committed hour that held GPUs in it: their GPUs are used at once
+    (:func:`amend_cycle`: the next hour's starts on them now, and real-time GPUs for an app whose
+    observed traffic outruns its own), not at the next cycle. None: nothing freed, or nothing added.
+
+    Run under the plan lock, as every cycle is.
+    """
+    from gpuplan.app.bridge import hour_allocation, merged_assignments
+
+    hour = floor_hour(now)
+    held = merged_assignments(hour_allocation(store, hour), ())
+    if not set(ended) & held.keys():
+        return None
+    _, amendment = amend_cycle(
+        store, now, config, executor, forecasters=forecasters, observed=store.observed_traffic(hour)
+    )
+    return amendment
+
+
 def hourly_rates(observed: Sequence[ObservedTraffic], now: datetime) -> dict[str, float]:
     """Each app's requests at the rate seen so far in the hour of ``now``."""
     hour = floor_hour(now)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import StoreError
 from contract.records import Job
-from gpuplan.app.amend import amend_cycle
+from gpuplan.app.amend import amend_cycle, answer_freed
 from gpuplan.app.bridge import floor_hour
 from gpuplan.app.changes import Changes
 from gpuplan.app.config import ServiceConfig
@@ -169,11 +169,22 @@ def recalibrate_now(service: Service) -> list[str]:
 
 
 def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
-    """Between plans: the executor's completions into the history (a no-op without a reconciler)."""
+    """Between plans: the executor's completions into the history (a no-op without a reconciler);
+    GPUs they free in the committed hour are used at once (:func:`gpuplan.app.amend.answer_freed`)."""
     if service.reconciler is None:
         return []
+    now = now or service.clock()
     with plan_lock(service):
-        finished = service.reconciler.poll(service.store, now or service.clock())
+        finished = service.reconciler.poll(service.store, now)
+        if finished:
+            answer_freed(
+                service.store,
+                now,
+                service.config,
+                [job.id for job in finished],
+                service.executor,
+                forecasters=service.forecasters,
+            )
         service.changes.bump()
     if service.metrics is not None:
         service.metrics.observe_replicas(_replicas(service))
