@@ -88,6 +88,11 @@ PROMOTION_SHARE = 0.5
 # objective is promoted before the other job orders (and before the mirror image's first pass
 # when the budget does not afford both): at 2 ms, the searches otherwise reach it too late.
 EARLY_GAIN = 0.2
+# The share where the budget affords the promotion beside the first pass's other job orders and
+# the mirror image's first pass: it takes the budget of the later searches only (on the widened
+# tuning set, work-only, against 0.2 there too: 2 ms 29 better and 19 worse, the worst 0.872 ->
+# 0.934; 1 ms 11 and 8; 1.5 ms 18 and 21; 4 ms 16 and 20; docs/allocator.md).
+EARLY_GAIN_AFFORDED = 0.05
 
 
 class InfeasiblePromiseError(Exception):
@@ -157,7 +162,15 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
         starts[0] = (
             instance,
             orders,
-            _early_promotions(instance, starts[0][2], budget, costs, worth, loss=loss),
+            _early_promotions(
+                instance,
+                starts[0][2],
+                budget,
+                costs,
+                worth,
+                loss=loss,
+                afforded=flipped is None,  # no mirror image's first pass to take the budget of
+            ),
         )
     if flipped is not None and budget.affords(costs.build + costs.pack):
         flipped_orders = _job_orders(flipped, worth)
@@ -167,7 +180,7 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
         starts.sort(key=lambda start: -start[2].objective)  # the better orientation first
     oriented, orders, best = starts[0]
     if mirror_first:
-        best = _early_promotions(oriented, best, budget, costs, worth, loss=loss)
+        best = _early_promotions(oriented, best, budget, costs, worth, loss=loss, afforded=True)
     for order in orders[FIRST_ORDERS:]:
         if not budget.affords(costs.pack):
             break
@@ -232,13 +245,16 @@ def _early_promotions(
     worth: Mapping[str, float],
     *,
     loss: ServicesLoss | None,
+    afforded: bool = False,
 ) -> _Candidate:
     """``first`` with the promotions of the delayed jobs that are expected to gain more than
-    :data:`EARLY_GAIN` of its objective (the largest first), if any improves it. ``worth``: each
+    :data:`EARLY_GAIN` of its objective (the largest first), if any improves it; more than
+    :data:`EARLY_GAIN_AFFORDED` where ``afforded`` (the budget affords the promotion beside the
+    first pass's other job orders and the mirror image's first pass). ``worth``: each
     job's run value from its earliest start on the fixed load (:func:`_worth_at_earliest`), an
     upper bound on what its promotion gains; where none is above the threshold, nothing is
     ranked or charged. ``loss``: :class:`ServicesLoss` (None without services)."""
-    threshold = EARLY_GAIN * abs(first.objective)
+    threshold = (EARLY_GAIN_AFFORDED if afforded else EARLY_GAIN) * abs(first.objective)
     if all(
         worth[job.id] - _run_value(instance, job, _start_or_horizon(instance, first.allocation, job))
         <= threshold

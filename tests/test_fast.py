@@ -462,15 +462,15 @@ def test_a_promotion_replans_only_the_services_in_its_way() -> None:
 def test_a_promise_no_service_is_in_the_way_of_is_a_repack_and_buys_the_hot_path_a_better_plan(
     monkeypatch: Any,
 ) -> None:
-    # A sampled wide-large case (tuning seed 79): at 2 ms of work, promises that take no
+    # A sampled wide-large case (tuning seed 78): at 2 ms of work, promises that take no
     # service's GPUs cost a re-pack, not a re-plan of every service, and the promotions that
-    # this affords find a plan 2.2% better.
+    # this affords find a plan 2.4% better.
     from gpuplan.app.bench import sample_instances
     from gpuplan.app.synthetic import WIDE_SHAPES
     from scheduler import fast
     from scheduler.budget import WorkCosts
 
-    (inst,) = sample_instances([WIDE_SHAPES["wide-large"]], [79])
+    (inst,) = sample_instances([WIDE_SHAPES["wide-large"]], [78])
     costs = WorkCosts.of(inst)
     assert costs.replan(0) < costs.replan(1) == costs.build
     partial = score(inst, build_grid(inst, allocate(inst, hot_path_work()))).objective
@@ -623,9 +623,29 @@ def test_a_promotion_expected_to_gain_much_goes_before_the_other_job_orders(
     assert "job-02" in allocation.batch
     early = fast.objective(inst, allocation)
     monkeypatch.setattr(fast, "EARLY_GAIN", float("inf"))
+    monkeypatch.setattr(fast, "EARLY_GAIN_AFFORDED", float("inf"))
     late = allocate(inst, Budget.of_work(budget_ms))
     assert "job-02" not in late.batch
     assert early > 2 * fast.objective(inst, late)
+
+
+def test_where_the_budget_affords_it_beside_the_first_pass_a_smaller_expected_gain_goes_early_too(
+    monkeypatch: Any,
+) -> None:
+    # The generator written apart's long-blockers seed 9 (a tuning seed), at the hot path's 2 ms
+    # of work: the promotion ranked first is expected to gain less than a fifth of the first
+    # pass, so it waited for the searches, which reached it too late; the budget affords it
+    # beside the other job orders and the mirror image's first pass, and taken early the plan
+    # is 9.6% better (the tuning set's worst case at 2 ms before).
+    from benchmarks.adversarial import scenario
+    from scheduler import fast
+
+    inst = parse_scenario(scenario("long-blockers", 9))
+    allocation = allocate(inst, hot_path_work())
+    assert check_plan(inst, build_grid(inst, allocation)) == []
+    early = fast.objective(inst, allocation)
+    monkeypatch.setattr(fast, "EARLY_GAIN_AFFORDED", fast.EARLY_GAIN)
+    assert early > 1.05 * fast.objective(inst, allocate(inst, hot_path_work()))
 
 
 @pytest.mark.parametrize(("family", "seed"), [("rt-swing", 17), ("late-releases", 14), ("mixed", 3)])
