@@ -405,7 +405,8 @@ def hot_path_plan(
 def finish(
     store: Store, job_id: str, at: datetime, outcome: Outcome, *, started_at: datetime | None = None
 ) -> Job:
-    """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs free at the next cycle.
+    """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs are free for the rest of
+    the hour (an amendment may add them, :func:`gpuplan.app.amend.occupied`).
 
     ``started_at``: when it really started (Slurm's start), for its history row; by default
     its recorded start (the hour it was committed in, or its submission if that came later).
