@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,11 +29,13 @@ from contract.records import (
 from contract.scenario import BatchJob, DownWindow, Instance, JobKind, RealtimeJob
 from gpuplan.app.amend import amend, check_amendment, propose
 from gpuplan.app.bridge import STEP, hour_allocation
+from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from scheduler.check import check_plan
 from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan
 from storage.factory import open_store
+from storage.store import Store
 from tests.service_fixtures import commit_by_hand, run_cli
 from tests.strategies import instance_of, scenarios
 
@@ -376,7 +380,6 @@ def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> 
 
 def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_path: Path) -> None:
     from gpuplan.app.amend import amend_cycle
-    from gpuplan.app.config import ServiceConfig
     from gpuplan.app.executors import JsonLinesExecutor
     from gpuplan.app.jobs import submit
 
@@ -417,10 +420,12 @@ def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_pa
     } in lines
 
 
-def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cycle(tmp_path: Path) -> None:
+@contextmanager
+def _full_hour(tmp_path: Path) -> Iterator[tuple[Store, ServiceConfig, dict[str, tuple[int, ...]]]]:
+    """8 GPUs, H0 committed with "long" (8 hours) and "short" (3) on a block of 4 each: the store,
+    its config and the blocks."""
     from gpuplan.app.amend import amend_cycle
-    from gpuplan.app.config import ServiceConfig
-    from gpuplan.app.jobs import finish, submit
+    from gpuplan.app.jobs import submit
 
     store = open_store(f"sqlite:///{tmp_path}/freed.db")
     config = ServiceConfig(cluster=Cluster(gpus=8), apps=(), models_dir=tmp_path / "models")
@@ -434,10 +439,27 @@ def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cy
         assert first.committed and committed is not None
         blocks = {a.job: a.gpus for a in committed.assignments}
         assert set(blocks) == {"long", "short"}  # the cluster is full
+        yield store, config, blocks
+    finally:
+        store.close()
+
+
+def _submit_next(store: Store, config: ServiceConfig, at: datetime) -> None:
+    from gpuplan.app.jobs import submit
+
+    spec = {"id": "next", "kind": "batch_inference", "priority": 90, "gpus": 4, "hours": 2}
+    submit(store, spec, at, config, replan=False)
+
+
+def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cycle(tmp_path: Path) -> None:
+    from gpuplan.app.amend import amend_cycle
+    from gpuplan.app.jobs import finish
+
+    with _full_hour(tmp_path) as (store, config, blocks):
+        committed = store.commit(H0)
         # "short" ends at :05, well before its estimate; new work arrives at :10.
         finish(store, "short", H0 + timedelta(minutes=5), Outcome.OK)
-        spec = {"id": "next", "kind": "batch_inference", "priority": 90, "gpus": 4, "hours": 2}
-        submit(store, spec, H0 + timedelta(minutes=10), config, replan=False)
+        _submit_next(store, config, H0 + timedelta(minutes=10))
         at = H0 + timedelta(minutes=30)
         _, amendment = amend_cycle(store, at, config)
         # The :30 cycle starts it on the block "short" freed; "long" keeps its own.
@@ -452,25 +474,14 @@ def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cy
         # A block still held by a running job is never taken.
         with pytest.raises(InputError, match=f"GPU {blocks['long'][0]} is committed in this hour"):
             amend(store, at, [Assignment("late", blocks["long"])])
-    finally:
-        store.close()
 
 
 def test_a_completion_within_the_hour_starts_the_next_hours_work_at_once(tmp_path: Path) -> None:
-    from gpuplan.app.amend import amend_cycle, answer_freed
-    from gpuplan.app.config import ServiceConfig
-    from gpuplan.app.jobs import finish, submit
+    from gpuplan.app.amend import answer_freed
+    from gpuplan.app.jobs import finish
 
-    store = open_store(f"sqlite:///{tmp_path}/completion.db")
-    config = ServiceConfig(cluster=Cluster(gpus=8), apps=(), models_dir=tmp_path / "models")
-    try:
-        store.save_cluster(config.cluster)
-        for job_id, hours in (("long", 8), ("short", 3)):
-            spec = {"id": job_id, "kind": "batch_inference", "priority": 50, "gpus": 4, "hours": hours}
-            submit(store, spec, H0 - timedelta(minutes=10), config, replan=False)
-        amend_cycle(store, H0, config)
-        spec = {"id": "next", "kind": "batch_inference", "priority": 90, "gpus": 4, "hours": 2}
-        submit(store, spec, H0 + timedelta(minutes=2), config, replan=False)
+    with _full_hour(tmp_path) as (store, config, blocks):
+        _submit_next(store, config, H0 + timedelta(minutes=2))
         at = H0 + timedelta(minutes=5)
         # A job that held nothing in the hour frees nothing: no re-plan.
         runs = len(store.runs())
@@ -478,9 +489,6 @@ def test_a_completion_within_the_hour_starts_the_next_hours_work_at_once(tmp_pat
         finish(store, "short", at, Outcome.OK)
         amendment = answer_freed(store, at, config, ["short"])
         assert amendment is not None and amendment.made_at == at
-        short = next(a.gpus for a in store.commit(H0).assignments if a.job == "short")  # type: ignore[union-attr]
-        assert list(amendment.assignments) == [Assignment("next", short)]
+        assert list(amendment.assignments) == [Assignment("next", blocks["short"])]
         job = store.job("next")
         assert job is not None and job.state is JobState.RUNNING and job.started_at == at
-    finally:
-        store.close()
