@@ -175,9 +175,10 @@ def _one(args: argparse.Namespace) -> None:
 
 def _missed(setup: Any, run: Any, planned: dict[Any, Any], apps: dict[str, Any]) -> list[dict[str, Any]]:
     from gpuplan.app.bridge import STEP
+    from gpuplan.app.simulate.measures import actual_ends
 
     demand = setup.demand()
-    actual = {job.id: job.actual_hours for job in setup.jobs}
+    ends = actual_ends(setup, run)
     commits = {c.hour: c for c in run.commits}
     amendments: dict[datetime, list[Any]] = {}
     for m in run.amendments:
@@ -199,12 +200,7 @@ def _missed(setup: Any, run: Any, planned: dict[Any, Any], apps: dict[str, Any])
             added_gpus = {g for m in amendments.get(hour, []) for a in m.assignments for g in a.gpus}
             # GPUs whose batch job ended by :30 are free then, unless an amendment took them
             half = hour + timedelta(minutes=30)
-            ended = {
-                g
-                for job, gpus in held.items()
-                if job in run.started and run.started[job] + timedelta(hours=actual[job]) <= half
-                for g in gpus
-            }
+            ended = {g for job, gpus in held.items() if job in ends and ends[job] <= half for g in gpus}
             after = (taken - ended) | added_gpus
             batch = []
             for job, gpus in held.items():

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from contract.records import Amendment, App, Assignment, JobState, ObservedTraffic
-from gpuplan.app.bridge import STEP, floor_hour, gpus_for
+from gpuplan.app.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
 from gpuplan.app.outbox import deliver_pending
 
 if TYPE_CHECKING:
@@ -112,7 +112,6 @@ def amend(
     Refused (:class:`InputError`, nothing stored) when the hour is not committed, a later
     hour is, or an addition is illegal (:func:`check_amendment`). No additions: None.
     """
-    from gpuplan.app.bridge import hour_allocation, merged_assignments
     from gpuplan.app.tick import down_gpus, require_cluster
 
     hour = floor_hour(now)
@@ -126,8 +125,7 @@ def amend(
         raise InputError("hour", f"the latest committed hour {latest.hour.isoformat()}", hour.isoformat())
     cluster = require_cluster(store)
     held = occupied(store, hour)
-    previous = hour_allocation(store, hour - STEP)
-    before = None if previous is None else merged_assignments(previous, ())
+    before = allocated(store, hour - STEP)
     queued = {job.id: job.estimate.gpus for job in store.jobs([JobState.QUEUED]) if job.estimate is not None}
     problems = check_amendment(
         additions,
@@ -158,10 +156,15 @@ def amend(
 def occupied(store: Store, hour: datetime) -> dict[str, tuple[int, ...]]:
     """What holds the GPUs of ``hour`` now: its commit and amendments, less the batch jobs that
     have ended since (their GPUs are free for the rest of the hour); empty if not committed."""
-    from gpuplan.app.bridge import hour_allocation, merged_assignments
 
-    held = merged_assignments(hour_allocation(store, hour), ())
+    held = allocated(store, hour) or {}
     return {job: gpus for job, gpus in held.items() if not _ended(store, job)}
+
+
+def allocated(store: Store, hour: datetime) -> dict[str, tuple[int, ...]] | None:
+    """The hour's commit with its amendments' additions, job -> GPUs (None: not committed)."""
+    allocation = hour_allocation(store, hour)
+    return None if allocation is None else merged_assignments(allocation, ())
 
 
 def _ended(store: Store, job_id: str) -> bool:
@@ -261,11 +264,9 @@ def answer_freed(
 
     Run under the plan lock, as every cycle is.
     """
-    from gpuplan.app.bridge import hour_allocation, merged_assignments
 
     hour = floor_hour(now)
-    held = merged_assignments(hour_allocation(store, hour), ())
-    if not set(ended) & held.keys():
+    if not set(ended) & (allocated(store, hour) or {}).keys():
         return None
     _, amendment = amend_cycle(
         store, now, config, executor, forecasters=forecasters, observed=store.observed_traffic(hour)
@@ -293,7 +294,6 @@ def amend_hour(
     to this hour what :func:`propose` finds: GPUs for apps whose ``observed`` traffic
     outruns their committed GPUs, and the plan's next-hour starts whose blocks are idle now.
     """
-    from gpuplan.app.bridge import hour_allocation, merged_assignments
     from gpuplan.app.tick import down_gpus, require_cluster
 
     hour = floor_hour(now)
@@ -303,7 +303,6 @@ def amend_hour(
     assert run is not None  # just stored
     cluster = require_cluster(store)
     apps = store.apps()
-    previous = hour_allocation(store, hour - STEP)
     rates = hourly_rates(observed, now)
     need = {app.id: gpus_for(app, rates[app.id]) for app in apps if app.id in rates}
     next_hour: dict[str, list[int]] = {}
@@ -316,7 +315,7 @@ def amend_hour(
         gpus=cluster.gpus,
         down=down_gpus(cluster, hour),
         held=occupied(store, hour),
-        before=None if previous is None else merged_assignments(previous, ()),
+        before=allocated(store, hour - STEP),
         apps=apps,
         need=need,
         next_hour={job: tuple(gpus) for job, gpus in next_hour.items()},

@@ -333,8 +333,7 @@ def committed_grid(setup: Setup, run: PolicyRun) -> list[list[str | None]]:
     its cells in that hour, its last (its block's hours end at the hour before).
     """
     grid: list[list[str | None]] = [[None] * setup.hours for _ in range(setup.cluster.gpus)]
-    actual = {job.id: timedelta(hours=job.actual_hours) for job in setup.jobs}
-    ends = {job: at + actual[job] for job, at in run.started.items() if job in actual}
+    ends = actual_ends(setup, run)
     hours: list[tuple[datetime, datetime | None, tuple[Assignment, ...]]] = [
         (c.hour, None, c.assignments) for c in run.commits
     ]
@@ -357,6 +356,12 @@ def committed_grid(setup: Setup, run: PolicyRun) -> list[list[str | None]]:
                     )
                 grid[gpu][h] = assignment.job
     return grid
+
+
+def actual_ends(setup: Setup, run: PolicyRun) -> dict[str, datetime]:
+    """When each started batch job really ended (or will): its start plus its actual hours."""
+    actual = {job.id: timedelta(hours=job.actual_hours) for job in setup.jobs}
+    return {job: at + actual[job] for job, at in run.started.items() if job in actual}
 
 
 def busiest_day_grid(setup: Setup, run: PolicyRun, day: int) -> Grid:
