@@ -94,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="P",
         help="weight of the start promised at submit, per GPU-hour late times priority "
-        "(default 0.7; 0: promises weigh nothing)",
+        "(default 0.1; 0: promises weigh nothing)",
     )
     parser.add_argument(
         "--promise-slack",
@@ -108,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="H",
-        help="what breaking a promise costs at once, in hours late (default 4)",
+        help="what breaking a promise costs at once, in hours late (default 28)",
     )
     parser.add_argument(
         "--promise-lookback",

@@ -368,9 +368,9 @@ def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> 
     base = {"cluster": {"gpus": 4}, "apps": [{"id": "chat", "requests_per_gpu_hour": 100}]}
     path = tmp_path / "gpuplan.yaml"
     path.write_text(yaml.safe_dump(base))
-    assert load_config(path).promises == PromiseTerms(penalty=0.7, slack_hours=1, break_hours=4.0)
+    assert load_config(path).promises == PromiseTerms(penalty=0.1, slack_hours=1, break_hours=28.0)
     path.write_text(yaml.safe_dump({**base, "promise_slack_hours": 2, "promise_break_hours": 6}))
-    assert load_config(path).promises == PromiseTerms(penalty=0.7, slack_hours=2, break_hours=6.0)
+    assert load_config(path).promises == PromiseTerms(penalty=0.1, slack_hours=2, break_hours=6.0)
     path.write_text(yaml.safe_dump({**base, "promise_break_hours": 200}))
     with pytest.raises(
         InputError, match=re.escape("`promise_break_hours` must be a number in [0, 168]; got 200.")

@@ -50,14 +50,15 @@ class AppTraffic:
     peak_gpus: int | None = None  # when the app gives no requests_per_gpu_hour
 
 
-#: The default weight of a promise: an hour late costs 0.7 of an hour of the job's own output
-#: (docs/closed-loop.md, "The penalty's weight over twenty workloads").
-PROMISE_PENALTY = 0.7
+#: The default weight of a promise: an hour late costs 0.1 of an hour of the job's own output
+#: (docs/closed-loop.md, "The break and the hours beyond it").
+PROMISE_PENALTY = 0.1
 #: A start no later than this after its promise keeps it: how promises are judged
 #: (issue 21), and the delay the plans weigh as free.
 PROMISE_SLACK_HOURS = 1
-#: Breaking a promise (a start past its slack) costs at once what this many hours late do.
-PROMISE_BREAK_HOURS = 4.0
+#: Breaking a promise (a start past its slack) costs at once what this many hours late do:
+#: 2.8 hours of the job's output at the default weight.
+PROMISE_BREAK_HOURS = 28.0
 PROMISE_SLACK_RANGE = (0, 24)
 PROMISE_BREAK_RANGE = (0.0, 168.0)
 #: The promise counts the higher-priority work that arrived in this many hours before the
