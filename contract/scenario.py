@@ -183,10 +183,11 @@ class Instance:
     def promise_cost(self, job: BatchJob, start_step: int | None) -> float:
         """What starting ``job`` at ``start_step`` (None: not in the horizon) costs its promise.
 
-        ``promise_penalty x priority x gpus`` per step of delay past the promised step and its
+        ``promise_penalty x priority`` per step of delay past the promised step and its
         slack, plus ``promise_break_steps`` such steps once the delay is past the slack (the
         promise is broken); a job left out of the horizon is charged as if it started at the
-        horizon's end.
+        horizon's end. Per job, not per GPU: promises are judged per job, and a wide job's
+        promise is no more kept for holding more GPUs.
         """
         if job.promise_step is None or not self.promise_penalty:
             return 0.0
@@ -194,7 +195,7 @@ class Instance:
         late = begin - job.promise_step - self.promise_slack_steps
         if late <= 0:
             return 0.0
-        return self.promise_penalty * job.priority * job.gpus * (late + self.promise_break_steps)
+        return self.promise_penalty * job.priority * (late + self.promise_break_steps)
 
     @cached_property
     def weights(self) -> tuple[float, ...]:

@@ -93,8 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="P",
-        help="weight of the start promised at submit, per GPU-hour late times priority "
-        "(default 0.1; 0: promises weigh nothing)",
+        help="weight of the start promised at submit, per hour late times the job's priority "
+        "(default 0.2; 0: promises weigh nothing)",
     )
     parser.add_argument(
         "--promise-slack",

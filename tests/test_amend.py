@@ -309,7 +309,8 @@ def test_a_promised_job_is_weighed_against_later_higher_priority_work() -> None:
 
 def test_a_delay_within_the_slack_is_free_and_a_broken_promise_costs_its_break() -> None:
     """The promise weighed as it is judged: a start within the slack keeps it at no cost,
-    one past it costs the break at once and a step of the penalty for each step beyond."""
+    one past it costs the break at once and a step of the penalty for each step beyond, per
+    job (times its priority), whatever its width."""
     promised = BatchJob("promised", JobKind.TRAINING, priority=10.0, gpus=4, duration_steps=2, promise_step=0)
     short = BatchJob("urgent", JobKind.TRAINING, priority=12.0, gpus=4, duration_steps=1)
     shaped = Instance(
@@ -317,16 +318,17 @@ def test_a_delay_within_the_slack_is_free_and_a_broken_promise_costs_its_break()
         gpus=4,
         horizon_steps=6,
         batch_jobs=(promised, short),
-        promise_penalty=1.0,
+        promise_penalty=4.0,
         promise_slack_steps=1,
         promise_break_steps=4.0,
     )
     assert shaped.promise_cost(promised, 0) == shaped.promise_cost(promised, 1) == 0
-    assert shaped.promise_cost(promised, 2) == 10 * 4 * (1 + 4)
-    assert shaped.promise_cost(promised, 4) == 10 * 4 * (3 + 4)
-    assert shaped.promise_cost(promised, None) == 10 * 4 * (6 - 1 + 4)  # left out: as at the end
+    assert shaped.promise_cost(promised, 2) == 4 * 10 * (1 + 4)
+    assert shaped.promise_cost(promised, 4) == 4 * 10 * (3 + 4)
+    assert shaped.promise_cost(promised, None) == 4 * 10 * (6 - 1 + 4)  # left out: as at the end
+    assert shaped.promise_cost(replace(promised, gpus=1), 2) == shaped.promise_cost(promised, 2)
     linear = replace(shaped, promise_slack_steps=0, promise_break_steps=0.0)
-    assert linear.promise_cost(promised, 1) == 10 * 4
+    assert linear.promise_cost(promised, 1) == 4 * 10
     # Two steps of a job worth much more: late by one step past the slack.
     long = replace(short, priority=70.0, duration_steps=2)
     options = SolveOptions(budget_ms=5.0, wall_clock=False)
@@ -368,9 +370,9 @@ def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> 
     base = {"cluster": {"gpus": 4}, "apps": [{"id": "chat", "requests_per_gpu_hour": 100}]}
     path = tmp_path / "gpuplan.yaml"
     path.write_text(yaml.safe_dump(base))
-    assert load_config(path).promises == PromiseTerms(penalty=0.1, slack_hours=1, break_hours=28.0)
+    assert load_config(path).promises == PromiseTerms(penalty=0.2, slack_hours=1, break_hours=28.0)
     path.write_text(yaml.safe_dump({**base, "promise_slack_hours": 2, "promise_break_hours": 6}))
-    assert load_config(path).promises == PromiseTerms(penalty=0.1, slack_hours=2, break_hours=6.0)
+    assert load_config(path).promises == PromiseTerms(penalty=0.2, slack_hours=2, break_hours=6.0)
     path.write_text(yaml.safe_dump({**base, "promise_break_hours": 200}))
     with pytest.raises(
         InputError, match=re.escape("`promise_break_hours` must be a number in [0, 168]; got 200.")

@@ -50,14 +50,15 @@ class AppTraffic:
     peak_gpus: int | None = None  # when the app gives no requests_per_gpu_hour
 
 
-#: The default weight of a promise: an hour late costs 0.1 of an hour of the job's own output
-#: (docs/closed-loop.md, "The break and the hours beyond it").
-PROMISE_PENALTY = 0.1
+#: The default weight of a promise, per job: an hour late costs 0.2 x the job's priority, what
+#: 0.2 of a GPU-hour of its output is worth (docs/closed-loop.md, "The break, the hours
+#: beyond it, and a promise per job").
+PROMISE_PENALTY = 0.2
 #: A start no later than this after its promise keeps it: how promises are judged
 #: (issue 21), and the delay the plans weigh as free.
 PROMISE_SLACK_HOURS = 1
 #: Breaking a promise (a start past its slack) costs at once what this many hours late do:
-#: 2.8 hours of the job's output at the default weight.
+#: 5.6 GPU-hours of the job's output at the default weight.
 PROMISE_BREAK_HOURS = 28.0
 PROMISE_SLACK_RANGE = (0, 24)
 PROMISE_BREAK_RANGE = (0.0, 168.0)
@@ -72,8 +73,8 @@ class PromiseTerms:
     """How plans weigh the starts promised at submit (docs/closed-loop.md, "Promises").
 
     A promised job that starts ``d`` hours after its promise costs nothing while ``d <=
-    slack_hours`` and ``penalty x priority x gpus x (d - slack_hours + break_hours)`` after:
-    the cost jumps where the promise breaks, and grows with each hour beyond.
+    slack_hours`` and ``penalty x priority x (d - slack_hours + break_hours)`` after, per job whatever its
+    width: the cost jumps where the promise breaks, and grows with each hour beyond.
 
     The promise itself is the plan's start moved by the higher-priority work that arrived
     in the ``lookback_hours`` before the submit (:mod:`gpuplan.app.promises`; 0: the plan's
