@@ -73,8 +73,9 @@ class PromiseTerms:
     """How plans weigh the starts promised at submit (docs/closed-loop.md, "Promises").
 
     A promised job that starts ``d`` hours after its promise costs nothing while ``d <=
-    slack_hours`` and ``penalty x priority x (d - slack_hours + break_hours)`` after, per job whatever its
-    width: the cost jumps where the promise breaks, and grows with each hour beyond.
+    slack_hours`` and ``penalty x priority x (d - slack_hours + break_hours)`` after, per
+    job whatever its width: the cost jumps where the promise breaks, and grows with each
+    hour beyond.
 
     The promise itself is the plan's start moved by the higher-priority work that arrived
     in the ``lookback_hours`` before the submit (:mod:`gpuplan.app.promises`; 0: the plan's
