@@ -156,7 +156,6 @@ def amend(
 def occupied(store: Store, hour: datetime) -> dict[str, tuple[int, ...]]:
     """What holds the GPUs of ``hour`` now: its commit and amendments, less the batch jobs that
     have ended since (their GPUs are free for the rest of the hour); empty if not committed."""
-
     held = allocated(store, hour) or {}
     return {job: gpus for job, gpus in held.items() if not _ended(store, job)}
 
@@ -264,7 +263,6 @@ def answer_freed(
 
     Run under the plan lock, as every cycle is.
     """
-
     hour = floor_hour(now)
     if not set(ended) & (allocated(store, hour) or {}).keys():
         return None
