@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gpuplan.app.config import ServiceConfig, demo_config
+from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
@@ -19,6 +19,7 @@ from gpuplan.app.tokens import create_token, parse_scopes
 from gpuplan.http.context import ApiContext
 from storage.factory import open_store
 from storage.store import Store
+from tests.service_fixtures import quick_config
 
 T0 = datetime(2026, 11, 30, 10, 5, tzinfo=UTC)
 
@@ -66,7 +67,7 @@ def served(
     config: ServiceConfig | None = None,
     clock: Callable[[], datetime] | None = None,
 ) -> Iterator[Served]:
-    config = config or demo_config(models_dir=models)
+    config = config or quick_config(models)
     store = open_store(db)
     try:
         ensure_service(store, config, now)

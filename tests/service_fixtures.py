@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import pytest
 
 from contract.records import Assignment, Commit, RunMode
 from gpuplan.app.bridge import run_record
+from gpuplan.app.config import ServiceConfig, demo_config
 from gpuplan.app.retrain import retrain
 from gpuplan.cli import main
 from storage.store import Store
@@ -31,6 +32,13 @@ def run_cli(*argv: object) -> Result:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main([str(arg) for arg in argv])
     return Result(code, out.getvalue(), err.getvalue())
+
+
+def quick_config(models: Path) -> ServiceConfig:
+    """The demo service on a work-only budget, a fifth of the daemon's (still the CP-SAT window
+    search's floor): these tests compare plans made on one budget, the same on a loaded machine,
+    and never judge a plan's quality."""
+    return replace(demo_config(models_dir=models), plan_budget_ms=200.0, plan_wall_clock=False)
 
 
 @pytest.fixture(autouse=True)

@@ -27,14 +27,13 @@ from contract.scenario_io import parse_scenario
 from gpuplan.app import batcher, promises
 from gpuplan.app.bridge import EntryTexts, encoded_scenario, inputs_hash
 from gpuplan.app.changes import FreshMarks
-from gpuplan.app.config import demo_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
 from gpuplan.app.status import QueueRows, Status, status
 from gpuplan.app.tokens import NotSignedInError, authenticate, create_token, sha256_hex
 from scheduler.check import check_plan
 from storage.store import Store
 from tests.http_fixtures import T0, Served, served
-from tests.service_fixtures import _in_tmp_path, models_dir
+from tests.service_fixtures import _in_tmp_path, models_dir, quick_config
 
 __all__ = ["_in_tmp_path", "models_dir"]
 
@@ -55,7 +54,7 @@ def _spec(n: int, **extra: Any) -> dict[str, Any]:
 def _service(
     tmp_path: Path, models: Path, name: str = "gpuplan", clock: Callable[[], datetime] | None = None
 ) -> Iterator[Served]:
-    config = replace(demo_config(models_dir=models), plan_wall_clock=False)
+    config = quick_config(models)
     with served(f"sqlite:///{tmp_path / f'{name}.db'}", models, config=config, clock=clock) as service:
         yield service
 
@@ -456,7 +455,7 @@ def test_a_job_another_process_stores_while_a_batch_is_stored_is_in_the_next_pla
 
 def test_a_plan_older_than_a_cycle_period_is_not_warmed(tmp_path: Path, models_dir: Path) -> None:
     now = [T0]
-    config = replace(demo_config(models_dir=models_dir), plan_wall_clock=False)
+    config = quick_config(models_dir)
     with served(f"sqlite:///{tmp_path / 'g.db'}", models_dir, config=config, clock=lambda: now[0]) as service:
         ctx, token = service.context, _token(service)
         ctx.submit(token, _spec(0), source="test")  # into the plan made ahead of it

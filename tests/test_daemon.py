@@ -28,7 +28,7 @@ from gpuplan.app.service import make_service
 from scheduler.check import check_plan
 from storage.factory import open_store
 from tests.pg import PgServer, free_port
-from tests.service_fixtures import _in_tmp_path, models_dir
+from tests.service_fixtures import _in_tmp_path, models_dir, quick_config
 
 __all__ = ["_in_tmp_path", "models_dir"]
 
@@ -205,7 +205,7 @@ def test_a_lost_database_fails_one_cycle_and_the_next_succeeds(
     store = open_store(pg_server.database_url(database))
     clock = iter([T0, T0 + timedelta(hours=1), T0 + timedelta(hours=2)])
     try:
-        config = demo_config(models_dir)
+        config = quick_config(models_dir)
         ensure_service(store, config, T0)
         service = make_service(store, replace(config, executor="memory"))
         service.clock = lambda: next(clock)

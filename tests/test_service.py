@@ -27,7 +27,7 @@ from gpuplan.app.seed import demo_durations, ensure_service
 from gpuplan.app.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
 from scheduler.check import check_plan
 from storage.factory import open_store
-from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
+from tests.service_fixtures import _in_tmp_path, models_dir, quick_config, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]
 
@@ -253,7 +253,7 @@ def test_status_json_has_the_documented_shape(tmp_path: Path, models_dir: Path) 
 def test_the_json_lines_executor_appends_one_line_per_job(tmp_path: Path, models_dir: Path) -> None:
     store = open_store(_db(tmp_path))
     try:
-        config = demo_config(models_dir)
+        config = quick_config(models_dir)
         ensure_service(store, config, T0)
         executor = JsonLinesExecutor(tmp_path / "commits.jsonl")
         report = plan_cycle(store, T0, config, executor)
@@ -383,7 +383,7 @@ def test_in_memory_executor_gets_each_committed_hour_once(tmp_path: Path, models
     store = open_store(_db(tmp_path))
     executor = InMemoryExecutor()
     try:
-        config = demo_config(models_dir)
+        config = quick_config(models_dir)
         ensure_service(store, config, T0)
         for minutes in (0, 30, 60, 90, 120):
             plan_cycle(store, T0 + timedelta(minutes=minutes), config, executor)
