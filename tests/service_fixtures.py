@@ -16,6 +16,7 @@ from gpuplan.app.bridge import run_record
 from gpuplan.app.config import ServiceConfig, demo_config
 from gpuplan.app.retrain import retrain
 from gpuplan.cli import main
+from scheduler.lns import MIN_BUDGET_MS
 from storage.store import Store
 from training_data.history import generate_history, validate_history
 
@@ -35,10 +36,10 @@ def run_cli(*argv: object) -> Result:
 
 
 def quick_config(models: Path) -> ServiceConfig:
-    """The demo service on a work-only budget, a fifth of the daemon's (still the CP-SAT window
-    search's floor): these tests compare plans made on one budget, the same on a loaded machine,
-    and never judge a plan's quality."""
-    return replace(demo_config(models_dir=models), plan_budget_ms=200.0, plan_wall_clock=False)
+    """The demo service on the smallest work-only budget that still runs the CP-SAT window
+    search: these tests compare plans made on one budget, the same on a loaded machine, and
+    never judge a plan's quality."""
+    return replace(demo_config(models_dir=models), plan_budget_ms=MIN_BUDGET_MS, plan_wall_clock=False)
 
 
 @pytest.fixture(autouse=True)
