@@ -79,7 +79,7 @@ hour in progress, at the rate seen so far, as the latest) is above ``SURGE_RISK_
 (0.5), traffic has run high in its band for hours: the next ``SURGE_RISK_HOURS`` hours
 (counted from the first hour not yet seen) are at surge risk, and the forecast's
 ``reserve``, what an app's GPUs are planned for, is ``P90 + surge_reserve x (P90 - P50)``
-(``surge_reserve`` 0.5) there, and never less than the requests of the highest of those
+(``surge_reserve`` 0.25) there, and never less than the requests of the highest of those
 latest hours: where the profile's shape falls (into the night) while the traffic holds,
 the next hours are planned for the traffic just seen (persistence), not for the shape.
 Elsewhere it is the P90. The reserve is held only while the risk lasts, so the GPUs it
@@ -145,7 +145,9 @@ SURGE_DECAY = 0.8
 #: the next ``SURGE_RISK_HOURS`` hours are planned with the reserve, and its width.
 SURGE_RISK_POSITION = 0.5
 SURGE_RISK_HOURS = 3
-SURGE_RESERVE = 0.5
+#: 0.5 before: the wider reserve served no more and cost the batch work, promised work most
+#: (docs/closed-loop.md, *The reserve's width and the promises*).
+SURGE_RESERVE = 0.25
 #: Scale of a normal distribution's MAD, to read a MAD as a standard deviation.
 _MAD_TO_SIGMA = 1.4826
 
