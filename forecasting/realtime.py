@@ -146,8 +146,8 @@ SURGE_DECAY = 0.8
 SURGE_RISK_POSITION = 0.5
 SURGE_RISK_HOURS = 3
 #: 0.5 before: the wider reserve went mostly to idle GPUs that promised batch work waited for,
-#: and served about as much where FIFO reaches 98% (docs/closed-loop.md, *The reserve's width
-#: and the promises*).
+#: and served about as much where FIFO reaches 98% (docs/closed-loop-log.md, *The reserve's
+#: width and the promises*).
 SURGE_RESERVE = 0.25
 #: Scale of a normal distribution's MAD, to read a MAD as a standard deviation.
 _MAD_TO_SIGMA = 1.4826

@@ -51,7 +51,7 @@ class AppTraffic:
 
 
 #: The default weight of a promise, per job: an hour late costs 0.2 x the job's priority, what
-#: 0.2 of a GPU-hour of its output is worth (docs/closed-loop.md, "The break, the hours
+#: 0.2 of a GPU-hour of its output is worth (docs/closed-loop-log.md, "The break, the hours
 #: beyond it, and a promise per job").
 PROMISE_PENALTY = 0.2
 #: A start no later than this after its promise keeps it: how promises are judged
