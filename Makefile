@@ -30,8 +30,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# Two workers, one test file each at a time (a file's fixtures are built once): the suite is
+# CPU-bound, and every server a fixture starts takes free loopback ports and its own folder.
 unit: $(STAMP) postgres prometheus chromium slurm
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile
 
 # Installs the Debian packages $(1) without starting their system services: policy-rc.d
 # answers 101 ("not allowed") for the length of the install.
