@@ -9,7 +9,7 @@ imports under ``if TYPE_CHECKING:`` are annotations only and do not run, so they
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,11 +221,27 @@ def test_the_pure_floors_neither_print_nor_run_as_scripts() -> None:
     assert broken == []
 
 
-def _graph() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {module: set() for module in MODULES}
-    for imp in IMPORTS:
-        if imp.target in MODULES and imp.target != imp.source:
-            graph[imp.source].add(imp.target)
+def _parents(module: str) -> list[str]:
+    """The packages above a module, outermost first: ``a.b.c`` -> ``a``, ``a.b``."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _graph(imports: list[Import] | None = None, modules: Iterable[str] = MODULES) -> dict[str, set[str]]:
+    """Module -> the modules an import of it runs.
+
+    Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first, so the import is an
+    edge to each parent package too, except the importer's own packages (already running).
+    """
+    known = set(modules)
+    graph: dict[str, set[str]] = {module: set() for module in known}
+    for imp in IMPORTS if imports is None else imports:
+        if imp.target not in known:
+            continue
+        own = set(_parents(imp.source))
+        for target in (*_parents(imp.target), imp.target):
+            if target in known and target != imp.source and target not in own:
+                graph[imp.source].add(target)
     return graph
 
 
@@ -272,6 +288,20 @@ def test_the_circle_finder_finds_a_circle() -> None:
     # The check above can fail: a two-module circle closed by a local import is found.
     graph = {"a": {"b"}, "b": {"a"}, "c": {"a"}}
     assert _cycles(graph) == [["a", "b"]]
+
+
+def test_a_circle_through_a_package_init_is_a_circle() -> None:
+    # `q` imports the port `p.base`, which runs `p/__init__` first; that imports the adapter
+    # `p.adapter`, which imports `q`: a circle, though no module imports `p` by name.
+    imports = [Import("p", "p.adapter", 1, False), Import("p.adapter", "q", 1, False)]
+    imports.append(Import("q", "p.base", 1, True))
+    graph = _graph(imports, ["p", "p.base", "p.adapter", "q"])
+    assert _parents("a.b.c") == ["a", "a.b"]
+    assert _cycles(graph) == [["p", "p.adapter", "q"]]
+    # a module importing a sibling does not re-run its own package
+    assert _graph([Import("p.adapter", "p.base", 1, False)], ["p", "p.base", "p.adapter"])["p.adapter"] == {
+        "p.base"
+    }
 
 
 def test_the_walk_sees_local_imports_and_skips_type_checking_ones(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from contract.scenario_io import parse_scenario
 from gpuplan.app.bridge import column_commit
 from gpuplan.app.config import demo_config
 from gpuplan.app.demo import demo_world
-from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor, default_feed, make_executor
+from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor, default_feed
+from gpuplan.app.executors.registry import make_executor
 from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.seed import demo_durations, ensure_service

@@ -190,7 +190,7 @@ def test_an_unknown_partition_is_refused(slurm: SlurmServer, client: SlurmClient
 
 
 def test_executor_slurm_needs_the_slurm_section(tmp_path: Path) -> None:
-    from gpuplan.app.executors import make_executor
+    from gpuplan.app.executors.registry import make_executor
 
     config = tmp_path / "gpuplan.yaml"
     config.write_text("executor: slurm\ncluster:\n  gpus: 16\napps: []\n")

@@ -23,8 +23,9 @@ from gpuplan.app.amend import amend_cycle, answer_freed
 from gpuplan.app.bridge import floor_hour
 from gpuplan.app.changes import Changes
 from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import Executor, Reconciler, make_executor
+from gpuplan.app.executors import Executor, Reconciler
 from gpuplan.app.executors.printing import PrintingExecutor
+from gpuplan.app.executors.registry import make_executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.outbox import deliver_pending

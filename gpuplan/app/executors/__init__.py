@@ -1,64 +1,25 @@
-"""The executors, side by side, and the registry the config picks one from by name.
+"""The executors, side by side: where a commit goes.
 
 ``memory`` keeps the commits (tests, the simulation); ``jsonl`` appends them to the
 database's feed (the config's ``commits_file``, by default one beside the database: see
 :func:`default_feed`); ``slurm`` runs them on the config's Slurm partition (and reads the
-cluster back: a :class:`Reconciler`). A new executor is a module here and one entry in
-:data:`EXECUTORS`: a function of the config and the store that builds it.
+cluster back: a :class:`Reconciler`). The registry the config picks one from by name is
+:mod:`gpuplan.app.executors.registry`; this package's ``__init__`` imports no adapter with
+use cases behind it, so importing the port (:mod:`.base`) never runs the Slurm adapter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-from contract.errors import InputError
 from gpuplan.app.executors.base import Executor, Reconciler, amendment_lines, commit_lines
 from gpuplan.app.executors.jsonl import JsonLinesExecutor, default_feed
 from gpuplan.app.executors.memory import InMemoryExecutor
-from gpuplan.app.executors.slurm import SlurmExecutor
-
-if TYPE_CHECKING:
-    from gpuplan.app.config import ServiceConfig
-    from storage.store import Store
 
 __all__ = [
-    "EXECUTORS",
     "Executor",
     "InMemoryExecutor",
     "JsonLinesExecutor",
     "Reconciler",
-    "SlurmExecutor",
     "amendment_lines",
     "commit_lines",
     "default_feed",
-    "make_executor",
 ]
-
-
-def _jsonl(config: ServiceConfig, store: Store) -> Executor:
-    path = config.commits_file or default_feed(store)
-    if path is None:
-        raise InputError(
-            "commits_file", "a file for the jsonl executor (an in-memory database has no feed)", None
-        )
-    return JsonLinesExecutor(path)
-
-
-#: Executor name -> how to build it from the service config and its store.
-EXECUTORS: dict[str, Callable[[ServiceConfig, Store], Executor]] = {
-    "memory": lambda _config, _store: InMemoryExecutor(),
-    "jsonl": _jsonl,
-    "slurm": lambda config, _store: SlurmExecutor.from_config(config),
-}
-
-
-def make_executor(config: ServiceConfig, store: Store) -> Executor:
-    """The executor the config names; by default ``jsonl`` on the database's own feed
-    (``memory`` for an in-memory database with no ``commits_file``)."""
-    name = config.executor
-    if name is None:
-        name = "jsonl" if config.commits_file is not None or default_feed(store) is not None else "memory"
-    if name not in EXECUTORS:
-        raise InputError("executor", f"one of {sorted(EXECUTORS)}", name)
-    return EXECUTORS[name](config, store)
