@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.scenario import BatchJob, Instance, block_mask
+from contract.scenario import BatchJob, Instance, RealtimeJob, block_mask
 from scheduler.model import Allocation, Placement, batch_masks
 
 # Objective weights are multiplied by this before rounding up to integers.
@@ -105,6 +105,17 @@ class Variables:
         return len(self.place) + len(self.hold) + len(self.change) + len(self.served)
 
 
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """What a window leaves free and what it fixes, read from the instance and the current plan."""
+
+    free_jobs: list[BatchJob]  # queued jobs the model places
+    fixed_batch: dict[str, Placement]  # queued jobs that stay where the current plan has them
+    blocked: list[int]  # per step: cells no variable may take (down, running, fixed batch)
+    moving: list[RealtimeJob]  # services whose holdings on the window's GPUs are variables
+    occupied: list[int]  # per step: ``blocked`` and the real-time cells that stay
+
+
 def build_model(
     model: Any,
     instance: Instance,
@@ -122,16 +133,24 @@ def build_model(
     Raises :class:`BuildTimeoutError` as soon as ``deadline`` (a ``time.perf_counter()``
     value) passes, so that a caller with a time limit never waits for a model it cannot solve.
     """
-
     on_time = _deadline_check(deadline)
-    horizon, weights = instance.horizon_steps, instance.weights
-    w0, w1, g0, g1 = window.start_step, window.end_step, window.first_gpu, window.end_gpu
-    # Real-time holdings on the window's GPUs are re-planned over the whole horizon: a
-    # service can then leave a block for good, and batch runs reaching past the window's
-    # steps find their cells freed.
-    r0, r1 = 0, horizon
+    frame = _frame(instance, window, current, pull)
+    v = Variables(
+        window=window,
+        current=current,
+        moving_realtime=frozenset(rt.id for rt in frame.moving),
+        free_jobs=frozenset(job.id for job in frame.free_jobs),
+    )
+    _add_variables(model, v, instance, frame, pull=pull, on_time=on_time)
+    _one_job_per_cell(model, v, on_time)  # constraint 1
+    _one_run_per_job(model, v)  # constraints 2, 3, 5
+    _swap_cap(model, v, instance, frame, on_time)  # constraint 4
+    constant = _objective(model, v, instance, frame, on_time)
+    return v, constant
+
+
+def _frame(instance: Instance, window: Window, current: Allocation, pull: Collection[str]) -> _Frame:
     in_range = window.gpu_mask
-    jobs = instance.jobs_by_id
     free_jobs = [
         job for job in instance.queued_jobs if job.id in pull or window.frees(current.batch.get(job.id))
     ]
@@ -151,42 +170,58 @@ def build_model(
         )
     ]
     moving_ids = {rt.id for rt in moving}
-    fixed_rt = [0] * horizon  # real-time cells that stay as they are
+    # Real-time holdings on the window's GPUs are re-planned over the whole horizon: a
+    # service can then leave a block for good, and batch runs reaching past the window's
+    # steps find their cells freed.
+    fixed_rt = [0] * instance.horizon_steps  # real-time cells that stay as they are
     for rt_id, held in current.realtime.items():
         for t, mask in enumerate(held):
-            fixed_rt[t] |= mask & ~in_range if rt_id in moving_ids and r0 <= t < r1 else mask
+            fixed_rt[t] |= mask & ~in_range if rt_id in moving_ids else mask
     occupied = [b | f for b, f in zip(blocked, fixed_rt, strict=True)]
-    v = Variables(
-        window=window, current=current, moving_realtime=frozenset(moving_ids), free_jobs=frozenset(free_ids)
-    )
+    return _Frame(free_jobs, fixed_batch, blocked, moving, occupied)
 
-    # --- variables ---------------------------------------------------------------------------
-    for job in free_jobs:
+
+def _add_variables(
+    model: Any,
+    v: Variables,
+    instance: Instance,
+    frame: _Frame,
+    *,
+    pull: Collection[str],
+    on_time: Callable[[], None],
+) -> None:
+    """``place`` for each free job's aligned blocks and starts free of everything fixed;
+    ``hold`` and ``served`` for each moving service over the whole horizon."""
+    horizon, window = instance.horizon_steps, v.window
+    w0, w1, g0, g1 = window.start_step, window.end_step, window.first_gpu, window.end_gpu
+    for job in frame.free_jobs:
         on_time()
         for start in range(max(job.release_step, w0), w1):
             end = job.end_step(start, horizon)
             taken = 0
             for t in range(start, end):
-                taken |= occupied[t]
+                taken |= frame.occupied[t]
             # aligned blocks inside the window's GPUs
             for first_gpu in range(-(-g0 // job.gpus) * job.gpus, g1 - job.gpus + 1, job.gpus):
                 if not taken & block_mask(first_gpu, job.gpus):
                     _add_option(model, v, job, (first_gpu, start), end)
-        placed = current.batch.get(job.id)
+        placed = v.current.batch.get(job.id)
         if job.id in pull and placed is not None:
             # A pulled job may also stay where it is (its own cells, free of everything fixed).
             start = placed.start_step
             _add_option(model, v, job, (placed.first_gpu, start), job.end_step(start, horizon))
-    for rt in moving:
+    for rt in frame.moving:
         on_time()
-        for t in range(r0, r1):
+        for t in range(horizon):
             for g in range(g0, g1):
-                if not blocked[t] >> g & 1:
+                if not frame.blocked[t] >> g & 1:
                     v.hold[rt.id, g, t] = model.new_bool_var(f"hold(rt={rt.id}, gpu={g}, step={t})")
             v.served[rt.id, t] = model.new_int_var(0, rt.demand[t], f"served(rt={rt.id}, step={t})")
 
-    # --- constraint 1: one job per GPU per step, none on a down GPU ----------------------------
-    # (down cells, running jobs' cells and fixed cells have no variables at all)
+
+def _one_job_per_cell(model: Any, v: Variables, on_time: Callable[[], None]) -> None:
+    """Constraint 1: one job per GPU per step, none on a down GPU (down cells, running jobs'
+    cells and fixed cells have no variables at all)."""
     covering: dict[tuple[int, int], list[Any]] = {}
     for key, option in v.options.items():
         on_time()
@@ -201,31 +236,39 @@ def build_model(
             on_time()
             model.add_at_most_one(cell_vars)
 
-    # --- constraints 2, 3, 5: a batch job runs at most once, on one aligned block, without a
-    # break from its start (one place() variable stands for the whole run) ----------------------
+
+def _one_run_per_job(model: Any, v: Variables) -> None:
+    """Constraints 2, 3, 5: a batch job runs at most once, on one aligned block, without a
+    break from its start (one ``place`` variable stands for the whole run)."""
     by_job: dict[str, list[Any]] = {}
     for (job_id, _, _), var in v.place.items():
         by_job.setdefault(job_id, []).append(var)
     for job_vars in by_job.values():
         model.add_at_most_one(job_vars)
 
-    # --- constraint 4: real-time swap cap; served GPU-steps are held ones, up to demand --------
-    for rt in moving:
+
+def _swap_cap(
+    model: Any, v: Variables, instance: Instance, frame: _Frame, on_time: Callable[[], None]
+) -> None:
+    """Constraint 4: the real-time swap cap; served GPU-steps are held ones, up to demand."""
+    horizon, in_range = instance.horizon_steps, v.window.gpu_mask
+    g0, g1 = v.window.first_gpu, v.window.end_gpu
+    for rt in frame.moving:
         on_time()
         running = instance.running_realtime.get(rt.id)
         # held[t + 1] is the current plan's A(t); held[0] the running set before step 0
-        held = (running.mask if running else 0, *current.realtime[rt.id])
-        for t in range(r0, r1):
+        held = (running.mask if running else 0, *v.current.realtime[rt.id])
+        for t in range(horizon):
             held_vars = [v.hold[rt.id, g, t] for g in range(g0, g1) if (rt.id, g, t) in v.hold]
             outside = (held[t + 1] & ~in_range).bit_count()
             model.add(v.served[rt.id, t] <= sum(held_vars) + outside)
-        for t in range(max(r0, 0 if running else 1), min(r1 + 1, horizon)):
+        for t in range(0 if running else 1, horizon):
             on_time()
             # GPUs outside the window's block are fixed on both sides of the step.
             changes: list[Any] = [((held[t + 1] ^ held[t]) & ~in_range).bit_count()]
             for g in range(g0, g1):
-                now = v.hold.get((rt.id, g, t), 0 if r0 <= t < r1 else held[t + 1] >> g & 1)
-                before = v.hold.get((rt.id, g, t - 1), 0 if r0 <= t - 1 < r1 else held[t] >> g & 1)
+                now = v.hold.get((rt.id, g, t), 0)
+                before = v.hold.get((rt.id, g, t - 1), 0 if t - 1 >= 0 else held[t] >> g & 1)
                 if isinstance(now, int) and isinstance(before, int):
                     changes.append(abs(now - before))
                     continue
@@ -236,7 +279,13 @@ def build_model(
                 changes.append(change)
             model.add(sum(changes) <= rt.swap_cap)
 
-    # --- objective -----------------------------------------------------------------------------
+
+def _objective(
+    model: Any, v: Variables, instance: Instance, frame: _Frame, on_time: Callable[[], None]
+) -> float:
+    """The contract's objective over the variables; returns its constant part (what stays
+    fixed, and the penalty if nothing in the window were served)."""
+    horizon, weights, jobs = instance.horizon_steps, instance.weights, instance.jobs_by_id
     terms: list[Any] = []
     coefficients: list[int] = []
     for key, option in v.options.items():
@@ -247,14 +296,14 @@ def build_model(
         coefficients.append(
             scaled(job.priority * job.gpus * sum(weights[option.start : option.end]) + promise)
         )
-    constant = 0.0  # what stays fixed, and the penalty if nothing in the window were served
+    constant = 0.0
     for job in instance.queued_jobs:
-        placed = fixed_batch.get(job.id)
+        placed = frame.fixed_batch.get(job.id)
         constant -= instance.promise_cost(job, None if placed is None else placed.start_step)
     for running_job in instance.running_batch.values():
         steps = min(running_job.remaining_steps, horizon)
         constant += jobs[running_job.job_id].priority * running_job.gpus * sum(weights[:steps])
-    for job_id, placement in fixed_batch.items():
+    for job_id, placement in frame.fixed_batch.items():
         fixed = jobs[job_id]
         assert isinstance(fixed, BatchJob)
         end = fixed.end_step(placement.start_step, horizon)
@@ -262,12 +311,12 @@ def build_model(
     for rt in instance.realtime_jobs:
         for t in range(horizon):
             weight = rt.priority * weights[t]
-            if rt.id in moving_ids and r0 <= t < r1:
+            if rt.id in v.moving_realtime:
                 terms.append(v.served[rt.id, t])
                 coefficients.append(scaled((1 + instance.rt_penalty) * weight))
                 constant -= instance.rt_penalty * weight * rt.demand[t]
             else:
-                served = min(current.realtime[rt.id][t].bit_count(), rt.demand[t])
+                served = min(v.current.realtime[rt.id][t].bit_count(), rt.demand[t])
                 constant += weight * (served - instance.rt_penalty * (rt.demand[t] - served))
     # Tie-break: fewer real-time moves at equal value.
     v.value_weight = len(v.change) + 1
@@ -276,7 +325,7 @@ def build_model(
     coefficients += [-1] * len(v.change)
     on_time()
     _maximize(model, terms, coefficients)
-    return v, constant
+    return constant
 
 
 def build_churn_model(
