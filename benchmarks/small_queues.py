@@ -165,7 +165,7 @@ def scenario(family: str, seed: int) -> dict[str, Any]:
     # A batch job already running at step 0, on the lowest aligned block the services leave.
     if rng.random() < 0.33:
         size = rng.choice((1, 2, 2, 4))
-        blocks = [a for a in range(0, top - size + 1, size)]
+        blocks = list(range(0, top - size + 1, size))
         if blocks:
             first = rng.choice(blocks)
             jobs.append(
@@ -193,8 +193,8 @@ def scenario(family: str, seed: int) -> dict[str, Any]:
         "running": running,
     }
     if rng.random() < 0.2:
-        held = {g for r in running for g in r["gpus"]}
-        free = [g for g in range(GPUS) if g not in held]
+        taken = {g for r in running for g in r["gpus"]}
+        free = [g for g in range(GPUS) if g not in taken]
         if free:
             start = rng.randint(2, HORIZON - 3)
             doc["down"] = [
