@@ -17,7 +17,7 @@ import sys
 import termios
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,28 +29,12 @@ from gpuplan.cli import build_parser
 from storage.factory import open_store
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 from tests.strategies import small_doc
+from tests.test_operator_answers import T0, demo_db, demo_db_file
 
-__all__ = ["_in_tmp_path", "models_dir"]
+__all__ = ["_in_tmp_path", "demo_db", "demo_db_file", "models_dir"]
 
 ROOT = Path(__file__).resolve().parents[1]
-T0 = datetime(2026, 12, 2, 10, 5, tzinfo=UTC)
 AT = (T0 + timedelta(minutes=15)).isoformat()
-
-
-@pytest.fixture(scope="module")
-def demo_db_file(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Path:
-    """The demo database after its first cycle (made once; each test works on a copy)."""
-    path = tmp_path_factory.mktemp("demo") / "demo.db"
-    result = run_cli("daemon", "--once", "--db", f"sqlite:///{path}", "--models", models_dir, "--at", T0)
-    assert result.code == 0, result.err
-    return path
-
-
-@pytest.fixture
-def demo_db(demo_db_file: Path, tmp_path: Path) -> str:
-    copy = tmp_path / "demo.db"
-    shutil.copyfile(demo_db_file, copy)
-    return f"sqlite:///{copy}"
 
 
 def _spec(tmp_path: Path, name: str, text: str) -> Path:
