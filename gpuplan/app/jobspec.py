@@ -35,7 +35,7 @@ def parse_job_spec(document: object, *, source: str) -> tuple[JobKind, dict[str,
             source=source,
             hint=f"{str(kind).replace('_', ' ').capitalize()} has no forecaster: its spec states `gpus` and "
             "`hours`, and `gpuplan submit` plans it as stated."
-            if kind in batch
+            if isinstance(kind, str) and kind in batch
             else "Add `kind: training` or `kind: quantization` to the spec.",
         )
     for name, value in features.items():
