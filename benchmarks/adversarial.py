@@ -184,10 +184,9 @@ FAMILIES = ("mixed", "rt-swing", "long-blockers", "late-releases", "priority-ske
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tqdm import tqdm
-
     from contract.scenario_io import parse_scenario
     from gpuplan.app.bench import PLAN_CYCLE, run_scenario
+    from gpuplan.progress import progress_bar
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-family", type=int, default=10)
@@ -199,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = [(f, s) for f in families for s in range(args.first_seed, args.first_seed + args.per_family)]
     ratios: dict[str, list[tuple[float, float, str]]] = {f: [] for f in families}
     below_baseline: list[str] = []
-    for family, seed in tqdm(cases, desc="scenarios", unit="scenario", file=sys.stderr):
+    bar = progress_bar(len(cases), "scenarios", unit="scenario")
+    for family, seed in cases:
         instance = parse_scenario(scenario(family, seed), source=f"{family}-{seed}")
         result = run_scenario(
             instance,
@@ -215,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         if not result.at_least_fifos("fast"):
             below_baseline.append(instance.name)
         ratios[family].append((_ratio(hot, best), _ratio(cycle, best), instance.name))
+        bar.update()
+    bar.close()
     every = [v for values in ratios.values() for v in values]
     rows = [_row(family, values) for family, values in ratios.items()] + [_row("all", every)]
     header = [

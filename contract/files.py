@@ -36,6 +36,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 import warnings
@@ -370,6 +371,11 @@ def _type_name(value: object) -> str:
     )
 
 
+#: A number with an exponent as JSON and YAML 1.2 write it (the YAML 1.1 of PyYAML wants
+#: ``1.0e+6``).
+_EXPONENT_NUMBER = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
+
+
 @functools.cache
 def _strict_yaml_loader() -> Any:
     """A safe loader (libyaml's when installed: 50x faster) that refuses duplicate keys
@@ -379,9 +385,12 @@ def _strict_yaml_loader() -> Any:
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class StrictLoader(base):  # type: ignore[misc,valid-type]  # chosen at run time
-        # Timestamps stay strings, as in JSON; dates would only be refused later.
+        # Timestamps stay strings, as in JSON; dates would only be refused later. Numbers with
+        # an exponent are numbers as in JSON and YAML 1.2 (`1e6`, `2.5E-3`): YAML 1.1 reads
+        # them as text unless they have a dot and a signed exponent.
         yaml_implicit_resolvers = {  # noqa: RUF012  # PyYAML's own class-level table, replaced whole
             first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+            + ([("tag:yaml.org,2002:float", _EXPONENT_NUMBER)] if first in "+-0123456789." else [])
             for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
         }
 

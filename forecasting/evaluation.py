@@ -76,9 +76,13 @@ class QuantizationMetrics:
     log_mae_gpu_hours: float  # of the P50
 
 
-def training_metrics(name: str, model: _Predictor, test: pd.DataFrame) -> TrainingMetrics:
-    """MAE of log(hours) at the P50, P90 coverage, pinball losses, exact GPU counts."""
-    predicted = model.predict(test[list(TRAINING_SCHEMA.names)])
+def training_metrics(
+    name: str, model: _Predictor, test: pd.DataFrame, *, predicted: pd.DataFrame | None = None
+) -> TrainingMetrics:
+    """MAE of log(hours) at the P50, P90 coverage, pinball losses, exact GPU counts.
+    ``predicted``: ``model``'s predictions of ``test``, when the caller made them already."""
+    if predicted is None:
+        predicted = model.predict(test[list(TRAINING_SCHEMA.names)])
     log_hours = np.log(test["duration_hours"].to_numpy(dtype=float))
     log_p50 = np.log(predicted["hours_p50"].to_numpy(dtype=float))
     log_p90 = np.log(predicted["hours_p90"].to_numpy(dtype=float))
@@ -103,12 +107,23 @@ def training_metrics(name: str, model: _Predictor, test: pd.DataFrame) -> Traini
 SLICE_TARGETS = {"hours": ("duration_hours", "h"), "gpus": ("gpus", "GPUs")}
 
 
-def slice_metrics(model: _Predictor, analytic: _Predictor, test: pd.DataFrame) -> list[SliceMetrics]:
+def slice_metrics(
+    model: _Predictor,
+    analytic: _Predictor,
+    test: pd.DataFrame,
+    *,
+    predicted: pd.DataFrame | None = None,
+    baseline: pd.DataFrame | None = None,
+) -> list[SliceMetrics]:
     """P90 coverage and median P90/P50 per quintile of predicted P50 hours, and per
     predicted P50 GPU count (GPU counts are few distinct powers of two, so quintiles
-    would split equal forecasts at random); the analytic baseline on the same slices."""
+    would split equal forecasts at random); the analytic baseline on the same slices.
+    ``predicted``, ``baseline``: the two models' predictions of ``test``, when made already."""
     inputs = test[list(TRAINING_SCHEMA.names)]
-    predicted, baseline = model.predict(inputs), analytic.predict(inputs)
+    if predicted is None:
+        predicted = model.predict(inputs)
+    if baseline is None:
+        baseline = analytic.predict(inputs)
     # Quintiles by rank, so ties cannot leave a quintile empty.
     rank = pd.Series(predicted["hours_p50"].to_numpy(dtype=float)).rank(method="first")
     quintile = np.asarray(pd.qcut(rank, 5, labels=False), dtype=int)

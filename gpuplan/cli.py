@@ -52,8 +52,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s module is imported (all of them when None)."""
-    parser = argparse.ArgumentParser(prog="gpuplan", description=__doc__.splitlines()[0])
+    # The docstring's first line, without its reStructuredText quoting.
+    parser = argparse.ArgumentParser(prog="gpuplan", description=__doc__.splitlines()[0].replace("``", ""))
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument("--version", action="version", version=f"gpuplan {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
@@ -61,7 +63,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             module = importlib.import_module(module_name)
             module.add_arguments(command_parser)
             command_parser.set_defaults(run=module.run)
+            _verbose_after(command_parser)
     return parser
+
+
+def _verbose_after(parser: argparse.ArgumentParser) -> None:
+    """``-v`` after the command too (``gpuplan status -v``, ``gpuplan report commits -v``): on
+    the command's parser and each of its subcommands'. Not given there, it leaves the value
+    before the command as it is."""
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log progress to stderr"
+    )
+    for action in parser._actions:  # argparse keeps its subcommands' parsers here only
+        if isinstance(action, argparse._SubParsersAction):
+            for subcommand in action.choices.values():
+                _verbose_after(subcommand)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpuplan")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 #: The exit code of a command stopped by Ctrl-C: the shell's 128 + SIGINT.

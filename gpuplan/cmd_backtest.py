@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuplan.options import add_traffic
 from gpuplan.table import format_table
 
 if TYPE_CHECKING:
@@ -50,13 +51,7 @@ def _say(text: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--traffic",
-        type=Path,
-        action="append",
-        default=[],
-        help="CSV (repeatable); default: bundled",
-    )
+    add_traffic(parser, "hourly traffic CSVs, one backtest each (default: the bundled series)")
     parser.add_argument(
         "--column",
         default=None,
@@ -66,7 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--swap-cap", type=int, default=2, help="max GPUs changed per hour (0-8192)")
     parser.add_argument("--no-mstl", action="store_true", help="skip the MSTL + ETS baseline (the slow one)")
     parser.add_argument("--json", action="store_true", help="print the tables as JSON")
-    parser.add_argument("--png", type=Path, default=None, help="directory for plots")
+    parser.add_argument(
+        "--png",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a folder to write the plots in (one PNG per series; created if missing)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

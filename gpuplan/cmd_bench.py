@@ -6,7 +6,6 @@ import argparse
 import json
 import resource
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,15 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _progress(total: int, desc: str):  # type: ignore[no-untyped-def]
-    from tqdm import tqdm
+    from gpuplan.progress import progress_bar
 
-    return tqdm(
-        total=total,
-        desc=desc,
-        file=sys.stderr,
-        disable=not sys.stderr.isatty(),
-        leave=False,
-    )
+    return progress_bar(total, desc, leave=False)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,10 +13,15 @@ FLAGS = {"job_id": "JOB_ID", "outcome": "--outcome"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", metavar="JOB_ID")
+    parser.add_argument("job", metavar="JOB_ID", help="the id the job was submitted with")
     add_db(parser)
     add_at(parser, "when it ended")
-    parser.add_argument("--outcome", choices=list(OUTCOMES), default="ok")
+    parser.add_argument(
+        "--outcome",
+        choices=list(OUTCOMES),
+        default="ok",
+        help="how it ended (default ok; a job that never started ends failed or cancelled)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,9 @@ FLAGS = {"run_id": "RUN_ID"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_id", nargs="?", default="latest", metavar="RUN_ID|latest")
+    parser.add_argument(
+        "run_id", nargs="?", default="latest", metavar="RUN_ID|latest", help="the run (default latest)"
+    )
     add_db(parser)
     parser.add_argument(
         "--out", type=Path, required=True, metavar="DIR", help="folder to write the three files to"

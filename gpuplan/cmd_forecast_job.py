@@ -29,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path, nargs="?", help="job spec (YAML or JSON)")
     parser.add_argument("--json", action="store_true", help="print the forecast as JSON")
     parser.add_argument("--schema", action="store_true", help="print the feature schema as JSON and exit")
-    parser.add_argument("--kind", choices=KINDS, default="training", help="schema to print with --schema")
+    parser.add_argument(
+        "--kind", choices=KINDS, help="schema to print with --schema (default training; a spec names its own)"
+    )
     parser.add_argument(
         "--models",
         type=Path,
@@ -41,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from contract.errors import InputError
     from contract.files import read_mapping
+    from contract.scenario import JobKind
     from features.job_features import SCHEMAS
     from gpuplan.app.forecasters import kind_and_features
     from gpuplan.app.jobs import check_spec
@@ -48,10 +51,19 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.app.models import load_job_estimator
 
     if args.schema:
-        _say(json.dumps(SCHEMAS[args.kind].to_json(), indent=2))
+        if args.spec is not None:
+            raise InputError(
+                "JOB",
+                "absent with --schema",
+                str(args.spec),
+                hint="--schema prints a kind's schema (--kind); drop it to forecast the spec.",
+            )
+        _say(json.dumps(SCHEMAS[JobKind(args.kind or JobKind.TRAINING)].to_json(), indent=2))
         return 0
     if args.spec is None:
         raise InputError("JOB", "a job spec path (or --schema)", None)
+    if args.kind is not None:
+        raise InputError("--kind", "given only with --schema", args.kind, hint="A spec names its own `kind`.")
     # The spec `submit` takes: the forecast reads its kind and features, and its queue keys
     # (id, priority, gpus, hours) are checked as `submit` checks them.
     source = str(args.spec)

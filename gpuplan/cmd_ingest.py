@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from gpuplan.options import add_at, add_db, as_flags, at_of, open_db
+from gpuplan.table import count_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         added = (
             "none"
             if surge.amendment is None
-            else ", ".join(f"{a.job} +{len(a.gpus)} GPUs" for a in surge.amendment.assignments)
+            else ", ".join(f"{a.job} +{count_of(len(a.gpus), 'GPU')}" for a in surge.amendment.assignments)
         )
         sys.stdout.write(f"surge: re-planned (run {surge.report.run_id}); the hour amended: {added}\n")
     return 0

@@ -13,12 +13,20 @@ from gpuplan.table import comparison_table
 from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS
 
 POLICY_NAMES = ("fast", "full", "fifo", "fifo-backfill", "priority-backfill")
+#: The full mode's limit when ``--time-limit`` is not given.
+TIME_LIMIT_S = 30.0
+#: The options that only one policy reads: given for a plan without it, they would do nothing.
+POLICY_OPTIONS = {"--time-limit": "full", "--workers": "full", "--budget-ms": "fast"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", type=Path, help="scenario file (JSON or YAML)")
     parser.add_argument("--policy", default=None, choices=POLICY_NAMES, help="default: fast")
-    add_time_limit(parser, default=30.0, what="full mode's limit on the whole call (build, hint, solve)")
+    add_time_limit(
+        parser,
+        default=None,
+        what=f"full mode's limit on the whole call (build, hint, solve; default {TIME_LIMIT_S:g})",
+    )
     add_budget_ms(
         parser,
         "--budget-ms",
@@ -26,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         what=f"fast mode's wall-time budget (default: the hot path's {HOT_PATH_BUDGET_MS:g} ms; the daemon's "
         f"plan cycle uses {PLAN_CYCLE_BUDGET_MS:g})",
     )
-    add_workers(parser)
+    add_workers(parser, default=None)
     parser.add_argument("--out", type=Path, metavar="PLAN.json", help="write here instead of stdout")
     parser.add_argument("--png", type=Path, metavar="GRID.png", help="also draw the plan")
     parser.add_argument(
@@ -49,16 +57,20 @@ def parse_policies(text: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from contract.files import check_writable
     from contract.scenario_io import load_scenario, write_json_atomic
-    from gpuplan.options import MAX_WORKERS, integer_in
+    from gpuplan.options import DEFAULT_WORKERS, MAX_WORKERS, integer_in
     from scheduler import lns
     from scheduler.model import checked_budget_ms, checked_time_limit_s
     from scheduler.policies import PolicyName, SolveOptions, plan
 
-    time_limit_s = checked_time_limit_s(args.time_limit, "--time-limit")
+    time_limit_s = checked_time_limit_s(
+        TIME_LIMIT_S if args.time_limit is None else args.time_limit, "--time-limit"
+    )
     budget_ms = (
         HOT_PATH_BUDGET_MS if args.budget_ms is None else checked_budget_ms(args.budget_ms, "--budget-ms")
     )
-    integer_in("--workers", args.workers, 1, MAX_WORKERS)
+    workers = integer_in(
+        "--workers", DEFAULT_WORKERS if args.workers is None else args.workers, 1, MAX_WORKERS
+    )
     if args.compare:
         # A comparison is a table, not a plan file; one plan per file keeps the format one.
         for option, value in (("--policy", args.policy), ("--out", args.out)):
@@ -70,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
                     hint="--compare prints a table; run `gpuplan plan --policy P --out F` for a plan file.",
                 )
     names = parse_policies(args.compare) if args.compare else [args.policy or "fast"]
+    _refuse_unread_options(args, names)
     if args.out:
         check_writable(args.out, "--out")
     if args.png:
@@ -79,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     instance = load_scenario(args.scenario)
     if "fast" in names and budget_ms >= lns.MIN_BUDGET_MS:
         lns.warm_up()  # the budget is for planning, not for loading CP-SAT
-    options = SolveOptions(time_limit_s=time_limit_s, workers=args.workers, budget_ms=budget_ms)
+    options = SolveOptions(time_limit_s=time_limit_s, workers=workers, budget_ms=budget_ms)
     plans = [plan(instance, PolicyName(name), options) for name in names]
     if args.png:
         from gpuplan.render import draw_plans
@@ -95,3 +108,18 @@ def run(args: argparse.Namespace) -> int:
         json.dump(payload, sys.stdout)
         sys.stdout.write("\n")
     return 0
+
+
+def _refuse_unread_options(args: argparse.Namespace, names: list[str]) -> None:
+    """A full-mode or fast-mode option given for a plan with no such policy would do nothing:
+    refuse it, as ``--compare`` refuses ``--out``."""
+    given = {"--time-limit": args.time_limit, "--workers": args.workers, "--budget-ms": args.budget_ms}
+    for option, value in given.items():
+        policy = POLICY_OPTIONS[option]
+        if value is not None and policy not in names:
+            raise InputError(
+                option,
+                f"given only when the {policy} policy plans (here: {', '.join(names)})",
+                f"{value:g}",
+                hint=f"{option} is read by the {policy} mode alone; drop it, or plan with --policy {policy}.",
+            )

@@ -51,8 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         _idle_windows,
     )
     _add_run(idle)
-    idle.add_argument("--min-gpus", type=int, default=1, metavar="N", help="list blocks of >= N GPUs")
-    idle.add_argument("--min-hours", type=float, default=1, metavar="H", help="free for >= H hours")
+    idle.add_argument(
+        "--min-gpus", type=int, metavar="N", help="list blocks of >= N GPUs (default 1; not with --gpus)"
+    )
+    idle.add_argument(
+        "--min-hours", type=float, metavar="H", help="free for >= H hours (default 1; not with --gpus)"
+    )
     idle.add_argument("--gpus", type=int, metavar="G", help="bookable starts for a G-GPU job (with --hours)")
     idle.add_argument("--hours", type=float, metavar="H", help="the job's hours (with --gpus)")
     idle.add_argument("--limit", type=int, metavar="N", help="with --gpus: the first N starts only")
@@ -116,14 +120,26 @@ def _idle_windows(args: argparse.Namespace) -> int:
     from gpuplan.app.report_queries import idle_query
     from gpuplan.app.reports import BookableStart, IdleWindow
 
+    booking = args.gpus is not None or args.hours is not None
+    for option, value in (("--min-gpus", args.min_gpus), ("--min-hours", args.min_hours)):
+        if booking and value is not None:
+            raise InputError(
+                option,
+                "absent with --gpus/--hours",
+                f"{value:g}",
+                hint="--gpus and --hours list where that job fits; --min-gpus and --min-hours "
+                "filter the idle windows listed without them.",
+            )
+    min_gpus = 1 if args.min_gpus is None else args.min_gpus
+    min_hours = 1.0 if args.min_hours is None else args.min_hours
     store = open_existing_store(args.db)
     try:
         with as_flags(IDLE_FLAGS):
             query = idle_query(
                 store,
                 args.run_ref,
-                min_gpus=args.min_gpus,
-                min_hours=args.min_hours,
+                min_gpus=min_gpus,
+                min_hours=min_hours,
                 gpus=args.gpus,
                 hours=args.hours,
                 limit=args.limit,
@@ -135,7 +151,7 @@ def _idle_windows(args: argparse.Namespace) -> int:
     heading = _run_heading(run_value, instance)
     if query.windows is not None:
         report = query.windows
-        asked = f">= {args.min_gpus} GPUs for >= {args.min_hours:g} h"
+        asked = f">= {count_of(min_gpus, 'GPU')} for >= {min_hours:g} h"
         _emit(
             IdleWindow,
             report.rows,
@@ -261,7 +277,8 @@ def _utilization(args: argparse.Namespace) -> int:
         UtilizationRow,
         report.rows,
         args,
-        title=f"{cluster.gpus} GPUs, {len(report.rows)} committed hours {period}: GPUs by what held them",
+        title=f"{cluster.gpus} GPUs, {count_of(len(report.rows), 'committed hour')} {period}: "
+        "GPUs by what held them",
         empty="no committed hour",
         footer=[f"total GPU-hours: {totals}; busy {report.busy_share:.1%} of up GPU-hours"],
     )

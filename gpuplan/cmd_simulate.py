@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuplan.options import print_json
+from gpuplan.options import add_traffic, print_json
 
 if TYPE_CHECKING:
     from gpuplan.app.simulate import SimulationReport
@@ -52,13 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="jobs CSV: id, submit_hour, kind, priority, gpus, actual_hours, and forecast_hours "
         "or the kind's feature columns (default: drawn from the bundled job history)",
     )
-    parser.add_argument(
-        "--traffic",
-        type=Path,
-        action="append",
-        default=[],
-        help="hourly traffic CSV of one real-time app (repeatable; default: the bundled series "
-        "long enough for --days plus two weeks of history)",
+    add_traffic(
+        parser,
+        "hourly traffic CSVs, one real-time app each (default: the bundled series long enough for "
+        "--days plus two weeks of history)",
     )
     parser.add_argument(
         "--column",
@@ -153,8 +150,6 @@ def _check_options(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from tqdm import tqdm
-
     from gpuplan.app.config import (
         PROMISE_BREAK_HOURS,
         PROMISE_LOOKBACK_HOURS,
@@ -164,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         PromiseTerms,
     )
     from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
+    from gpuplan.progress import progress_bar
 
     _check_options(args)
     policies = [SimPolicy(name) for name in _policies(args.policy)]
@@ -189,9 +185,9 @@ def run(args: argparse.Namespace) -> int:
             workload_path=args.workload,
             seed=args.seed,
         )
-        with tqdm(
-            total=setup.hours * len(policies), unit="h", desc="simulated hours", file=sys.stderr
-        ) as bar:
+        # One bar over every policy's run: each policy simulates the same hours.
+        runs = f"{len(policies)} policies x {setup.hours} h" if len(policies) > 1 else f"{setup.hours} h"
+        with progress_bar(setup.hours * len(policies), f"simulated hours ({runs})", unit="h") as bar:
             report = simulate(setup, policies, options, progress=bar.update)
     if args.png is not None:
         _plot(report, args.png)
@@ -203,11 +199,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(report: SimulationReport) -> None:
-    from gpuplan.table import format_table
+    from gpuplan.table import count_of, format_table
 
     setup = report.setup
     _say(
-        f"{setup.cluster.gpus} GPUs, {setup.hours // 24} simulated days, plans with "
+        f"{setup.cluster.gpus} GPUs, {count_of(setup.hours // 24, 'simulated day')}, plans with "
         f"{report.options.plan_with.value.upper()} job durations, a cycle every "
         f"{report.options.cycle_minutes} min; amendments {'on' if report.options.amend else 'off'}, "
         f"promise penalty {report.options.promises.penalty:g} "

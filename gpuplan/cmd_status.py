@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from gpuplan.options import add_at, add_db, at_of, open_db, print_json
+
+if TYPE_CHECKING:
+    from gpuplan.app.status import Status
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_db(parser)
     add_at(parser, "the time to report as")
     parser.add_argument("--team", metavar="TEAM", help="only the jobs this team submitted")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the status as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
         now = status(store, at_of(args), team=args.team)
     finally:
         store.close()
+    if args.at is not None:
+        _check_not_before(now)
     if args.json:
         print_json(now.as_dict())
         return 0
@@ -39,8 +45,17 @@ def run(args: argparse.Namespace) -> int:
     say("\nqueue:\n")
     say(
         format_table(
-            ["job", "planned_start", "reason"],
-            [[q["job"], q["planned_start"] or "-", q["reason"] or ""] for q in now.queue],
+            ["job", "gpus", "priority", "planned_start", "reason"],
+            [
+                [
+                    q["job"],
+                    "-" if q["gpus"] is None else q["gpus"],
+                    f"{q['priority']:g}",
+                    q["planned_start"] or "-",
+                    q["reason"] or "",
+                ]
+                for q in now.queue
+            ],
         )
         + "\n"
     )
@@ -49,3 +64,24 @@ def run(args: argparse.Namespace) -> int:
     if now.leader is not None:
         say(f"leader: {now.leader['host']} pid {now.leader['pid']}\n")
     return 0
+
+
+def _check_not_before(now: Status) -> None:
+    """Refuse an ``--at`` before what the status shows: a job running since later, or the last
+    run made later. The status is what is stored now, never the past."""
+    from contract.errors import InputError
+    from contract.times import parse_time
+
+    events = [(parse_time(row["since"], "since"), f"{row['job']} running since") for row in now.running]
+    if now.last_run is not None:
+        events.append((parse_time(now.last_run["created_at"], "created_at"), "the last plan run made at"))
+    if not events:
+        return
+    latest, what = max(events)
+    if now.at < latest:
+        raise InputError(
+            "--at",
+            f"a time at or after the stored state it reports ({what} {latest.isoformat()})",
+            now.at.isoformat(),
+            hint="`gpuplan status` shows what the database holds now, not an earlier state.",
+        )

@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from contract.files import read_mapping
     from gpuplan.app.config import demo_config, load_config
     from gpuplan.app.jobs import submit
+    from gpuplan.table import count_of, gpu_ranges
 
     config = load_config(args.config) if args.config else demo_config()
     if args.models is not None:
@@ -43,12 +44,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     where = f"no start in the plan: {result.reason}"
     if result.planned_start is not None and result.first_gpu is not None:
-        last_gpu = result.first_gpu + result.gpus - 1
-        where = f"planned at {result.planned_start.isoformat()} on GPUs {result.first_gpu}-{last_gpu}"
+        gpus = range(result.first_gpu, result.first_gpu + result.gpus)
+        where = (
+            f"planned at {result.planned_start.isoformat()} on "
+            f"{'GPU' if result.gpus == 1 else 'GPUs'} {gpu_ranges(gpus)}"
+        )
         if result.promised_start is not None:
             where += f"; promised start {result.promised_start.isoformat()}"
+            if result.promised_start > result.planned_start:
+                where += f"\n  why: {result.reason}"  # the promise's why is in the reason
     sys.stdout.write(
-        f"queued {result.job}: {result.gpus} GPUs, P50 {result.hours_p50:.2f} h, "
+        f"queued {result.job}: {count_of(result.gpus, 'GPU')}, P50 {result.hours_p50:.2f} h, "
         f"P90 {result.hours_p90:.2f} h; {where}\n"
     )
     return 0

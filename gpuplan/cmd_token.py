@@ -20,10 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_db(create)
     listing = sub.add_parser("list", help="every token: id, team, scopes, cap, created, revoked")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print the tokens as JSON")
     add_db(listing)
     revoke = sub.add_parser("revoke", help="revoke a token by id (its sessions end too)")
-    revoke.add_argument("id", metavar="ID")
+    revoke.add_argument("id", metavar="ID", help="the token's id (from `gpuplan token list`)")
     add_db(revoke)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuplan.app.models import DEFAULT_MODELS_DIR
+from gpuplan.options import add_traffic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,15 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MODELS_DIR,
         help="directory the fitted models are written to (default: ./models)",
     )
-    parser.add_argument(
-        "--traffic",
-        type=Path,
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="CSV",
-        help="hourly traffic CSVs, one real-time profile each (default: the bundled series)",
-    )
+    add_traffic(parser, "hourly traffic CSVs, one real-time profile each (default: the bundled series)")
     parser.add_argument(
         "--column",
         default=None,
@@ -104,10 +97,9 @@ def _goal_lines(report: RetrainReport) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from contract.files import check_writable_dir
     from gpuplan.app.retrain import MODELS_OPTION, RETRAIN_STEPS, retrain
+    from gpuplan.progress import progress_bar
     from training_data.history import bundled_history_path, load_history
 
     if args.db is not None and args.history is not None:
@@ -119,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     history_path = args.history if args.history is not None else bundled_history_path()
     # A stored history is read before the bar starts: a mistyped --db says so at once.
     stored = _stored_history(args.db) if args.db is not None else None
-    steps = tqdm(total=RETRAIN_STEPS, desc="train", unit="step", file=sys.stderr, leave=False)
+    steps = progress_bar(RETRAIN_STEPS, "train", unit="step", leave=False)
     with steps:
 
         def progress(step: str) -> None:

@@ -16,8 +16,8 @@ METRIC_TOLERANCE = 1e-6
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", type=Path)
-    parser.add_argument("plan", type=Path, metavar="PLAN.json")
+    parser.add_argument("scenario", type=Path, metavar="SCENARIO", help="the scenario file (JSON or YAML)")
+    parser.add_argument("plan", type=Path, metavar="PLAN.json", help="the plan file to check against it")
 
 
 def run(args: argparse.Namespace) -> int:

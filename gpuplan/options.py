@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
@@ -54,7 +55,7 @@ def add_db(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_time_limit(parser: argparse.ArgumentParser, *, default: float, what: str) -> None:
+def add_time_limit(parser: argparse.ArgumentParser, *, default: float | None, what: str) -> None:
     """``--time-limit SECONDS``: the full mode's limit (checked by ``checked_time_limit_s``)."""
     parser.add_argument(
         "--time-limit",
@@ -72,10 +73,31 @@ def add_budget_ms(parser: argparse.ArgumentParser, flag: str, *, default: float 
     )
 
 
-def add_workers(parser: argparse.ArgumentParser) -> None:
-    """``--workers N``: CP-SAT's worker threads in the full mode."""
+#: CP-SAT worker threads when ``--workers`` is not given.
+DEFAULT_WORKERS = 2
+
+
+def add_workers(parser: argparse.ArgumentParser, *, default: int | None = DEFAULT_WORKERS) -> None:
+    """``--workers N``: CP-SAT's worker threads in the full mode (``default`` None: a command
+    that tells whether it was given; it means :data:`DEFAULT_WORKERS`)."""
     parser.add_argument(
-        "--workers", type=int, default=2, help=f"CP-SAT workers in the full mode (1-{MAX_WORKERS})"
+        "--workers",
+        type=int,
+        default=default,
+        help=f"CP-SAT workers in the full mode (1-{MAX_WORKERS}; default {DEFAULT_WORKERS})",
+    )
+
+
+def add_traffic(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--traffic CSV``: hourly traffic files, given as ``--traffic A B`` or ``--traffic A --traffic B``."""
+    parser.add_argument(
+        "--traffic",
+        type=Path,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="CSV",
+        help=f"{what} (repeat the flag or list several after it)",
     )
 
 

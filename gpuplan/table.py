@@ -86,9 +86,16 @@ def comparison_table(plans: Sequence[Plan]) -> str:
 
 
 def rows_table(row_type: type, rows: Sequence[Any]) -> str:
-    """An aligned table of dataclass rows (times as ``YYYY-MM-DD HH:MM``, GPU lists as ranges)."""
+    """An aligned table of dataclass rows (times as ``YYYY-MM-DD HH:MM``, GPU lists as ranges,
+    a ``*_share`` column in percent, a missing value as ``-``)."""
     columns = [f.name for f in fields(row_type)]
-    return format_table(columns, [[cell_text(getattr(row, c)) for c in columns] for row in rows])
+    return format_table(columns, [[_column_text(c, getattr(row, c)) for c in columns] for row in rows])
+
+
+def _column_text(column: str, value: object) -> object:
+    if column.endswith("_share") and isinstance(value, float):
+        return f"{value:.1%}"  # a share reads as the footers write it: 58.3%, 100.0%
+    return cell_text(value)
 
 
 def row_records(row_type: type, rows: Sequence[Any]) -> list[dict[str, object]]:
@@ -125,6 +132,8 @@ def _csv_value(value: object) -> object:
 
 def cell_text(value: object) -> object:
     """How a value reads in the aligned table."""
+    if value is None:
+        return "-"
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M")
     if isinstance(value, bool):

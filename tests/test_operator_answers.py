@@ -262,7 +262,8 @@ def _interrupted(argv: list[str], cwd: Path, started_by: str) -> tuple[int, str]
 
 
 def test_ctrl_c_during_train_prints_one_line_and_exits_130(tmp_path: Path) -> None:
-    code, err = _interrupted(["train", "--models", "models"], tmp_path, started_by="history read")
+    # No bar on a pipe (only on a terminal): -v logs the history read instead.
+    code, err = _interrupted(["-v", "train", "--models", "models"], tmp_path, started_by="loaded")
     assert code == 130, err
     assert "Traceback" not in err
     lines = [line for line in re.split(r"[\r\n]", err) if line.strip()]

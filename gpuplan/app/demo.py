@@ -87,6 +87,14 @@ def feed_traffic(store: Store, app: str, series: HourlyTraffic, now: datetime) -
     return len(rows)
 
 
+def feed_demo_traffic(store: Store, config: ServiceConfig, now: datetime) -> None:
+    """:func:`feed_traffic` for each of the demo's apps from its bundled series."""
+    from features.traffic import load_traffic
+
+    for source in config.traffic:
+        feed_traffic(store, source.app, load_traffic(source.path), now)
+
+
 def demo_world(store: Store, config: ServiceConfig, inner: Executor | None = None) -> DemoWorld:
     """The demo's world on ``store``: its cluster (delivering to ``inner`` too), resumed with
     the jobs the store has running, and the apps' bundled traffic."""

@@ -14,14 +14,14 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from contract.errors import InputError
 from contract.records import ApiToken, Cluster, Job, JobEstimate, JobState, Outcome, PlanRun, RunMode, Scope
 from contract.scenario import JobKind
 from contract.scenario_io import MAX_PRIORITY
-from gpuplan.app.bridge import planned_place
+from gpuplan.app.bridge import STEP, planned_place
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate, kind_and_features
 from gpuplan.app.models import MODEL_FILES
@@ -76,11 +76,14 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
         spec["id"] = default_id
     job_id = spec.get("id")
     if not isinstance(job_id, str) or not JOB_ID.match(job_id):
+        number = isinstance(job_id, int | float) and not isinstance(job_id, bool)
         raise InputError(
             "id",
             "1-128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
             job_id,
             source=source,
+            # YAML reads 12345 (and 0755, as 493) as a number: an id is text, quoted.
+            hint=f'That is a number, not text: quote it (id: "{job_id}").' if number else None,
         )
     batch_kinds = [kind.value for kind in JobKind.batch()]
     if spec.get("kind") not in batch_kinds:
@@ -91,7 +94,13 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
         or not isinstance(priority, int | float)
         or not (math.isfinite(priority) and 0 < priority <= MAX_PRIORITY)
     ):
-        raise InputError("priority", f"a finite number in (0, {MAX_PRIORITY:g}]", priority, source=source)
+        raise InputError(
+            "priority",
+            f"a finite number in (0, {MAX_PRIORITY:g}]",
+            priority,
+            source=source,
+            hint="That is text: write the number without quotes." if _is_number_text(priority) else None,
+        )
     allowed = SPEC_KEYS | feature_names(spec["kind"])
     unknown = sorted(set(spec) - allowed)
     if unknown:
@@ -140,6 +149,17 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
             hint="Give `gpus` and `hours` for batch inference jobs.",
         )
     return spec
+
+
+def _is_number_text(value: object) -> bool:
+    """``value`` is text that reads as a number (``"5"``, ``"1e6"``)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def feature_names(kind: str) -> frozenset[str]:
@@ -317,6 +337,8 @@ def answer(run: PlanRun | None, job: Job, promised_start: datetime | None = None
         )
     planned_start, first_gpu = planned_place(run, job.id)
     reason = placement_reason(run, job.id, estimate, planned_start)
+    if planned_start is not None and promised_start is not None and promised_start > planned_start:
+        reason += "; " + promise_reason(job.submitted_at, planned_start, promised_start)
     return SubmitResult(
         job.id,
         estimate.gpus,
@@ -326,6 +348,19 @@ def answer(run: PlanRun | None, job: Job, promised_start: datetime | None = None
         first_gpu,
         reason,
         promised_start,
+    )
+
+
+def promise_reason(submitted: datetime, planned: datetime, promised: datetime) -> str:
+    """Why a job is promised a start later than its planned one (gpuplan/app/promises.py): the
+    share of the batch GPUs that higher-priority arrivals are expected to take while it waits,
+    read back from the two leads (the promise is ``lead / (1 - load)``, to the hour)."""
+    lead, promised_lead = (planned - submitted) / STEP, (promised - submitted) / STEP
+    load = 1 - lead / promised_lead
+    return (
+        f"promised {(promised - planned) / STEP:g} h after the planned start: higher-priority jobs "
+        f"submitted recently took about {load:.0%} of the batch GPUs, and those that keep arriving "
+        "while it waits go ahead of it"
     )
 
 
@@ -419,6 +454,20 @@ def finish(
     if job.started_at is not None and at < job.started_at:
         raise InputError(
             "at", f"a time at or after the job's start {job.started_at.isoformat()}", at.isoformat()
+        )
+    if at < job.submitted_at:
+        raise InputError(
+            "at", f"a time at or after the job's submission {job.submitted_at.isoformat()}", at.isoformat()
+        )
+    began = job.started_at or job.submitted_at
+    if at > began + timedelta(hours=MAX_HOURS):
+        # The history learns from the run: a mistyped year would teach it a run of centuries.
+        which = "start" if job.started_at is not None else "submission"
+        raise InputError(
+            "at",
+            f"a time within {MAX_HOURS:,} hours (a year, the longest run) of the job's {which} "
+            f"{began.isoformat()}",
+            at.isoformat(),
         )
     history: dict[str, object] | None = None
     if started_at is not None and job.state is JobState.RUNNING:

@@ -27,12 +27,16 @@ def parse_job_spec(document: object, *, source: str) -> tuple[JobKind, dict[str,
     features = {str(name): value for name, value in document.items()}
     kind = features.pop("kind", None)
     if kind not in KINDS:
+        batch = {k.value for k in JobKind.batch()}
         raise InputError(
             "kind",
             " or ".join(KINDS),
             kind,
             source=source,
-            hint="Add `kind: training` or `kind: quantization` to the spec.",
+            hint=f"{str(kind).replace('_', ' ').capitalize()} has no forecaster: its spec states `gpus` and "
+            "`hours`, and `gpuplan submit` plans it as stated."
+            if isinstance(kind, str) and kind in batch
+            else "Add `kind: training` or `kind: quantization` to the spec.",
         )
     for name, value in features.items():
         if value is not None and not isinstance(value, str | int | float | bool):

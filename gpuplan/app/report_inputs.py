@@ -10,11 +10,12 @@ functions read the same from a store that is already open (the HTTP API's).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from contract.errors import InputError
+from contract.errors import InputError, StoreError
 from contract.records import Amendment, App, Cluster, Commit, PlanRun, TrafficHour
 from contract.scenario import Instance, JobKind
 from storage.factory import open_store
@@ -27,15 +28,34 @@ def open_existing_store(url: str) -> Store:
     """Open the store at ``url``; a SQLite file that does not exist is an error, not a new database.
 
     A report on a mistyped path should say so instead of creating an empty database there.
+    A zero-byte file is not a database either (SQLite would make one of it), and a database
+    whose file or folder cannot be written says so: SQLite only says it is "unable to open" it.
     """
     prefix = "sqlite:///"
-    if url.startswith(prefix):
-        path = url[len(prefix) :].split("?", 1)[0]
-        if path and path != ":memory:" and not Path(path).is_file():
-            raise InputError(
-                "db", "the URL of an existing database", url, hint=f"No file {path}. {NO_DATA_HINT}"
-            )
-    return open_store(url)
+    path = url[len(prefix) :].split("?", 1)[0] if url.startswith(prefix) else ""
+    if not path or path == ":memory:":
+        return open_store(url)
+    file = Path(path)
+    if not file.is_file():
+        raise InputError("db", "the URL of an existing database", url, hint=f"No file {path}. {NO_DATA_HINT}")
+    if file.stat().st_size == 0:
+        raise InputError(
+            "db", "the URL of an existing database", url, hint=f"{path} is an empty file. {NO_DATA_HINT}"
+        )
+    try:
+        return open_store(url)
+    except StoreError as error:
+        locked = [
+            what
+            for what, where in (("the file", file), (f"its folder {file.parent}", file.parent))
+            if not os.access(where, os.W_OK)
+        ]
+        if not locked:
+            raise
+        raise StoreError(
+            f"the SQLite database {path} is read-only: {' and '.join(locked)} cannot be written "
+            "(SQLite writes the file and its -wal and -shm files beside it); make them writable"
+        ) from error
 
 
 def stored_cluster(store: Store) -> Cluster:

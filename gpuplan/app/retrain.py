@@ -134,14 +134,19 @@ def retrain(
     earlier, later = time_split(training_jobs)
     estimator, analytic = TrainingEstimator(), AnalyticBaseline()
     evaluation: list[TrainingMetrics] = []
+    predictions: dict[str, pd.DataFrame] = {}  # each model predicts the test jobs once
+    lightgbm, analytic_name = "lightgbm (P50/P90)", "analytic-FLOPs baseline"
     for name, candidate in (
-        ("lightgbm (P50/P90)", estimator),
+        (lightgbm, estimator),
         ("size-only baseline", SizeOnlyBaseline()),
-        ("analytic-FLOPs baseline", analytic),
+        (analytic_name, analytic),
     ):
         candidate.fit(_inputs(earlier, TRAINING_SCHEMA.names), _targets(earlier))
-        evaluation.append(training_metrics(name, candidate, later))
-    slices = slice_metrics(estimator, analytic, later)
+        predictions[name] = candidate.predict(_inputs(later, TRAINING_SCHEMA.names))
+        evaluation.append(training_metrics(name, candidate, later, predicted=predictions[name]))
+    slices = slice_metrics(
+        estimator, analytic, later, predicted=predictions[lightgbm], baseline=predictions[analytic_name]
+    )
     progress("training estimator evaluated")
 
     staged[TRAINING_MODEL_FILE] = TrainingEstimator().fit(

@@ -80,7 +80,7 @@ def ensure_service(store: Store, config: ServiceConfig, now: datetime, *, from_f
             continue
         app, source, stored = configured, traffic_of.get(configured.id), stored_apps.get(configured.id)
         if store.profile(app.id) is None and source is not None:
-            app = _seed_traffic(store, app, source, now)
+            app = _seed_traffic(store, app, source, now, demo=not from_file)
         elif app.requests_per_gpu_hour <= 0 and stored is not None and stored.requests_per_gpu_hour > 0:
             # A restart on the same config: the capacity was derived from the traffic on the first start.
             app = replace(app, requests_per_gpu_hour=stored.requests_per_gpu_hour)
@@ -93,16 +93,31 @@ def ensure_service(store: Store, config: ServiceConfig, now: datetime, *, from_f
         _seed_demo_jobs(store, now)
 
 
-def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime) -> App:
+def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime, *, demo: bool) -> App:
     """Store the app's traffic, moved by whole weeks to end before ``now`` (the weekly pattern
-    stays on its weekdays), fit its profile on it, and derive its GPU capacity if unset."""
+    stays on its weekdays), fit its profile on it, and derive its GPU capacity if unset.
+
+    A move of a user's traffic (not the ``demo``'s bundled series) is logged as a warning:
+    the hours the profile learns from are not the hours the file names."""
     import numpy as np
 
     from features.traffic import load_traffic
 
     traffic = load_traffic(source.path)
     last = traffic.hours[-1].astype("datetime64[s]").item().replace(tzinfo=UTC)
-    shift_hours = math.floor((floor_hour(now) - STEP - last) / WEEK) * 7 * 24
+    weeks = math.floor((floor_hour(now) - STEP - last) / WEEK)
+    shift_hours = weeks * 7 * 24
+    if weeks:
+        (log.info if demo else log.warning)(
+            "app %s: the traffic in %s ends at %s; moved %s by %d whole weeks to end at %s "
+            "(the weekly pattern keeps its weekdays)",
+            app.id,
+            source.path.name,
+            last.isoformat(),
+            "forward" if weeks > 0 else "back",
+            abs(weeks),
+            (last + weeks * WEEK).isoformat(),
+        )
     ingest_traffic(store, app.id, traffic, shift_hours=shift_hours)
     profile = fit_profile(store, app.id, traffic.hours + np.timedelta64(shift_hours, "h"), traffic.requests)
     if app.requests_per_gpu_hour <= 0:

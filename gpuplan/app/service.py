@@ -267,6 +267,12 @@ def start_service(
     with holding(store, "seed"):
         ensure_models(config)
         ensure_service(store, config, now, from_file=from_file)
+        if not from_file:
+            from gpuplan.app.demo import feed_demo_traffic
+
+            # The demo's traffic goes on to now, as the live demo feeds it before each cycle:
+            # a first `--once` has every hour to recalibrate on.
+            feed_demo_traffic(store, config, now)
     service = make_service(store, config, print_commits=print_commits, demo_speed=demo_speed)
     # The outbox: what the executor never acknowledged (the process died between the commit
     # and its delivery) goes out before anything new is planned.

@@ -401,7 +401,7 @@ def review(
         "review start=%s objective=%.1f bound=%s status=%s",
         start.isoformat(),
         run.objective,
-        run.bound,
+        "none" if run.bound is None else f"{run.bound:.1f}",
         run.status,
     )
     return stored
