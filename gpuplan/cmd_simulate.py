@@ -355,10 +355,8 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     seen = dict.fromkeys(app_ids)
     for grid in grids.values():
         seen.update((cell, None) for row in grid for cell in row if cell is not None)
-    # Real-time apps in strong colours, batch jobs in a muted palette that repeats.
-    colours = job_colours(app_ids)
-    muted = plt.get_cmap("Set3")
-    colours.update((job, muted(i % 12)) for i, job in enumerate(j for j in seen if j not in colours))
+    # Real-time apps in their strong colours, batch jobs in light ones that repeat.
+    colours = job_colours(list(seen), app_ids)
     figure, axes = plt.subplots(
         len(grids), 1, figsize=(12, 4.2 * len(grids)), squeeze=False, constrained_layout=True
     )
