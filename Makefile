@@ -7,7 +7,7 @@ PG_INITDB := /usr/lib/postgresql/*/bin/initdb
 SLURM_CHECK := test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch -a -x /usr/sbin/munged
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install run test lint typecheck unit postgres prometheus chromium slurm bench clean
+.PHONY: install run test lint typecheck unit docs-check postgres prometheus chromium slurm bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -79,6 +79,11 @@ slurm:
 	$(SLURM_CHECK)
 
 test: lint typecheck unit
+
+# The docs' figures against the commands that print them (`gpuplan train`, the tour's submit),
+# and every link of the docs: tests/test_doc_figures.py and tests/test_docs.py, about 10 s.
+docs-check: $(STAMP)
+	$(VENV)/bin/pytest -q tests/test_doc_figures.py tests/test_docs.py
 
 bench: $(STAMP)
 	$(VENV)/bin/gpuplan bench

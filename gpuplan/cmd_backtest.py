@@ -216,9 +216,43 @@ def _plot(backtest: ForecastBacktest, rows: list[GpuRow], directory: Path) -> No
     top.set_title(f"{backtest.series}: day-ahead forecasts")
     top.set_xlabel("hour since first origin")
     top.legend()
-    bottom.plot([r.demand_served for r in rows], [r.saving for r in rows], marker="o")
-    bottom.set_xlabel("share of GPU-demand served")
-    bottom.set_ylabel("GPU-hours saved vs peak")
+    from matplotlib.ticker import PercentFormatter
+
+    # Per headroom setting: the share of demand served (near 100%, on a span of its own so that
+    # no point is squeezed into an unlabelled offset axis) and the GPU-hours saved.
+    saved_axis = bottom.twinx()
+    for basis in dict.fromkeys(r.basis for r in rows):
+        mine = [r for r in rows if r.basis == basis]
+        headroom = [100 * r.headroom for r in mine]
+        bottom.plot(
+            headroom,
+            [100 * r.demand_served for r in mine],
+            marker="o",
+            ms=3,
+            color="black",
+            label=f"demand served ({basis} forecast)",
+        )
+        saved_axis.plot(
+            headroom,
+            [100 * r.saving for r in mine],
+            marker="s",
+            ms=3,
+            color="tab:blue",
+            label=f"GPU-hours saved vs peak reservation ({basis} forecast)",
+        )
+    low = min([100.0, *(100 * r.demand_served for r in rows)])
+    bottom.set_ylim(min(low - 0.2, 99.0), 100.1)
+    bottom.yaxis.set_major_formatter(PercentFormatter(decimals=1))
+    saved_axis.yaxis.set_major_formatter(PercentFormatter(decimals=0))
+    saved_axis.axhline(0, color="tab:blue", lw=0.6, ls=":")
+    bottom.xaxis.set_major_formatter(PercentFormatter(decimals=0))
+    bottom.set_xlabel("headroom over the P90 forecast")
+    bottom.set_ylabel("share of the GPU demand served")
+    saved_axis.set_ylabel("GPU-hours saved vs peak", color="tab:blue")
+    bottom.set_title("GPUs held per headroom setting: demand served and GPU-hours saved", fontsize=9)
+    if rows:
+        lines = bottom.get_lines() + saved_axis.get_lines()[:-1]
+        bottom.legend(lines, [line.get_label() for line in lines], fontsize=8, loc="center right")
     figure.tight_layout()
     try:
         with atomic_write(directory / f"{backtest.series}.png", "--png") as stream:

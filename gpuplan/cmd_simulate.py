@@ -33,6 +33,7 @@ FLAGS = {
 #: Four weeks: the longest bundled series (Philly, ten weeks) still has two weeks of history.
 MAX_DAYS = 28
 MAX_GPUS = 4096
+DEFAULT_GPUS = 64
 #: The utilization plot shows a moving mean over this many hours (hourly values are noisy).
 SMOOTH_HOURS = 6
 
@@ -44,7 +45,18 @@ def _say(text: str) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--days", type=int, default=7, help="simulated days (default 7)")
-    parser.add_argument("--gpus", type=int, default=64, help="cluster GPUs (default 64)")
+    parser.add_argument(
+        "--gpus", type=int, default=None, help=f"cluster GPUs (default {DEFAULT_GPUS}; not with --config)"
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the daemon's config file: its cluster, its apps (priorities, swap caps, requests per "
+        "GPU-hour, traffic files) and its plan_with, cycle_minutes and promise terms, in place of "
+        "the defaults (a flag given beside it wins)",
+    )
     parser.add_argument(
         "--workload",
         type=Path,
@@ -69,9 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated policies to compare (default {','.join(POLICIES)})",
     )
     parser.add_argument(
-        "--plan-with", choices=("p50", "p90"), default="p90", help="job durations the plans use"
+        "--plan-with", choices=("p50", "p90"), default=None, help="job durations the plans use (default p90)"
     )
-    parser.add_argument("--cycle-minutes", type=int, default=30, help="plan cycle period (default 30)")
+    parser.add_argument("--cycle-minutes", type=int, default=None, help="plan cycle period (default 30)")
     parser.add_argument(
         "--review-every",
         type=int,
@@ -137,7 +149,16 @@ def _check_options(args: argparse.Namespace) -> None:
     from gpuplan.options import integer_in
 
     integer_in("--days", args.days, 1, MAX_DAYS)
-    integer_in("--gpus", args.gpus, 1, MAX_GPUS)
+    if args.gpus is not None:
+        integer_in("--gpus", args.gpus, 1, MAX_GPUS)
+    if args.config is not None:
+        for flag, value in (("--gpus", args.gpus), ("--traffic", args.traffic), ("--column", args.column)):
+            if value:
+                raise InputError(
+                    flag,
+                    "left out beside --config (the config's cluster.gpus and apps' traffic files are used)",
+                    value if not isinstance(value, list) else [str(v) for v in value],
+                )
     if args.review_every is not None:
         integer_in("--review-every", args.review_every, 1, 168)
     integer_in("--seed", args.seed, 0, 2**63 - 1)
@@ -150,40 +171,41 @@ def _check_options(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from gpuplan.app.config import (
-        PROMISE_BREAK_HOURS,
-        PROMISE_LOOKBACK_HOURS,
-        PROMISE_PENALTY,
-        PROMISE_SLACK_HOURS,
-        PlanWith,
-        PromiseTerms,
-    )
+    from gpuplan.app.config import PlanWith, PromiseTerms, load_config
     from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
     from gpuplan.progress import progress_bar
 
     _check_options(args)
     policies = [SimPolicy(name) for name in _policies(args.policy)]
+    config = None if args.config is None else load_config(args.config)
+    terms = PromiseTerms() if config is None else config.promises
+
+    def given(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
     options = SimOptions(
-        plan_with=PlanWith(args.plan_with),
-        cycle_minutes=args.cycle_minutes,
+        plan_with=PlanWith(given(args.plan_with, PlanWith.P90 if config is None else config.plan_with)),
+        cycle_minutes=given(args.cycle_minutes, 30 if config is None else config.cycle_minutes),
         review_every_hours=args.review_every,
         amend=not args.no_amend,
         promises=PromiseTerms(
-            penalty=PROMISE_PENALTY if args.promise_penalty is None else args.promise_penalty,
-            slack_hours=PROMISE_SLACK_HOURS if args.promise_slack is None else args.promise_slack,
-            break_hours=PROMISE_BREAK_HOURS if args.promise_break is None else args.promise_break,
-            lookback_hours=PROMISE_LOOKBACK_HOURS if args.promise_lookback is None else args.promise_lookback,
+            penalty=given(args.promise_penalty, terms.penalty),
+            slack_hours=given(args.promise_slack, terms.slack_hours),
+            break_hours=given(args.promise_break, terms.break_hours),
+            lookback_hours=given(args.promise_lookback, terms.lookback_hours),
         ),
     )
     with tempfile.TemporaryDirectory(prefix="gpuplan-simulate-") as work:
         setup = prepare(
             days=args.days,
-            gpus=args.gpus,
+            gpus=given(args.gpus, DEFAULT_GPUS),
             work_dir=Path(work),
             traffic_paths=args.traffic,
             traffic_column=args.column,
             workload_path=args.workload,
             seed=args.seed,
+            config=config,
+            config_source=str(args.config),
         )
         # One bar over every policy's run: each policy simulates the same hours.
         runs = f"{len(policies)} policies x {setup.hours} h" if len(policies) > 1 else f"{setup.hours} h"
@@ -329,10 +351,8 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     seen = dict.fromkeys(app_ids)
     for grid in grids.values():
         seen.update((cell, None) for row in grid for cell in row if cell is not None)
-    # Real-time apps in strong colours, batch jobs in a muted palette that repeats.
-    colours = job_colours(app_ids)
-    muted = plt.get_cmap("Set3")
-    colours.update((job, muted(i % 12)) for i, job in enumerate(j for j in seen if j not in colours))
+    # Real-time apps in their strong colours, batch jobs in light ones that repeat.
+    colours = job_colours(list(seen), app_ids)
     figure, axes = plt.subplots(
         len(grids), 1, figsize=(12, 4.2 * len(grids)), squeeze=False, constrained_layout=True
     )

@@ -13,12 +13,48 @@ from scheduler.policies import Plan
 DOWN_COLOUR = "0.6"
 
 
-def job_colours(job_ids: Sequence[str]) -> dict[str, Any]:
-    """One tab20 colour per job, in the order given (repeats after 20)."""
+#: The real-time apps' colours, the one palette of every figure: strong colours, each app
+#: taking the one at its place among the cluster's apps sorted by name, so that an app has
+#: the same colour in every figure and no two apps share one (:func:`app_colours`).
+APP_COLOURS = (
+    "tab:red",
+    "tab:blue",
+    "tab:green",
+    "tab:orange",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "black",
+)
+#: Batch jobs: light colours (no app's), in the order given, repeating after 30.
+BATCH_CMAPS = (("tab20", range(1, 20, 2)), ("Set3", range(12)), ("Pastel2", range(8)))
+
+
+def app_colours(app_ids: Collection[str]) -> dict[str, Any]:
+    """Each app's colour, by its place among ``app_ids`` sorted by name: :data:`APP_COLOURS`,
+    or for more apps than it holds, as many hues spread evenly (still one per app)."""
     import matplotlib.pyplot as plt
 
-    cmap = plt.get_cmap("tab20")
-    return {job_id: cmap(i % 20) for i, job_id in enumerate(job_ids)}
+    names = sorted(set(app_ids))
+    if len(names) <= len(APP_COLOURS):
+        return dict(zip(names, APP_COLOURS, strict=False))
+    hues = plt.get_cmap("hsv")
+    return {name: hues(i / len(names)) for i, name in enumerate(names)}
+
+
+def job_colours(job_ids: Sequence[str], apps: Collection[str] = ()) -> dict[str, Any]:
+    """The colours of a figure's jobs: the real-time ``apps`` (pass all the cluster's, so each
+    keeps its colour from figure to figure) from :func:`app_colours`, the other jobs light
+    colours in the order given."""
+    import matplotlib.pyplot as plt
+
+    colours = app_colours(apps)
+    light = [plt.get_cmap(name)(i) for name, indices in BATCH_CMAPS for i in indices]
+    batch = [job for job in dict.fromkeys(job_ids) if job not in colours]
+    colours.update((job, light[i % len(light)]) for i, job in enumerate(batch))
+    return colours
 
 
 def draw_grid(
@@ -90,7 +126,7 @@ def draw_plans(instance: Instance, plans: Sequence[Plan], path: Path, what: str 
 
     job_ids = list(instance.jobs_by_id)
     realtime_ids = {job.id for job in instance.realtime_jobs}
-    colours = job_colours(job_ids)
+    colours = job_colours(job_ids, realtime_ids)
     height = max(2.5, 0.22 * instance.gpus + 1.2)
     fig, axes = plt.subplots(
         len(plans), 1, figsize=(12, height * len(plans)), squeeze=False, constrained_layout=True

@@ -28,7 +28,7 @@ from gpuplan.app.reports import (
     NeedBasis,
     UtilizationReport,
 )
-from gpuplan.render import draw_grid, job_colours, legend_handles
+from gpuplan.render import app_colours, draw_grid, job_colours, legend_handles
 from gpuplan.table import count_of
 
 KIND_COLOURS = {
@@ -41,6 +41,9 @@ KIND_COLOURS = {
     "down": "0.55",
 }
 OUTLINE = "crimson"
+#: Shortfall shading in the coverage figure: grey, so that no app's colour means two things.
+SHORT_PLANNED: dict[str, Any] = {"facecolor": "0.5", "alpha": 0.25}
+SHORT_PAST: dict[str, Any] = {"facecolor": "0.85", "alpha": 0.6, "hatch": "..", "edgecolor": "0.5"}
 
 
 def _wrapped(title: str, width: int = 140) -> str:
@@ -110,7 +113,7 @@ def draw_idle_windows(
     fig, ax = _grid_figure(instance, instance.gpus)
     job_ids = list(instance.jobs_by_id)
     realtime_ids = {job.id for job in instance.realtime_jobs}
-    colours = job_colours(job_ids)
+    colours = job_colours(job_ids, realtime_ids)
     draw_grid(ax, grid, instance.down_masks, colours, realtime_ids)
     step = timedelta(minutes=instance.step_minutes)
 
@@ -177,11 +180,13 @@ def draw_coverage(
     )
     step_hours = instance.step_minutes / 60
     xs = [t * step_hours for t in range(instance.horizon_steps)]
-    styles = {0.5: {"color": "tab:blue", "ls": ":"}, 0.9: {"color": "tab:red", "ls": "--"}}
+    styles = {0.5: {"color": "0.45", "ls": ":"}, 0.9: {"color": "0.1", "ls": "--"}}
+    colours = app_colours(apps)
     for ax, app in zip(axes[:, 0], apps, strict=False):
-        _steps(ax, xs, planned.get(app, [0] * len(xs)), step_hours, color="black", lw=2, label="planned GPUs")
+        planned_gpus = planned.get(app, [0] * len(xs))
+        _steps(ax, xs, planned_gpus, step_hours, color=colours[app], lw=2.2, label="planned GPUs")
         for q, need in sorted(needs.get(app, {}).items()):
-            style = styles.get(q, {"color": "tab:olive", "ls": "-."})
+            style = styles.get(q, {"color": "0.3", "ls": "-."})
             _steps(ax, xs, need, step_hours, lw=1.4, label=f"P{round(q * 100)} need", **style)
         past = [h for h in report.past if h.app == app]
         if past:
@@ -189,15 +194,15 @@ def draw_coverage(
             committed = [h.committed_gpus for h in past]
             _steps(ax, past_xs, committed, 1.0, color="0.45", lw=2, label="committed GPUs (past)")
             actual = [h.needed_gpus for h in past]
-            _steps(ax, past_xs, actual, 1.0, color="tab:cyan", lw=1.2, label="actual need (past)")
+            _steps(ax, past_xs, actual, 1.0, color="0.1", lw=1.2, label="actual need (past)")
             ax.axvline(0, color="0.3", lw=1)
             ax.annotate(" plan start", (0, 0.97), xycoords=("data", "axes fraction"), fontsize=7, va="top")
         shortfall = [r for r in report.rows if r.app == app]
         for row in shortfall:
             x = _hours([row.hour], start)[0]
             width = step_hours if row.basis is NeedBasis.FORECAST else 1.0
-            colour = "tab:red" if row.basis is NeedBasis.FORECAST else "tab:cyan"
-            ax.axvspan(x, x + width, color=colour, alpha=0.18, lw=0)
+            shade = SHORT_PLANNED if row.basis is NeedBasis.FORECAST else SHORT_PAST
+            ax.axvspan(x, x + width, lw=0, **shade)
         reasons = sorted({r.reason.value for r in shortfall})
         ax.set_title(
             f"{app}: {count_of(len(shortfall), 'short hour')} at P{round(report.quantile * 100)}"
@@ -209,9 +214,9 @@ def draw_coverage(
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         _time_axis(ax, start, min([0.0, *_hours([h.hour for h in past], start)]), xs[-1] + step_hours)
         handles, _ = ax.get_legend_handles_labels()
-        handles.append(Patch(color="tab:red", alpha=0.18, label="planned hour short of need"))
+        handles.append(Patch(**SHORT_PLANNED, label="planned hour short of need"))
         if past:
-            handles.append(Patch(color="tab:cyan", alpha=0.18, label="committed hour short of actual"))
+            handles.append(Patch(**SHORT_PAST, label="committed hour short of actual"))
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle(_wrapped(title), fontsize=10)
     return _save(fig, path)
@@ -251,7 +256,7 @@ def draw_commits(
     """Committed hours as a grid: one column per committed hour."""
     fig, ax = plt.subplots(figsize=(13, max(3.0, 0.22 * len(grid) + 1.6)), constrained_layout=True)
     job_ids = sorted({cell for row in grid for cell in row if cell is not None})
-    colours = job_colours(job_ids)
+    colours = job_colours(job_ids, realtime)
     draw_grid(ax, grid, down_masks, colours, realtime)
     _label_columns(ax, hours)
     ax.set_title(_wrapped(title), fontsize=10)

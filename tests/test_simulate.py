@@ -394,3 +394,86 @@ def test_the_command_prints_the_apps_priority_on_the_workloads_scale(tmp_path: P
     result = run_cli("simulate", "--days", 1, "--gpus", 16, "--policy", "fifo", "--workload", path)
     assert result.code == 0, result.err
     assert "alibaba_dlrm_alive_hourly (priority 857.3, swap cap 1, " in result.out
+
+
+def _cluster_config(tmp_path: Path, apps: str, gpus: int = 24) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        f"cluster: {{gpus: {gpus}}}\nplan_with: p50\npromise_penalty: 0.5\napps:\n{apps}", encoding="utf-8"
+    )
+    return path
+
+
+TWO_APPS = (
+    f"  - {{id: chat, priority: 90, swap_cap: 1, requests_per_gpu_hour: 60, headroom: 0.1,\n"
+    f"     traffic: {BUNDLED_TRAFFIC_DIR / 'alibaba_genai_lora_hourly.csv'}}}\n"
+    f"  - {{id: search, priority: 70, swap_cap: 1, peak_gpus: 4,\n"
+    f"     traffic: {BUNDLED_TRAFFIC_DIR / 'philly_active_nodes_hourly.csv'}}}\n"
+)
+
+
+def test_a_daemon_config_gives_the_simulation_its_cluster_apps_and_plan_terms(tmp_path: Path) -> None:
+    jobs = _csv(tmp_path, "t1,0,training,60,4,5.5,5", "q1,3,quantization,40,1,0.4,1")
+    config = _cluster_config(tmp_path, TWO_APPS)
+    result = run_cli(
+        "simulate", "--config", config, "--days", 1, "--policy", "fast", "--workload", jobs, "--json"
+    )
+    assert result.code == 0, result.err
+    cluster = json.loads(result.out)["cluster"]
+    assert cluster["gpus"] == 24
+    philly = load_realtime([BUNDLED_TRAFFIC_DIR / "philly_active_nodes_hourly.csv"], days=1, gpus=24)[0]
+    history_peak = float(philly.requests[: philly.history_hours].max())
+    assert cluster["apps"] == [
+        {"id": "chat", "priority": 90.0, "swap_cap": 1, "requests_per_gpu_hour": 60.0, "headroom": 0.1},
+        # no requests_per_gpu_hour: derived as the daemon does, the history's peak over peak_gpus
+        {
+            "id": "search",
+            "priority": 70.0,
+            "swap_cap": 1,
+            "requests_per_gpu_hour": pytest.approx(history_peak / 4),
+            "headroom": 0.0,
+        },
+    ]
+    # Without the config the same workload runs on the defaults: 64 GPUs, the apps on the
+    # workload's priority scale, each named after its file.
+    default = run_cli("simulate", "--days", 1, "--policy", "fast", "--workload", jobs, "--json")
+    assert default.code == 0, default.err
+    defaults = json.loads(default.out)["cluster"]
+    assert defaults["gpus"] == 64
+    assert {app["id"] for app in defaults["apps"]}.isdisjoint({"chat", "search"})
+    assert {app["priority"] for app in defaults["apps"]} != {90.0, 70.0}
+
+
+def test_the_config_s_plan_terms_reach_the_printed_run(tmp_path: Path) -> None:
+    jobs = _csv(tmp_path, "t1,0,training,60,4,5.5,5")
+    config = _cluster_config(tmp_path, TWO_APPS, gpus=16)
+    result = run_cli("simulate", "--config", config, "--days", 1, "--policy", "fifo", "--workload", jobs)
+    assert result.code == 0, result.err
+    assert "16 GPUs, 1 simulated days, plans with P50 job durations" in result.out
+    assert "promise penalty 0.5" in result.out
+    assert "chat (priority 90, swap cap 1" in result.out
+
+
+@pytest.mark.parametrize(
+    ("apps", "extra", "message"),
+    [
+        (
+            "  - {id: chat, priority: 90, requests_per_gpu_hour: 60}\n",
+            (),
+            "`apps[0].traffic` must be an hourly traffic CSV for the simulation to replay",
+        ),
+        (
+            "  - {id: chat, priority: -3, requests_per_gpu_hour: 60}\n",
+            (),
+            "`apps[0].priority` must be a number in",
+        ),
+        (TWO_APPS, ("--gpus", "32"), "`--gpus` must be left out beside --config"),
+    ],
+)
+def test_a_bad_config_is_one_line_naming_the_field(
+    tmp_path: Path, apps: str, extra: tuple[str, ...], message: str
+) -> None:
+    result = run_cli("simulate", "--config", _cluster_config(tmp_path, apps), "--days", 1, *extra)
+    assert result.code == 2
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], result.err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,17 @@ def ensure_service(store: Store, config: ServiceConfig, now: datetime, *, from_f
         _seed_demo_jobs(store, now)
 
 
+#: The GPUs an app's traffic peak needs when its config gives neither requests per GPU-hour
+#: nor ``peak_gpus``.
+DEFAULT_PEAK_GPUS = 8
+
+
+def derived_capacity(requests: Iterable[float], peak_gpus: int | None) -> float:
+    """An app's requests per GPU-hour when its config gives none: its traffic's peak over
+    ``peak_gpus`` (default :data:`DEFAULT_PEAK_GPUS`)."""
+    return max(float(max(requests)), 1.0) / (peak_gpus or DEFAULT_PEAK_GPUS)
+
+
 def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime, *, demo: bool) -> App:
     """Store the app's traffic, moved by whole weeks to end before ``now`` (the weekly pattern
     stays on its weekdays), fit its profile on it, and derive its GPU capacity if unset.
@@ -121,8 +133,7 @@ def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime, *, 
     ingest_traffic(store, app.id, traffic, shift_hours=shift_hours)
     profile = fit_profile(store, app.id, traffic.hours + np.timedelta64(shift_hours, "h"), traffic.requests)
     if app.requests_per_gpu_hour <= 0:
-        peak_gpus = source.peak_gpus or 8
-        app = replace(app, requests_per_gpu_hour=max(float(traffic.requests.max()), 1.0) / peak_gpus)
+        app = replace(app, requests_per_gpu_hour=derived_capacity(traffic.requests, source.peak_gpus))
     log.info(
         "app %s: %d hours of traffic from %s, profile %s",
         app.id,

@@ -85,7 +85,22 @@ class SimulationReport:
     metrics: Mapping[SimPolicy, PolicyMetrics]
 
     def as_json(self) -> dict[str, Any]:
-        return {"policies": {policy.value: m.as_json() for policy, m in self.metrics.items()}}
+        return {
+            "cluster": {
+                "gpus": self.setup.cluster.gpus,
+                "apps": [
+                    {
+                        "id": app.id,
+                        "priority": app.priority,
+                        "swap_cap": app.swap_cap,
+                        "requests_per_gpu_hour": app.requests_per_gpu_hour,
+                        "headroom": app.headroom,
+                    }
+                    for app in self.setup.apps
+                ],
+            },
+            "policies": {policy.value: m.as_json() for policy, m in self.metrics.items()},
+        }
 
 
 def simulate(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
@@ -28,7 +28,9 @@ from gpuplan.app.jobs import check_spec, estimate_spec
 from gpuplan.app.workload import SimJob
 
 if TYPE_CHECKING:
+    from features.traffic import HourlyTraffic
     from forecasting.job_forecast import JobForecast
+    from gpuplan.app.config import ServiceConfig
     from storage.store import Store
 
 
@@ -138,26 +140,70 @@ def load_realtime(
     if len(set(names)) != len(names):
         raise InputError("traffic", "files with distinct names (one app each)", names)
     peak_gpus = max(1, round(gpus * RT_PEAK_SHARE / len(loaded)))
-    start = np.datetime64(SIM_START.replace(tzinfo=None), "h")
     series = []
     for path, traffic in loaded:
-        first_simulated = len(traffic) - simulated
-        history_peak = float(traffic.requests[:first_simulated].max())
+        history_peak = float(traffic.requests[: len(traffic) - simulated].max())
         app = App(
             id=path.stem,
             priority=priority,
             swap_cap=max(1, math.ceil(peak_gpus * SWAP_CAP_SHARE)),
             requests_per_gpu_hour=history_peak / peak_gpus if history_peak > 0 else 1.0,
         )
-        series.append(
-            RealtimeSeries(
-                app=app,
-                source=str(path),
-                hours=traffic.hours + (start - traffic.hours[first_simulated]),
-                requests=traffic.requests.astype(float),
-                history_hours=first_simulated,
+        series.append(_on_clock(app, path, traffic, simulated))
+    return series
+
+
+def _on_clock(app: App, path: Path, traffic: HourlyTraffic, simulated: int) -> RealtimeSeries:
+    """``traffic`` moved onto the simulated clock: its last ``simulated`` hours are simulated."""
+    first_simulated = len(traffic) - simulated
+    start = np.datetime64(SIM_START.replace(tzinfo=None), "h")
+    return RealtimeSeries(
+        app=app,
+        source=str(path),
+        hours=traffic.hours + (start - traffic.hours[first_simulated]),
+        requests=traffic.requests.astype(float),
+        history_hours=first_simulated,
+    )
+
+
+def config_realtime(config: ServiceConfig, *, days: int, source: str) -> list[RealtimeSeries]:
+    """The config's apps as the daemon runs them (priority, swap cap, headroom, requests per
+    GPU-hour), each on its ``traffic`` file moved onto the simulated clock.
+
+    An app without ``requests_per_gpu_hour`` gets the daemon's derived one
+    (:func:`gpuplan.app.seed.derived_capacity`), from its history's peak.
+    """
+    from features.traffic import load_traffic
+    from gpuplan.app.seed import derived_capacity
+
+    simulated = days * HOURS_PER_DAY
+    needed = simulated + HISTORY_HOURS
+    files = {t.app: t for t in config.traffic}
+    series = []
+    for index, configured in enumerate(config.apps):
+        traffic_source = files.get(configured.id)
+        if traffic_source is None:
+            raise InputError(
+                f"apps[{index}].traffic",
+                "an hourly traffic CSV for the simulation to replay (a Prometheus-only app has none)",
+                "missing",
+                source=source,
             )
-        )
+        traffic = load_traffic(traffic_source.path)
+        if len(traffic) < needed:
+            raise InputError(
+                f"apps[{index}].traffic",
+                f"a series of at least {needed} hours ({days} simulated days plus two weeks "
+                "of history for the demand profile)",
+                f"{len(traffic)} hours",
+                source=str(traffic_source.path),
+                hint="Simulate fewer days or give a longer series.",
+            )
+        app = configured
+        if app.requests_per_gpu_hour <= 0:
+            history = traffic.requests[: len(traffic) - simulated]
+            app = replace(app, requests_per_gpu_hour=derived_capacity(history, traffic_source.peak_gpus))
+        series.append(_on_clock(app, traffic_source.path, traffic, simulated))
     return series
 
 
@@ -254,8 +300,14 @@ def prepare(
     traffic_column: str | None = None,
     workload_path: Path | None = None,
     seed: int = 0,
+    config: ServiceConfig | None = None,
+    config_source: str = "--config",
 ) -> Setup:
     """Load traffic, read or draw the jobs, and fit what forecasts them.
+
+    With ``config`` (the daemon's, :func:`gpuplan.app.config.load_config`), the cluster and
+    the apps are the config's, each app on its own ``traffic`` file and with its own priority;
+    ``gpus`` and ``traffic_paths`` are not used.
 
     The job estimators are fitted on the earlier 80% of the bundled history into
     ``work_dir`` (unless every job states its hours), so that the default workload's jobs,
@@ -273,6 +325,16 @@ def prepare(
 
     if days < 1:
         raise InputError("days", "an integer >= 1", days)
+    cluster = Cluster(gpus=gpus)
+    if config is not None:
+        if config.cluster.down:
+            log.warning(
+                "%s: the cluster's %d down windows are at dates the simulated clock does not reach: left out",
+                config_source,
+                len(config.cluster.down),
+            )
+        cluster = replace(config.cluster, down=())
+        gpus = cluster.gpus
     if gpus < 1:
         raise InputError("gpus", "an integer >= 1", gpus)
     hours = days * HOURS_PER_DAY
@@ -290,8 +352,11 @@ def prepare(
                 hours,
                 days,
             )
-    priority = RT_PRIORITY if not listed else app_priority([job.priority for job in listed])
-    series = load_realtime(traffic_paths, days=days, gpus=gpus, column=traffic_column, priority=priority)
+    if config is not None:
+        series = config_realtime(config, days=days, source=config_source)
+    else:
+        priority = RT_PRIORITY if not listed else app_priority([job.priority for job in listed])
+        series = load_realtime(traffic_paths, days=days, gpus=gpus, column=traffic_column, priority=priority)
     models_dir = work_dir / "models"
     history_path = bundled_history_path()
     if listed is None or any(job.forecast_hours is None for job in listed):
@@ -324,7 +389,7 @@ def prepare(
         estimates[job.id] = estimate
     profiles = {s.app.id: fit_profile(s) for s in series}
     return Setup(
-        cluster=Cluster(gpus=gpus),
+        cluster=cluster,
         series=tuple(series),
         profiles=profiles,
         jobs=tuple(jobs),
