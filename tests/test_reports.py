@@ -495,3 +495,27 @@ def test_every_idle_window_is_bookable_at_its_start(plan: tuple[Instance, Grid],
             (r.first_gpu, r.start) for r in bookable_starts(instance, grid, START, gpus=w.gpus, hours=hours)
         }
         assert any(first == w.first_gpu and start <= w.start for first, start in starts)
+
+
+def test_gpus_an_app_holds_above_its_need_are_bookable_no_later_than_a_submit_gets_them() -> None:
+    from scheduler.model import SolveOptions
+    from scheduler.policies import PolicyName, plan
+
+    # An empty queue and an app whose need falls through the day: the plan keeps its idle
+    # GPUs (nothing takes them), and a job submitted onto them gets them.
+    app = {"id": "chat", "kind": "realtime", "priority": 50, "swap_cap": 2}
+    demand = [8, 8, 6, 4, 2, 2, 2, 2, 2, 2, 2, 2]
+    doc: dict[str, Any] = {"name": "trough", "gpus": 8, "horizon": 12, "jobs": [{**app, "demand": demand}]}
+    options = SolveOptions(wall_clock=False)
+    empty = plan(parse_scenario(doc), PolicyName.FAST, options)
+    held = [sum(row[t] == "chat" for row in empty.grid) for t in range(12)]
+    assert any(h > d for h, d in zip(held, demand, strict=True)), held  # idle GPUs held
+    for gpus, hours in [(4, 4), (2, 6), (4, 8)]:
+        (earliest,) = bookable_starts(parse_scenario(doc), empty.grid, START, gpus=gpus, hours=hours, limit=1)
+        job = {"id": "bi", "kind": "batch_inference", "priority": 10, "gpus": gpus, "duration": hours}
+        submitted = plan(parse_scenario({**doc, "jobs": [*doc["jobs"], job]}), PolicyName.FAST, options)
+        start = min(t for row in submitted.grid for t, cell in enumerate(row) if cell == "bi")
+        assert earliest.start <= at(start), (gpus, hours, earliest.start, start)
+        # and it is free indeed: the app keeps its need at every step of the submitted plan
+        served = [sum(row[t] == "chat" for row in submitted.grid) for t in range(12)]
+        assert all(s >= d for s, d in zip(served, demand, strict=True)), served

@@ -180,6 +180,39 @@ def test_submit_answers_with_a_planned_start_and_a_bad_spec_stores_nothing(
         store.close()
 
 
+def test_a_cycle_a_month_after_a_promise_still_plans_and_commits_the_waiting_job(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        yaml.safe_dump({"id": "bi-old", "kind": "batch_inference", "priority": 95, "gpus": 4, "hours": 2})
+    )
+    submitted = run_cli("submit", spec, "--db", db, "--models", models_dir, "--json", "--at", T0.isoformat())
+    assert submitted.code == 0, submitted.err
+    promised = datetime.fromisoformat(json.loads(submitted.out)["promised_start"])
+    # The daemon was down for a month: the job still waits, its promise 31 days past.
+    later = T0 + timedelta(days=31)
+    assert (later - promised) / HOUR > 672
+    _once(db, models_dir, later)
+    scenario, plan, run = _export(db, tmp_path / "later")
+    assert run["committed"] is True and run["start"] == "2026-12-31T10:00:00+00:00"
+    instance = parse_scenario(scenario)
+    assert check_plan(instance, plan["grid"]) == []
+    (job,) = [job for job in instance.batch_jobs if job.id == "bi-old"]
+    # carried at the oldest promise a scenario takes: broken whatever the start, as it is
+    assert job.promise_step == -672
+    assert instance.promise_cost(job, 0) > 0
+    store = open_store(db)
+    try:
+        commit = store.last_commit()
+    finally:
+        store.close()
+    assert commit is not None and commit.hour == datetime(2026, 12, 31, 10, tzinfo=UTC)
+    assert any("bi-old" in row for row in plan["grid"])  # and the waiting job is planned
+
+
 @pytest.mark.parametrize(
     ("spec", "field"),
     [

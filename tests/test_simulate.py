@@ -312,10 +312,11 @@ def test_the_command_prints_json_and_draws_the_plots(tmp_path: Path) -> None:
     keys |= {"completed", "cycle_ms_p50", "cycle_ms_p99", "rt_moves"}
     keys |= {"rt_unmet_gpu_hours_worst_hour", "amendments_per_day", "promise_kept"}
     keys |= {"promise_delay_h_p50", "promise_delay_h_p90", "plan_kept", "promise_lead_h_p50"}
-    keys |= {"promise_lead_h_p90", "promise_ms_p50", "promise_ms_p99"}
+    keys |= {"promise_lead_h_p90", "promise_ms_p50", "promise_ms_p99", "rt_moves_per_day"}
     for metrics in policies.values():
         assert keys <= set(metrics)
         assert isinstance(metrics["rt_moves"], int) and metrics["rt_moves"] >= 0
+        assert 0 <= metrics["rt_moves_per_day"] <= metrics["rt_moves"]  # one day: the swaps among them
         assert metrics["completed"] == 4  # every job submitted in the day ran to its end
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == [
         "simulate-p90-busiest-day.png",
@@ -477,3 +478,20 @@ def test_a_bad_config_is_one_line_naming_the_field(
     assert result.code == 2
     lines = [line for line in result.err.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], result.err
+
+
+def test_moves_per_day_count_gpus_swapped_not_the_changes_in_how_many_an_app_holds() -> None:
+    from gpuplan.app.simulate.measures import swap_moves
+
+    assert swap_moves([0b0011, 0b0111, 0b1111, 0b0011]) == 0  # grows and shrinks: the curve's own
+    assert swap_moves([0b0011, 0b0110]) == 2  # GPU 0 out, GPU 2 in: a replica moved for nothing
+    assert swap_moves([0b0011, 0b1110, 0b1110]) == 2  # grows by one and swaps one
+
+
+def test_on_an_uncontested_cluster_the_apps_gpus_do_not_move_between_commits(tmp_path: Path) -> None:
+    jobs = _csv(tmp_path, "q1,3,quantization,40,1,0.4,1")  # one small job: nothing contends
+    result = run_cli("simulate", "--days", 1, "--gpus", 24, "--policy", "fast", "--workload", jobs, "--json")
+    assert result.code == 0, result.err
+    fast = json.loads(result.out)["policies"]["fast"]
+    assert fast["rt_served"] == 1.0
+    assert fast["rt_moves_per_day"] == 0  # the apps only grow and shrink with their curves

@@ -34,7 +34,6 @@ in flight and its own, however many arrive together, and after a batch of severa
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -46,7 +45,15 @@ from datetime import datetime, timedelta
 from contract.errors import InputError
 from contract.records import Cluster, Job, PlanRun, RunMode
 from contract.scenario import BatchJob, Instance
-from gpuplan.app.bridge import STEP, EntryTexts, encoded_scenario, floor_hour, queued_entry, run_record
+from gpuplan.app.bridge import (
+    STEP,
+    EntryTexts,
+    encoded_scenario,
+    floor_hour,
+    promise_step,
+    queued_entry,
+    run_record,
+)
 from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.forecasters import Forecasters
@@ -402,7 +409,7 @@ class SubmitBatcher:
         will have them (the promised jobs weigh their promises in the next repair)."""
         if self.config.promises.penalty <= 0 or not promised:
             return base
-        steps = {job: _promise_step(base.run, start) for job, start in promised.items()}
+        steps = {job: promise_step(start, base.run.start) for job, start in promised.items()}
         jobs = [
             {**entry, "promise": steps[entry["id"]]}
             if entry["id"] in steps and entry.get("promise") is None
@@ -482,7 +489,7 @@ class SubmitBatcher:
             )
             if self.config.promises.penalty <= 0 or i == len(jobs) - 1 or placed.id not in promised:
                 return None
-            steps[placed.id] = _promise_step(base.run, promised[placed.id])
+            steps[placed.id] = promise_step(promised[placed.id], base.run.start)
             entries[i] = {**entries[i], "promise": steps[placed.id]}
             return None if placed.promise_step is not None else replace(placed, promise_step=steps[placed.id])
 
@@ -517,11 +524,6 @@ class SubmitBatcher:
             inputs_hash_=digest,
         )
         return replace(run, extra={"warm_from": base.run.id}), instance, allocation, promised
-
-
-def _promise_step(run: PlanRun, promised: datetime) -> int:
-    """A promised start as the scenario's ``promise``: steps from the run's start."""
-    return math.floor((promised - run.start) / STEP)
 
 
 def _with_promises(instance: Instance, steps: Mapping[str, int]) -> Instance:

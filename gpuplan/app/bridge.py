@@ -39,6 +39,7 @@ from contract.records import (
     PlanRun,
     RunMode,
 )
+from contract.scenario_io import MAX_HORIZON_STEPS
 from gpuplan.app.config import PlanWith, PromiseTerms
 from storage.store import EncodedJSON
 
@@ -112,6 +113,18 @@ def gpus_for(app: App, requests: float) -> int:
     return int(gpus_needed([requests], app.requests_per_gpu_hour, app.headroom)[0])
 
 
+def promise_step(promised: datetime, start: datetime) -> int:
+    """A promised start as the scenario's ``promise``: steps from the plan's ``start``.
+
+    A promise further in the past than the scenario takes (``MAX_HORIZON_STEPS``, four
+    weeks of hours: a job that has waited a month, or a daemon restarted after one) is
+    carried at that edge. It is broken whatever the plan does either way, and each step of
+    delay costs the same, so the plan is the one the older promise would give; only the
+    promise's cost is counted from four weeks back, not more.
+    """
+    return max(-MAX_HORIZON_STEPS, math.floor((promised - start) / STEP))
+
+
 def scenario_document(
     snapshot: Snapshot, plan_with: PlanWith, *, name: str, promises: PromiseTerms | None = None
 ) -> dict[str, Any]:
@@ -148,7 +161,7 @@ def scenario_document(
     for job in snapshot.queued:
         entry = queued_entry(job, plan_with, step_minutes=cluster.step_minutes, order=len(jobs))
         if terms and job.promised_start is not None:
-            entry["promise"] = math.floor((job.promised_start - start) / STEP)
+            entry["promise"] = promise_step(job.promised_start, start)
         jobs.append(entry)
     for demand in snapshot.demand:
         app = demand.app

@@ -42,17 +42,29 @@ def run_instance(run: PlanRun) -> Instance:
 
 
 def free_masks(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[int]:
-    """Per step, the GPUs that are free: planned for no job and not down."""
+    """Per step, the GPUs that are free: not down, and planned for no job or held by a
+    real-time app above its need that step (its demand: the P90 plus headroom, swap-capped).
+
+    A plan keeps an app's idle GPUs where nothing else takes them (each give-back is a
+    replica stopped): those are bookable, and a job submitted onto them gets them. An
+    app's surplus is counted on its lowest GPU ids, the ones it gives back first."""
     if len(grid) != instance.gpus or any(len(row) != instance.horizon_steps for row in grid):
         shape = f"{len(grid)} rows of {sorted({len(row) for row in grid})} cells"
         raise InputError(
             "grid", f"{instance.gpus} rows (GPUs) of {instance.horizon_steps} cells (steps)", shape
         )
     taken = [0] * instance.horizon_steps
+    held: dict[tuple[str, int], list[int]] = {}
     for gpu, row in enumerate(grid):
         for t, cell in enumerate(row):
             if cell is not None:
                 taken[t] |= 1 << gpu
+                held.setdefault((cell, t), []).append(gpu)
+    for job in instance.realtime_jobs:
+        for t, need in enumerate(job.demand):
+            gpus = held.get((job.id, t), [])
+            for gpu in gpus[: max(0, len(gpus) - need)]:
+                taken[t] &= ~(1 << gpu)
     return [
         instance.all_gpus_mask & ~(busy | down) for busy, down in zip(taken, instance.down_masks, strict=True)
     ]
@@ -248,8 +260,9 @@ def bookable_starts(
     """Per aligned block, the earliest start at which a ``gpus``-GPU job of ``hours`` fits.
 
     "Fits" is the contract's placement rule with the plan held fixed: the block is free
-    (planned for nothing, not down) at every step of ``[s, min(s + duration, horizon))``,
-    so booking it moves nothing planned. Each aligned block that fits somewhere appears
+    (:func:`free_masks`: not down, planned for nothing or held idle by an app above its
+    need) at every step of ``[s, min(s + duration, horizon))``, so booking it moves no
+    batch job and leaves every app its need. Each aligned block that fits somewhere appears
     once, at its earliest start; rows are sorted by start, then first GPU, so the first
     row is the earliest start of all. ``limit`` keeps the first rows only.
     """

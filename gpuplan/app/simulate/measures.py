@@ -8,6 +8,7 @@ amendment's additions too: a real-time GPU added at :30 serves the second half o
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,9 @@ class PolicyMetrics:
     promise_lead_h_p50: float  # promised start - the plan's start it was made from, hours
     promise_lead_h_p90: float
     rt_moves: int  # GPUs the apps gained or lost from one committed hour to the next
+    #: Per simulated day, the moves beyond the change in how many GPUs each app holds: a GPU
+    #: swapped for another (one out, one in: two moves) buys nothing and restarts a replica.
+    rt_moves_per_day: float
     wait_p50_h: float
     wait_p99_h: float
     wait_by_kind: dict[str, tuple[float, float]]  # kind -> (p50, p99) hours
@@ -96,6 +100,7 @@ class PolicyMetrics:
             "promise_ms_p50": round(self.promise_ms_p50, 3),
             "promise_ms_p99": round(self.promise_ms_p99, 3),
             "rt_moves": self.rt_moves,
+            "rt_moves_per_day": round(self.rt_moves_per_day, 3),
             "started": self.started,
             "submitted": self.submitted,
             "wait_by_kind_h": {
@@ -192,8 +197,18 @@ def hourly(setup: Setup, run: PolicyRun) -> Hourly:
     )
 
 
+def swap_moves(masks: Sequence[int]) -> int:
+    """Of one app's moves over its held-GPU bitmasks per hour, those beyond the change in
+    how many it holds (what its demand curve's own changes ask for)."""
+    return sum(
+        (now ^ before).bit_count() - abs(now.bit_count() - before.bit_count())
+        for before, now in itertools.pairwise(masks)
+    )
+
+
 def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
     per_hour = hourly(setup, run)
+    held = realtime_sets(setup, run)
     gpu_hours = setup.cluster.gpus * setup.hours
     apps = realtime_hours(setup, run)
     value = sum(s.app.priority * float(apps[s.app.id].served.sum()) for s in setup.series)
@@ -233,7 +248,8 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         plan_kept=plan_kept,
         promise_lead_h_p50=_percentile(leads, 50),
         promise_lead_h_p90=_percentile(leads, 90),
-        rt_moves=sum(realtime_moves(masks) for masks in realtime_sets(setup, run).values()),
+        rt_moves=sum(realtime_moves(masks) for masks in held.values()),
+        rt_moves_per_day=sum(swap_moves(masks) for masks in held.values()) * HOURS_PER_DAY / setup.hours,
         wait_p50_h=_percentile(every_wait, 50),
         wait_p99_h=_percentile(every_wait, 99),
         wait_by_kind={k: (_percentile(v, 50), _percentile(v, 99)) for k, v in sorted(waits.items())},
