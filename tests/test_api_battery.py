@@ -8,6 +8,7 @@ the words its answer must hold (the field, the content type, the parameter, the 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass
 from datetime import timedelta
@@ -555,3 +556,178 @@ def test_the_api_and_gpuplan_submit_refuse_one_document_with_one_message(
     api_message = answer.json()["message"].removeprefix("request body: ")
     assert f"`{field}`" in api_message
     assert api_message.split(";")[0] in err  # "`gpus` must be given once in its object"
+
+
+# --- what the battery's fixes left: paging, the schema, headers, health -----------------------
+
+
+@pytest.fixture
+def fresh(tmp_path: Path, models_dir: Path) -> Iterator[tuple[httpx.Client, Served]]:
+    """A served API of its own, for the tests that store something."""
+    with served(f"sqlite:///{tmp_path / 'gpuplan.db'}", models_dir) as service:
+        server = HttpServer(service.context, "127.0.0.1", 0).start()
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{server.bound_port}", timeout=60) as client:
+                yield client, service
+        finally:
+            server.stop()
+
+
+def test_jobs_are_listed_a_page_at_a_time_and_the_status_queue_pages_the_same_way(
+    fresh: tuple[httpx.Client, Served],
+) -> None:
+    client, service = fresh
+    auth = service.auth("reader")
+    for n in range(5):
+        answer = client.post("/v1/jobs", json={**JOB, "id": f"page-{n}"}, headers=service.auth("ml"))
+        assert answer.status_code == 201
+    every = [job.id for job in service.store.jobs()]
+    first = client.get("/v1/jobs?limit=3", headers=auth)
+    second = client.get("/v1/jobs?limit=3&offset=3", headers=auth)
+    assert first.headers["x-total-count"] == second.headers["x-total-count"] == str(len(every))
+    assert [row["job"] for row in first.json() + second.json()] == every[:6]
+    mine = client.get("/v1/jobs?team=ml&state=queued", headers=auth).json()
+    assert [row["job"] for row in mine] == [f"page-{n}" for n in range(5)]
+    assert {row["state"] for row in mine} == {"queued"} and mine[0]["forecast"]["gpus"] == 2
+
+    whole = client.get("/v1/status", headers=auth)
+    queue = whole.json()["queue"]
+    assert whole.headers["x-total-count"] == str(len(queue)) and len(queue) > 4
+    paged = client.get("/v1/status?limit=2&offset=1", headers=auth)
+    assert paged.json()["queue"] == queue[1:3] and paged.headers["x-total-count"] == str(len(queue))
+    assert paged.json()["running"] == whole.json()["running"]
+
+
+def test_the_schema_declares_the_bearer_scheme_and_each_route_its_error_answers(
+    fresh: tuple[httpx.Client, Served],
+) -> None:
+    client, _ = fresh
+    schema = client.get("/v1/openapi.json").json()
+    assert schema["components"]["securitySchemes"]["bearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": schema["components"]["securitySchemes"]["bearer"]["description"],
+    }
+    paths = schema["paths"]
+    assert "security" not in paths["/healthz"]["get"]
+    expected = {
+        ("/v1/jobs", "post"): {"401", "403", "413", "415", "422", "503"},
+        ("/v1/jobs", "get"): {"401", "403", "422", "503"},
+        ("/v1/jobs/{job_id}", "get"): {"401", "403", "404", "422", "503"},
+        ("/v1/jobs/{job_id}", "delete"): {"401", "403", "404", "422", "503"},
+        ("/v1/status", "get"): {"401", "403", "422", "503"},
+        ("/v1/runs/{run_id}", "get"): {"401", "403", "404", "422", "503"},
+        ("/v1/reports/coverage-risk", "get"): {"401", "403", "404", "422", "503"},
+        ("/v1/apps/{app}/traffic", "post"): {"401", "403", "404", "413", "415", "422", "503"},
+    }
+    for (path, method), codes in expected.items():
+        operation = paths[path][method]
+        assert operation["security"] == [{"bearer": []}], path
+        assert codes <= set(operation["responses"]), (path, method, sorted(operation["responses"]))
+    body = paths["/v1/jobs"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert {"id", "kind", "priority", "gpus", "hours"} <= set(body["properties"])
+    rows = paths["/v1/apps/{app}/traffic"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert rows["type"] == "array" and set(rows["items"]["properties"]) == {"hour", "requests"}
+
+
+@pytest.mark.parametrize(
+    "path", ["/healthz", "/signin", "/v1/openapi.json", "/static/dashboard.css", "/v1/status"]
+)
+def test_every_answer_carries_the_security_headers(fresh: tuple[httpx.Client, Served], path: str) -> None:
+    client, _ = fresh
+    headers = client.get(path).headers
+    policy = headers["content-security-policy"]
+    assert (
+        "default-src 'self'" in policy
+        and "frame-ancestors 'none'" in policy
+        and "script-src 'self'" in policy
+    )
+    assert headers["x-frame-options"] == "DENY" and headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_surge_pushed_between_cycles_counts_in_healthz_so_the_page_reloads(
+    fresh: tuple[httpx.Client, Served],
+) -> None:
+    client, service = fresh
+    before = client.get("/healthz").json()
+    hour = T0.replace(minute=0)
+    pushed = client.post(
+        f"/v1/apps/{APP}/traffic",
+        json=[{"hour": hour.isoformat(), "requests": 1e9}],
+        headers=service.auth("admin"),
+    )
+    assert pushed.status_code == 200 and pushed.json()["replanned"] is True
+    after = client.get("/healthz").json()
+    assert after["cycles"] == before["cycles"] + 1 and after["last_error"] is None
+    quiet = client.post(
+        f"/v1/apps/{APP}/traffic", json=[{"hour": PAST, "requests": 3.0}], headers=service.auth("admin")
+    )
+    assert quiet.json()["replanned"] is False
+    assert client.get("/healthz").json()["cycles"] == after["cycles"]  # no re-plan, no cycle
+
+
+def _signed_in(client: httpx.Client, token: str) -> None:
+    page = client.get("/signin")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    assert client.post("/signin", data={"token": token, "csrf": csrf.group(1)}).status_code == 303
+
+
+def _csrf(client: httpx.Client) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', client.get("/").text)
+    assert found is not None
+    return found.group(1)
+
+
+def test_a_form_post_answers_a_redirect_and_the_page_after_it_shows_what_it_did_once(
+    fresh: tuple[httpx.Client, Served],
+) -> None:
+    client, service = fresh
+    _signed_in(client, service.tokens["ml"])
+    spec_text = "id: form-1\nkind: batch_inference\ngpus: 1\nhours: 1\npriority: 10\n"
+    posted = client.post("/jobs", data={"csrf": _csrf(client), "spec": spec_text})
+    assert posted.status_code == 303 and posted.headers["location"] == "/"
+    assert service.store.job("form-1") is not None
+    page = client.get("/")
+    assert page.status_code == 200 and "queued form-1" in page.text
+    assert "queued form-1" not in client.get("/").text  # shown once; a reload posts nothing
+    cancelled = client.post("/jobs/form-1/cancel", data={"csrf": _csrf(client)})
+    assert cancelled.status_code == 303
+    assert "cancelled form-1" in client.get("/").text
+    refused = client.post("/jobs", data={"csrf": _csrf(client), "spec": "kind: video"})
+    assert refused.status_code == 422 and "`kind`" in refused.text  # a refusal shows the form again
+
+
+def test_the_session_cookie_is_secure_when_served_over_https(fresh: tuple[httpx.Client, Served]) -> None:
+    """Behind a TLS proxy on the same host (X-Forwarded-Proto from loopback, which uvicorn trusts)."""
+    client, service = fresh
+    for proto, secure in (("https", True), ("http", False)):
+        client.cookies.clear()
+        headers = {"X-Forwarded-Proto": proto}
+        page = client.get("/signin", headers=headers)
+        assert ("; secure" in page.headers["set-cookie"].lower()) is secure  # the sign-in form's cookie
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        answer = client.post(
+            "/signin",
+            data={"token": service.tokens["ml"], "csrf": csrf.group(1)},
+            # httpx keeps a Secure cookie for https alone: the sign-in form's is sent back by hand
+            headers={**headers, "Cookie": page.headers["set-cookie"].split(";", 1)[0]},
+        )
+        assert answer.status_code == 303
+        session = next(c for c in answer.headers.get_list("set-cookie") if c.startswith("gpuplan_session="))
+        assert ("; secure" in session.lower()) is secure
+
+
+def test_ingest_refuses_a_series_with_an_hour_after_the_current_one(
+    api: tuple[httpx.Client, Served], tmp_path: Path
+) -> None:
+    _, service = api
+    before = _stored(service)
+    csv = tmp_path / "ahead.csv"
+    csv.write_text(f"hour,requests\n{PAST},10\n{NEXT},12\n")
+    result = run_cli("ingest", APP, "--traffic", csv, "--db", DB_URL[0], "--at", T0.isoformat())
+    assert result.code != 0
+    assert "`hour` must be an hour up to the current one (2026-11-30T10:00:00+00:00)" in result.err
+    assert "2026-11-30T11:00" in result.err
+    assert _stored(service) == before

@@ -144,7 +144,7 @@ def test_the_dashboard_in_chromium_grid_idle_windows_submit_and_cancel(
             assert job is not None and job.team == "ml"
             page.fill("#spec", "")
             service.cycle(T0 + timedelta(minutes=30))
-            page.wait_for_function("!document.getElementById('message')", timeout=15_000)  # reloaded
+            page.wait_for_function("() => !document.getElementById('message')", timeout=15_000)  # reloaded
             row = page.locator('#queue tr[data-job="web-1"]')
             assert row.count() == 1
             assert row.locator("td.start").inner_text() != "-"
