@@ -21,8 +21,9 @@ import pytest
 from gpuplan.http.server import HttpServer
 from tests.http_fixtures import T0, Served, served
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
+from tests.test_http import api
 
-__all__ = ["_in_tmp_path", "models_dir"]
+__all__ = ["_in_tmp_path", "api", "models_dir"]
 
 HOUR = timedelta(hours=1)
 JOB = {"id": "bat-1", "kind": "batch_inference", "gpus": 2, "hours": 3, "priority": 20}
@@ -449,7 +450,9 @@ CASES = submit_cases() + traffic_cases() + query_cases()
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterator[tuple[httpx.Client, Served]]:
+def battery(
+    tmp_path_factory: pytest.TempPathFactory, models_dir: Path
+) -> Iterator[tuple[httpx.Client, Served]]:
     """One served API for the whole battery: each case checks that it stored nothing."""
     DB_URL[:] = [f"sqlite:///{tmp_path_factory.mktemp('battery') / 'gpuplan.db'}"]
     with served(DB_URL[0], models_dir) as service:
@@ -479,9 +482,9 @@ def test_the_battery_holds_more_than_80_hostile_requests() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_a_hostile_request_gets_its_4xx_naming_the_problem_and_stores_nothing(
-    api: tuple[httpx.Client, Served], case: Case
+    battery: tuple[httpx.Client, Served], case: Case
 ) -> None:
-    client, service = api
+    client, service = battery
     stored_job = next(job.id for job in service.store.jobs() if job.team is None)
     headers = dict(case.headers)
     if case.role == "nobody":
@@ -503,9 +506,9 @@ def test_a_hostile_request_gets_its_4xx_naming_the_problem_and_stores_nothing(
 
 
 def test_the_same_documents_pass_as_the_battery_refuses_them_so_the_refusals_are_not_blanket(
-    api: tuple[httpx.Client, Served],
+    battery: tuple[httpx.Client, Served],
 ) -> None:
-    client, service = api
+    client, service = battery
     auth = service.auth("ml")
     answer = client.post("/v1/jobs", content=spec(id="bat-ok"), headers={**auth, **JSON})
     assert answer.status_code == 201, answer.text
@@ -544,9 +547,9 @@ def test_the_same_documents_pass_as_the_battery_refuses_them_so_the_refusals_are
     ],
 )
 def test_the_api_and_gpuplan_submit_refuse_one_document_with_one_message(
-    api: tuple[httpx.Client, Served], tmp_path: Path, name: str, text: str, field: str
+    battery: tuple[httpx.Client, Served], tmp_path: Path, name: str, text: str, field: str
 ) -> None:
-    client, service = api
+    client, service = battery
     answer = client.post("/v1/jobs", content=text.encode(), headers={**service.auth("ml"), **JSON})
     assert answer.status_code == 422
     path = tmp_path / "job.json"
@@ -558,25 +561,14 @@ def test_the_api_and_gpuplan_submit_refuse_one_document_with_one_message(
     assert api_message.split(";")[0] in err  # "`gpus` must be given once in its object"
 
 
-# --- what the battery's fixes left: paging, the schema, headers, health -----------------------
-
-
-@pytest.fixture
-def fresh(tmp_path: Path, models_dir: Path) -> Iterator[tuple[httpx.Client, Served]]:
-    """A served API of its own, for the tests that store something."""
-    with served(f"sqlite:///{tmp_path / 'gpuplan.db'}", models_dir) as service:
-        server = HttpServer(service.context, "127.0.0.1", 0).start()
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{server.bound_port}", timeout=60) as client:
-                yield client, service
-        finally:
-            server.stop()
+# --- what the battery's fixes left: paging, the schema, headers, health (each on a served API of
+# its own, test_http's `api`) ----------------------------------------------------------------
 
 
 def test_jobs_are_listed_a_page_at_a_time_and_the_status_queue_pages_the_same_way(
-    fresh: tuple[httpx.Client, Served],
+    api: tuple[httpx.Client, Served],
 ) -> None:
-    client, service = fresh
+    client, service = api
     auth = service.auth("reader")
     for n in range(5):
         answer = client.post("/v1/jobs", json={**JOB, "id": f"page-{n}"}, headers=service.auth("ml"))
@@ -599,9 +591,9 @@ def test_jobs_are_listed_a_page_at_a_time_and_the_status_queue_pages_the_same_wa
 
 
 def test_the_schema_declares_the_bearer_scheme_and_each_route_its_error_answers(
-    fresh: tuple[httpx.Client, Served],
+    api: tuple[httpx.Client, Served],
 ) -> None:
-    client, _ = fresh
+    client, _ = api
     schema = client.get("/v1/openapi.json").json()
     assert schema["components"]["securitySchemes"]["bearer"] == {
         "type": "http",
@@ -633,8 +625,8 @@ def test_the_schema_declares_the_bearer_scheme_and_each_route_its_error_answers(
 @pytest.mark.parametrize(
     "path", ["/healthz", "/signin", "/v1/openapi.json", "/static/dashboard.css", "/v1/status"]
 )
-def test_every_answer_carries_the_security_headers(fresh: tuple[httpx.Client, Served], path: str) -> None:
-    client, _ = fresh
+def test_every_answer_carries_the_security_headers(api: tuple[httpx.Client, Served], path: str) -> None:
+    client, _ = api
     headers = client.get(path).headers
     policy = headers["content-security-policy"]
     assert (
@@ -646,9 +638,9 @@ def test_every_answer_carries_the_security_headers(fresh: tuple[httpx.Client, Se
 
 
 def test_a_surge_pushed_between_cycles_counts_in_healthz_so_the_page_reloads(
-    fresh: tuple[httpx.Client, Served],
+    api: tuple[httpx.Client, Served],
 ) -> None:
-    client, service = fresh
+    client, service = api
     before = client.get("/healthz").json()
     hour = T0.replace(minute=0)
     pushed = client.post(
@@ -680,9 +672,9 @@ def _csrf(client: httpx.Client) -> str:
 
 
 def test_a_form_post_answers_a_redirect_and_the_page_after_it_shows_what_it_did_once(
-    fresh: tuple[httpx.Client, Served],
+    api: tuple[httpx.Client, Served],
 ) -> None:
-    client, service = fresh
+    client, service = api
     _signed_in(client, service.tokens["ml"])
     spec_text = "id: form-1\nkind: batch_inference\ngpus: 1\nhours: 1\npriority: 10\n"
     posted = client.post("/jobs", data={"csrf": _csrf(client), "spec": spec_text})
@@ -698,9 +690,9 @@ def test_a_form_post_answers_a_redirect_and_the_page_after_it_shows_what_it_did_
     assert refused.status_code == 422 and "`kind`" in refused.text  # a refusal shows the form again
 
 
-def test_the_session_cookie_is_secure_when_served_over_https(fresh: tuple[httpx.Client, Served]) -> None:
+def test_the_session_cookie_is_secure_when_served_over_https(api: tuple[httpx.Client, Served]) -> None:
     """Behind a TLS proxy on the same host (X-Forwarded-Proto from loopback, which uvicorn trusts)."""
-    client, service = fresh
+    client, service = api
     for proto, secure in (("https", True), ("http", False)):
         client.cookies.clear()
         headers = {"X-Forwarded-Proto": proto}
@@ -720,9 +712,9 @@ def test_the_session_cookie_is_secure_when_served_over_https(fresh: tuple[httpx.
 
 
 def test_ingest_refuses_a_series_with_an_hour_after_the_current_one(
-    api: tuple[httpx.Client, Served], tmp_path: Path
+    battery: tuple[httpx.Client, Served], tmp_path: Path
 ) -> None:
-    _, service = api
+    _, service = battery
     before = _stored(service)
     csv = tmp_path / "ahead.csv"
     csv.write_text(f"hour,requests\n{PAST},10\n{NEXT},12\n")
@@ -731,3 +723,24 @@ def test_ingest_refuses_a_series_with_an_hour_after_the_current_one(
     assert "`hour` must be an hour up to the current one (2026-11-30T10:00:00+00:00)" in result.err
     assert "2026-11-30T11:00" in result.err
     assert _stored(service) == before
+
+
+def test_after_a_commit_the_grid_starts_with_the_hour_in_progress_as_committed(
+    api: tuple[httpx.Client, Served],
+) -> None:
+    client, service = api
+    hour = T0.replace(minute=0)
+    service.cycle(T0 + timedelta(minutes=25))  # the hour is committed: this cycle plans from the next
+    commit = service.store.commit(hour)
+    run = service.store.run()
+    assert commit is not None and run is not None and run.start == hour + HOUR  # the plan starts later
+    _signed_in(client, service.tokens["reader"])
+    page = client.get("/").text
+    assert re.search(r'<th class="now"[^>]*>10:00 now</th>', page)
+    first = re.findall(r'<tr class="[^"]*"><th>GPU (\d+)</th>\s*<td class="[^"]*" title="([^"]*)"', page)
+    assert len(first) == len(run.grid)
+    owner = {gpu: a.job for a in commit.assignments for gpu in a.gpus}
+    for gpu, title in first:
+        held = owner.get(int(gpu))
+        assert title.startswith("Mon 10:00: ") and (held is None or f": {held} (" in title), (gpu, title)
+    assert any(owner.values())

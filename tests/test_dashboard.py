@@ -148,6 +148,13 @@ def test_the_dashboard_in_chromium_grid_idle_windows_submit_and_cancel(
             row = page.locator('#queue tr[data-job="web-1"]')
             assert row.count() == 1
             assert row.locator("td.start").inner_text() != "-"
+            # The reasons read as lines of text, not one word a line (16rem at 13px is 208 px).
+            widths = page.eval_on_selector_all(
+                "#queue td.reason", "cells => cells.map(c => c.getBoundingClientRect().width)"
+            )
+            assert widths and min(widths) >= 200, widths
+            # After the cycle's commit the plan starts at the next hour; the grid shows this one first.
+            assert page.locator("#grid thead th.now").inner_text().endswith("now")
             page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
             assert (tmp_path / "dashboard.png").stat().st_size > 10_000
 

@@ -150,18 +150,12 @@ class ApiContext:
         now = self.clock()
         return _at(now, self._status_rest(team, now, self.store.marks() if marks is None else marks))
 
-    async def served_status(self, team: str | None, marks: tuple[int, ...]) -> bytes:
-        """:meth:`status_json` in the event loop: from memory when nothing changed since it was
-        built, else built in a worker thread, once for all the requests that ask meanwhile."""
-        now = self.clock()
-        rest = await self.reads.served(_status_key(team, now), self._status_build(team, now, marks), marks)
-        return _at(now, rest)
-
-    async def served_status_page(
-        self, team: str | None, marks: tuple[int, ...], page: tuple[int, int] | None
+    async def served_status(
+        self, team: str | None, marks: tuple[int, ...], page: tuple[int, int] | None = None
     ) -> tuple[bytes, int]:
-        """:meth:`served_status` with its queue cut to ``page`` (offset, limit; None: whole),
-        and the queue's whole length."""
+        """:meth:`status_json` in the event loop, its queue cut to ``page`` (offset, limit;
+        None: whole), and the queue's whole length: from memory when nothing changed since it
+        was built, else built in a worker thread, once for all the requests that ask meanwhile."""
         now = self.clock()
         key = (_status_key(team, now), page)
         build = self._status_page_build(team, now, marks, page)

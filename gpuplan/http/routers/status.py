@@ -21,7 +21,7 @@ async def get_status(
     """The document of ``gpuplan status --json``; ``?team=`` keeps one team's jobs; ``limit`` and
     ``offset`` page the queue (``X-Total-Count``: the queue's length)."""
     page = None if limit is None and not offset else (offset, limit or MAX_PAGE)
-    body, total = await call.ctx.served_status_page(team, call.marks, page)
+    body, total = await call.ctx.served_status(team, call.marks, page)
     return Response(body, media_type="application/json", headers={"X-Total-Count": str(total)})
 
 
