@@ -176,7 +176,8 @@ def read_mapping(
 
 
 def parse_json(text: str, what: str, *, source: str) -> Any:
-    """Parse JSON text: duplicate keys, NaN/Infinity and over-deep nesting are refused."""
+    """Parse JSON text: duplicate keys, NaN/Infinity (named by their field) and over-deep
+    nesting are refused."""
 
     def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -188,10 +189,9 @@ def parse_json(text: str, what: str, *, source: str) -> Any:
             result[key] = value
         return result
 
-    def no_constant(name: str) -> Any:
-        raise InputError(
-            what, "finite JSON numbers", name, source=source, hint="NaN and Infinity are not JSON."
-        )
+    def no_constant(name: str) -> float:
+        # Read as the float it spells, so that the check below names the field that holds it.
+        return float(name)
 
     containers, items = text.count("[") + text.count("{"), text.count(",")
     if containers > MAX_CONTAINERS or items > MAX_ITEMS:
@@ -331,7 +331,9 @@ def _locate_problem(document: object, what: str, *, source: str) -> None:
                     raise InputError(_field((trail, str(key))), "a text key", _type_name(key), source=source)
                 stack.append((value, depth + 1, (trail, key)))
         elif type(node) is float and not _plain_scalar(node):
-            raise InputError(_field(trail), "a finite number", node, source=source)
+            raise InputError(
+                _field(trail), "a finite number", node, source=source, hint="NaN and Infinity are not JSON."
+            )
         elif type(node) is int and not _plain_scalar(node):
             raise InputError(
                 _field(trail), "an integer within 64 bits", f"{len(str(node))} digits", source=source

@@ -144,10 +144,17 @@ def test_the_dashboard_in_chromium_grid_idle_windows_submit_and_cancel(
             assert job is not None and job.team == "ml"
             page.fill("#spec", "")
             service.cycle(T0 + timedelta(minutes=30))
-            page.wait_for_function("!document.getElementById('message')", timeout=15_000)  # reloaded
+            page.wait_for_function("() => !document.getElementById('message')", timeout=15_000)  # reloaded
             row = page.locator('#queue tr[data-job="web-1"]')
             assert row.count() == 1
             assert row.locator("td.start").inner_text() != "-"
+            # The reasons read as lines of text, not one word a line (16rem at 13px is 208 px).
+            widths = page.eval_on_selector_all(
+                "#queue td.reason", "cells => cells.map(c => c.getBoundingClientRect().width)"
+            )
+            assert widths and min(widths) >= 200, widths
+            # After the cycle's commit the plan starts at the next hour; the grid shows this one first.
+            assert page.locator("#grid thead th.now").inner_text().endswith("now")
             page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
             assert (tmp_path / "dashboard.png").stat().st_size > 10_000
 

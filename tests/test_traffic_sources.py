@@ -39,6 +39,7 @@ from gpuplan.app.traffic_sources import (
     hourly_requests,
     pull_traffic,
     requests_so_far,
+    store_traffic,
 )
 from storage.factory import open_store
 from tests.pg import free_port
@@ -248,6 +249,29 @@ def test_a_pull_reaches_back_two_weeks_at_most_and_stores_what_prometheus_has(
         store.close()
     earliest = later.replace(minute=0) - MAX_PULL_HOURS * HOUR
     assert [row.hour for row in stored] == [h for h in HOURS if h >= earliest]
+
+
+@pytest.mark.prometheus
+def test_a_pushed_row_for_a_later_hour_never_stops_the_pull_of_the_hours_before_it(
+    db_url: str, prometheus: PromServer
+) -> None:
+    app = App(id="chat", priority=80.0, swap_cap=2, requests_per_gpu_hour=20.0, headroom=0.0)
+    source = PrometheusSource("chat", prometheus.url, QUERY.format("chat"))
+    config = ServiceConfig(cluster=Cluster(gpus=4), apps=(app,), prometheus=(source,))
+    pulled_through = HOURS[-30]  # the pull before stored every hour up to this one
+    store = open_store(db_url)
+    try:
+        store.save_app(app)
+        store_traffic(
+            store, "chat", [(h, r) for h, r in zip(HOURS, REQUESTS, strict=True) if h <= pulled_through]
+        )
+        store_traffic(store, "chat", [(HOURS[-1], 5.0)])  # pushed: the last finished hour
+        assert pull_traffic(store, NOW, config) == frozenset()
+        stored = {row.hour: row.requests for row in store.traffic("chat", since=pulled_through)}
+    finally:
+        store.close()
+    expected = {h: r for h, r in zip(HOURS, REQUESTS, strict=True) if h >= pulled_through}
+    assert stored == {**expected, HOURS[-1]: 5.0}  # the gap pulled; the pushed hour kept
 
 
 @pytest.mark.prometheus

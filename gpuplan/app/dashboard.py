@@ -15,6 +15,7 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import JobState
+from gpuplan.app.bridge import floor_hour, hour_allocation
 from gpuplan.app.health import Health
 from gpuplan.app.report_queries import coverage_query, idle_query, stored_run, utilization_query
 from gpuplan.app.reports import app_needs, commit_rows, planned_counts
@@ -104,6 +105,27 @@ def grid_rows(
     return rows, True
 
 
+def with_current_hour(
+    store: Store,
+    now: datetime,
+    grid: list[list[str | None]],
+    down_masks: list[int],
+    times: list[datetime],
+) -> tuple[list[list[str | None]], list[int], list[datetime]]:
+    """The grid with the hour in progress put in front when the plan starts after it (a cycle
+    that committed the hour plans from the next one): its commit with the amendments so far,
+    so that what runs now is in the grid, not only in the Running table."""
+    hour = floor_hour(now)
+    if not times or times[0] <= hour or times[0] - hour != timedelta(hours=1):
+        return grid, down_masks, times
+    held = hour_allocation(store, hour)
+    if held is None:
+        return grid, down_masks, times
+    owner = {gpu: a.job for a in held.assignments for gpu in a.gpus}
+    rows = [[owner.get(gpu), *row] for gpu, row in enumerate(grid)]
+    return rows, [down_masks[0] if down_masks else 0, *down_masks], [hour, *times]
+
+
 def _safe(build: Any) -> tuple[Any, str | None]:
     """A panel's data, or the message that says why there is none yet."""
     try:
@@ -128,11 +150,14 @@ def dashboard(store: Store, now: datetime, health: Health) -> dict[str, Any]:
         times = [run.start + t * step for t in range(instance.horizon_steps)]
         running = {job.id for job in store.jobs([JobState.RUNNING])}
         realtime = {job.id for job in instance.realtime_jobs}
-        rows, aggregated = grid_rows(run.grid, list(instance.down_masks), times, running, realtime)
+        grid, down, grid_times = with_current_hour(store, now, run.grid, list(instance.down_masks), times)
+        rows, aggregated = grid_rows(grid, down, grid_times, running, realtime)
         page.update(
             run=run_summary(run),
             gpus=instance.gpus,
             times=times,
+            grid_times=grid_times,
+            current_hour=len(grid_times) > len(times),
             rows=rows,
             aggregated=aggregated,
             down_gpus=sorted(

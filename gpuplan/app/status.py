@@ -177,12 +177,24 @@ def _queue_row(job: Job, newest: PlanRun | None, places: dict[str, tuple[datetim
     }
 
 
-def job_view(store: Store, job: Job) -> dict[str, Any]:
-    """One job as ``GET /v1/jobs/{id}`` shows it: state, forecast, planned or actual start, GPUs, outcome."""
+def job_list(
+    store: Store, *, states: Sequence[JobState] | None, team: str | None, limit: int, offset: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """``GET /v1/jobs``: how many jobs match, and the page of them from ``offset`` (at most
+    ``limit``), in submission order, each as :func:`job_view` shows it (one read of the plan)."""
+    jobs = [job for job in store.jobs(states) if team is None or job.team == team]
+    page = jobs[offset : offset + limit]
+    newest = _newest_plan(store) if any(job.state is JobState.QUEUED for job in page) else None
+    return len(jobs), [job_view(store, job, newest=newest) for job in page]
+
+
+def job_view(store: Store, job: Job, *, newest: PlanRun | None = None) -> dict[str, Any]:
+    """One job as ``GET /v1/jobs/{id}`` shows it: state, forecast, planned or actual start, GPUs,
+    outcome (``newest``: the plan the queue follows, when the caller read it already)."""
     planned: datetime | None = None
     reason = None
     if job.state is JobState.QUEUED:
-        newest = _newest_plan(store)
+        newest = newest or _newest_plan(store)
         if newest is not None:
             planned = planned_place(newest, job.id)[0]
             reason = placement_reason(newest, job.id, job.estimate, planned)

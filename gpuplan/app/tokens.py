@@ -176,7 +176,13 @@ def require_job(token: ApiToken, job: Job) -> None:
     """A submit token acts on its own team's jobs only; admin on any."""
     require(token, Scope.SUBMIT)
     if not grants(token, Scope.ADMIN) and job.team != token.team:
-        raise AccessDeniedError(f"job {job.id} belongs to team {job.team!r}, not {token.team!r}")
+        owner = (
+            "no team (it was submitted from the command line)" if job.team is None else f"team {job.team!r}"
+        )
+        raise AccessDeniedError(
+            f"job {job.id} belongs to {owner}; token {token.id} of team {token.team!r} may act on "
+            "its own team's jobs only (an admin token acts on any)"
+        )
 
 
 def require_priority(token: ApiToken, priority: float) -> None:

@@ -69,8 +69,8 @@ class Stored:
 def push_traffic(store: Store, app: str, rows: Sequence[tuple[datetime, float]], now: datetime) -> Stored:
     """Store hourly request counts pushed for ``app`` (the API's push) the way ``gpuplan ingest``
     and the Prometheus pull store theirs (:func:`store_traffic`); a repeated hour replaces the
-    stored one, and the hour of ``now`` is observed as the hour in progress. Every row is
-    checked before anything is stored."""
+    stored one, the hour of ``now`` is observed as the hour in progress, and an hour after it
+    is refused. Every row is checked before anything is stored."""
     known_app(store, app)
     seen: set[datetime] = set()
     hours = []
@@ -84,6 +84,8 @@ def push_traffic(store: Store, app: str, rows: Sequence[tuple[datetime, float]],
             raise InputError(where, "a whole hour (minutes and seconds zero)", hour.isoformat())
         if at in seen:
             raise InputError(where, "each hour once per request", hour.isoformat())
+        if at > floor_hour(now):
+            raise _future(where, now, hour.isoformat())
         if not (math.isfinite(requests) and requests >= 0):
             raise InputError(f"[{index}].requests", "a finite count >= 0", requests)
         seen.add(at)
@@ -96,16 +98,30 @@ def push_traffic(store: Store, app: str, rows: Sequence[tuple[datetime, float]],
 
 
 def ingest(store: Store, app: str, traffic: HourlyTraffic, now: datetime) -> Stored:
-    """``gpuplan ingest``: the series' hours stored, its row for the hour of ``now`` (if any) observed."""
+    """``gpuplan ingest``: the series' hours stored, its row for the hour of ``now`` (if any)
+    observed; a row for an hour after it refuses the series (nothing stored)."""
     import numpy as np
 
     hour = np.datetime64(floor_hour(now).astimezone(UTC).replace(tzinfo=None), "h")
+    ahead = np.flatnonzero(traffic.hours > hour)
+    if ahead.size:
+        raise _future("hour", now, f"{traffic.hours[ahead[0]]}:00")
     where = np.flatnonzero(traffic.hours == hour)
     observed = (
         None if not where.size else in_progress(app, floor_hour(now), float(traffic.requests[where[0]]), now)
     )
     finished = traffic if observed is None else traffic.before(hour)
     return Stored(ingest_traffic(store, app, finished), _observe(store, observed))
+
+
+def _future(where: str, now: datetime, got: str) -> InputError:
+    """A count for an hour that has not begun: nothing was served in it yet."""
+    return InputError(
+        where,
+        f"an hour up to the current one ({floor_hour(now).astimezone(UTC).isoformat()})",
+        got,
+        hint="Traffic counts what was served: an hour that has not begun has none yet.",
+    )
 
 
 def _observe(store: Store, observed: ObservedTraffic | None) -> ObservedTraffic | None:

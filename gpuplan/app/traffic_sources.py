@@ -1,14 +1,15 @@
 """Traffic that arrives by itself: each finished hour of an app's requests, read from Prometheus.
 
 Before each recalibration, every app with a ``prometheus`` source in the config is asked for
-the hours since its last stored hour (at most :data:`MAX_PULL_HOURS` back), in one call to
-Prometheus's HTTP API::
+the finished hours it has no stored row for, from its first stored hour (at most
+:data:`MAX_PULL_HOURS` back), in one call to Prometheus's HTTP API::
 
     GET {url}/api/v1/query_range?query=Q&start=FIRST+1h&end=THROUGH&step=3600
 
 The query is evaluated at each hour's end, so the point at ``t`` is the hour ``[t - 1h, t)``:
 ``sum(increase(vllm:request_success_total{model_name="chat"}[1h]))`` is that hour's requests.
-The hours come back as one series and are stored like ``gpuplan ingest``'s (:func:`store_traffic`);
+The hours come back as one series and the missing ones are stored like ``gpuplan ingest``'s
+(:func:`store_traffic`; an hour pushed or ingested is kept);
 the recalibration then feeds them to the profile as it feeds any stored hour, and an hour
 Prometheus has no point for is skipped and logged there.
 
@@ -73,9 +74,10 @@ def pull_traffic(store: Store, now: datetime, config: ServiceConfig) -> frozense
     through = floor_hour(now)  # hours before this one are finished
     failed = set()
     for source in config.prometheus:
-        first = first_hour_to_pull(store, source.app, through)
-        if first >= through:
+        missing = hours_to_pull(store, source.app, through)
+        if not missing:
             continue
+        first = min(missing)
         try:
             answered = hourly_requests(source, first, through)
         except PrometheusError as error:
@@ -84,6 +86,8 @@ def pull_traffic(store: Store, now: datetime, config: ServiceConfig) -> frozense
             continue
         counts = {}
         for hour, requests in answered.items():
+            if hour not in missing:
+                continue  # stored already (pushed or ingested): a pull fills gaps, never replaces
             if _is_count(requests):
                 counts[hour] = requests
             else:
@@ -95,21 +99,28 @@ def pull_traffic(store: Store, now: datetime, config: ServiceConfig) -> frozense
                 )
         stored = store_traffic(store, source.app, sorted(counts.items()))
         log.info(
-            "app %s: %d of %d finished hours (%s .. %s) from Prometheus",
+            "app %s: %d of %d missing finished hours (%s .. %s) from Prometheus",
             source.app,
             stored,
-            int((through - first) / STEP),
+            len(missing),
             first.isoformat(),
             (through - STEP).isoformat(),
         )
     return frozenset(failed)
 
 
-def first_hour_to_pull(store: Store, app: str, through: datetime) -> datetime:
-    """The hour after the app's last stored one, but no more than MAX_PULL_HOURS before ``through``."""
+def hours_to_pull(store: Store, app: str, through: datetime) -> frozenset[datetime]:
+    """The finished hours before ``through`` the app has no stored row for, from its first
+    stored hour in the last MAX_PULL_HOURS (all of them when it has none there).
+
+    Gaps are asked for, not only the hours after the last stored one: a row pushed or ingested
+    for a later hour leaves the hours before it to the pull, instead of hiding them from it.
+    """
     earliest = through - MAX_PULL_HOURS * STEP
-    stored = store.traffic(app, since=earliest, until=through)
-    return stored[-1].hour.astimezone(UTC) + STEP if stored else earliest
+    stored = {row.hour.astimezone(UTC) for row in store.traffic(app, since=earliest, until=through)}
+    first = min(stored) if stored else earliest
+    hours = (first + step * STEP for step in range(int((through - first) / STEP)))
+    return frozenset(hour for hour in hours if hour not in stored)
 
 
 def hourly_requests(

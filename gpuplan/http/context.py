@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -120,9 +120,12 @@ class ApiContext:
             if stored.observed is None:
                 return stored, None
             with self.plan_lock():
-                return stored, answer_surge(
+                surge = answer_surge(
                     self.store, now, self.config, self.executor, forecasters=self.forecasters
                 )
+            if surge is not None:  # the re-plan is a cycle: /healthz (and the page's reload) count it
+                self.health.record(now, None)
+            return stored, surge
         finally:
             self.changes.bump()
 
@@ -147,12 +150,17 @@ class ApiContext:
         now = self.clock()
         return _at(now, self._status_rest(team, now, self.store.marks() if marks is None else marks))
 
-    async def served_status(self, team: str | None, marks: tuple[int, ...]) -> bytes:
-        """:meth:`status_json` in the event loop: from memory when nothing changed since it was
-        built, else built in a worker thread, once for all the requests that ask meanwhile."""
+    async def served_status(
+        self, team: str | None, marks: tuple[int, ...], page: tuple[int, int] | None = None
+    ) -> tuple[bytes, int]:
+        """:meth:`status_json` in the event loop, its queue cut to ``page`` (offset, limit;
+        None: whole), and the queue's whole length: from memory when nothing changed since it
+        was built, else built in a worker thread, once for all the requests that ask meanwhile."""
         now = self.clock()
-        rest = await self.reads.served(_status_key(team, now), self._status_build(team, now, marks), marks)
-        return _at(now, rest)
+        key = (_status_key(team, now), page)
+        build = self._status_page_build(team, now, marks, page)
+        body, total = await self.reads.served(key, build, marks)
+        return _at(now, body), total
 
     def _status_rest(self, team: str | None, now: datetime, marks: tuple[int, ...]) -> bytes:
         """The status document without ``at``, as of ``marks``, built once per change."""
@@ -165,6 +173,18 @@ class ApiContext:
 
         def build() -> bytes:
             return self._whole_status(now, marks).of_team(team).text_without_at(self.queue_rows).encode()
+
+        return build
+
+    def _status_page_build(
+        self, team: str | None, now: datetime, marks: tuple[int, ...], page: tuple[int, int] | None
+    ) -> Callable[[], tuple[bytes, int]]:
+        """:meth:`_status_build` with the queue cut to ``page``, and the queue's length."""
+
+        def build() -> tuple[bytes, int]:
+            whole = self._whole_status(now, marks).of_team(team)
+            shown = whole if page is None else replace(whole, queue=whole.queue[page[0] : page[0] + page[1]])
+            return shown.text_without_at(self.queue_rows).encode(), len(whole.queue)
 
         return build
 

@@ -3,6 +3,7 @@
 - a body or query that breaks its pydantic model, or a use case's ``InputError``: 422 with
   ``errors: [{field, expected, received}]`` (404 for an id that names nothing);
 - no or a wrong token: 401; a token that may not do this: 403;
+- a body that is not JSON (its ``Content-Type``): 415;
 - a body over the cap: 413 (:class:`BodyLimit`); the database down or busy: 503;
 - anything else: logged with its traceback, answered 500 with one line.
 """
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract.errors import InputError, StoreError
 from gpuplan.app.tokens import AccessDeniedError, NotFoundError, NotSignedInError
+from gpuplan.http.body import UnsupportedMediaError
 
 log = logging.getLogger("gpuplan.http")
 
@@ -77,7 +80,13 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(InputError)
     async def bad_input(request: Request, error: InputError) -> JSONResponse:
         row = {"field": field_name(error.field), "expected": error.expected, "received": _plain(error.got)}
-        status = 404 if isinstance(error, NotFoundError) else 422
+        status = (
+            404
+            if isinstance(error, NotFoundError)
+            else 415
+            if isinstance(error, UnsupportedMediaError)
+            else 422
+        )
         return JSONResponse(_body(str(error), [row]), status_code=status)
 
     @app.exception_handler(NotSignedInError)
@@ -101,6 +110,8 @@ def install(app: FastAPI) -> None:
 
 def _plain(value: Any) -> Any:
     """A received value as JSON can carry it (and short: a long one is cut)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN or Infinity: the answer names it in text
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):

@@ -12,7 +12,10 @@ from contract.scenario_io import MAX_PRIORITY
 
 class JobSpecIn(BaseModel):
     """The spec of ``gpuplan submit JOB.yaml`` as JSON: the common fields below plus the job's
-    features by name (``gpuplan forecast job --schema``). Any other field is refused."""
+    features by name (``gpuplan forecast job --schema``). Any other field is refused.
+
+    This model documents the body in the OpenAPI schema only: the body is checked by the
+    command line's checks (:func:`gpuplan.app.jobs.check_spec`), one set for every face."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -23,9 +26,6 @@ class JobSpecIn(BaseModel):
         None, strict=True, ge=1, description="a power of two; with `hours`, skips the forecast"
     )
     hours: float | None = Field(None, strict=True, gt=0, allow_inf_nan=False)
-
-    def spec(self) -> dict[str, Any]:
-        return self.model_dump(exclude_unset=True)
 
 
 class SubmitOut(BaseModel):
@@ -73,3 +73,26 @@ class FieldError(BaseModel):
 class ErrorOut(BaseModel):
     message: str
     errors: list[FieldError] = []
+
+
+#: The most rows one page of a list answers (``limit``).
+MAX_PAGE = 1000
+
+#: What each error status of the API means (docs/api.md's table).
+ERROR_MEANINGS = {
+    401: "no token, or a token that is unknown, revoked or expired",
+    403: "the token lacks the scope, the team or the priority cap this needs",
+    404: "the id in the path names nothing",
+    413: "the body is over the cap",
+    415: "the body is not JSON (its Content-Type)",
+    422: "a field of the body or the query, or a query parameter the route does not take",
+    503: "the database is down or busy",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """A route's error answers for OpenAPI: 401, 403, 422 and 503, and ``codes``."""
+    return {
+        code: {"model": ErrorOut, "description": ERROR_MEANINGS[code]}
+        for code in sorted({401, 403, 422, 503, *codes})
+    }

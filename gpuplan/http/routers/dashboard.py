@@ -1,15 +1,18 @@
 """``/``: the dashboard, server-rendered; sign-in with a token once, then a session cookie.
 
-The cookie is HttpOnly and SameSite=Strict and names a session kept in the database; every
-form carries the session's CSRF token, and the sign-in form, before there is a session, a
-token of its own that its page also set in a cookie (the double-submit pattern). Submit and
-cancel go through the same use cases as ``POST /v1/jobs`` and ``DELETE /v1/jobs/{id}``.
+The cookie is HttpOnly and SameSite=Strict (Secure over HTTPS) and names a session kept in
+the database; every form carries the session's CSRF token, and the sign-in form, before
+there is a session, a token of its own that its page also set in a cookie (the
+double-submit pattern). Submit and cancel go through the same use cases as ``POST
+/v1/jobs`` and ``DELETE /v1/jobs/{id}``, and answer with a 303 redirect to the page
+(post/redirect/get), which shows what they did once.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote, unquote
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -36,6 +39,9 @@ router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent.parent / "templates")
 COOKIE = "gpuplan_session"
 SIGNIN_COOKIE = "gpuplan_signin"
+#: What a form post did, carried to the page its redirect shows (post/redirect/get).
+FLASH_COOKIE = "gpuplan_flash"
+FLASH_SECONDS = 60
 
 Signed = tuple[WebSession, ApiToken]
 
@@ -63,11 +69,38 @@ def _page(
     return templates.TemplateResponse(request, "dashboard.html", data, status_code=status)
 
 
+def set_cookie(
+    request: Request, response: Response, name: str, value: str, *, max_age: int, path: str
+) -> None:
+    """A cookie for the page's own use: HttpOnly, SameSite=Strict, and Secure when served over HTTPS."""
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        path=path,
+        secure=request.url.scheme == "https",
+    )
+
+
+def _done(request: Request, message: str) -> Response:
+    """A form post that did its work answers with a redirect to the page, which shows
+    ``message`` once: a refresh of the page then reloads it, never posts again."""
+    response = RedirectResponse("/", status_code=303)
+    set_cookie(request, response, FLASH_COOKIE, quote(message), max_age=FLASH_SECONDS, path="/")
+    return response
+
+
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request, ctx: Context, signed: Session) -> Response:
     if signed is None:
         return RedirectResponse("/signin", status_code=303)
-    return _page(request, ctx, signed)
+    flash = request.cookies.get(FLASH_COOKIE)
+    response = _page(request, ctx, signed, message=None if flash is None else unquote(flash))
+    if flash is not None:
+        response.delete_cookie(FLASH_COOKIE, path="/")
+    return response
 
 
 def _signin_page(request: Request, message: str | None = None, status: int = 200) -> Response:
@@ -76,7 +109,7 @@ def _signin_page(request: Request, message: str | None = None, status: int = 200
     response = templates.TemplateResponse(
         request, "signin.html", {"message": message, "csrf": csrf}, status_code=status
     )
-    response.set_cookie(SIGNIN_COOKIE, csrf, max_age=3600, httponly=True, samesite="strict", path="/signin")
+    set_cookie(request, response, SIGNIN_COOKIE, csrf, max_age=3600, path="/signin")
     return response
 
 
@@ -100,9 +133,7 @@ def signin(
     except AccessDeniedError as error:
         return _signin_page(request, str(error), status=403)
     response = RedirectResponse("/", status_code=303)
-    response.set_cookie(
-        COOKIE, made.cookie, max_age=SESSION_HOURS * 3600, httponly=True, samesite="strict", path="/"
-    )
+    set_cookie(request, response, COOKIE, made.cookie, max_age=SESSION_HOURS * 3600, path="/")
     response.delete_cookie(SIGNIN_COOKIE, path="/signin")
     return response
 
@@ -151,7 +182,7 @@ def submit_form(
         if result.planned_start is None
         else f"{result.planned_start:%a %H:%M}"
     )
-    return _page(request, ctx, session, message=f"queued {result.job}: {start}; {result.reason}")
+    return _done(request, f"queued {result.job}: {start}; {result.reason}")
 
 
 @router.post("/jobs/{job_id}/cancel")
@@ -165,4 +196,4 @@ def cancel_form(
         return _page(request, ctx, session, message=str(error), status=422)
     except AccessDeniedError as error:
         return _page(request, ctx, session, message=str(error), status=403)
-    return _page(request, ctx, session, message=f"cancelled {job.id}")
+    return _done(request, f"cancelled {job.id}")

@@ -13,9 +13,11 @@ from fastapi.responses import JSONResponse, Response
 from gpuplan.app.bridge import floor_hour
 from gpuplan.app.report_queries import ROW_TYPES, commits_query, coverage_query, idle_query, utilization_query
 from gpuplan.http.deps import Call, Reader
+from gpuplan.http.models import error_responses
 from gpuplan.table import row_records, write_rows_csv
 
 router = APIRouter(prefix="/v1/reports", tags=["reports"])
+FOUND = error_responses(404)
 
 
 class Format(StrEnum):
@@ -39,15 +41,15 @@ def _cached(call: Call, key: tuple[Any, ...], build: Callable[[], tuple[bytes, s
     return Response(body, media_type=media_type)
 
 
-@router.get("/idle-windows")
+@router.get("/idle-windows", responses=FOUND)
 def get_idle_windows(
     *,
     call: Reader,
     run_id: str = "latest",
     min_gpus: int = Query(1, ge=1),
-    min_hours: float = Query(1, gt=0),
+    min_hours: float = Query(1, gt=0, allow_inf_nan=False),
     gpus: int | None = None,
-    hours: float | None = None,
+    hours: float | None = Query(None, allow_inf_nan=False),
     limit: int | None = Query(None, ge=1),
     format: Format = Format.JSON,
 ) -> Response:
@@ -70,12 +72,12 @@ def get_idle_windows(
     return _cached(call, ("idle-windows", run_id, min_gpus, min_hours, gpus, hours, limit, format), build)
 
 
-@router.get("/coverage-risk")
+@router.get("/coverage-risk", responses=FOUND)
 def get_coverage_risk(
     *,
     call: Reader,
     run_id: str = "latest",
-    quantile: float = Query(0.9, gt=0, lt=1),
+    quantile: float = Query(0.9, gt=0, lt=1, allow_inf_nan=False),
     since: str | None = None,
     format: Format = Format.JSON,
 ) -> Response:
@@ -88,7 +90,7 @@ def get_coverage_risk(
     return _cached(call, ("coverage-risk", run_id, quantile, since, format), build)
 
 
-@router.get("/utilization")
+@router.get("/utilization", responses=error_responses())
 def get_utilization(
     *,
     call: Reader,
@@ -105,7 +107,7 @@ def get_utilization(
     return _cached(call, ("utilization", since, team, format), build)
 
 
-@router.get("/commits")
+@router.get("/commits", responses=error_responses())
 def get_commits(
     *,
     call: Reader,

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from gpuplan.http.deps import Context, Reader
+from gpuplan.http.models import MAX_PAGE, error_responses
 
 router = APIRouter(tags=["status"])
 
 
-@router.get("/v1/status", response_class=Response)
-async def get_status(call: Reader, team: str | None = None) -> Response:
-    """The document of ``gpuplan status --json``; ``?team=`` keeps one team's jobs."""
-    return Response(await call.ctx.served_status(team, call.marks), media_type="application/json")
+@router.get("/v1/status", response_class=Response, responses=error_responses())
+async def get_status(
+    call: Reader,
+    team: str | None = None,
+    limit: int | None = Query(None, ge=1, le=MAX_PAGE, description="at most this many queue rows"),
+    offset: int = Query(0, ge=0, description="the queue rows from this one on"),
+) -> Response:
+    """The document of ``gpuplan status --json``; ``?team=`` keeps one team's jobs; ``limit`` and
+    ``offset`` page the queue (``X-Total-Count``: the queue's length)."""
+    page = None if limit is None and not offset else (offset, limit or MAX_PAGE)
+    body, total = await call.ctx.served_status(team, call.marks, page)
+    return Response(body, media_type="application/json", headers={"X-Total-Count": str(total)})
 
 
 @router.get("/healthz")

@@ -7,20 +7,30 @@ and the amendment of the hour it made.
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 
+from gpuplan.http.body import body_schema, json_body, validated
 from gpuplan.http.deps import Admin
-from gpuplan.http.models import TrafficHourIn, TrafficOut
+from gpuplan.http.models import TrafficHourIn, TrafficOut, error_responses
 
 router = APIRouter(prefix="/v1/apps", tags=["traffic"])
+ERRORS = error_responses(404, 413, 415)
 
 
-@router.post("/{app}/traffic", response_model=TrafficOut)
-def post_traffic(app: str, body: list[TrafficHourIn], call: Admin) -> dict[str, object]:
+@router.post(
+    "/{app}/traffic",
+    response_model=TrafficOut,
+    responses=ERRORS,
+    openapi_extra=body_schema(list[TrafficHourIn], description="the app's hourly counts"),
+)
+async def post_traffic(app: str, request: Request, call: Admin) -> dict[str, object]:
     """Store ``[{"hour", "requests"}]``; a repeated hour replaces the stored count. The hourly
     recalibration feeds the finished hours to the app's demand profile; the hour in progress
     is observed (``observed_minutes``) and may amend the hour (``amendment``)."""
-    stored, surge = call.ctx.push_traffic(app, [(row.hour, row.requests) for row in body])
+    body: list[TrafficHourIn] = validated(list[TrafficHourIn], await json_body(request))
+    rows = [(row.hour, row.requests) for row in body]
+    stored, surge = await run_in_threadpool(call.ctx.push_traffic, app, rows)
     amendment = None if surge is None else surge.amendment
     return {
         "app": app,
