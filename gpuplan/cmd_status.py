@@ -31,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
     say(f"status at {now.at.isoformat()}\n\nrunning:\n")
     say(
         format_table(
-            ["job", "kind", "gpus", "since"],
-            [[r["job"], r["kind"], gpu_ranges(r["gpus"]), r["since"]] for r in now.running],
+            ["job", "kind", "gpus", "since", "time limit"],
+            [[r["job"], r["kind"], gpu_ranges(r["gpus"]), r["since"], _limit_text(r)] for r in now.running],
         )
         + "\n"
     )
@@ -49,3 +49,11 @@ def run(args: argparse.Namespace) -> int:
     if now.leader is not None:
         say(f"leader: {now.leader['host']} pid {now.leader['pid']}\n")
     return 0
+
+
+def _limit_text(row: dict[str, object]) -> str:
+    """A running job's time limit, marked once it is past (apps have none)."""
+    limit = row.get("time_limit")
+    if limit is None:
+        return ""
+    return f"{limit} OVERRUN: stop it or report it with `gpuplan done`" if row.get("overrun") else str(limit)
