@@ -253,13 +253,17 @@ def test_status_json_has_the_documented_shape(tmp_path: Path, models_dir: Path) 
 
 
 def test_a_job_past_its_time_limit_is_shown_by_status_and_named_once_in_the_log(
-    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without an executor that stops it, a job past its limit (its P90 hours x 2, or its
     spec's ``time_limit_hours``) holds its GPUs: status marks it and the cycle's log names it."""
+    from gpuplan.app import tick
     from gpuplan.app.bridge import time_limit
     from gpuplan.app.tick import warn_overruns
 
+    monkeypatch.setattr(
+        tick, "_warned_overruns", set()
+    )  # this process's earlier cycles warned of the same ids
     db = _db(tmp_path)
     _once(db, models_dir, T0)
     store = open_store(db)
