@@ -29,6 +29,7 @@ FLAGS = {
     "promise_slack_hours": "--promise-slack",
     "promise_break_hours": "--promise-break",
     "promise_lookback_hours": "--promise-lookback",
+    "aging_hours": "--aging-hours",
 }
 #: Four weeks: the longest bundled series (Philly, ten weeks) still has two weeks of history.
 MAX_DAYS = 28
@@ -127,6 +128,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hours of past higher-priority arrivals the promise at submit counts as still to come "
         "(default 12; 0: the promise is the plan's start)",
     )
+    parser.add_argument(
+        "--aging-hours",
+        type=float,
+        default=None,
+        metavar="H",
+        help="hours of waiting after which a queued job's priority in the plans has doubled, "
+        "growing with the wait's fourth power (fast and commit-all; default: the config's aging_hours, "
+        "else no aging; 64 is the scale measured in docs/benchmarks.md)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the drawn workload (default 0)")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.add_argument("--png", type=Path, default=None, metavar="DIR", help="directory for the plots")
@@ -162,6 +172,12 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.review_every is not None:
         integer_in("--review-every", args.review_every, 1, 168)
     integer_in("--seed", args.seed, 0, 2**63 - 1)
+    if args.aging_hours is not None:
+        from gpuplan.app.config import AGING_RANGE
+
+        low, high = AGING_RANGE
+        if not low <= args.aging_hours <= high:
+            raise InputError("--aging-hours", f"a number of hours in [{low:g}, {high:g}]", args.aging_hours)
     if args.column is not None and not args.traffic:
         raise InputError("--column", "a column of the --traffic files, given with --traffic", args.column)
     if args.png is not None:
@@ -194,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
             break_hours=given(args.promise_break, terms.break_hours),
             lookback_hours=given(args.promise_lookback, terms.lookback_hours),
         ),
+        aging_hours=given(args.aging_hours, None if config is None else config.aging_hours) or None,
     )
     with tempfile.TemporaryDirectory(prefix="gpuplan-simulate-") as work:
         setup = prepare(

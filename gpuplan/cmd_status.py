@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     say(f"status at {now.at.isoformat()}\n\nrunning:\n")
     say(
         format_table(
-            ["job", "kind", "gpus", "since"],
-            [[r["job"], r["kind"], gpu_ranges(r["gpus"]), r["since"]] for r in now.running],
+            ["job", "kind", "gpus", "since", "time limit"],
+            [[r["job"], r["kind"], gpu_ranges(r["gpus"]), r["since"], _limit_text(r)] for r in now.running],
         )
         + "\n"
     )
@@ -85,3 +85,11 @@ def _check_not_before(now: Status) -> None:
             now.at.isoformat(),
             hint="`gpuplan status` shows what the database holds now, not an earlier state.",
         )
+
+
+def _limit_text(row: dict[str, object]) -> str:
+    """A running job's time limit, marked once it is past (apps have none)."""
+    limit = row.get("time_limit")
+    if limit is None:
+        return ""
+    return f"{limit} OVERRUN: stop it or report it with `gpuplan done`" if row.get("overrun") else str(limit)

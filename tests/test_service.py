@@ -276,12 +276,56 @@ def test_status_json_has_the_documented_shape(tmp_path: Path, models_dir: Path) 
     status = json.loads(run_cli("status", "--db", db, "--json", "--at", T0.isoformat()).out)
     assert set(status) == {"at", "running", "queue", "last_run", "leader"}
     assert status["leader"] is None  # SQLite: no standby, so no leader to name
-    assert all(set(r) == {"job", "kind", "team", "gpus", "since"} for r in status["running"])
+    batch = {"job", "kind", "team", "gpus", "since", "time_limit", "overrun"}
+    assert all(set(r) in ({"job", "kind", "team", "gpus", "since"}, batch) for r in status["running"])
+    assert any(set(r) == batch for r in status["running"])
     assert all(
         set(q) == {"job", "team", "priority", "gpus", "planned_start", "reason"} for q in status["queue"]
     )
     assert all(q["reason"] for q in status["queue"])
     assert status["last_run"]["start"] == "2026-11-30T10:00:00+00:00"
+
+
+def test_a_job_past_its_time_limit_is_shown_by_status_and_named_once_in_the_log(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an executor that stops it, a job past its limit (its P90 hours x 2, or its
+    spec's ``time_limit_hours``) holds its GPUs: status marks it and the cycle's log names it."""
+    from gpuplan.app import tick
+    from gpuplan.app.bridge import time_limit
+    from gpuplan.app.tick import warn_overruns
+
+    monkeypatch.setattr(
+        tick, "_warned_overruns", set()
+    )  # this process's earlier cycles warned of the same ids
+    db = _db(tmp_path)
+    _once(db, models_dir, T0)
+    store = open_store(db)
+    try:
+        running = store.jobs([JobState.RUNNING])
+    finally:
+        store.close()
+    assert running
+    limits = {job.id: time_limit(job) for job in running}
+    first = min(limits, key=lambda job_id: limits[job_id])  # the first to overrun
+    late = limits[first]
+    assert late is not None and late > T0
+    before = json.loads(run_cli("status", "--db", db, "--json", "--at", (late - HOUR).isoformat()).out)
+    after = json.loads(run_cli("status", "--db", db, "--json", "--at", late.isoformat()).out)
+    overrun = {r["job"] for r in after["running"] if r.get("overrun")}
+    assert not any(r.get("overrun") for r in before["running"])
+    assert first in overrun and overrun == {j for j, limit in limits.items() if limit and limit <= late}
+    text = run_cli("status", "--db", db, "--at", late.isoformat()).out
+    assert any(first in line and "OVERRUN" in line for line in text.splitlines())
+    with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+        assert warn_overruns(running, late - HOUR) == []
+        assert first in warn_overruns(running, late)
+        assert warn_overruns(running, late + HOUR) == []  # once
+    assert [
+        r.getMessage() for r in caplog.records if first in r.getMessage() and "time limit" in r.getMessage()
+    ]
+    limited = replace(running[0], spec={**running[0].spec, "time_limit_hours": 1.5})
+    assert time_limit(limited) == limited.started_at + timedelta(hours=1.5)
 
 
 def test_the_json_lines_executor_appends_one_line_per_job(tmp_path: Path, models_dir: Path) -> None:
@@ -587,6 +631,39 @@ def test_a_job_committed_after_it_came_in_runs_from_its_arrival_and_an_amendment
     ]
 
 
+def test_new_jobs_keep_arriving_in_the_demo_drawn_from_the_bundled_history(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The demo's seeded queue starts within hours; later in the day the demo world has
+    submitted new jobs, at their drawn times, each once (a second world on the same store
+    submits none of them again), and they start."""
+    store = open_store(_db(tmp_path))
+    try:
+        config = replace(demo_config(models_dir), plan_budget_ms=100.0, plan_wall_clock=False)
+        ensure_service(store, config, T0)
+        seeded = {job.id for job in store.jobs()}
+        world = demo_world(store, config)
+        assert world.arrivals is not None
+        for k in range(24):  # twelve hours, a cycle every 30 minutes
+            now = T0 + k * timedelta(minutes=30)
+            world.advance(store, now)
+            plan_cycle(store, now, config, world.cluster)
+        arrived = [job for job in store.jobs() if job.id not in seeded]
+        demo_world(store, config).advance(store, now)  # a restarted demo
+        again = [job for job in store.jobs() if job.id not in seeded]
+    finally:
+        store.close()
+    drawn = {job.id: at for w in world.arrivals.weeks.values() for at, job in w}
+    assert arrived, "no job arrived in twelve simulated hours"
+    assert [job.id for job in again] == [job.id for job in arrived]
+    for job in arrived:
+        assert job.id.startswith("arrival-") and T0 < job.submitted_at <= now
+        assert job.submitted_at == drawn[job.id]
+    due = {job_id for job_id, at in drawn.items() if T0 < at <= now}
+    assert {job.id for job in arrived} == due
+    assert any(job.started_at is not None for job in arrived)
+
+
 def test_the_demo_world_ends_jobs_after_their_actual_hours_and_feeds_traffic_hourly(
     tmp_path: Path, models_dir: Path
 ) -> None:
@@ -613,7 +690,10 @@ def test_the_demo_world_ends_jobs_after_their_actual_hours_and_feeds_traffic_hou
         assert job.started_at is not None and job.ended_at is not None
         # Committed for the hour it came in (10:05), a job runs from its submission.
         began = max(job.started_at, job.submitted_at)
-        assert job.ended_at - began == timedelta(hours=durations[job.id])
+        # A job that arrived since runs for the hours its history row took, as a seeded one.
+        hours = durations.get(job.id) or (world.arrivals and world.arrivals.actual_hours(job.id))
+        assert hours is not None
+        assert job.ended_at - began == timedelta(hours=hours)
     assert len(world.cluster.started) > len(done)  # jobs started after others ended
     end = datetime(2026, 11, 30, 20, tzinfo=UTC)  # the last full hour before the last cycle (21:35)
     for app, rows in traffic.items():

@@ -39,14 +39,16 @@ from contract.records import (
     PlanRun,
     RunMode,
 )
-from contract.scenario_io import MAX_HORIZON_STEPS
-from gpuplan.app.config import PlanWith, PromiseTerms
+from contract.scenario_io import MAX_HORIZON_STEPS, MAX_PRIORITY
+from gpuplan.app.config import OVERRUN_FACTOR, PlanWith, PromiseTerms
 from storage.store import EncodedJSON
 
 if TYPE_CHECKING:
     from storage.store import Store
 
 STEP = timedelta(hours=1)
+#: The power of the wait in a queued job's aged priority (:func:`aged_priority`).
+AGING_POWER = 4
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,20 @@ def planned_hours(estimate: JobEstimate, plan_with: PlanWith) -> float:
     return estimate.hours_p50 if plan_with is PlanWith.P50 else estimate.hours_p90
 
 
+def time_limit(job: Job) -> datetime | None:
+    """When a running ``job`` overruns: its spec's ``time_limit_hours`` after its start, or its
+    P90 hours times :data:`~gpuplan.app.config.OVERRUN_FACTOR` (None: not started or not
+    estimated)."""
+    if job.started_at is None:
+        return None
+    hours = job.spec.get("time_limit_hours")
+    if hours is None:
+        if job.estimate is None:
+            return None
+        hours = job.estimate.hours_p90 * OVERRUN_FACTOR
+    return job.started_at + float(hours) * STEP
+
+
 def gpu_demand(p90_requests: Sequence[float], app: App, horizon_steps: int) -> list[int]:
     """GPUs per step for ``horizon_steps`` steps: need from P90, then the swap-capped curve.
 
@@ -125,14 +141,47 @@ def promise_step(promised: datetime, start: datetime) -> int:
     return max(-MAX_HORIZON_STEPS, math.floor((promised - start) / STEP))
 
 
+def aged_priority(priority: float, waited_hours: float, aging_hours: float | None, ceiling: float) -> float:
+    """A queued job's priority in the plan after ``waited_hours`` in the queue:
+    ``priority x (1 + (waited / aging_hours) ** 4)``, at most ``ceiling`` (never below its own;
+    None or 0: no aging). At the default 64 hours: x1.02 after a day, x1.32 after two, x3.4
+    after 80 hours, x6.1 after four days: the fourth power leaves the waits of the ordinary
+    queue almost as they were and lifts only the long ones."""
+    if not aging_hours or waited_hours <= 0:
+        return priority
+    grown = priority * (1 + (waited_hours / aging_hours) ** AGING_POWER)
+    return max(priority, min(ceiling, grown, MAX_PRIORITY))
+
+
+def aging_ceiling(snapshot: Snapshot) -> float:
+    """The most a queued job's priority ages to in the plan of ``snapshot``: twice the highest
+    batch priority there, and no more than what the cheapest app's unserved GPU-hour costs
+    (its priority x (1 + rt_penalty)), so that an aged job outranks any fresh one and never a
+    real-time app's need."""
+    batch = [job.priority for job in (*snapshot.queued, *snapshot.running)]
+    ceiling = 2 * max(batch, default=0.0)
+    if snapshot.demand:
+        cheapest = min(d.app.priority for d in snapshot.demand)
+        ceiling = min(ceiling, cheapest * (1 + snapshot.cluster.rt_penalty))
+    return ceiling
+
+
 def scenario_document(
-    snapshot: Snapshot, plan_with: PlanWith, *, name: str, promises: PromiseTerms | None = None
+    snapshot: Snapshot,
+    plan_with: PlanWith,
+    *,
+    name: str,
+    promises: PromiseTerms | None = None,
+    aging_hours: float | None = None,
 ) -> dict[str, Any]:
     """The contract scenario (CONTRACT.md) of a snapshot: what the planner sees.
 
     With ``promises`` of a penalty above 0, each queued job's promised start becomes its
     ``promise`` (steps from the plan's start, negative once passed) and the scenario
     carries the terms; without, the scenario is the contract's as it always was.
+    With ``aging_hours``, each queued job's ``priority`` is its :func:`aged_priority` for the
+    time it has waited by the plan's start, up to :func:`aging_ceiling`: a job starved by a
+    stream of higher-priority work comes to outrank it. The scenario stays the contract's.
     """
     terms = {} if promises is None else promises.scenario_keys(snapshot.cluster.step_minutes)
     cluster, start = snapshot.cluster, snapshot.start
@@ -158,8 +207,12 @@ def scenario_document(
                 "remaining": remaining,
             }
         )
+    ceiling = aging_ceiling(snapshot) if aging_hours else 0.0
     for job in snapshot.queued:
         entry = queued_entry(job, plan_with, step_minutes=cluster.step_minutes, order=len(jobs))
+        aged = aged_priority(job.priority, (start - job.submitted_at) / STEP, aging_hours, ceiling)
+        if aged != job.priority:
+            entry["priority"] = aged
         if terms and job.promised_start is not None:
             entry["promise"] = promise_step(job.promised_start, start)
         jobs.append(entry)

@@ -65,7 +65,7 @@ class Forecasters:
 
 
 #: Keys of a job spec that are not forecaster features.
-SPEC_KEYS = frozenset({"id", "kind", "priority", "gpus", "hours", "slurm"})
+SPEC_KEYS = frozenset({"id", "kind", "priority", "gpus", "hours", "time_limit_hours", "slurm"})
 
 
 def kind_and_features(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -115,6 +115,16 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
         gpus = spec["gpus"]
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1 or gpus & (gpus - 1):
             raise InputError("gpus", "a power of two (1, 2, 4, 8, ...)", gpus, source=source)
+    if "time_limit_hours" in spec:
+        limit = spec["time_limit_hours"]
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int | float)
+            or not (math.isfinite(limit) and 0 < limit <= MAX_HOURS)
+        ):
+            raise InputError(
+                "time_limit_hours", f"a number of hours in (0, {MAX_HOURS}]", limit, source=source
+            )
     if "hours" in spec:
         hours = spec["hours"]
         if (

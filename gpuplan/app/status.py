@@ -20,6 +20,7 @@ from gpuplan.app.bridge import (
     planned_place,
     planned_places,
     realtime_sets,
+    time_limit,
 )
 from gpuplan.app.tokens import NotFoundError
 from storage.store import Store
@@ -254,6 +255,15 @@ def read_beside(store: Store, now: datetime) -> Beside:
     return Beside(realtime, leader_of(store.leader()))
 
 
+def _limit_keys(job: Job, now: datetime) -> dict[str, Any]:
+    """A running job's time limit (``bridge.time_limit``) and whether ``now`` is past it."""
+    limit = time_limit(job)
+    return {
+        "time_limit": None if limit is None else limit.isoformat(),
+        "overrun": limit is not None and now >= limit,
+    }
+
+
 def status(
     store: Store,
     now: datetime,
@@ -281,6 +291,7 @@ def status(
             "team": job.team,
             "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
             "since": job.started_at.isoformat(),
+            **_limit_keys(job, now),
         }
         for job in jobs
         if job.state is JobState.RUNNING

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
-from contract.records import App, Cluster, JobState, PlanRun, RunMode, TrafficHour
+from contract.records import App, Cluster, Job, JobState, PlanRun, RunMode, TrafficHour
 from gpuplan.app.bridge import (
     STEP,
     AppDemand,
@@ -35,6 +35,7 @@ from gpuplan.app.bridge import (
     realtime_sets,
     run_record,
     scenario_document,
+    time_limit,
 )
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors.base import Executor
@@ -194,6 +195,7 @@ def load_snapshot(
         else:
             log.warning("job %s needs more GPUs than the cluster has; left queued", job.id)
     running = store.jobs([JobState.RUNNING])
+    warn_overruns(running, start)
     apps = store.apps()
     previous = hour_allocation(store, start - STEP)
     held = realtime_sets(previous, [a.id for a in apps]) if previous else {}
@@ -205,6 +207,32 @@ def load_snapshot(
     return Snapshot(
         start=start, cluster=cluster, queued=queued, running=running, demand=demand, realtime_sets=held
     )
+
+
+#: The running jobs whose overrun this process has logged: each is warned of once.
+_warned_overruns: set[str] = set()
+
+
+def warn_overruns(running: Collection[Job], now: datetime) -> list[str]:
+    """Log a warning, once per job, for each running job past its time limit
+    (``bridge.time_limit``): without an executor that stops it, it holds its GPUs until it is
+    reported done. Returns the jobs warned of now."""
+    warned = []
+    for job in running:
+        limit = time_limit(job)
+        if limit is not None and now >= limit and job.id not in _warned_overruns:
+            _warned_overruns.add(job.id)
+            warned.append(job.id)
+            log.warning(
+                "job %s has run past its time limit (started %s, limit %s) and still holds GPUs %s; "
+                "stop it, or report it with `gpuplan done %s`",
+                job.id,
+                job.started_at.isoformat() if job.started_at else "?",
+                limit.isoformat(),
+                f"{job.first_gpu}-{(job.first_gpu or 0) + (job.gpus or 1) - 1}",
+                job.id,
+            )
+    return warned
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -224,7 +252,9 @@ def plan_snapshot(
     from scheduler.policies import plan
 
     name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
-    document = scenario_document(snapshot, config.plan_with, name=name, promises=config.promises)
+    document = scenario_document(
+        snapshot, config.plan_with, name=name, promises=config.promises, aging_hours=config.aging_hours
+    )
     instance = parse_scenario(document, source=name)
     options = SolveOptions(
         time_limit_s=time_limit_s,

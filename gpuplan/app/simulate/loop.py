@@ -53,6 +53,8 @@ class SimOptions:
     amend: bool = True
     #: How the plans weigh promised starts (``--promise-penalty``; penalty 0: not at all).
     promises: PromiseTerms = field(default_factory=PromiseTerms)
+    #: Hours after which a queued job's priority has doubled (``--aging-hours``; None: off).
+    aging_hours: float | None = None
 
     def __post_init__(self) -> None:
         # Cycles must land on every hour, where commits are made.
@@ -131,6 +133,8 @@ def run_policy(
             promises=options.promises
             if policy is SimPolicy.FAST
             else replace(options.promises, lookback_hours=0),
+            # Priority-backfill stays the contract's baseline (FIFO reads no priority).
+            aging_hours=None if policy is SimPolicy.PRIORITY_BACKFILL else options.aging_hours,
             models_dir=setup.models_dir,
             executor=InMemoryExecutor.name,
         )
