@@ -38,7 +38,7 @@ class Check:
     why: str
 
     def line(self) -> str:
-        return f"{self.verdict.value:<4} {self.name}: {self.why}"
+        return f"{self.verdict.value:<4} {self.name}: {' '.join(self.why.split())}"  # one line a check
 
 
 def diagnose(
