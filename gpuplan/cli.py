@@ -43,6 +43,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "a simulated week of the daemon's cycle against FIFO, priority-backfill and commit-all",
     ),
     "token": ("gpuplan.cmd_token", "API tokens: create (printed once), list, revoke"),
+    "init": (
+        "gpuplan.cmd_init",
+        "write a commented config and create the database (a head node's first step)",
+    ),
+    "doctor": ("gpuplan.cmd_doctor", "check the config, database, models, executor, Prometheus and clock"),
+    "db": ("gpuplan.cmd_db", "the database: schema version, upgrade, backup and restore"),
     "report": (
         "gpuplan.cmd_report",
         "reports from the stored plans: idle windows, coverage risk, utilization, commits",

@@ -160,6 +160,19 @@ def requests_so_far(
     return requests
 
 
+def instant_value(
+    source: PrometheusSource, query: str, *, timeout_s: float = TIMEOUT_S
+) -> tuple[str, float | None]:
+    """``query`` evaluated now on the source's server: its result type and its one value
+    (None when a vector query matches no series). ``time()`` gives the server's clock."""
+    data = _get(source, QUERY_PATH, {"query": query}, timeout_s).get("data")
+    kind = data.get("resultType") if isinstance(data, dict) else None
+    if kind == "scalar":
+        return "scalar", _point(source, data.get("result"))[1]  # type: ignore[union-attr]
+    sample = _one_series(source, {"data": data}, "vector")
+    return "vector", None if sample is None else _point(source, sample.get("value"))[1]
+
+
 def query_range(
     source: PrometheusSource, *, start: datetime, end: datetime, step_s: float, timeout_s: float
 ) -> list[tuple[datetime, float]]:

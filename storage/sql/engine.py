@@ -217,6 +217,14 @@ def head_revision() -> str:
     return head
 
 
+def known_revisions() -> tuple[str, ...]:
+    """Every migration this code ships, oldest first."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    return tuple(reversed([revision.revision for revision in script.walk_revisions()]))
+
+
 def _require_hour(value: datetime, name: str) -> None:
     if value.tzinfo is None or value.minute or value.second or value.microsecond:
         raise InputError(name, "a timezone-aware hour (minutes and seconds zero)", value.isoformat())
@@ -330,10 +338,18 @@ class SqlBase:
 
     def _upgrade(self) -> None:
         try:
-            if self._schema_revision() == SCHEMA_REVISION:
-                return
+            revision = self._schema_revision()
         except (exc.DBAPIError, exc.TimeoutError) as error:
             raise self._fail(error) from error
+        if revision == SCHEMA_REVISION:
+            return
+        if revision is not None and revision not in known_revisions():
+            # Refused before Alembic runs: nothing is written to a database this code cannot read.
+            raise StoreError(
+                f"the database at {self._url} is at schema revision {revision}, newer than this "
+                f"gpuplan's {head_revision()}; nothing was written. "
+                "A database written by a newer gpuplan needs that version."
+            )
         from alembic import command
         from alembic.util import CommandError
 
