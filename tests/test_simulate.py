@@ -450,7 +450,7 @@ def test_the_config_s_plan_terms_reach_the_printed_run(tmp_path: Path) -> None:
     config = _cluster_config(tmp_path, TWO_APPS, gpus=16)
     result = run_cli("simulate", "--config", config, "--days", 1, "--policy", "fifo", "--workload", jobs)
     assert result.code == 0, result.err
-    assert "16 GPUs, 1 simulated days, plans with P50 job durations" in result.out
+    assert "16 GPUs, 1 simulated day, plans with P50 job durations" in result.out
     assert "promise penalty 0.5" in result.out
     assert "chat (priority 90, swap cap 1" in result.out
 
