@@ -11,7 +11,7 @@ from gpuplan.app.tick import CycleReport
 class Metrics:
     """Prometheus metrics of the plan cycle, served on ``port``."""
 
-    def __init__(self, port: int, addr: str = "0.0.0.0") -> None:
+    def __init__(self, port: int, addr: str = "127.0.0.1") -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
         self.registry = CollectorRegistry()
