@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
+
 from gpuplan.app.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.forecasters import Forecasters
@@ -102,3 +104,17 @@ def served(
         yield Served(context, executor, tokens, ids)
     finally:
         store.close()
+
+
+@contextmanager
+def served_api(db_url: str, models_dir: Path) -> Iterator[tuple[httpx.Client, Served]]:
+    """The API of :func:`served` on uvicorn at a free loopback port, and an HTTP client for it."""
+    from gpuplan.http.server import HttpServer
+
+    with served(db_url, models_dir) as service:
+        server = HttpServer(service.context, "127.0.0.1", 0).start()
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{server.bound_port}", timeout=60) as client:
+                yield client, service
+        finally:
+            server.stop()

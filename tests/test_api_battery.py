@@ -18,8 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gpuplan.http.server import HttpServer
-from tests.http_fixtures import T0, Served, served
+from tests.http_fixtures import T0, Served, served_api
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 from tests.test_http import api
 
@@ -455,14 +454,9 @@ def battery(
 ) -> Iterator[tuple[httpx.Client, Served]]:
     """One served API for the whole battery: each case checks that it stored nothing."""
     DB_URL[:] = [f"sqlite:///{tmp_path_factory.mktemp('battery') / 'gpuplan.db'}"]
-    with served(DB_URL[0], models_dir) as service:
+    with served_api(DB_URL[0], models_dir) as (client, service):
         assert APP in {app.id for app in service.store.apps()}
-        server = HttpServer(service.context, "127.0.0.1", 0).start()
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{server.bound_port}", timeout=60) as client:
-                yield client, service
-        finally:
-            server.stop()
+        yield client, service
 
 
 def _stored(service: Served) -> tuple[Any, ...]:

@@ -17,7 +17,7 @@ from contract.records import JobState, Outcome
 from gpuplan.app.report_queries import idle_query
 from gpuplan.app.tokens import sha256_hex
 from gpuplan.http.server import HttpServer
-from tests.http_fixtures import T0, Served, served
+from tests.http_fixtures import T0, Served, served, served_api
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]
@@ -29,13 +29,8 @@ JOB = {"id": "inf-1", "kind": "batch_inference", "gpus": 2, "hours": 3, "priorit
 @pytest.fixture
 def api(tmp_path: Path, models_dir: Path) -> Iterator[tuple[httpx.Client, Served]]:
     """The API served by uvicorn on a loopback port, and an HTTP client for it."""
-    with served(f"sqlite:///{tmp_path / 'gpuplan.db'}", models_dir) as service:
-        server = HttpServer(service.context, "127.0.0.1", 0).start()
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{server.bound_port}", timeout=60) as client:
-                yield client, service
-        finally:
-            server.stop()
+    with served_api(f"sqlite:///{tmp_path / 'gpuplan.db'}", models_dir) as answer:
+        yield answer
 
 
 def _error(answer: httpx.Response) -> dict:
