@@ -402,6 +402,9 @@ def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_pa
         assert not report.committed and report.start == H0 + STEP
         assert amendment is not None and amendment.seq == 1
         assert [a.job for a in amendment.assignments] == ["bi-1"]
+        # the cycle's line says what the amendment did, not only that nothing was committed
+        assert (report.amendment, report.jobs_amended, report.realtime_gpus_amended) == (1, 1, 0)
+        assert report.log_line().endswith(" amendment=1 jobs_amended=1 realtime_gpus_amended=0")
         job = store.job("bi-1")
         assert job is not None and job.state is JobState.RUNNING and job.started_at == at
         # The next hour's cycle plans from the amended hour: the job stays on its block.
