@@ -58,8 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-#: What the daemon logs at INFO without -v: its start and stop, the one line per cycle, the access log.
-DEFAULT_INFO = ("gpuplan.daemon", "gpuplan.cycle", "gpuplan.http", "uvicorn.access")
+#: What the daemon logs at INFO without -v: its start and stop, the one line per cycle, the cluster's
+#: GPU map (once and on change), the access log.
+DEFAULT_INFO = ("gpuplan.daemon", "gpuplan.cycle", "gpuplan.cluster", "gpuplan.http", "uvicorn.access")
 
 
 class JsonLines(logging.Formatter):
