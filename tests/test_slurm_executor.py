@@ -602,3 +602,23 @@ def test_the_partitions_gpu_map_is_logged_once_and_a_count_unlike_the_configs_is
     ]
     cluster = service.store.cluster()
     assert cluster is not None and cluster.gpus == 16
+
+
+@pytest.mark.slurm
+def test_a_running_jobs_since_is_slurms_start_not_its_release(service: SlurmService) -> None:
+    from gpuplan.app.status import status
+
+    now = this_hour() + timedelta(minutes=1)
+    job_id = service.submit("train-0", 2, 3.0, now)
+    assert service.cycle(now).committed
+    stored = service.store.job(job_id)
+    assert stored is not None and stored.state is JobState.RUNNING and stored.started_at == now
+    slurm_id = service.slurm_job(job_id).id
+    wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
+    started = service.slurm_job(job_id).start
+    assert started is not None and started != now
+    service.executor.poll(service.store, now + timedelta(minutes=1))
+    stored = service.store.job(job_id)
+    assert stored is not None and stored.started_at == started
+    running = status(service.store, now + timedelta(minutes=1)).running
+    assert [row["since"] for row in running if row["job"] == job_id] == [started.isoformat()]

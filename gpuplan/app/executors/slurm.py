@@ -305,7 +305,9 @@ class SlurmExecutor:
         return tuple(pinned)
 
     def collect(self, store: Store, view: ClusterView, now: datetime) -> list[Job]:
-        """Jobs Slurm has finished enter the history through ``finish`` (as ``gpuplan done``)."""
+        """Jobs Slurm has finished enter the history through ``finish`` (as ``gpuplan done``);
+        a running job takes Slurm's start (``status`` shows it, not the release's time)."""
+        self.record_starts(store, view)
         bound = {
             i: job for job in store.jobs([JobState.QUEUED, JobState.RUNNING]) if (i := slurm_job_id(job))
         }
@@ -337,6 +339,15 @@ class SlurmExecutor:
             if slurm_id not in ended:
                 finished.append(self._vanished(store, bound[slurm_id], slurm_id, now))
         return finished
+
+    @staticmethod
+    def record_starts(store: Store, view: ClusterView) -> None:
+        """Each running job's start as Slurm reports it, where it differs from the stored one."""
+        live = {job.id: job for job in view.jobs if job.state == RUNNING and job.start is not None}
+        for job in store.jobs([JobState.RUNNING]):
+            found = live.get(slurm_job_id(job) or -1)
+            if found is not None and found.start is not None and found.start != job.started_at:
+                store.set_started(job.id, found.start)
 
     @staticmethod
     def _vanished(store: Store, job: Job, slurm_id: int, now: datetime) -> Job:
