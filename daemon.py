@@ -173,13 +173,27 @@ def _run_schedule(
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    config = service.config
     scheduler = BackgroundScheduler(
         jobstores={"default": SQLAlchemyJobStore(url=db_url, tablename="apscheduler_jobs")},
         executors={"default": ThreadPoolExecutor(max_workers=1)},
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         timezone=UTC,
     )
+    # The HTTP face first: a port in use stops the start with its one line, before the
+    # scheduler has a thread to shut down.
+    server = None if http is None else http_server(service, *http).start()
+    try:
+        _schedule(service, scheduler, stop, max_seconds)
+    finally:
+        if server is not None:
+            server.stop()
+        if scheduler.running:
+            scheduler.shutdown(wait=True)  # the job in flight finishes
+
+
+def _schedule(service: Service, scheduler: Any, stop: threading.Event, max_seconds: float | None) -> None:
+    """Put the jobs on ``scheduler``'s clock and run them until ``stop`` (or ``max_seconds``)."""
+    config = service.config
     scheduler.start(paused=True)
     speed = service.speed  # the demo's faster clock: every period shrinks by it
     scheduler.add_job(
@@ -220,21 +234,13 @@ def _run_schedule(
         scheduler,
         None if reconciler is None else {"trigger": "interval", "seconds": reconciler.poll_seconds},
     )
-    server = None
-    try:
-        if http is not None:
-            server = http_server(service, *http).start()
-        scheduler.resume()
-        log.info(
-            "daemon started: plan every %d min, review every %s h",
-            config.cycle_minutes,
-            config.review_every_hours,
-        )
-        _watch_the_lead(service, stop, max_seconds)
-    finally:
-        if server is not None:
-            server.stop()
-        scheduler.shutdown(wait=True)  # the job in flight finishes
+    scheduler.resume()
+    log.info(
+        "daemon started: plan every %d min, review every %s h",
+        config.cycle_minutes,
+        config.review_every_hours,
+    )
+    _watch_the_lead(service, stop, max_seconds)
 
 
 def _watch_the_lead(service: Service, stop: threading.Event, max_seconds: float | None) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,12 +44,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", type=Path, help="models folder (default: the config's, ./models)")
     parser.add_argument("--print-commits", action="store_true", help="print each commit as it happens")
     parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="the log on stderr: text lines (default) or JSON lines (time, level, logger, message)",
+    )
+    parser.add_argument(
         "--demo-speed",
         type=float,
         metavar="N",
         help="the demo cluster (no --config) on a clock N times as fast, e.g. 60: a simulated hour "
         "a minute (without it the live demo runs in real time)",
     )
+
+
+#: What the daemon logs at INFO without -v: its start and stop, the one line per cycle, the cluster's
+#: GPU map (once and on change), the access log.
+DEFAULT_INFO = ("gpuplan.daemon", "gpuplan.cycle", "gpuplan.cluster", "gpuplan.http", "uvicorn.access")
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object a record: ``time`` (UTC ISO), ``level``, ``logger``, ``message`` (and
+    ``exception`` with its traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def configure_logging(log_format: str, *, defaults: bool) -> None:
+    """The daemon's log: with ``defaults`` (a live daemon without -v), INFO for
+    :data:`DEFAULT_INFO` (the rest at WARNING); JSON lines with ``--log-format json``."""
+    if defaults:
+        for name in DEFAULT_INFO:
+            logging.getLogger(name).setLevel(logging.INFO)
+    if log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonLines())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuplan.app.seed import check_traffic
     from gpuplan.app.service import run_once, start_service
 
+    configure_logging(args.log_format, defaults=not (getattr(args, "verbose", False) or args.once))
     if args.at is not None and not args.once:
         raise InputError("--at", "used with --once (a live daemon runs on the wall clock)", args.at)
     if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:

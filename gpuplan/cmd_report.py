@@ -269,8 +269,8 @@ def _utilization(args: argparse.Namespace) -> int:
     from gpuplan.app.report_inputs import utilization_inputs
     from gpuplan.app.reports import UtilizationRow, utilization
 
-    cluster, commits, kinds = utilization_inputs(args.db, args.since, team=args.team)
-    report = utilization(commits, cluster, kinds)
+    cluster, commits, kinds, down_at = utilization_inputs(args.db, args.since, team=args.team)
+    report = utilization(commits, cluster, kinds, down_at)
     totals = ", ".join(f"{name} {hours:g}" for name, hours in report.gpu_hours.items() if hours)
     period = f"{cell_text(report.rows[0].hour)} to {cell_text(report.rows[-1].hour + timedelta(hours=1))}"
     _emit(

@@ -33,7 +33,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from contract.scenario import BatchJob, Cell, Instance, block_mask, iter_gpus
+from contract.curves import swap_capped_curve
+from contract.scenario import BatchJob, Cell, Instance, block_mask, iter_gpus, iter_gpus_down
 from scheduler.baselines import first_fit
 from scheduler.board import Board
 from scheduler.budget import Budget, WorkCosts
@@ -68,6 +69,47 @@ def read_allocation(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Alloc
             elif cell in realtime:
                 realtime[cell][t] |= 1 << gpu
     return Allocation(batch=placements, realtime={job_id: tuple(m) for job_id, m in realtime.items()})
+
+
+def trimmed_realtime(instance: Instance, allocation: Allocation) -> Allocation:
+    """``allocation`` with each service holding no more than its need: at each step the least
+    count the swap cap lets it follow over its demand (:func:`swap_capped_curve`, from its
+    running set), out of the GPUs it holds there (those it kept the step before first, then
+    the highest). A plan on a quiet queue may hold a service's daily peak all day (the
+    baselines' reservation wins the tie at equal objective); a job inserted into it would
+    start behind GPUs nothing needs. Served demand, and so the objective, is unchanged; a
+    service whose trimmed holdings would break its swap cap keeps its own."""
+    running = instance.running_realtime
+    realtime = dict(allocation.realtime)
+    for job in instance.realtime_jobs:
+        masks = realtime.get(job.id)
+        if masks is None:
+            continue
+        start = running[job.id].mask if job.id in running else None
+        curve = swap_capped_curve(job.demand, job.swap_cap, None if start is None else start.bit_count())
+        trimmed: list[int] = []
+        previous = start
+        for mask, want in zip(masks, curve, strict=True):
+            if mask.bit_count() <= want:
+                kept = mask
+            else:
+                stay = mask & (previous or 0)
+                order = [*iter_gpus_down(stay), *iter_gpus_down(mask & ~stay)]
+                kept = sum(1 << gpu for gpu in order[:want])
+            trimmed.append(kept)
+            previous = kept
+        if _within_cap(trimmed, start, job.swap_cap):
+            realtime[job.id] = tuple(trimmed)
+    return Allocation(batch=dict(allocation.batch), realtime=realtime)
+
+
+def _within_cap(masks: Sequence[int], running: int | None, cap: int) -> bool:
+    previous = running
+    for mask in masks:
+        if previous is not None and (mask ^ previous).bit_count() > cap:
+            return False
+        previous = mask
+    return True
 
 
 class Refuted:

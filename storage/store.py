@@ -173,6 +173,11 @@ class Store(abc.ABC):
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...
 
     @abc.abstractmethod
+    def set_started(self, job_id: str, at: datetime) -> None:
+        """A running job's start as its executor reports it (Slurm's, a moment after the commit
+        or amendment that released it); ``InputError`` for a job that is not running."""
+
+    @abc.abstractmethod
     def requeue_job(self, job_id: str) -> Job:
         """A running job back to the queue, holding no GPUs (it did not start where it was
         committed); ``InputError`` for a job that is not running."""

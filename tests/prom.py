@@ -98,7 +98,16 @@ class PromServer:
         source = root / "series.om"
         source.write_text(openmetrics(series))
         backfill = subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source), str(data)],
+            [
+                promtool,
+                "tsdb",
+                "create-blocks-from",
+                "openmetrics",
+                "--quiet",
+                "--max-block-duration=2160h",
+                str(source),
+                str(data),
+            ],
             capture_output=True,
             text=True,
             check=False,

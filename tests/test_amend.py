@@ -20,6 +20,7 @@ from contract.records import (
     App,
     Assignment,
     Cluster,
+    DownWindowRecord,
     Job,
     JobEstimate,
     JobState,
@@ -402,6 +403,9 @@ def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_pa
         assert not report.committed and report.start == H0 + STEP
         assert amendment is not None and amendment.seq == 1
         assert [a.job for a in amendment.assignments] == ["bi-1"]
+        # the cycle's line says what the amendment did, not only that nothing was committed
+        assert (report.amendment, report.jobs_amended, report.realtime_gpus_amended) == (1, 1, 0)
+        assert report.log_line().endswith(" amendment=1 jobs_amended=1 realtime_gpus_amended=0")
         job = store.job("bi-1")
         assert job is not None and job.state is JobState.RUNNING and job.started_at == at
         # The next hour's cycle plans from the amended hour: the job stays on its block.
@@ -494,3 +498,30 @@ def test_a_completion_within_the_hour_starts_the_next_hours_work_at_once(tmp_pat
         assert list(amendment.assignments) == [Assignment("next", blocks["short"])]
         job = store.job("next")
         assert job is not None and job.state is JobState.RUNNING and job.started_at == at
+
+
+def test_utilization_of_a_past_hour_reads_its_amendments_and_what_was_down_then(tmp_path: Path) -> None:
+    """Work an amendment placed in a committed hour is in that hour's row; the hour's down GPUs
+    are those it was committed with, not today's cluster's (a node resumed since)."""
+    from gpuplan.app.amend import amend_cycle
+    from gpuplan.app.jobs import submit
+    from gpuplan.app.report_inputs import utilization_inputs_in
+    from gpuplan.app.reports import utilization
+
+    store = open_store(f"sqlite:///{tmp_path}/util.db")
+    down = (DownWindowRecord(6, H0, None), DownWindowRecord(7, H0, None))
+    config = ServiceConfig(cluster=Cluster(gpus=8, down=down), apps=(), models_dir=tmp_path / "models")
+    try:
+        store.save_cluster(config.cluster)
+        amend_cycle(store, H0, config)
+        spec = {"id": "bi-1", "kind": "batch_inference", "priority": 90, "gpus": 4, "hours": 2}
+        submit(store, spec, H0 + timedelta(minutes=20), config, replan=False)
+        _, amendment = amend_cycle(store, H0 + timedelta(minutes=30), config)
+        assert amendment is not None and [a.job for a in amendment.assignments] == ["bi-1"]
+        store.save_cluster(Cluster(gpus=8))  # the node is back: no window any more
+        cluster, commits, kinds, down_at = utilization_inputs_in(store, None)
+        report = utilization(commits, cluster, kinds, down_at)
+    finally:
+        store.close()
+    row = next(r for r in report.rows if r.hour == H0)
+    assert (row.batch_inference, row.down, row.idle) == (4, 2, 2)

@@ -297,6 +297,11 @@ def test_metrics_are_served_while_the_daemon_runs(tmp_path: Path, models_dir: Pa
         process.communicate(timeout=60)
     assert "gpuplan_cycle_latency_seconds_count 1.0" in text
     assert "gpuplan_planned_utilization" in text and "gpuplan_queue_length" in text
+    # what an operator reads beside the cycle's figures
+    assert 'gpuplan_jobs{state="queued"}' in text and 'gpuplan_jobs{state="running"}' in text
+    assert "gpuplan_deliveries_pending 0.0" in text
+    assert "gpuplan_slurm_commands_failed_total 0.0" in text
+    assert 'gpuplan_forecast_age_seconds{app="' in text
 
 
 def test_the_schedule_survives_a_restart(tmp_path: Path, models_dir: Path) -> None:

@@ -581,3 +581,44 @@ def test_an_amendment_adds_a_replica_and_the_poll_keeps_it(service: SlurmService
     # The poll re-enacts the hour from the store: its commit with the amendment, so the new replica stays.
     service.executor.poll(service.store, now + timedelta(minutes=30))
     assert service.replicas("chat") == {*committed["chat"], idle}
+
+
+@pytest.mark.slurm
+def test_the_partitions_gpu_map_is_logged_once_and_a_count_unlike_the_configs_is_warned(
+    service: SlurmService, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = this_hour() + timedelta(minutes=5)
+    service.executor.base_cluster = replace(service.executor.base_cluster, gpus=24)
+    with caplog.at_level("INFO", logger="gpuplan.cluster"):
+        service.executor.reconcile(service.store, now, service.config)
+        service.executor.reconcile(service.store, now + timedelta(minutes=1), service.config)
+    readings = [r.getMessage() for r in caplog.records if r.name == "gpuplan.cluster"]
+    gpu_map = service.executor.read(None, now).gpu_map
+    assert gpu_map.gpus == 16
+    first, second = gpu_map.nodes
+    assert readings == [
+        f"Slurm partition {PARTITION}: 16 GPUs (h100), GPU id = node's first + IDX: {first} 0-7, {second} 8-15",
+        f"cluster.gpus is 24 in the config, but Slurm partition {PARTITION} has 16 GPUs: planning on Slurm's 16",
+    ]
+    cluster = service.store.cluster()
+    assert cluster is not None and cluster.gpus == 16
+
+
+@pytest.mark.slurm
+def test_a_running_jobs_since_is_slurms_start_not_its_release(service: SlurmService) -> None:
+    from gpuplan.app.status import status
+
+    now = this_hour() + timedelta(minutes=1)
+    job_id = service.submit("train-0", 2, 3.0, now)
+    assert service.cycle(now).committed
+    stored = service.store.job(job_id)
+    assert stored is not None and stored.state is JobState.RUNNING and stored.started_at == now
+    slurm_id = service.slurm_job(job_id).id
+    wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
+    started = service.slurm_job(job_id).start
+    assert started is not None and started != now
+    service.executor.poll(service.store, now + timedelta(minutes=1))
+    stored = service.store.job(job_id)
+    assert stored is not None and stored.started_at == started
+    running = status(service.store, now + timedelta(minutes=1)).running
+    assert [row["since"] for row in running if row["job"] == job_id] == [started.isoformat()]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from contract.scenario import Instance
 from contract.scenario_io import parse_scenario
-from scheduler import warm
+from scheduler import baselines, warm
 from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.fast import allocate
@@ -182,3 +182,44 @@ def test_a_repair_left_once_its_ceiling_cannot_beat_the_best_leaves_the_plan_as_
     bounded = planned()
     with mock.patch.object(warm._Ceilings, "__missing__", lambda self, job_id: float("inf")):
         assert bounded == planned()
+
+
+def _quiet_queue_doc(*jobs: dict[str, Any]) -> dict[str, Any]:
+    """16 GPUs, 8 steps; a service running on 12 GPUs whose need falls to 2 (swap cap 2)."""
+    demand = [12, 10, 8, 6, 4, 2, 2, 2]
+    return {
+        "name": "quiet",
+        "gpus": 16,
+        "horizon": 8,
+        "jobs": [
+            {"id": "chat", "kind": "realtime", "priority": 80, "swap_cap": 2, "demand": demand},
+            *jobs,
+        ],
+        "running": [{"id": "chat", "gpus": list(range(4, 16))}],
+    }
+
+
+def test_a_job_inserted_between_cycles_starts_in_the_room_a_services_need_leaves() -> None:
+    """On an empty queue the plan may hold a service's peak all day (the reservation wins the
+    tie at equal objective). A job inserted into it must be placed as if the service held its
+    need, no later than a fresh plan of the queue with the job places it."""
+    wide = {"id": "wide", "kind": "training", "priority": 10, "gpus": 8, "duration": 2}
+    empty = parse_scenario(_quiet_queue_doc())
+    # the baselines' reservation: the peak all day (what the fast plan chose on an empty queue)
+    stored = build_grid(empty, baselines.fifo(empty))
+    instance = parse_scenario(_quiet_queue_doc(wide))
+    base = read_allocation(instance, stored)
+    assert base is not None
+    assert [mask.bit_count() for mask in base.realtime["chat"]] == [12] * 8
+    assert "wide" not in insert(instance, base, ["wide"]).batch  # behind the peak: no room
+    trimmed = warm.trimmed_realtime(instance, base)
+    # what the service serves, and so the objective, is the same; it holds no more than its need
+    assert score(empty, build_grid(empty, trimmed)).objective == score(empty, stored).objective
+    held = [mask.bit_count() for mask in trimmed.realtime["chat"]]
+    assert held == [12, 10, 8, 6, 4, 2, 2, 2]
+    grid = build_grid(instance, insert(instance, trimmed, ["wide"]))
+    assert check_plan(instance, grid) == []
+    fresh = allocate(instance, Budget.of_work(HOT_PATH_BUDGET_MS))
+    assert "wide" in fresh.batch
+    placed = insert(instance, trimmed, ["wide"]).batch["wide"]
+    assert placed.start_step <= fresh.batch["wide"].start_step

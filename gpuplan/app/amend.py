@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from storage.store import Store
 
 log = logging.getLogger(__name__)
+#: The one line per cycle, shown at the daemon's default level (gpuplan/cmd_daemon.py).
+cycle_log = logging.getLogger("gpuplan.cycle")
 
 
 def check_amendment(
@@ -245,7 +248,17 @@ def amend_cycle(
     report = plan_cycle(
         store, now, config, executor, forecasters=forecasters, partial_rates=hourly_rates(observed, now)
     )
-    return report, amend_hour(store, now, report, executor, observed=observed)
+    amendment = amend_hour(store, now, report, executor, observed=observed)
+    if amendment is not None:
+        apps = {app.id for app in store.apps()}
+        report = replace(
+            report,
+            amendment=amendment.seq,
+            jobs_amended=sum(1 for a in amendment.assignments if a.job not in apps),
+            realtime_gpus_amended=sum(len(a.gpus) for a in amendment.assignments if a.job in apps),
+        )
+    cycle_log.info(report.log_line())
+    return report, amendment
 
 
 def answer_freed(

@@ -424,12 +424,16 @@ class SubmitBatcher:
 
     @staticmethod
     def _decisions(run: PlanRun) -> tuple[Instance, Allocation | None]:
-        """A stored run's instance, and its grid read back as decisions (None: not a legal plan)."""
+        """A stored run's instance, and its grid read back as decisions (None: not a legal plan),
+        each service holding its need, not more (:func:`scheduler.warm.trimmed_realtime`): a
+        submit between cycles is placed in the room the next cycle's plan would have, not
+        behind GPUs a service held over its need (a daily peak held all day on a quiet queue)."""
         from contract.scenario_io import parse_scenario
-        from scheduler.warm import read_allocation
+        from scheduler.warm import read_allocation, trimmed_realtime
 
         instance = parse_scenario(run.scenario, source=f"run {run.id}")
-        return instance, read_allocation(instance, run.grid)
+        allocation = read_allocation(instance, run.grid)
+        return instance, None if allocation is None else trimmed_realtime(instance, allocation)
 
     def _warm(
         self, base: WarmBase, jobs: list[Job], now: datetime

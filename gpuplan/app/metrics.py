@@ -2,10 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
+from contract.records import JobState
 from gpuplan.app.tick import CycleReport
+from storage.store import Store
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """The gauges an operator reads beside the cycle's: jobs by state, deliveries pending,
+    Slurm commands failed so far, each app's forecast age."""
+
+    jobs: Mapping[str, int]
+    deliveries_pending: int
+    slurm_failed: int
+    forecast_age_s: Mapping[str, float]
+
+
+def service_state(
+    store: Store, now: datetime, *, executor: str, slurm_failed: int, apps: Sequence[str]
+) -> ServiceState:
+    """:class:`ServiceState` read from ``store`` at ``now``: the deliveries pending to the
+    executor named ``executor``, ``slurm_failed`` as counted by its Slurm client (0: none)."""
+    jobs = {state.value: len(store.jobs([state])) for state in (JobState.QUEUED, JobState.RUNNING)}
+    ages = {}
+    for app in apps:
+        through = store.profile_through(app)
+        if through is not None:  # the hour it names ended an hour after its start
+            ages[app] = max(0.0, (now - through).total_seconds() - 3600)
+    return ServiceState(jobs, len(store.pending_deliveries(executor)), slurm_failed, ages)
 
 
 class Metrics:
@@ -40,6 +68,24 @@ class Metrics:
             ["app"],
             registry=self.registry,
         )
+        self.jobs = Gauge(
+            "gpuplan_jobs", "Batch jobs by state (queued, running)", ["state"], registry=self.registry
+        )
+        self.pending = Gauge(
+            "gpuplan_deliveries_pending",
+            "Commits and amendments the executor has not acknowledged",
+            registry=self.registry,
+        )
+        self.slurm_failed = Counter(
+            "gpuplan_slurm_commands_failed", "Slurm commands that failed", registry=self.registry
+        )
+        self.forecast_age = Gauge(
+            "gpuplan_forecast_age_seconds",
+            "Per app, how long ago the last traffic hour its demand profile has seen ended",
+            ["app"],
+            registry=self.registry,
+        )
+        self._slurm_failed_seen = 0
         self.server, self.thread = start_http_server(port, addr=addr, registry=self.registry)
 
     def observe(self, report: CycleReport, now: datetime, replicas: Mapping[str, int] | None = None) -> None:
@@ -49,6 +95,17 @@ class Metrics:
         self.utilization.set(report.utilization)
         self.coverage.set(report.rt_coverage)
         self.queue.set(report.queue_length)
+
+    def observe_state(self, state: ServiceState) -> None:
+        """What the store and the executor hold between cycles (:func:`service_state`)."""
+        for name, count in state.jobs.items():
+            self.jobs.labels(state=name).set(count)
+        self.pending.set(state.deliveries_pending)
+        if state.slurm_failed > self._slurm_failed_seen:
+            self.slurm_failed.inc(state.slurm_failed - self._slurm_failed_seen)
+            self._slurm_failed_seen = state.slurm_failed
+        for app, age in state.forecast_age_s.items():
+            self.forecast_age.labels(app=app).set(age)
 
     def observe_replicas(self, replicas: Mapping[str, int]) -> None:
         for app, count in replicas.items():

@@ -11,13 +11,15 @@ functions read the same from a store that is already open (the HTTP API's).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from contract.errors import InputError, StoreError
-from contract.records import Amendment, App, Cluster, Commit, PlanRun, TrafficHour
+from contract.records import Amendment, App, Assignment, Cluster, Commit, PlanRun, TrafficHour
 from contract.scenario import Instance, JobKind
+from gpuplan.app.bridge import merged_assignments
 from storage.factory import open_store
 from storage.store import Store
 
@@ -152,9 +154,8 @@ def coverage_inputs_in(store: Store, run_ref: str, since: str | None) -> Coverag
 
 def utilization_inputs(
     url: str, since: str | None, *, team: str | None = None
-) -> tuple[Cluster, list[Commit], dict[str, JobKind]]:
-    """The cluster, the committed hours from ``since`` on (at least one; ``team``'s jobs only,
-    when given), and every job's kind."""
+) -> tuple[Cluster, list[Commit], dict[str, JobKind], dict[datetime, set[int]]]:
+    """:func:`utilization_inputs_in` on the database at ``url``."""
     store = open_existing_store(url)
     try:
         return utilization_inputs_in(store, since, team=team)
@@ -164,10 +165,37 @@ def utilization_inputs(
 
 def utilization_inputs_in(
     store: Store, since: str | None, *, team: str | None = None
-) -> tuple[Cluster, list[Commit], dict[str, JobKind]]:
+) -> tuple[Cluster, list[Commit], dict[str, JobKind], dict[datetime, set[int]]]:
+    """The cluster, the committed hours from ``since`` on (at least one; ``team``'s jobs only,
+    when given) with their amendments' additions (the work placed within the hour), every
+    job's kind, and the GPUs down in each hour as it was committed (from the run it was
+    committed from; an hour whose run was pruned is left to the cluster's windows)."""
     since_at = parse_since(since)
-    commits, _ = team_commits(store, stored_commits(store, since_at), [], team)
-    return stored_cluster(store), commits, job_kinds(store)
+    commits, amendments = team_commits(
+        store, stored_commits(store, since_at), store.amendments(since_at), team
+    )
+    merged = []
+    for commit in commits:
+        held = merged_assignments(commit, [a for a in amendments if a.hour == commit.hour])
+        assignments = tuple(Assignment(job, gpus) for job, gpus in sorted(held.items()))
+        merged.append(Commit(commit.hour, commit.run_id, assignments))
+    return stored_cluster(store), merged, job_kinds(store), _down_when_committed(store, merged)
+
+
+def _down_when_committed(store: Store, commits: Sequence[Commit]) -> dict[datetime, set[int]]:
+    """Each committed hour's down GPUs as the run it was committed from had them (its step 0)."""
+    down: dict[datetime, set[int]] = {}
+    for commit in commits:
+        run = None if commit.run_id is None else store.run(commit.run_id)
+        if run is None or run.start != commit.hour:
+            continue
+        horizon = len(run.grid[0]) if run.grid else 0
+        down[commit.hour] = {
+            int(window["gpu"])
+            for window in run.scenario.get("down", [])
+            if int(window.get("start", 0)) <= 0 < int(window.get("end", horizon))
+        }
+    return down
 
 
 def commits_inputs(

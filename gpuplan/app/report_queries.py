@@ -109,8 +109,8 @@ def utilization_query(
     store: Store, *, since: str | None = None, team: str | None = None
 ) -> UtilizationReport:
     """GPUs of each committed hour by kind, idle and down (``team``: that team's jobs alone)."""
-    cluster, commits, kinds = utilization_inputs_in(store, since, team=team)
-    return utilization(commits, cluster, kinds)
+    cluster, commits, kinds, down_at = utilization_inputs_in(store, since, team=team)
+    return utilization(commits, cluster, kinds, down_at)
 
 
 def commits_query(store: Store, *, since: str | None = None, team: str | None = None) -> list[CommitRow]:

@@ -14,7 +14,7 @@ step ``t`` is the wall-clock time ``start + t * step_minutes``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -628,14 +628,19 @@ def down_gpus_at(cluster: Cluster, hour: datetime) -> set[int]:
 
 
 def utilization(
-    commits: Sequence[Commit], cluster: Cluster, kinds: Mapping[str, JobKind]
+    commits: Sequence[Commit],
+    cluster: Cluster,
+    kinds: Mapping[str, JobKind],
+    down_at: Mapping[datetime, Collection[int]] | None = None,
 ) -> UtilizationReport:
     """Per committed hour, GPUs busy by job kind, idle and down; totals over the hours.
 
     ``kinds`` maps job ids (batch jobs and real-time apps) to their kind; a committed job
     missing from it counts as ``other``. A GPU held by a job counts as busy even when a
-    down window covers it; ``down`` counts only down GPUs that nothing held.
+    down window covers it; ``down`` counts only down GPUs that nothing held. ``down_at``:
+    the GPUs down in an hour as it was committed; an hour it lacks reads ``cluster``'s windows.
     """
+    down_at = down_at or {}
     rows: list[UtilizationRow] = []
     totals = dict.fromkeys((*_KIND_COLUMNS, "idle", "down"), 0.0)
     for commit in sorted(commits, key=lambda c: c.hour):
@@ -645,7 +650,8 @@ def utilization(
             kind = kinds.get(assignment.job)
             by_kind[kind.value if kind is not None else "other"] += len(assignment.gpus)
             held.update(assignment.gpus)
-        down = len(down_gpus_at(cluster, commit.hour) - held)
+        then = down_at.get(commit.hour)
+        down = len((down_gpus_at(cluster, commit.hour) if then is None else set(then)) - held)
         busy = len(held)
         idle = max(0, cluster.gpus - busy - down)
         up = cluster.gpus - down

@@ -137,7 +137,25 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
             service.changes.bump()
     if service.metrics is not None:
         service.metrics.observe(report, now, _replicas(service))
+        observe_state(service, now)
     return report
+
+
+def observe_state(service: Service, now: datetime) -> None:
+    """The metrics of what the store and the executor hold now (jobs by state, deliveries
+    pending, Slurm commands failed, forecast age)."""
+    from gpuplan.app.metrics import service_state
+
+    if service.metrics is not None:
+        client = getattr(service.reconciler, "client", None)
+        state = service_state(
+            service.store,
+            now,
+            executor=service.executor.name,
+            slurm_failed=getattr(client, "failed", 0),
+            apps=[app.id for app in service.config.apps],
+        )
+        service.metrics.observe_state(state)
 
 
 def watch_once(service: Service, now: datetime | None = None) -> SurgeAnswer | None:
@@ -189,6 +207,7 @@ def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
         service.changes.bump()
     if service.metrics is not None:
         service.metrics.observe_replicas(_replicas(service))
+        observe_state(service, now)
     return finished
 
 

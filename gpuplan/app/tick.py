@@ -79,13 +79,24 @@ class CycleReport:
     queue_length: int
     #: The stored run itself (the hot path answers from it without reading it back).
     run: PlanRun | None = field(default=None, repr=False, compare=False)
+    #: The amendment the cycle made to the hour already committed (its ``seq``; None: none),
+    #: the batch jobs it started and the real-time GPUs it added.
+    amendment: int | None = None
+    jobs_amended: int = 0
+    realtime_gpus_amended: int = 0
 
     def log_line(self) -> str:
-        return (
+        line = (
             f"cycle hour={self.hour.isoformat()} start={self.start.isoformat()} run={self.run_id} "
             f"committed={str(self.committed).lower()} objective={self.objective:.1f} "
             f"latency_ms={self.latency_ms:.1f} jobs_committed={self.jobs_committed} "
             f"realtime_gpus={self.realtime_gpus} status={self.status}"
+        )
+        if self.amendment is None:
+            return line
+        return (
+            f"{line} amendment={self.amendment} jobs_amended={self.jobs_amended} "
+            f"realtime_gpus_amended={self.realtime_gpus_amended}"
         )
 
 
@@ -404,7 +415,7 @@ def plan_cycle(
         queue_length=len(store.jobs([JobState.QUEUED])),  # after the commit: what `status` shows
         run=stored,
     )
-    log.info(report.log_line())
+    log.debug(report.log_line())  # the daemon's cycle line is amend_cycle's, once amended
     return report
 
 

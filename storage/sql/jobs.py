@@ -126,6 +126,13 @@ class JobStore(SqlBase):
             row.estimate_hours_p50 = estimate.hours_p50
             row.estimate_hours_p90 = estimate.hours_p90
 
+    def set_started(self, job_id: str, at: datetime) -> None:
+        with self._session() as session:
+            row = self._job_row(session, job_id)
+            if row.state is not JobState.RUNNING:
+                raise InputError("job_id", "a running job", f"{job_id} ({row.state.value})")
+            row.started_at = at
+
     def requeue_job(self, job_id: str) -> Job:
         with self._session() as session:
             row = self._job_row(session, job_id)

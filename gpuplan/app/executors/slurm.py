@@ -45,7 +45,7 @@ from gpuplan.app.slurm.client import (
     SlurmClient,
     SlurmJob,
 )
-from gpuplan.app.slurm.cluster import ClusterView, ceil_hour, read_cluster
+from gpuplan.app.slurm.cluster import ClusterView, GpuMap, ceil_hour, read_cluster
 from gpuplan.app.slurm.settings import SlurmSettings
 from storage.store import Store
 
@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     from gpuplan.app.config import ServiceConfig
 
 log = logging.getLogger("gpuplan.slurm")
+#: The partition's readings (its GPU map, once and on change), shown at the daemon's default level.
+cluster_log = logging.getLogger("gpuplan.cluster")
 
 #: Slurm's end states -> the job history's outcome (every other end is a failure).
 OUTCOMES = {COMPLETED: Outcome.OK, CANCELLED: Outcome.CANCELLED}
@@ -86,6 +88,7 @@ class SlurmExecutor:
     _refused: set[int] = field(default_factory=set, init=False)  # held jobs whose comment is not a spec
     _newest: datetime | None = field(default=None, init=False)  # the newest commit's hour delivered
     _delivered: dict[datetime, Commit] = field(default_factory=dict, init=False)  # hour -> allocation
+    _map_seen: GpuMap | None = field(default=None, init=False)  # the GPU map last logged
 
     def __post_init__(self) -> None:
         self.client = SlurmClient(self.settings)
@@ -146,6 +149,7 @@ class SlurmExecutor:
     def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> ClusterView:
         """Slurm's truth into the store before a plan (see the module's docstring)."""
         view = self.read(store, now)
+        self._log_reading(view)
         cluster = view.cluster(self.base_cluster)
         cluster = replace(cluster, down=cluster.down + self.drift(store, view))
         if store.cluster() != cluster:
@@ -172,6 +176,29 @@ class SlurmExecutor:
             self.enact(current, view, requeued={job.id for job in store.jobs([JobState.QUEUED])})
 
     # -- reading ------------------------------------------------------------------------------
+    def _log_reading(self, view: ClusterView) -> None:
+        """The partition's GPU map, logged at the first reading and whenever it changes; a GPU
+        count other than the config's ``cluster.gpus`` is warned of (Slurm's count is planned on)."""
+        if view.gpu_map == self._map_seen:
+            return
+        self._map_seen = view.gpu_map
+        cluster_log.info(
+            "Slurm partition %s: %d GPUs (%s), GPU id = node's first + IDX: %s",
+            self.settings.partition,
+            view.gpu_map.gpus,
+            view.model,
+            view.gpu_map.describe(),
+        )
+        if view.gpu_map.gpus != self.base_cluster.gpus:
+            cluster_log.warning(
+                "cluster.gpus is %d in the config, but Slurm partition %s has %d GPUs: "
+                "planning on Slurm's %d",
+                self.base_cluster.gpus,
+                self.settings.partition,
+                view.gpu_map.gpus,
+                view.gpu_map.gpus,
+            )
+
     def read(self, store: Store | None, now: datetime) -> ClusterView:
         ours = set() if store is None else {i for j in store.jobs() if (i := slurm_job_id(j)) is not None}
         return read_cluster(self.client, self.settings, now, ours=ours)
@@ -278,7 +305,9 @@ class SlurmExecutor:
         return tuple(pinned)
 
     def collect(self, store: Store, view: ClusterView, now: datetime) -> list[Job]:
-        """Jobs Slurm has finished enter the history through ``finish`` (as ``gpuplan done``)."""
+        """Jobs Slurm has finished enter the history through ``finish`` (as ``gpuplan done``);
+        a running job takes Slurm's start (``status`` shows it, not the release's time)."""
+        self.record_starts(store, view)
         bound = {
             i: job for job in store.jobs([JobState.QUEUED, JobState.RUNNING]) if (i := slurm_job_id(job))
         }
@@ -310,6 +339,15 @@ class SlurmExecutor:
             if slurm_id not in ended:
                 finished.append(self._vanished(store, bound[slurm_id], slurm_id, now))
         return finished
+
+    @staticmethod
+    def record_starts(store: Store, view: ClusterView) -> None:
+        """Each running job's start as Slurm reports it, where it differs from the stored one."""
+        live = {job.id: job for job in view.jobs if job.state == RUNNING and job.start is not None}
+        for job in store.jobs([JobState.RUNNING]):
+            found = live.get(slurm_job_id(job) or -1)
+            if found is not None and found.start is not None and found.start != job.started_at:
+                store.set_started(job.id, found.start)
 
     @staticmethod
     def _vanished(store: Store, job: Job, slurm_id: int, now: datetime) -> Job:

@@ -234,6 +234,7 @@ class SlurmClient:
 
     settings: SlurmSettings
     calls: int = field(default=0, init=False)  # commands run, for the cycle's log line
+    failed: int = field(default=0, init=False)  # commands that failed (the metrics read it)
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ, TZ="UTC")
@@ -257,10 +258,13 @@ class SlurmClient:
                 check=False,
             )
         except subprocess.TimeoutExpired as error:
+            self.failed += 1
             raise SlurmError(command, f"no answer within {self.settings.timeout_s:g} s") from error
         except OSError as error:
+            self.failed += 1
             raise SlurmError(command, str(error)) from error
         if done.returncode != 0:
+            self.failed += 1
             raise SlurmError(command, done.stderr or done.stdout, done.returncode)
         return done.stdout
 

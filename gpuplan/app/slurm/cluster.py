@@ -51,6 +51,13 @@ class GpuMap:
         node, index = divmod(gpu, self.gpus_per_node)
         return self.nodes[node], index
 
+    def describe(self) -> str:
+        """Each node and its GPU ids: ``node2 0-3, node10 4-7`` (GPU id = node's first + IDX)."""
+        return ", ".join(
+            f"{node} {k * self.gpus_per_node}-{(k + 1) * self.gpus_per_node - 1}"
+            for k, node in enumerate(self.nodes)
+        )
+
     def node_gpus(self, node: str) -> tuple[int, ...]:
         first = self.gpu(node, 0)
         return tuple(range(first, first + self.gpus_per_node))
