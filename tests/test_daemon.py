@@ -290,7 +290,8 @@ def test_metrics_are_served_while_the_daemon_runs(tmp_path: Path, models_dir: Pa
         for _ in range(50):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
                 text = response.read().decode()
-            if "gpuplan_cycle_latency_seconds_count 1.0" in text:
+            # the cycle's figures, then what the store holds after it (read just after them)
+            if "gpuplan_cycle_latency_seconds_count 1.0" in text and 'gpuplan_jobs{state="running"}' in text:
                 break
             time.sleep(0.2)
         process.send_signal(signal.SIGTERM)
