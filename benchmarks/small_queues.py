@@ -98,6 +98,11 @@ def _long_job(rng: random.Random, index: int) -> dict[str, Any]:
     else:
         kind, priority, gpus = "quantization", rng.randint(30, 70), rng.choice((1, 2))
     duration = rng.randint(12, 36) if rng.random() < 0.7 else rng.randint(2, 11)
+    return _job(index, kind, priority, gpus, duration)
+
+
+def _job(index: int, kind: str, priority: int, gpus: int, duration: int) -> dict[str, Any]:
+    """A batch job of a drawn case, in the scenario format."""
     return {
         "id": f"{kind[:5]}-{index:02d}",
         "kind": kind,
@@ -118,13 +123,7 @@ def _mixed_job(rng: random.Random, index: int) -> dict[str, Any]:
     else:
         kind, priority, gpus = "quantization", rng.randint(30, 70), rng.choice((1, 1, 2))
         duration = rng.randint(1, 6)
-    return {
-        "id": f"{kind[:5]}-{index:02d}",
-        "kind": kind,
-        "priority": priority,
-        "gpus": gpus,
-        "duration": duration,
-    }
+    return _job(index, kind, priority, gpus, duration)
 
 
 def scenario(family: str, seed: int) -> dict[str, Any]:
