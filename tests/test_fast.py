@@ -167,7 +167,11 @@ def test_a_short_service_holds_a_gpu_that_goes_down_later_while_it_is_up() -> No
 @given(scenarios(max_gpus=32))
 def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) -> None:
     from scheduler.budget import Budget, WorkCosts
-    from scheduler.fast import _build, _job_orders, _search, _unmirror, mirrored, most_delayed
+    from scheduler.fast import most_delayed
+    from scheduler.fast.batch import _job_orders
+    from scheduler.fast.candidate import _build
+    from scheduler.fast.mirror import _unmirror, mirrored
+    from scheduler.fast.search import _search
 
     instance = parse_scenario(doc)
     flipped = mirrored(instance)
@@ -189,7 +193,7 @@ def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) 
 
 def _shortfall_floor_of(instance: Any, promise: Any) -> int:
     """The shortfall floor a promotion checks for ``promise`` (job id -> placement)."""
-    from scheduler.fast import _realtime_need, _shortfall_floor, free_counts
+    from scheduler.fast.need import _realtime_need, _shortfall_floor, free_counts
 
     taken = batch_masks(instance, promise)
     return _shortfall_floor(instance, taken, free_counts(instance, taken), _realtime_need(instance))
@@ -199,7 +203,9 @@ def _shortfall_floor_of(instance: Any, promise: Any) -> int:
 def test_a_promise_is_never_built_that_its_shortfall_floor_rules_out(doc: dict[str, Any], data: Any) -> None:
     """The floor a promotion checks before re-planning is a lower bound: no re-plan around the
     promise serves more real-time demand than it says (or the swap caps cannot follow it)."""
-    from scheduler.fast import InfeasiblePromiseError, _build, _job_orders
+    from scheduler.fast import InfeasiblePromiseError
+    from scheduler.fast.batch import _job_orders
+    from scheduler.fast.candidate import _build
     from scheduler.model import Placement
 
     instance = parse_scenario(doc)
@@ -262,7 +268,7 @@ def test_a_larger_budget_never_answers_below_a_smaller_one_on_its_way(doc: dict[
 def test_the_doubling_ends_once_a_run_affords_every_step_it_asks_for(monkeypatch: Any) -> None:
     """A budget that bought every step the searches asked for ends the doubling: a larger
     one would take the same path to the same plan."""
-    from scheduler import fast
+    from scheduler.fast import entry
 
     instance = instance_of(
         {
@@ -277,8 +283,8 @@ def test_the_doubling_ends_once_a_run_affords_every_step_it_asks_for(monkeypatch
         budgets.append(budget)
         return allocate(inst, budget)
 
-    monkeypatch.setattr(fast, "allocate", counted)
-    fast.allocate_at_least_hot_path(instance, Budget.of_work(1000.0))
+    monkeypatch.setattr(entry, "allocate", counted)
+    entry.allocate_at_least_hot_path(instance, Budget.of_work(1000.0))
     assert [b.budget_ms for b in budgets] == [HOT_PATH_BUDGET_MS]
     assert budgets[0].refused == 0
 
@@ -299,7 +305,7 @@ def test_the_doubling_ends_once_a_run_affords_every_step_it_asks_for(monkeypatch
         }
     )
     budgets.clear()
-    fast.allocate_at_least_hot_path(crowded, Budget.of_work(100.0))
+    entry.allocate_at_least_hot_path(crowded, Budget.of_work(100.0))
     assert [b.budget_ms for b in budgets] == [HOT_PATH_BUDGET_MS, 4.0, 8.0, 100.0]
     assert all(b.refused for b in budgets[:-1])
 
@@ -406,7 +412,9 @@ def test_a_running_service_that_cannot_leave_a_promised_block_at_step_0_rules_th
     # GPUs 2-3 from step 0 makes it drop both at once: the other two GPUs are free, so the
     # per-step count leaves room, but from its running set the service reaches 0 GPUs at
     # step 0 and 1 at step 1 (3 GPU-steps short), or cannot follow its cap at all.
-    from scheduler.fast import InfeasiblePromiseError, _build, _job_orders
+    from scheduler.fast import InfeasiblePromiseError
+    from scheduler.fast.batch import _job_orders
+    from scheduler.fast.candidate import _build
     from scheduler.model import Placement
 
     inst = instance_of(
@@ -432,7 +440,8 @@ def test_a_running_service_that_cannot_leave_a_promised_block_at_step_0_rules_th
 def test_a_promotion_replans_only_the_services_in_its_way() -> None:
     # A promise whose block one service holds re-plans that one; the others keep their GPUs
     # at every step, and the plan stays legal.
-    from scheduler.fast import _build, _in_the_way, _job_orders, _rebuild
+    from scheduler.fast.batch import _job_orders
+    from scheduler.fast.candidate import _build, _in_the_way, _rebuild
     from scheduler.model import Placement
 
     inst = instance_of(
@@ -467,14 +476,16 @@ def test_a_promise_no_service_is_in_the_way_of_is_a_repack_and_buys_the_hot_path
     # this affords find a plan 2.4% better.
     from gpuplan.app.bench import sample_instances
     from gpuplan.app.synthetic import WIDE_SHAPES
-    from scheduler import fast
     from scheduler.budget import WorkCosts
+    from scheduler.fast import promote
 
     (inst,) = sample_instances([WIDE_SHAPES["wide-large"]], [78])
     costs = WorkCosts.of(inst)
     assert costs.replan(0) < costs.replan(1) == costs.build
     partial = score(inst, build_grid(inst, allocate(inst, hot_path_work()))).objective
-    monkeypatch.setattr(fast, "_in_the_way", lambda instance, allocation, committed: instance.realtime_jobs)
+    monkeypatch.setattr(
+        promote, "_in_the_way", lambda instance, allocation, committed: instance.realtime_jobs
+    )
     every_service = score(inst, build_grid(inst, allocate(inst, hot_path_work()))).objective
     assert partial > 1.02 * every_service
 
@@ -615,18 +626,18 @@ def test_a_promotion_expected_to_gain_much_goes_before_the_other_job_orders(
     # no budget left for the re-plan. At 1 ms the budget does not afford the first pass's
     # second job order and the promotion both: the promotion goes first.
     from benchmarks.adversarial import scenario
-    from scheduler import fast
+    from scheduler.fast import entry
 
     inst = parse_scenario(scenario("late-releases", 33))
     allocation = allocate(inst, Budget.of_work(budget_ms))
     assert check_plan(inst, build_grid(inst, allocation)) == []
     assert "job-02" in allocation.batch
-    early = fast.objective(inst, allocation)
-    monkeypatch.setattr(fast, "EARLY_GAIN", float("inf"))
-    monkeypatch.setattr(fast, "EARLY_GAIN_AFFORDED", float("inf"))
+    early = entry.objective(inst, allocation)
+    monkeypatch.setattr(entry, "EARLY_GAIN", float("inf"))
+    monkeypatch.setattr(entry, "EARLY_GAIN_AFFORDED", float("inf"))
     late = allocate(inst, Budget.of_work(budget_ms))
     assert "job-02" not in late.batch
-    assert early > 2 * fast.objective(inst, late)
+    assert early > 2 * entry.objective(inst, late)
 
 
 def test_where_the_budget_affords_it_beside_the_first_pass_a_smaller_expected_gain_goes_early_too(
@@ -638,14 +649,14 @@ def test_where_the_budget_affords_it_beside_the_first_pass_a_smaller_expected_ga
     # beside the other job orders and the mirror image's first pass, and taken early the plan
     # is 9.6% better (the tuning set's worst case at 2 ms before).
     from benchmarks.adversarial import scenario
-    from scheduler import fast
+    from scheduler.fast import entry
 
     inst = parse_scenario(scenario("long-blockers", 9))
     allocation = allocate(inst, hot_path_work())
     assert check_plan(inst, build_grid(inst, allocation)) == []
-    early = fast.objective(inst, allocation)
-    monkeypatch.setattr(fast, "EARLY_GAIN_AFFORDED", fast.EARLY_GAIN)
-    assert early > 1.05 * fast.objective(inst, allocate(inst, hot_path_work()))
+    early = entry.objective(inst, allocation)
+    monkeypatch.setattr(entry, "EARLY_GAIN_AFFORDED", entry.EARLY_GAIN)
+    assert early > 1.05 * entry.objective(inst, allocate(inst, hot_path_work()))
 
 
 @pytest.mark.parametrize(("family", "seed"), [("rt-swing", 17), ("late-releases", 14), ("mixed", 3)])
@@ -653,12 +664,12 @@ def test_a_promise_that_did_not_improve_a_plan_is_not_built_again_from_it(
     monkeypatch: Any, family: str, seed: int
 ) -> None:
     from benchmarks.adversarial import scenario
-    from scheduler import fast
+    from scheduler.fast import promote
 
     # Each re-plan by the plan it starts from (kept alive, so that no id is reused) and its promises.
     built: list[tuple[int, tuple[tuple[str, int, int], ...]]] = []
     plans: list[Any] = []
-    rebuild = fast._rebuild
+    rebuild = promote._rebuild
 
     def counted(instance: Any, candidate: Any, committed: Any, in_the_way: Any) -> Any:
         promises = tuple(sorted((j, p.start_step, p.first_gpu) for j, p in committed.items()))
@@ -666,7 +677,7 @@ def test_a_promise_that_did_not_improve_a_plan_is_not_built_again_from_it(
         built.append((id(candidate), promises))
         return rebuild(instance, candidate, committed, in_the_way)
 
-    monkeypatch.setattr(fast, "_rebuild", counted)
+    monkeypatch.setattr(promote, "_rebuild", counted)
     inst = parse_scenario(scenario(family, seed))
     allocate(inst, Budget.of_work(4.0))
     assert built
@@ -682,25 +693,25 @@ def test_a_promotion_holds_the_planned_jobs_beside_it_where_the_services_would_p
     # its way moves onto job-02's GPUs and pushes it back just the same. With job-02 held in
     # place, the service goes short for job-09's run (a trade) and the plan gains about a fifth.
     from benchmarks.adversarial import scenario
-    from scheduler import fast
+    from scheduler.fast import objective, promote
 
     inst = parse_scenario(scenario("long-blockers", 30))
-    first = fast.objective(inst, allocate(inst, Budget.of_work(1.0)))
+    first = objective(inst, allocate(inst, Budget.of_work(1.0)))
     allocation = allocate(inst, Budget.of_work(4.0))
     assert check_plan(inst, build_grid(inst, allocation)) == []
     assert allocation.batch["job-09"].start_step == 0
     assert allocation.batch["job-02"].start_step == 0
-    held = fast.objective(inst, allocation)
+    held = objective(inst, allocation)
     assert held > 1.15 * first
 
     # the same promise with nothing held in place: job-09 is left out again
-    found = fast._held_promise
+    found = promote._held_promise
 
     def unheld(*args: Any) -> Any:
         promise = found(*args)
         return None if promise is None else promise._replace(pins={})
 
-    monkeypatch.setattr(fast, "_held_promise", unheld)
+    monkeypatch.setattr(promote, "_held_promise", unheld)
     assert "job-09" not in allocate(inst, Budget.of_work(4.0)).batch
 
 
@@ -711,16 +722,17 @@ def test_where_the_first_pass_leaves_only_settling_its_budget_packs_two_more_job
     from pathlib import Path
 
     from contract.scenario_io import load_scenario
-    from scheduler import fast
+    from scheduler.fast.batch import _job_orders
+    from scheduler.fast.candidate import _build, _pack, objective
 
     inst = load_scenario(Path(__file__).parents[1] / "benchmarks" / "7-uniform-priority.json")
-    orders = fast._job_orders(inst)
-    first = fast._build(inst, {}, orders[:1])
-    packed = [first.rt_objective + fast._pack(inst, first.busy_before_batch, {}, o)[0] for o in orders[:4]]
+    orders = _job_orders(inst)
+    first = _build(inst, {}, orders[:1])
+    packed = [first.rt_objective + _pack(inst, first.busy_before_batch, {}, o)[0] for o in orders[:4]]
     assert max(packed) > 1.1 * max(packed[:2])
     allocation = allocate(inst, Budget.of_work(1.0))
     assert check_plan(inst, build_grid(inst, allocation)) == []
-    assert fast.objective(inst, allocation) >= max(packed) - 1e-6
+    assert objective(inst, allocation) >= max(packed) - 1e-6
 
 
 def test_a_job_the_services_cannot_make_room_for_at_a_price_it_pays_is_ranked_after_the_others() -> None:
@@ -765,28 +777,28 @@ def test_a_start_the_services_cannot_leave_in_time_is_tried_a_step_later_on_the_
     # can move out. The fewest-real-time blocks at that step (the retry before) displace a
     # planned job instead, and the plan ends 7% lower.
     from gpuplan.app import synthetic
-    from scheduler import fast
+    from scheduler.fast import objective, promote
 
     inst = parse_scenario(synthetic.generate(synthetic.WIDE_SHAPES["wide-oversubscribed"], 54))
     tried: list[tuple[int, int]] = []
-    rebuild = fast._rebuild
+    rebuild = promote._rebuild
 
     def recorded(instance: Any, candidate: Any, committed: Any, in_the_way: Any) -> Any:
         if (promise := committed.get("train-04")) is not None and "train-04" not in candidate.committed:
             tried.append((promise.start_step, promise.first_gpu))
         return rebuild(instance, candidate, committed, in_the_way)
 
-    monkeypatch.setattr(fast, "_rebuild", recorded)
+    monkeypatch.setattr(promote, "_rebuild", recorded)
     allocation = allocate(inst, Budget.of_work(2.0))
     assert check_plan(inst, build_grid(inst, allocation)) == []
     assert tried[:2] == [(0, 6), (1, 6)]
-    blocks_at = fast._blocks_at
+    blocks_at = promote._blocks_at
 
     def fewest_realtime_first(*args: Any, first: Any = ()) -> Any:  # the retry before: ``first`` unread
         return blocks_at(*args)
 
-    monkeypatch.setattr(fast, "_blocks_at", fewest_realtime_first)
+    monkeypatch.setattr(promote, "_blocks_at", fewest_realtime_first)
     tried.clear()
     before = allocate(inst, Budget.of_work(2.0))
     assert tried[:2] == [(0, 6), (1, 0)]
-    assert fast.objective(inst, allocation) > 1.05 * fast.objective(inst, before)
+    assert objective(inst, allocation) > 1.05 * objective(inst, before)
