@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from contract.errors import InputError
 from contract.files import read_document
@@ -133,6 +133,44 @@ def parse_scenario(
     """Validate a parsed scenario document and build the :class:`Instance`."""
     r = _Reader(source)
     top = r.mapping(document, "", TOP_KEYS, {"gpus", "jobs"})
+    settings = _parse_settings(r, top, default_name)
+    batch_jobs, realtime_jobs = _parse_jobs(r, top["jobs"], settings.gpus, settings.horizon_steps)
+    down = _parse_down(r, top.get("down", []), settings.gpus, settings.horizon_steps)
+    running_batch, running_realtime = _parse_running(
+        r,
+        top.get("running", []),
+        settings.gpus,
+        {j.id: j for j in batch_jobs},
+        {j.id: j for j in realtime_jobs},
+    )
+    instance = Instance(
+        **settings._asdict(),
+        batch_jobs=tuple(batch_jobs),
+        realtime_jobs=tuple(realtime_jobs),
+        running_batch=running_batch,
+        running_realtime=running_realtime,
+        down=down,
+    )
+    _check_running_against_down(r, instance)
+    return instance
+
+
+class _Settings(NamedTuple):
+    """The scenario's top-level numbers, named as :class:`Instance`'s fields."""
+
+    name: str
+    gpus: int
+    horizon_steps: int
+    step_minutes: int
+    decay: float
+    rt_penalty: float
+    promise_penalty: float
+    promise_slack_steps: int
+    promise_break_steps: float
+
+
+def _parse_settings(r: _Reader, top: Mapping[str, Any], default_name: str) -> _Settings:
+    """The cluster, the horizon, the objective's decay and the penalties."""
     name = r.string(top.get("name", default_name), "name")
     cluster_gpus = r.integer(top["gpus"], "gpus", minimum=1, maximum=MAX_CLUSTER_GPUS)
     horizon = r.integer(top.get("horizon", 24), "horizon", minimum=1, maximum=MAX_HORIZON_STEPS)
@@ -159,91 +197,7 @@ def parse_scenario(
     promise_break = r.number(top.get("promise_break", 0.0), "promise_break")
     if not 0 <= promise_break <= MAX_HORIZON_STEPS:
         raise r.fail("promise_break", f"a number of steps in [0, {MAX_HORIZON_STEPS}]", promise_break)
-
-    batch_jobs: list[BatchJob] = []
-    realtime_jobs: list[RealtimeJob] = []
-    seen: dict[str, str] = {}
-    jobs_raw = r.sequence(top["jobs"], "jobs")
-    if len(jobs_raw) > MAX_JOBS:
-        raise r.fail("jobs", f"a list of at most {MAX_JOBS:,} jobs", f"{len(jobs_raw):,} jobs")
-    for index, raw in enumerate(jobs_raw):
-        field = f"jobs[{index}]"
-        if not isinstance(raw, Mapping):
-            raise r.fail(field, "an object", type(raw).__name__)
-        kind_value = raw.get("kind")
-        kinds = [k.value for k in JobKind]
-        if kind_value not in kinds:
-            raise r.fail(f"{field}.kind", f"one of {kinds}", kind_value)
-        kind = JobKind(str(kind_value))
-        if kind.is_batch:
-            job_map = r.mapping(raw, field, BATCH_KEYS, {"id", "kind", "priority", "gpus", "duration"})
-        else:
-            job_map = r.mapping(raw, field, REALTIME_KEYS, {"id", "kind", "priority", "demand", "swap_cap"})
-        job_id = r.string(job_map["id"], f"{field}.id")
-        if job_id in seen:
-            raise r.fail(
-                f"{field}.id",
-                "an id used by no other job",
-                job_id,
-                f"Already used by {seen[job_id]}.",
-            )
-        seen[job_id] = field
-        priority = r.number(job_map["priority"], f"{field}.priority", positive=True)
-        if priority > MAX_PRIORITY:
-            raise r.fail(f"{field}.priority", f"a number in (0, {MAX_PRIORITY:g}]", priority)
-        if kind.is_batch:
-            gpus = r.integer(job_map["gpus"], f"{field}.gpus", minimum=1)
-            if gpus & (gpus - 1):
-                raise r.fail(f"{field}.gpus", "a power of two (1, 2, 4, 8, ...)", gpus)
-            if gpus > cluster_gpus:
-                raise r.fail(f"{field}.gpus", f"at most the cluster's {cluster_gpus} GPUs", gpus)
-            batch_jobs.append(
-                BatchJob(
-                    id=job_id,
-                    kind=kind,
-                    priority=priority,
-                    gpus=gpus,
-                    duration_steps=r.integer(job_map["duration"], f"{field}.duration", minimum=1),
-                    release_step=r.integer(job_map.get("release", 0), f"{field}.release", minimum=0),
-                    order=r.integer(job_map.get("order", index), f"{field}.order"),
-                    promise_step=None
-                    if job_map.get("promise") is None
-                    else r.integer(job_map["promise"], f"{field}.promise", minimum=-MAX_HORIZON_STEPS),
-                )
-            )
-        else:
-            demand_raw = r.sequence(job_map["demand"], f"{field}.demand")
-            if len(demand_raw) != horizon:
-                raise r.fail(
-                    f"{field}.demand",
-                    f"a list of {horizon} integers (one per step)",
-                    f"{len(demand_raw)} values",
-                )
-            demand = tuple(
-                r.integer(v, f"{field}.demand[{t}]", minimum=0, maximum=MAX_CLUSTER_GPUS)
-                for t, v in enumerate(demand_raw)
-            )
-            realtime_jobs.append(
-                RealtimeJob(
-                    id=job_id,
-                    priority=priority,
-                    demand=demand,
-                    # Changing more than every GPU twice a step is the same as no cap.
-                    swap_cap=r.integer(
-                        job_map["swap_cap"], f"{field}.swap_cap", minimum=0, maximum=2 * MAX_CLUSTER_GPUS
-                    ),
-                )
-            )
-
-    down = _parse_down(r, top.get("down", []), cluster_gpus, horizon)
-    running_batch, running_realtime = _parse_running(
-        r,
-        top.get("running", []),
-        cluster_gpus,
-        {j.id: j for j in batch_jobs},
-        {j.id: j for j in realtime_jobs},
-    )
-    instance = Instance(
+    return _Settings(
         name=name,
         gpus=cluster_gpus,
         horizon_steps=horizon,
@@ -253,14 +207,113 @@ def parse_scenario(
         promise_penalty=promise_penalty,
         promise_slack_steps=promise_slack,
         promise_break_steps=promise_break,
-        batch_jobs=tuple(batch_jobs),
-        realtime_jobs=tuple(realtime_jobs),
-        running_batch=running_batch,
-        running_realtime=running_realtime,
-        down=down,
     )
-    _check_running_against_down(r, instance)
-    return instance
+
+
+def _parse_jobs(
+    r: _Reader, raw: object, cluster_gpus: int, horizon: int
+) -> tuple[list[BatchJob], list[RealtimeJob]]:
+    """The job list: each job's kind, id (unique) and priority, then its kind's fields."""
+    batch_jobs: list[BatchJob] = []
+    realtime_jobs: list[RealtimeJob] = []
+    seen: dict[str, str] = {}
+    jobs_raw = r.sequence(raw, "jobs")
+    if len(jobs_raw) > MAX_JOBS:
+        raise r.fail("jobs", f"a list of at most {MAX_JOBS:,} jobs", f"{len(jobs_raw):,} jobs")
+    for index, raw_job in enumerate(jobs_raw):
+        head = _parse_job_head(r, raw_job, index, seen)
+        if head.kind.is_batch:
+            batch_jobs.append(_parse_batch_job(r, head, cluster_gpus))
+        else:
+            realtime_jobs.append(_parse_realtime_job(r, head, horizon))
+    return batch_jobs, realtime_jobs
+
+
+class _JobHead(NamedTuple):
+    """A job's fields that every kind has, read, and the rest of its object."""
+
+    field: str  # its path in the document, ``jobs[i]``
+    position: int  # its place in the list
+    kind: JobKind
+    id: str
+    priority: float
+    fields: Mapping[str, Any]
+
+
+def _parse_job_head(r: _Reader, raw: object, index: int, seen: dict[str, str]) -> _JobHead:
+    """The job's kind, then its keys for that kind, its id (unused so far: ``seen`` maps each id
+    to its job's path) and its priority."""
+    field = f"jobs[{index}]"
+    if not isinstance(raw, Mapping):
+        raise r.fail(field, "an object", type(raw).__name__)
+    kind_value = raw.get("kind")
+    kinds = [k.value for k in JobKind]
+    if kind_value not in kinds:
+        raise r.fail(f"{field}.kind", f"one of {kinds}", kind_value)
+    kind = JobKind(str(kind_value))
+    if kind.is_batch:
+        job_map = r.mapping(raw, field, BATCH_KEYS, {"id", "kind", "priority", "gpus", "duration"})
+    else:
+        job_map = r.mapping(raw, field, REALTIME_KEYS, {"id", "kind", "priority", "demand", "swap_cap"})
+    job_id = r.string(job_map["id"], f"{field}.id")
+    if job_id in seen:
+        raise r.fail(
+            f"{field}.id",
+            "an id used by no other job",
+            job_id,
+            f"Already used by {seen[job_id]}.",
+        )
+    seen[job_id] = field
+    priority = r.number(job_map["priority"], f"{field}.priority", positive=True)
+    if priority > MAX_PRIORITY:
+        raise r.fail(f"{field}.priority", f"a number in (0, {MAX_PRIORITY:g}]", priority)
+    return _JobHead(field, index, kind, job_id, priority, job_map)
+
+
+def _parse_batch_job(r: _Reader, head: _JobHead, cluster_gpus: int) -> BatchJob:
+    """A training or inference job's GPUs (a power of two that fits), duration, release, order
+    (default: its place in the list) and promise."""
+    field, job_map = head.field, head.fields
+    gpus = r.integer(job_map["gpus"], f"{field}.gpus", minimum=1)
+    if gpus & (gpus - 1):
+        raise r.fail(f"{field}.gpus", "a power of two (1, 2, 4, 8, ...)", gpus)
+    if gpus > cluster_gpus:
+        raise r.fail(f"{field}.gpus", f"at most the cluster's {cluster_gpus} GPUs", gpus)
+    return BatchJob(
+        id=head.id,
+        kind=head.kind,
+        priority=head.priority,
+        gpus=gpus,
+        duration_steps=r.integer(job_map["duration"], f"{field}.duration", minimum=1),
+        release_step=r.integer(job_map.get("release", 0), f"{field}.release", minimum=0),
+        order=r.integer(job_map.get("order", head.position), f"{field}.order"),
+        promise_step=None
+        if job_map.get("promise") is None
+        else r.integer(job_map["promise"], f"{field}.promise", minimum=-MAX_HORIZON_STEPS),
+    )
+
+
+def _parse_realtime_job(r: _Reader, head: _JobHead, horizon: int) -> RealtimeJob:
+    """A service's demand (one count a step) and swap cap."""
+    field, job_map = head.field, head.fields
+    demand_raw = r.sequence(job_map["demand"], f"{field}.demand")
+    if len(demand_raw) != horizon:
+        raise r.fail(
+            f"{field}.demand",
+            f"a list of {horizon} integers (one per step)",
+            f"{len(demand_raw)} values",
+        )
+    demand = tuple(
+        r.integer(v, f"{field}.demand[{t}]", minimum=0, maximum=MAX_CLUSTER_GPUS)
+        for t, v in enumerate(demand_raw)
+    )
+    return RealtimeJob(
+        id=head.id,
+        priority=head.priority,
+        demand=demand,
+        # Changing more than every GPU twice a step is the same as no cap.
+        swap_cap=r.integer(job_map["swap_cap"], f"{field}.swap_cap", minimum=0, maximum=2 * MAX_CLUSTER_GPUS),
+    )
 
 
 def _parse_down(r: _Reader, raw: object, cluster_gpus: int, horizon: int) -> tuple[DownWindow, ...]:
