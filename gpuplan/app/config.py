@@ -343,96 +343,23 @@ def load_config(path: Path) -> ServiceConfig:
     r = _Fields(str(path))
     top = r.mapping(document, "", TOP_KEYS)
     base = demo_config()
-    cluster = base.cluster
-    if "cluster" in top:
-        raw = r.mapping(top["cluster"], "cluster", CLUSTER_KEYS)
-        if "gpus" not in raw:
-            raise r.fail("cluster.gpus", f"an integer in [1, {MAX_CLUSTER_GPUS}]", "missing")
-        gpus = r.integer(raw["gpus"], "cluster.gpus", 1, MAX_CLUSTER_GPUS)
-        down = []
-        for index, window in enumerate(raw.get("down", []) or []):
-            name = f"cluster.down[{index}]"
-            w = r.mapping(window, name, {"gpu", "start", "end"})
-            down.append(
-                DownWindowRecord(
-                    gpu=r.integer(w.get("gpu"), f"{name}.gpu", 0, gpus - 1),
-                    start=r.instant(w.get("start"), f"{name}.start"),
-                    end=None if w.get("end") is None else r.instant(w["end"], f"{name}.end"),
-                )
-            )
-        cluster = Cluster(
-            gpus=gpus,
-            step_minutes=r.integer(raw.get("step_minutes", 60), "cluster.step_minutes", 60, 60),
-            horizon_steps=r.integer(raw.get("horizon", 24), "cluster.horizon", 1, 168),
-            decay=r.number(raw.get("decay", 0.95), "cluster.decay", 1e-6, 1.0),
-            rt_penalty=r.number(raw.get("rt_penalty", 8.0), "cluster.rt_penalty", 0.0, MAX_RT_PENALTY),
-            down=tuple(down),
-        )
-    apps, traffic, prometheus = base.apps, base.traffic, base.prometheus
-    replica_commands: dict[str, str] = {}
+    cluster = base.cluster if "cluster" not in top else _cluster(r, top["cluster"])
+    apps = _Apps(base.apps, base.traffic, base.prometheus, {})
     if "apps" in top:
-        if not isinstance(top["apps"], list):
-            raise r.fail("apps", "a list of apps", type(top["apps"]).__name__)
-        app_list, traffic_list, prometheus_list = [], [], []
-        for index, raw_app in enumerate(top["apps"]):
-            name = f"apps[{index}]"
-            a = r.mapping(raw_app, name, APP_KEYS)
-            app_id = r.text(a.get("id"), f"{name}.id")
-            rate = a.get("requests_per_gpu_hour")
-            peak = a.get("peak_gpus")
-            if rate is None and (peak is None or "traffic" not in a):
-                raise r.fail(
-                    f"{name}.requests_per_gpu_hour", "a number > 0 (or peak_gpus with traffic)", "missing"
-                )
-            app_list.append(
-                App(
-                    id=app_id,
-                    priority=r.number(a.get("priority", 50), f"{name}.priority", 1e-9, MAX_PRIORITY),
-                    swap_cap=r.integer(a.get("swap_cap", 2), f"{name}.swap_cap", 0, MAX_CLUSTER_GPUS),
-                    requests_per_gpu_hour=0.0
-                    if rate is None
-                    else r.number(rate, f"{name}.requests_per_gpu_hour", 1e-9, 1e15),
-                    headroom=r.number(a.get("headroom", 0.0), f"{name}.headroom", 0.0, 10.0),
-                )
-            )
-            if "replica_command" in a:
-                replica_commands[app_id] = r.text(a["replica_command"], f"{name}.replica_command")
-            if "traffic" in a:
-                traffic_list.append(
-                    AppTraffic(
-                        app_id,
-                        (path.parent / r.text(a["traffic"], f"{name}.traffic")).resolve(),
-                        None if peak is None else r.integer(peak, f"{name}.peak_gpus", 1, MAX_CLUSTER_GPUS),
-                    )
-                )
-            if "prometheus" in a:
-                prometheus_list.append(_prometheus_source(r, app_id, a["prometheus"], f"{name}.prometheus"))
-        apps, traffic, prometheus = tuple(app_list), tuple(traffic_list), tuple(prometheus_list)
-    retrain_at = None
-    if top.get("retrain_at") is not None:
-        try:
-            retrain_at = time.fromisoformat(str(top["retrain_at"]))
-        except ValueError as error:
-            raise r.fail(
-                "retrain_at", "a time of day such as 03:00, or null (off)", top["retrain_at"]
-            ) from error
+        apps = _apps(r, top["apps"], path.parent)
+    retrain_at = _retrain_at(r, top.get("retrain_at"))
     review = top.get("review_every_hours", base.review_every_hours)
     plan_with = top.get("plan_with", "p90")
     if plan_with not in {p.value for p in PlanWith}:
         raise r.fail("plan_with", "p50 or p90", plan_with)
     submit_budget = top.get("submit_budget_ms")
-    keep_days = top.get("prune_keep_days", base.prune_keep_days)
-    if keep_days is not None:
-        try:
-            keep_days = checked_keep_days(keep_days, "prune_keep_days")
-        except InputError as error:
-            raise r.fail("prune_keep_days", f"{error.expected}, or null (never)", keep_days) from None
+    keep_days = _keep_days(r, top.get("prune_keep_days", base.prune_keep_days))
     commits_file = top.get("commits_file")
     return ServiceConfig(
         cluster=cluster,
-        apps=apps,
-        traffic=traffic,
-        prometheus=prometheus,
+        apps=apps.apps,
+        traffic=apps.traffic,
+        prometheus=apps.prometheus,
         cycle_minutes=r.integer(top.get("cycle_minutes", 30), "cycle_minutes", *CYCLE_MINUTES_RANGE),
         surge_watch_minutes=r.integer(top.get("surge_watch_minutes", 5), "surge_watch_minutes", 1, 60),
         review_every_hours=None if review is None else r.number(review, "review_every_hours", 0.5, 168),
@@ -442,26 +369,7 @@ def load_config(path: Path) -> ServiceConfig:
         submit_budget_ms=None if submit_budget is None else r.budget_ms(submit_budget, "submit_budget_ms"),
         plan_with=PlanWith(plan_with),
         plan_wall_clock=r.boolean(top.get("plan_wall_clock", True), "plan_wall_clock"),
-        promises=PromiseTerms(
-            penalty=r.number(
-                top.get("promise_penalty", PROMISE_PENALTY), "promise_penalty", 0.0, MAX_PROMISE_PENALTY
-            ),
-            slack_hours=r.integer(
-                top.get("promise_slack_hours", PROMISE_SLACK_HOURS),
-                "promise_slack_hours",
-                *PROMISE_SLACK_RANGE,
-            ),
-            break_hours=r.number(
-                top.get("promise_break_hours", PROMISE_BREAK_HOURS),
-                "promise_break_hours",
-                *PROMISE_BREAK_RANGE,
-            ),
-            lookback_hours=r.integer(
-                top.get("promise_lookback_hours", PROMISE_LOOKBACK_HOURS),
-                "promise_lookback_hours",
-                *PROMISE_LOOKBACK_RANGE,
-            ),
-        ),
+        promises=_promise_terms(r, top),
         aging_hours=None
         if top.get("aging_hours") is None
         else r.number(top.get("aging_hours"), "aging_hours", *AGING_RANGE) or None,
@@ -471,7 +379,132 @@ def load_config(path: Path) -> ServiceConfig:
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
         prune_keep_days=keep_days,
         slurm=None if top.get("slurm") is None else _slurm(r, top["slurm"], path.parent),
-        replica_commands=replica_commands,
+        replica_commands=apps.replica_commands,
+    )
+
+
+def _cluster(r: _Fields, value: object) -> Cluster:
+    """The ``cluster:`` section: its GPUs (required), the horizon, the objective's terms and
+    the down windows."""
+    raw = r.mapping(value, "cluster", CLUSTER_KEYS)
+    if "gpus" not in raw:
+        raise r.fail("cluster.gpus", f"an integer in [1, {MAX_CLUSTER_GPUS}]", "missing")
+    gpus = r.integer(raw["gpus"], "cluster.gpus", 1, MAX_CLUSTER_GPUS)
+    down = []
+    for index, window in enumerate(raw.get("down", []) or []):
+        name = f"cluster.down[{index}]"
+        w = r.mapping(window, name, {"gpu", "start", "end"})
+        down.append(
+            DownWindowRecord(
+                gpu=r.integer(w.get("gpu"), f"{name}.gpu", 0, gpus - 1),
+                start=r.instant(w.get("start"), f"{name}.start"),
+                end=None if w.get("end") is None else r.instant(w["end"], f"{name}.end"),
+            )
+        )
+    return Cluster(
+        gpus=gpus,
+        step_minutes=r.integer(raw.get("step_minutes", 60), "cluster.step_minutes", 60, 60),
+        horizon_steps=r.integer(raw.get("horizon", 24), "cluster.horizon", 1, 168),
+        decay=r.number(raw.get("decay", 0.95), "cluster.decay", 1e-6, 1.0),
+        rt_penalty=r.number(raw.get("rt_penalty", 8.0), "cluster.rt_penalty", 0.0, MAX_RT_PENALTY),
+        down=tuple(down),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Apps:
+    """The ``apps:`` section: the apps, the traffic files and Prometheus sources of those that
+    name one, and each app's replica command."""
+
+    apps: tuple[App, ...]
+    traffic: tuple[AppTraffic, ...]
+    prometheus: tuple[PrometheusSource, ...]
+    replica_commands: dict[str, str]
+
+
+def _apps(r: _Fields, value: object, folder: Path) -> _Apps:
+    """The ``apps:`` list; traffic files are read from ``folder`` (the config file's)."""
+    if not isinstance(value, list):
+        raise r.fail("apps", "a list of apps", type(value).__name__)
+    app_list, traffic_list, prometheus_list = [], [], []
+    replica_commands: dict[str, str] = {}
+    for index, raw_app in enumerate(value):
+        name = f"apps[{index}]"
+        a = r.mapping(raw_app, name, APP_KEYS)
+        app_id = r.text(a.get("id"), f"{name}.id")
+        rate = a.get("requests_per_gpu_hour")
+        peak = a.get("peak_gpus")
+        if rate is None and (peak is None or "traffic" not in a):
+            raise r.fail(
+                f"{name}.requests_per_gpu_hour", "a number > 0 (or peak_gpus with traffic)", "missing"
+            )
+        app_list.append(
+            App(
+                id=app_id,
+                priority=r.number(a.get("priority", 50), f"{name}.priority", 1e-9, MAX_PRIORITY),
+                swap_cap=r.integer(a.get("swap_cap", 2), f"{name}.swap_cap", 0, MAX_CLUSTER_GPUS),
+                requests_per_gpu_hour=0.0
+                if rate is None
+                else r.number(rate, f"{name}.requests_per_gpu_hour", 1e-9, 1e15),
+                headroom=r.number(a.get("headroom", 0.0), f"{name}.headroom", 0.0, 10.0),
+            )
+        )
+        if "replica_command" in a:
+            replica_commands[app_id] = r.text(a["replica_command"], f"{name}.replica_command")
+        if "traffic" in a:
+            traffic_list.append(
+                AppTraffic(
+                    app_id,
+                    (folder / r.text(a["traffic"], f"{name}.traffic")).resolve(),
+                    None if peak is None else r.integer(peak, f"{name}.peak_gpus", 1, MAX_CLUSTER_GPUS),
+                )
+            )
+        if "prometheus" in a:
+            prometheus_list.append(_prometheus_source(r, app_id, a["prometheus"], f"{name}.prometheus"))
+    return _Apps(tuple(app_list), tuple(traffic_list), tuple(prometheus_list), replica_commands)
+
+
+def _retrain_at(r: _Fields, value: object) -> time | None:
+    """``retrain_at``: a time of day, or None (off)."""
+    if value is None:
+        return None
+    try:
+        return time.fromisoformat(str(value))
+    except ValueError as error:
+        raise r.fail("retrain_at", "a time of day such as 03:00, or null (off)", value) from error
+
+
+def _keep_days(r: _Fields, value: object) -> int | None:
+    """``prune_keep_days``: the days of history kept, or None (never pruned)."""
+    if value is None:
+        return None
+    try:
+        return checked_keep_days(value, "prune_keep_days")
+    except InputError as error:
+        raise r.fail("prune_keep_days", f"{error.expected}, or null (never)", value) from None
+
+
+def _promise_terms(r: _Fields, top: Mapping[str, Any]) -> PromiseTerms:
+    """The promise terms: the delay penalty, the slack, the break and the look-back."""
+    return PromiseTerms(
+        penalty=r.number(
+            top.get("promise_penalty", PROMISE_PENALTY), "promise_penalty", 0.0, MAX_PROMISE_PENALTY
+        ),
+        slack_hours=r.integer(
+            top.get("promise_slack_hours", PROMISE_SLACK_HOURS),
+            "promise_slack_hours",
+            *PROMISE_SLACK_RANGE,
+        ),
+        break_hours=r.number(
+            top.get("promise_break_hours", PROMISE_BREAK_HOURS),
+            "promise_break_hours",
+            *PROMISE_BREAK_RANGE,
+        ),
+        lookback_hours=r.integer(
+            top.get("promise_lookback_hours", PROMISE_LOOKBACK_HOURS),
+            "promise_lookback_hours",
+            *PROMISE_LOOKBACK_RANGE,
+        ),
     )
 
 
