@@ -73,26 +73,49 @@ def retrain(
     service keeps its apps' profiles in its database).
     """
     from contract.files import check_writable_dir, replace_files
-    from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
-    from forecasting.evaluation import (
-        TEST_FRACTION,
-        quantization_metrics,
-        slice_metrics,
-        time_split,
-        training_metrics,
-    )
     from forecasting.persistence import model_files
-    from forecasting.quantization_estimator import QuantizationEstimator
-    from forecasting.realtime_training import fit_profiles
-    from forecasting.training_estimator import (
-        MIN_TRAINING_JOBS,
-        AnalyticBaseline,
-        SizeOnlyBaseline,
-        TrainingEstimator,
-    )
-    from training_data.history import completed_jobs
 
     check_writable_dir(models_dir, MODELS_OPTION)
+    training_jobs, quantization_jobs = _checked_history(history, source)
+    progress("history loaded")
+
+    # The traffic files are read (and the profiles fitted) before the long job fits, so a
+    # bad file stops the retrain at once.
+    staged: dict[str, Any] = {}
+    realtime_rows = _fit_profiles(staged, models_dir, traffic_paths, requests_column)
+    progress("real-time profiles fitted")
+    training = _fit_training(staged, training_jobs, progress)
+    quantization_rows = _fit_quantization(staged, quantization_jobs)
+    progress("quantization estimator fitted")
+
+    # Everything fitted: only now is anything written, every file or none.
+    files: dict[str, bytes] = {}
+    for name, model in staged.items():
+        files.update(model_files(model, models_dir / name))
+    replace_files(models_dir, files, MODELS_OPTION)
+    written = [models_dir / name for name in staged]
+    progress("saved")
+    return RetrainReport(
+        history_source=source,
+        history_jobs=len(history),
+        training_jobs=len(training_jobs),
+        held_out_jobs=training.held_out_jobs,
+        training=training.evaluation,
+        training_slices=training.slices,
+        quantization=quantization_rows,
+        realtime=realtime_rows,
+        written=written,
+    )
+
+
+def _checked_history(history: pd.DataFrame, source: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The completed training and quantization jobs of ``history``, each enough to fit on the
+    earlier share of jobs (the evaluation's) and to evaluate on the rest."""
+    from forecasting.evaluation import TEST_FRACTION, time_split
+    from forecasting.quantization_estimator import QuantizationEstimator
+    from forecasting.training_estimator import MIN_TRAINING_JOBS
+    from training_data.history import completed_jobs
+
     training_jobs = completed_jobs(history, JobKind.TRAINING)
     quantization_jobs = completed_jobs(history, JobKind.QUANTIZATION)
     # The evaluation fits on the earlier share of jobs, which must reach the estimator's minimum.
@@ -119,17 +142,43 @@ def retrain(
                 ),
                 source=source,
             )
-    progress("history loaded")
+    return training_jobs, quantization_jobs
 
-    # The traffic files are read (and the profiles fitted) before the long job fits, so a
-    # bad file stops the retrain at once.
-    staged: dict[str, Any] = {}
+
+def _fit_profiles(
+    staged: dict[str, Any],
+    models_dir: Path,
+    traffic_paths: Sequence[Path] | None,
+    requests_column: str | None,
+) -> list[dict[str, object]]:
+    """Each traffic series' real-time profile into ``staged``; the report's rows."""
+    from forecasting.realtime_training import fit_profiles
+
     realtime_rows = []
     fitted = [] if traffic_paths is None else fit_profiles(traffic_paths, requests_column=requests_column)
     for series, profile, row in fitted:
         staged[realtime_model_file(series)] = profile
         realtime_rows.append({**row, "path": str(models_dir / realtime_model_file(series))})
-    progress("real-time profiles fitted")
+    return realtime_rows
+
+
+@dataclass(frozen=True)
+class _TrainingScores:
+    """The training estimator and the baselines scored on the held-out jobs."""
+
+    held_out_jobs: int
+    evaluation: list[TrainingMetrics]
+    slices: list[SliceMetrics]
+
+
+def _fit_training(
+    staged: dict[str, Any], training_jobs: pd.DataFrame, progress: Callable[[str], None]
+) -> _TrainingScores:
+    """The training estimator and both baselines fitted on the earlier jobs and scored on the
+    later ones, then the estimator fitted on every job into ``staged``."""
+    from features.job_features import TRAINING_SCHEMA
+    from forecasting.evaluation import slice_metrics, time_split, training_metrics
+    from forecasting.training_estimator import AnalyticBaseline, SizeOnlyBaseline, TrainingEstimator
 
     earlier, later = time_split(training_jobs)
     estimator, analytic = TrainingEstimator(), AnalyticBaseline()
@@ -155,6 +204,15 @@ def retrain(
         submit_times=training_jobs["submit_time"],
     )
     progress("training estimator fitted")
+    return _TrainingScores(len(later), evaluation, slices)
+
+
+def _fit_quantization(staged: dict[str, Any], quantization_jobs: pd.DataFrame) -> list[QuantizationMetrics]:
+    """The quantization estimator (if there are such jobs) scored on the later jobs, then fitted
+    on every job into ``staged``."""
+    from features.job_features import QUANTIZATION_SCHEMA
+    from forecasting.evaluation import quantization_metrics, time_split
+    from forecasting.quantization_estimator import QuantizationEstimator
 
     quantization_rows: list[QuantizationMetrics] = []
     if not quantization_jobs.empty:
@@ -168,23 +226,4 @@ def retrain(
             _targets(quantization_jobs),
             submit_times=quantization_jobs["submit_time"],
         )
-    progress("quantization estimator fitted")
-
-    # Everything fitted: only now is anything written, every file or none.
-    files: dict[str, bytes] = {}
-    for name, model in staged.items():
-        files.update(model_files(model, models_dir / name))
-    replace_files(models_dir, files, MODELS_OPTION)
-    written = [models_dir / name for name in staged]
-    progress("saved")
-    return RetrainReport(
-        history_source=source,
-        history_jobs=len(history),
-        training_jobs=len(training_jobs),
-        held_out_jobs=len(later),
-        training=evaluation,
-        training_slices=slices,
-        quantization=quantization_rows,
-        realtime=realtime_rows,
-        written=written,
-    )
+    return quantization_rows
