@@ -1,9 +1,10 @@
-"""What the storage tests run in other processes (multiprocessing with ``spawn``), and the
-sample run they store. Kept apart from the test module so that a child imports little.
+"""What the storage tests run in other processes (multiprocessing with ``spawn``), how they
+start them, and the sample job and run they store. Kept apart from the test module so that a child imports little.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 from datetime import UTC, datetime, timedelta
@@ -13,10 +14,28 @@ from typing import Any
 
 from sqlalchemy import event
 
-from contract.records import AppForecast, Assignment, Commit, PlanRun, RunMode
+from contract.records import AppForecast, Assignment, Commit, Job, JobEstimate, PlanRun, RunMode
 from storage.sql import SqlStore
 
 HOUR = datetime(2026, 3, 2, 9, tzinfo=UTC)
+SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited pool or lock
+
+
+def spawn(target: Any, *args: Any) -> multiprocessing.process.BaseProcess:
+    child = SPAWN.Process(target=target, args=args)
+    child.start()
+    return child
+
+
+def queued_job(job_id: str = "job-a", *, kind: str = "training", spec: dict[str, Any] | None = None) -> Job:
+    return Job(
+        id=job_id,
+        kind=kind,
+        priority=50.0,
+        spec=spec if spec is not None else {"kind": kind},
+        submitted_at=HOUR - timedelta(hours=2),
+        estimate=JobEstimate(gpus=2, hours_p50=5.0, hours_p90=6.5),
+    )
 
 
 def sample_run(

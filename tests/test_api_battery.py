@@ -64,152 +64,172 @@ FAR = (T0 + 30 * 24 * HOUR).replace(minute=0).isoformat()
 DEEP = b'{"id": "bat-1", "kind": "batch_inference", "x": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
 
 
-def submit_cases() -> list[Case]:
-    post = "/v1/jobs"
-    bad: list[tuple[str, bytes, str, tuple[str, ...]]] = [
-        # non-finite numbers name their field (item 1)
-        (
-            "priority NaN",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":3,"priority":NaN}'),
-            "priority",
-            ("finite",),
-        ),
-        (
-            "priority Infinity",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":3,"priority":Infinity}'),
-            "priority",
-            ("finite",),
-        ),
-        (
-            "priority -Infinity",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":3,"priority":-Infinity}'),
-            "priority",
-            ("finite",),
-        ),
-        (
-            "priority 1e400",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":3,"priority":1e400}'),
-            "priority",
-            ("finite",),
-        ),
-        (
-            "hours NaN",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":NaN}'),
-            "hours",
-            ("finite",),
-        ),
-        (
-            "hours 1e400",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":1e400}'),
-            "hours",
-            ("finite",),
-        ),
-        (
-            "gpus -1e400",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":-1e400,"hours":3}'),
-            "gpus",
-            ("finite",),
-        ),
-        # repeated keys are refused as `gpuplan submit` refuses them (item 2)
-        (
-            "gpus twice",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":2,"gpus":4,"hours":3}'),
-            "gpus",
-            ("given once",),
-        ),
-        (
-            "id twice",
-            job('{"id":"bat-1","id":"bat-2","kind":"batch_inference","gpus":2,"hours":3}'),
-            "id",
-            ("given once",),
-        ),
-        (
-            "kind twice",
-            job('{"id":"bat-1","kind":"training","kind":"batch_inference","gpus":2,"hours":3}'),
-            "kind",
-            ("given once",),
-        ),
-        (
-            "priority twice",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":3,"priority":1,"priority":40}'),
-            "priority",
-            ("given once",),
-        ),
-        # bodies that are not one JSON object (item 4)
-        ("truncated", job('{"id":"bat-1","kind":'), "(body)", ("valid json", "line 1")),
-        ("empty body", b"", "(body)", ("valid json",)),
-        ("trailing garbage", job('{"id":"bat-1"} x'), "(body)", ("valid json", "extra data")),
-        ("10,000 deep", DEEP, "(body)", ("nested at most 32",)),
-        ("40 deep", b'{"x": ' + b"[" * 40 + b"]" * 40 + b"}", "(body)", ("nested at most 32",)),
-        ("latin-1 bytes", '{"id": "bät"}'.encode("latin-1"), "(body)", ("utf-8",)),
-        ("NUL byte", b'{"id": "bat-1"}\x00', "(body)", ("nul byte",)),
-        (
-            "huge integer",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":' + "9" * 5000 + ',"hours":3}'),
-            "(body)",
-            ("valid json",),
-        ),
-        (
-            "integer over 64 bits",
-            job('{"id":"bat-1","kind":"batch_inference","gpus":' + str(2**70) + ',"hours":3}'),
-            "gpus",
-            ("64 bits",),
-        ),
-        ("top level list", b"[1, 2]", "(top level)", ("mapping",)),
-        ("top level string", b'"bat-1"', "(top level)", ("mapping",)),
-        ("top level null", b"null", "(top level)", ("mapping",)),
-        ("top level number", b"12", "(top level)", ("mapping",)),
-        # the spec's checks, the command line's
-        ("kind video", spec(kind="video"), "kind", ("batch_inference",)),
-        ("kind missing", without("kind"), "kind", ("training",)),
-        ("kind a number", spec(kind=3), "kind", ("training",)),
-        ("priority text", spec(priority="high"), "priority", ("finite number",)),
-        ("priority 0", spec(priority=0), "priority", ("finite number",)),
-        ("priority -1", spec(priority=-1), "priority", ("finite number",)),
-        ("priority true", spec(priority=True), "priority", ("finite number",)),
-        ("priority above the maximum", spec(priority=2e6), "priority", ("finite number",)),
-        ("gpus 3", spec(gpus=3), "gpus", ("power of two",)),
-        ("gpus 0", spec(gpus=0), "gpus", ("power of two",)),
-        ("gpus text", spec(gpus="2"), "gpus", ("power of two",)),
-        ("gpus true", spec(gpus=True), "gpus", ("power of two",)),
-        ("gpus 2.5", spec(gpus=2.5), "gpus", ("power of two",)),
-        ("hours 0", spec(hours=0), "hours", ("number of hours",)),
-        ("hours -1", spec(hours=-1), "hours", ("number of hours",)),
-        ("hours over a year", spec(hours=24 * 366), "hours", ("number of hours",)),
-        ("hours text", spec(hours="3"), "hours", ("number of hours",)),
-        ("gpus without hours", without("hours"), "hours", ("when `gpus` is given",)),
-        ("hours without gpus", without("gpus"), "gpus", ("when `hours` is given",)),
-        (
-            "batch inference with neither",
-            json.dumps({"id": "bat-1", "kind": "batch_inference"}).encode(),
-            "hours",
-            ("no forecaster",),
-        ),
-        ("unknown field", spec(colour="red"), "colour", ("fields of a batch_inference spec",)),
-        ("id with a space", spec(id="has space"), "id", ("letters, digits",)),
-        ("id of 129 characters", spec(id="x" * 129), "id", ("1-128",)),
-        ("id empty", spec(id=""), "id", ("1-128",)),
-        ("id a number", spec(id=7), "id", ("1-128",)),
-        ("id starting with a dot", spec(id=".hidden"), "id", ("starting with a letter",)),
-        ("a nested value", spec(notes={"a": 1}), "notes", ("fields of a batch_inference spec",)),
-        (
-            "slurm section without slurm",
-            spec(slurm={"command": "true"}),
-            "slurm",
-            ("cluster that slurm runs",),
-        ),
-        (
-            "training with an unknown feature",
-            json.dumps({"id": "bat-1", "kind": "training", "wings": 2}).encode(),
-            "wings",
-            ("fields of a training spec",),
-        ),
-    ]
-    cases = [
-        Case(f"submit: {name}", "POST", post, 422, (f"`{field}`", *says), body=body)
+def _invalid_body_cases(bad: list[tuple[str, bytes, str, tuple[str, ...]]]) -> list[Case]:
+    """Each a 422 naming the field, and what it says."""
+    return [
+        Case(f"submit: {name}", "POST", "/v1/jobs", 422, (f"`{field}`", *says), body=body)
         for name, body, field, says in bad
     ]
-    cases += [
+
+
+def _submit_document_cases() -> list[Case]:
+    """Bodies that are not a JSON object of finite numbers."""
+    return _invalid_body_cases(
+        [
+            # non-finite numbers name their field (item 1)
+            (
+                "priority NaN",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":3,"priority":NaN}'),
+                "priority",
+                ("finite",),
+            ),
+            (
+                "priority Infinity",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":3,"priority":Infinity}'),
+                "priority",
+                ("finite",),
+            ),
+            (
+                "priority -Infinity",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":3,"priority":-Infinity}'),
+                "priority",
+                ("finite",),
+            ),
+            (
+                "priority 1e400",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":3,"priority":1e400}'),
+                "priority",
+                ("finite",),
+            ),
+            (
+                "hours NaN",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":NaN}'),
+                "hours",
+                ("finite",),
+            ),
+            (
+                "hours 1e400",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":1e400}'),
+                "hours",
+                ("finite",),
+            ),
+            (
+                "gpus -1e400",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":-1e400,"hours":3}'),
+                "gpus",
+                ("finite",),
+            ),
+            # repeated keys are refused as `gpuplan submit` refuses them (item 2)
+            (
+                "gpus twice",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":2,"gpus":4,"hours":3}'),
+                "gpus",
+                ("given once",),
+            ),
+            (
+                "id twice",
+                job('{"id":"bat-1","id":"bat-2","kind":"batch_inference","gpus":2,"hours":3}'),
+                "id",
+                ("given once",),
+            ),
+            (
+                "kind twice",
+                job('{"id":"bat-1","kind":"training","kind":"batch_inference","gpus":2,"hours":3}'),
+                "kind",
+                ("given once",),
+            ),
+            (
+                "priority twice",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":2,"hours":3,"priority":1,"priority":40}'),
+                "priority",
+                ("given once",),
+            ),
+            # bodies that are not one JSON object (item 4)
+            ("truncated", job('{"id":"bat-1","kind":'), "(body)", ("valid json", "line 1")),
+            ("empty body", b"", "(body)", ("valid json",)),
+            ("trailing garbage", job('{"id":"bat-1"} x'), "(body)", ("valid json", "extra data")),
+            ("10,000 deep", DEEP, "(body)", ("nested at most 32",)),
+            ("40 deep", b'{"x": ' + b"[" * 40 + b"]" * 40 + b"}", "(body)", ("nested at most 32",)),
+            ("latin-1 bytes", '{"id": "bät"}'.encode("latin-1"), "(body)", ("utf-8",)),
+            ("NUL byte", b'{"id": "bat-1"}\x00', "(body)", ("nul byte",)),
+            (
+                "huge integer",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":' + "9" * 5000 + ',"hours":3}'),
+                "(body)",
+                ("valid json",),
+            ),
+            (
+                "integer over 64 bits",
+                job('{"id":"bat-1","kind":"batch_inference","gpus":' + str(2**70) + ',"hours":3}'),
+                "gpus",
+                ("64 bits",),
+            ),
+            ("top level list", b"[1, 2]", "(top level)", ("mapping",)),
+            ("top level string", b'"bat-1"', "(top level)", ("mapping",)),
+            ("top level null", b"null", "(top level)", ("mapping",)),
+            ("top level number", b"12", "(top level)", ("mapping",)),
+        ]
+    )
+
+
+def _submit_spec_cases() -> list[Case]:
+    """Job specs whose fields the spec's checks (the command line's) refuse."""
+    return _invalid_body_cases(
+        [
+            # the spec's checks, the command line's
+            ("kind video", spec(kind="video"), "kind", ("batch_inference",)),
+            ("kind missing", without("kind"), "kind", ("training",)),
+            ("kind a number", spec(kind=3), "kind", ("training",)),
+            ("priority text", spec(priority="high"), "priority", ("finite number",)),
+            ("priority 0", spec(priority=0), "priority", ("finite number",)),
+            ("priority -1", spec(priority=-1), "priority", ("finite number",)),
+            ("priority true", spec(priority=True), "priority", ("finite number",)),
+            ("priority above the maximum", spec(priority=2e6), "priority", ("finite number",)),
+            ("gpus 3", spec(gpus=3), "gpus", ("power of two",)),
+            ("gpus 0", spec(gpus=0), "gpus", ("power of two",)),
+            ("gpus text", spec(gpus="2"), "gpus", ("power of two",)),
+            ("gpus true", spec(gpus=True), "gpus", ("power of two",)),
+            ("gpus 2.5", spec(gpus=2.5), "gpus", ("power of two",)),
+            ("hours 0", spec(hours=0), "hours", ("number of hours",)),
+            ("hours -1", spec(hours=-1), "hours", ("number of hours",)),
+            ("hours over a year", spec(hours=24 * 366), "hours", ("number of hours",)),
+            ("hours text", spec(hours="3"), "hours", ("number of hours",)),
+            ("gpus without hours", without("hours"), "hours", ("when `gpus` is given",)),
+            ("hours without gpus", without("gpus"), "gpus", ("when `hours` is given",)),
+            (
+                "batch inference with neither",
+                json.dumps({"id": "bat-1", "kind": "batch_inference"}).encode(),
+                "hours",
+                ("no forecaster",),
+            ),
+            ("unknown field", spec(colour="red"), "colour", ("fields of a batch_inference spec",)),
+            ("id with a space", spec(id="has space"), "id", ("letters, digits",)),
+            ("id of 129 characters", spec(id="x" * 129), "id", ("1-128",)),
+            ("id empty", spec(id=""), "id", ("1-128",)),
+            ("id a number", spec(id=7), "id", ("1-128",)),
+            ("id starting with a dot", spec(id=".hidden"), "id", ("starting with a letter",)),
+            ("a nested value", spec(notes={"a": 1}), "notes", ("fields of a batch_inference spec",)),
+            (
+                "slurm section without slurm",
+                spec(slurm={"command": "true"}),
+                "slurm",
+                ("cluster that slurm runs",),
+            ),
+            (
+                "training with an unknown feature",
+                json.dumps({"id": "bat-1", "kind": "training", "wings": 2}).encode(),
+                "wings",
+                ("fields of a training spec",),
+            ),
+        ]
+    )
+
+
+def submit_cases() -> list[Case]:
+    post = "/v1/jobs"
+    return [
+        *_submit_document_cases(),
+        *_submit_spec_cases(),
         Case(
             "submit: text/plain",
             "POST",
@@ -276,7 +296,6 @@ def submit_cases() -> list[Case]:
             body=spec(id="{stored_job}"),
         ),
     ]
-    return cases
 
 
 def traffic_cases() -> list[Case]:

@@ -318,3 +318,54 @@ def test_the_walk_sees_local_imports_and_skips_type_checking_ones(tmp_path: Path
     assert ("contract.errors", False) in found
     assert ("scheduler.lns", True) in found
     assert not any(target == "storage.store" for target, _ in found)
+
+
+MAX_FILE_LINES = 800
+MAX_FUNCTION_LINES = 120
+
+
+def _sized_files() -> list[Path]:
+    """Every Python file of the project and its tests and tools, but the storage migrations
+    (Alembic's scripts, written once and never edited)."""
+    files = [ROOT / f"{name}.py" for name in TOP_MODULES]
+    for top in (*PACKAGES, *TOOLS, "tests"):
+        files += [path for path in sorted((ROOT / top).rglob("*.py")) if "migrations" not in path.parts]
+    return files
+
+
+def _long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> Iterator[tuple[str, int, int]]:
+    """Each function of ``path`` over ``limit`` lines, as its name, first line and length (from
+    its ``def`` to its last line, the functions nested in it counted in)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > limit:
+                yield node.name, node.lineno, length
+
+
+def test_no_source_file_is_over_800_lines() -> None:
+    long = [
+        f"{path.relative_to(ROOT)} ({lines} lines)"
+        for path in _sized_files()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES
+    ]
+    assert long == []
+
+
+def test_no_function_is_over_120_lines() -> None:
+    long = [
+        f"{path.relative_to(ROOT)}:{line} {name} ({length} lines)"
+        for path in _sized_files()
+        for name, line, length in _long_functions(path)
+    ]
+    assert long == []
+
+
+def test_the_function_length_check_counts_from_def_to_the_last_line(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    body = "".join(f"    x{i} = {i}\n" for i in range(4))
+    inner = "".join(f"        y{i} = {i}\n" for i in range(4))
+    source.write_text(f"def short():\n{body}\n\nasync def long():\n{body}    def inner():\n{inner}")
+    assert list(_long_functions(source, limit=5)) == [("long", 8, 10)]
+    assert ROOT / "storage" / "migrations" / "env.py" not in _sized_files()
+    assert ROOT / "daemon.py" in _sized_files()

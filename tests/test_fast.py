@@ -16,7 +16,23 @@ from contract.scenario_io import parse_scenario
 from scheduler.board import BlockedSchedule, Board
 from scheduler.budget import Budget
 from scheduler.check import check_plan
-from scheduler.fast import allocate, place_realtime
+from scheduler.fast import (
+    InfeasiblePromiseError,
+    allocate,
+    allocate_at_least_hot_path,
+    entry,
+    expected_gains,
+    most_delayed,
+    most_gain,
+    objective,
+    place_realtime,
+    promote,
+)
+from scheduler.fast.batch import _job_orders
+from scheduler.fast.candidate import _build, _in_the_way, _pack, _rebuild
+from scheduler.fast.mirror import _unmirror, mirrored
+from scheduler.fast.need import _realtime_need, _shortfall_floor, free_counts
+from scheduler.fast.search import _search
 from scheduler.metrics import score
 from scheduler.model import HOT_PATH_BUDGET_MS, SolveOptions, batch_masks, build_grid
 from scheduler.policies import PolicyName, plan
@@ -167,11 +183,6 @@ def test_a_short_service_holds_a_gpu_that_goes_down_later_while_it_is_up() -> No
 @given(scenarios(max_gpus=32))
 def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) -> None:
     from scheduler.budget import Budget, WorkCosts
-    from scheduler.fast import most_delayed
-    from scheduler.fast.batch import _job_orders
-    from scheduler.fast.candidate import _build
-    from scheduler.fast.mirror import _unmirror, mirrored
-    from scheduler.fast.search import _search
 
     instance = parse_scenario(doc)
     flipped = mirrored(instance)
@@ -193,7 +204,6 @@ def test_a_plan_made_upside_down_is_legal_the_right_way_up(doc: dict[str, Any]) 
 
 def _shortfall_floor_of(instance: Any, promise: Any) -> int:
     """The shortfall floor a promotion checks for ``promise`` (job id -> placement)."""
-    from scheduler.fast.need import _realtime_need, _shortfall_floor, free_counts
 
     taken = batch_masks(instance, promise)
     return _shortfall_floor(instance, taken, free_counts(instance, taken), _realtime_need(instance))
@@ -203,9 +213,6 @@ def _shortfall_floor_of(instance: Any, promise: Any) -> int:
 def test_a_promise_is_never_built_that_its_shortfall_floor_rules_out(doc: dict[str, Any], data: Any) -> None:
     """The floor a promotion checks before re-planning is a lower bound: no re-plan around the
     promise serves more real-time demand than it says (or the swap caps cannot follow it)."""
-    from scheduler.fast import InfeasiblePromiseError
-    from scheduler.fast.batch import _job_orders
-    from scheduler.fast.candidate import _build
     from scheduler.model import Placement
 
     instance = parse_scenario(doc)
@@ -233,11 +240,11 @@ def test_any_budget_gives_a_legal_plan_no_worse_than_the_first_pass_or_any_basel
     instance = parse_scenario(doc)
     grid = build_grid(instance, allocate(instance, Budget.of_work(budget_ms)))
     assert check_plan(instance, grid) == []
-    objective = score(instance, grid).objective
+    value = score(instance, grid).objective
     first_pass = score(instance, build_grid(instance, allocate(instance, Budget.of_work(1e-3)))).objective
-    assert objective >= first_pass - 1e-6
+    assert value >= first_pass - 1e-6
     for baseline in (PolicyName.FIFO, PolicyName.FIFO_BACKFILL, PolicyName.PRIORITY_BACKFILL):
-        assert objective >= plan(instance, baseline).metrics.objective - 1e-6, baseline
+        assert value >= plan(instance, baseline).metrics.objective - 1e-6, baseline
 
 
 @settings(max_examples=100)
@@ -254,7 +261,6 @@ def test_a_larger_budget_never_answers_below_a_smaller_one_on_its_way(doc: dict[
     and of doubling ones from the hot path's up to an eighth of it: 32 ms of work tries 2 and
     4 ms as well, and answers no worse than either, though more budget can search down
     another path."""
-    from scheduler.fast import allocate_at_least_hot_path
 
     instance = parse_scenario(doc)
     allocation = allocate_at_least_hot_path(instance, Budget.of_work(32.0))
@@ -268,7 +274,6 @@ def test_a_larger_budget_never_answers_below_a_smaller_one_on_its_way(doc: dict[
 def test_the_doubling_ends_once_a_run_affords_every_step_it_asks_for(monkeypatch: Any) -> None:
     """A budget that bought every step the searches asked for ends the doubling: a larger
     one would take the same path to the same plan."""
-    from scheduler.fast import entry
 
     instance = instance_of(
         {
@@ -412,9 +417,6 @@ def test_a_running_service_that_cannot_leave_a_promised_block_at_step_0_rules_th
     # GPUs 2-3 from step 0 makes it drop both at once: the other two GPUs are free, so the
     # per-step count leaves room, but from its running set the service reaches 0 GPUs at
     # step 0 and 1 at step 1 (3 GPU-steps short), or cannot follow its cap at all.
-    from scheduler.fast import InfeasiblePromiseError
-    from scheduler.fast.batch import _job_orders
-    from scheduler.fast.candidate import _build
     from scheduler.model import Placement
 
     inst = instance_of(
@@ -440,8 +442,6 @@ def test_a_running_service_that_cannot_leave_a_promised_block_at_step_0_rules_th
 def test_a_promotion_replans_only_the_services_in_its_way() -> None:
     # A promise whose block one service holds re-plans that one; the others keep their GPUs
     # at every step, and the plan stays legal.
-    from scheduler.fast.batch import _job_orders
-    from scheduler.fast.candidate import _build, _in_the_way, _rebuild
     from scheduler.model import Placement
 
     inst = instance_of(
@@ -477,7 +477,6 @@ def test_a_promise_no_service_is_in_the_way_of_is_a_repack_and_buys_the_hot_path
     from gpuplan.app.bench import sample_instances
     from gpuplan.app.synthetic import WIDE_SHAPES
     from scheduler.budget import WorkCosts
-    from scheduler.fast import promote
 
     (inst,) = sample_instances([WIDE_SHAPES["wide-large"]], [78])
     costs = WorkCosts.of(inst)
@@ -516,7 +515,6 @@ def test_promotions_rank_the_delayed_jobs_by_what_they_are_expected_to_gain() ->
     # Job a (2 GPUs, starts at 3) costs the most delay, but its earliest slot is where c (all
     # day) or d (priority 115, on GPU 2) run: promoting it pushes d back almost as much as it
     # gains. Job b (1 GPU, at 6) can start at 0 in the hole on GPU 3 and displaces nothing.
-    from scheduler.fast import most_delayed, most_gain
     from scheduler.model import Allocation, Placement
 
     inst = instance_of(
@@ -590,7 +588,6 @@ def test_a_trade_worth_more_than_the_rounds_plain_promotions_is_taken() -> None:
     # there because it trades nothing left the 4 ms plan 9% below the 2 ms one.
     from gpuplan.app.bench import sample_instances
     from gpuplan.app.synthetic import WIDE_SHAPES
-    from scheduler.fast import objective
 
     (inst,) = sample_instances([WIDE_SHAPES["wide-oversubscribed"]], [27])
     at_2_ms = objective(inst, allocate(inst, Budget.of_work(2.0)))
@@ -626,7 +623,6 @@ def test_a_promotion_expected_to_gain_much_goes_before_the_other_job_orders(
     # no budget left for the re-plan. At 1 ms the budget does not afford the first pass's
     # second job order and the promotion both: the promotion goes first.
     from benchmarks.adversarial import scenario
-    from scheduler.fast import entry
 
     inst = parse_scenario(scenario("late-releases", 33))
     allocation = allocate(inst, Budget.of_work(budget_ms))
@@ -649,7 +645,6 @@ def test_where_the_budget_affords_it_beside_the_first_pass_a_smaller_expected_ga
     # beside the other job orders and the mirror image's first pass, and taken early the plan
     # is 9.6% better (the tuning set's worst case at 2 ms before).
     from benchmarks.adversarial import scenario
-    from scheduler.fast import entry
 
     inst = parse_scenario(scenario("long-blockers", 9))
     allocation = allocate(inst, hot_path_work())
@@ -664,7 +659,6 @@ def test_a_promise_that_did_not_improve_a_plan_is_not_built_again_from_it(
     monkeypatch: Any, family: str, seed: int
 ) -> None:
     from benchmarks.adversarial import scenario
-    from scheduler.fast import promote
 
     # Each re-plan by the plan it starts from (kept alive, so that no id is reused) and its promises.
     built: list[tuple[int, tuple[tuple[str, int, int], ...]]] = []
@@ -693,7 +687,6 @@ def test_a_promotion_holds_the_planned_jobs_beside_it_where_the_services_would_p
     # its way moves onto job-02's GPUs and pushes it back just the same. With job-02 held in
     # place, the service goes short for job-09's run (a trade) and the plan gains about a fifth.
     from benchmarks.adversarial import scenario
-    from scheduler.fast import objective, promote
 
     inst = parse_scenario(scenario("long-blockers", 30))
     first = objective(inst, allocate(inst, Budget.of_work(1.0)))
@@ -722,8 +715,6 @@ def test_where_the_first_pass_leaves_only_settling_its_budget_packs_two_more_job
     from pathlib import Path
 
     from contract.scenario_io import load_scenario
-    from scheduler.fast.batch import _job_orders
-    from scheduler.fast.candidate import _build, _pack, objective
 
     inst = load_scenario(Path(__file__).parents[1] / "benchmarks" / "7-uniform-priority.json")
     orders = _job_orders(inst)
@@ -740,7 +731,6 @@ def test_a_job_the_services_cannot_make_room_for_at_a_price_it_pays_is_ranked_af
     # day. Job a (4 GPUs, worth 60) gains the most from a promotion on its own, but its block
     # leaves the service 4 GPUs: 2 short a step, 300 lost for 240 gained, at every start.
     # Job b (1 GPU) leaves the service its 6.
-    from scheduler.fast import expected_gains, most_gain
     from scheduler.model import Allocation
 
     def ranking(demand: list[int]) -> list[tuple[str, float]]:
@@ -777,7 +767,6 @@ def test_a_start_the_services_cannot_leave_in_time_is_tried_a_step_later_on_the_
     # can move out. The fewest-real-time blocks at that step (the retry before) displace a
     # planned job instead, and the plan ends 7% lower.
     from gpuplan.app import synthetic
-    from scheduler.fast import objective, promote
 
     inst = parse_scenario(synthetic.generate(synthetic.WIDE_SHAPES["wide-oversubscribed"], 54))
     tried: list[tuple[int, int]] = []

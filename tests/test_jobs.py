@@ -13,8 +13,8 @@ from contract.errors import InputError
 from contract.records import JobState, Outcome
 from gpuplan.app.jobs import finish_job
 from storage.sql import SqlStore
-from tests.storage_children import HOUR, sample_commit, sample_run
-from tests.test_storage import TRAINING_SPEC, queued_job, store
+from tests.storage_children import HOUR, queued_job, sample_commit, sample_run
+from tests.test_storage import TRAINING_SPEC, store
 from training_data.history import validate_history
 
 __all__ = ["store"]  # the fixture, shared with the storage tests

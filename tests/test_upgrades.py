@@ -10,6 +10,7 @@ On SQLite and on a real PostgreSQL server (tests/pg.py).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -54,148 +55,158 @@ def build_at(url: str, revision: str) -> None:
             def t(value: datetime) -> datetime:
                 return _time(value, dialect)
 
-            _insert(
-                connection,
-                tables,
-                "cluster",
-                id=1,
-                gpus=8,
-                step_minutes=60,
-                horizon_steps=24,
-                decay=0.95,
-                rt_penalty=8.0,
-            )
-            _insert(
-                connection,
-                tables,
-                "apps",
-                id="chat",
-                priority=80.0,
-                swap_cap=2,
-                requests_per_gpu_hour=1200.0,
-                headroom=0.1,
-            )
-            jobs = [
-                ("done-1", "done", 2, 0, HOUR - timedelta(hours=5), HOUR - timedelta(hours=1), "completed"),
-                ("queued-1", "queued", None, None, None, None, None),
-                ("running-1", "running", 2, 2, HOUR, None, None),
-            ]
-            for seq, (job_id, state, gpus, first, started, ended, outcome) in enumerate(jobs, start=1):
-                _insert(
-                    connection,
-                    tables,
-                    "jobs",
-                    seq=seq,
-                    id=job_id,
-                    kind="batch_inference",
-                    priority=50.0,
-                    spec={"kind": "batch_inference", "gpus": 2, "hours": 3},
-                    submitted_at=t(HOUR - timedelta(hours=6)),
-                    state=state,
-                    estimate_gpus=2,
-                    estimate_hours_p50=3.0,
-                    estimate_hours_p90=3.0,
-                    first_gpu=first,
-                    gpus=gpus,
-                    started_at=None if started is None else t(started),
-                    ended_at=None if ended is None else t(ended),
-                    outcome=outcome,
-                )
-            _insert(
-                connection,
-                tables,
-                "job_history",
-                job_id="old-1",
-                kind="training",
-                submit_time=t(HOUR - timedelta(days=2)),
-                start_time=t(HOUR - timedelta(days=2)),
-                end_time=t(HOUR - timedelta(days=1)),
-                gpus=4,
-                outcome="completed",
-                features={},
-            )
-            _insert(
-                connection, tables, "traffic", app="chat", hour=t(HOUR - timedelta(hours=1)), requests=1000.0
-            )
-            _insert(
-                connection,
-                tables,
-                "plan_runs",
-                id=1,
-                start=t(HOUR),
-                created_at=t(HOUR),
-                mode="plan",
-                policy="fast",
-                inputs_hash="h",
-                objective=1.0,
-                bound=None,
-                latency_ms=5.0,
-                status="feasible",
-                scenario={},
-                grid=[],
-                metrics={},
-                committed=True,
-                extra={},
-            )
-            _insert(connection, tables, "commits", hour=t(HOUR), run_id=1, created_at=t(HOUR))
-            _insert(connection, tables, "commit_assignments", hour=t(HOUR), job="running-1", gpus=[2, 3])
-            if n >= REVISIONS.index("0002"):
-                _insert(
-                    connection,
-                    tables,
-                    "api_tokens",
-                    id="tok1",
-                    secret_sha256="a" * 64,
-                    team="ml",
-                    scopes="read,submit",
-                    max_priority=None,
-                    created_at=t(HOUR),
-                    revoked_at=None,
-                )
-                connection.execute(text("UPDATE jobs SET team = 'ml' WHERE id = 'queued-1'"))
-            if n >= REVISIONS.index("0003"):
-                connection.execute(
-                    tables.tables["jobs"]
-                    .update()
-                    .where(tables.tables["jobs"].c.id == "queued-1")
-                    .values(promised_start=t(HOUR + timedelta(hours=2)))
-                )
-                _insert(
-                    connection,
-                    tables,
-                    "commit_amendments",
-                    hour=t(HOUR),
-                    seq=1,
-                    run_id=1,
-                    created_at=t(HOUR + timedelta(minutes=30)),
-                    assignments=[{"job": "running-1", "gpus": [4, 5]}],
-                )
-            if n >= REVISIONS.index("0004"):
-                _insert(
-                    connection,
-                    tables,
-                    "deliveries",
-                    hour=t(HOUR),
-                    seq=0,
-                    executor="jsonl",
-                    state="acknowledged",
-                    attempts=1,
-                    last_error=None,
-                    created_at=t(HOUR),
-                    acknowledged_at=t(HOUR),
-                )
-            if n >= REVISIONS.index("0005"):
-                _insert(
-                    connection,
-                    tables,
-                    "traffic_observed",
-                    app="chat",
-                    hour=t(HOUR),
-                    requests=10.0,
-                    minutes=15.0,
-                )
+            _rows_of_0001(connection, tables, t)
+            _rows_added_after_0001(connection, tables, t, n)
     finally:
         engine.dispose()
+
+
+def _rows_of_0001(connection: Any, tables: MetaData, t: Callable[[datetime], datetime]) -> None:
+    """A row in each table of the first revision (``t``: a time as that database stores it)."""
+    _insert(
+        connection,
+        tables,
+        "cluster",
+        id=1,
+        gpus=8,
+        step_minutes=60,
+        horizon_steps=24,
+        decay=0.95,
+        rt_penalty=8.0,
+    )
+    _insert(
+        connection,
+        tables,
+        "apps",
+        id="chat",
+        priority=80.0,
+        swap_cap=2,
+        requests_per_gpu_hour=1200.0,
+        headroom=0.1,
+    )
+    jobs = [
+        ("done-1", "done", 2, 0, HOUR - timedelta(hours=5), HOUR - timedelta(hours=1), "completed"),
+        ("queued-1", "queued", None, None, None, None, None),
+        ("running-1", "running", 2, 2, HOUR, None, None),
+    ]
+    for seq, (job_id, state, gpus, first, started, ended, outcome) in enumerate(jobs, start=1):
+        _insert(
+            connection,
+            tables,
+            "jobs",
+            seq=seq,
+            id=job_id,
+            kind="batch_inference",
+            priority=50.0,
+            spec={"kind": "batch_inference", "gpus": 2, "hours": 3},
+            submitted_at=t(HOUR - timedelta(hours=6)),
+            state=state,
+            estimate_gpus=2,
+            estimate_hours_p50=3.0,
+            estimate_hours_p90=3.0,
+            first_gpu=first,
+            gpus=gpus,
+            started_at=None if started is None else t(started),
+            ended_at=None if ended is None else t(ended),
+            outcome=outcome,
+        )
+    _insert(
+        connection,
+        tables,
+        "job_history",
+        job_id="old-1",
+        kind="training",
+        submit_time=t(HOUR - timedelta(days=2)),
+        start_time=t(HOUR - timedelta(days=2)),
+        end_time=t(HOUR - timedelta(days=1)),
+        gpus=4,
+        outcome="completed",
+        features={},
+    )
+    _insert(connection, tables, "traffic", app="chat", hour=t(HOUR - timedelta(hours=1)), requests=1000.0)
+    _insert(
+        connection,
+        tables,
+        "plan_runs",
+        id=1,
+        start=t(HOUR),
+        created_at=t(HOUR),
+        mode="plan",
+        policy="fast",
+        inputs_hash="h",
+        objective=1.0,
+        bound=None,
+        latency_ms=5.0,
+        status="feasible",
+        scenario={},
+        grid=[],
+        metrics={},
+        committed=True,
+        extra={},
+    )
+    _insert(connection, tables, "commits", hour=t(HOUR), run_id=1, created_at=t(HOUR))
+    _insert(connection, tables, "commit_assignments", hour=t(HOUR), job="running-1", gpus=[2, 3])
+
+
+def _rows_added_after_0001(
+    connection: Any, tables: MetaData, t: Callable[[datetime], datetime], n: int
+) -> None:
+    """Rows in the tables and columns the revisions after the first added, up to ``REVISIONS[n]``."""
+    if n >= REVISIONS.index("0002"):
+        _insert(
+            connection,
+            tables,
+            "api_tokens",
+            id="tok1",
+            secret_sha256="a" * 64,
+            team="ml",
+            scopes="read,submit",
+            max_priority=None,
+            created_at=t(HOUR),
+            revoked_at=None,
+        )
+        connection.execute(text("UPDATE jobs SET team = 'ml' WHERE id = 'queued-1'"))
+    if n >= REVISIONS.index("0003"):
+        connection.execute(
+            tables.tables["jobs"]
+            .update()
+            .where(tables.tables["jobs"].c.id == "queued-1")
+            .values(promised_start=t(HOUR + timedelta(hours=2)))
+        )
+        _insert(
+            connection,
+            tables,
+            "commit_amendments",
+            hour=t(HOUR),
+            seq=1,
+            run_id=1,
+            created_at=t(HOUR + timedelta(minutes=30)),
+            assignments=[{"job": "running-1", "gpus": [4, 5]}],
+        )
+    if n >= REVISIONS.index("0004"):
+        _insert(
+            connection,
+            tables,
+            "deliveries",
+            hour=t(HOUR),
+            seq=0,
+            executor="jsonl",
+            state="acknowledged",
+            attempts=1,
+            last_error=None,
+            created_at=t(HOUR),
+            acknowledged_at=t(HOUR),
+        )
+    if n >= REVISIONS.index("0005"):
+        _insert(
+            connection,
+            tables,
+            "traffic_observed",
+            app="chat",
+            hour=t(HOUR),
+            requests=10.0,
+            minutes=15.0,
+        )
 
 
 def check_kept(url: str, revision: str) -> None:
