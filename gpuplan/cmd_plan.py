@@ -59,15 +59,13 @@ def run(args: argparse.Namespace) -> int:
     from contract.scenario_io import load_scenario, write_json_atomic
     from gpuplan.options import DEFAULT_WORKERS, MAX_WORKERS, integer_in
     from scheduler import lns
-    from scheduler.model import checked_budget_ms, checked_time_limit_s
+    from scheduler.model import checked_time_limit_s, fast_budget_ms
     from scheduler.policies import PolicyName, SolveOptions, plan
 
     time_limit_s = checked_time_limit_s(
         TIME_LIMIT_S if args.time_limit is None else args.time_limit, "--time-limit"
     )
-    budget_ms = (
-        HOT_PATH_BUDGET_MS if args.budget_ms is None else checked_budget_ms(args.budget_ms, "--budget-ms")
-    )
+    budget_ms = fast_budget_ms(args.budget_ms, "--budget-ms")
     workers = integer_in(
         "--workers", DEFAULT_WORKERS if args.workers is None else args.workers, 1, MAX_WORKERS
     )

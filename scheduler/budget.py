@@ -116,6 +116,12 @@ class Budget:
         budget.deadline = math.inf
         return budget
 
+    @classmethod
+    def of(cls, budget_ms: float, *, wall_clock: bool, started: float | None = None) -> Budget:
+        """The one way to build a budget: with the wall-clock backstop (a deadline from
+        ``started``, or now), or of estimated work only (:meth:`of_work`)."""
+        return cls(budget_ms, started=started) if wall_clock else cls.of_work(budget_ms)
+
     @property
     def work_only(self) -> bool:
         """No wall-clock deadline: the budget counts estimated work alone."""
@@ -123,7 +129,7 @@ class Budget:
 
     def sibling(self, budget_ms: float, *, started: float | None = None) -> Budget:
         """A budget of ``budget_ms`` of the same kind: work-only, or with a deadline from ``started``."""
-        return Budget.of_work(budget_ms) if self.work_only else Budget(budget_ms, started=started)
+        return Budget.of(budget_ms, wall_clock=not self.work_only, started=started)
 
     def charge(self, units: float) -> None:
         self.spent += units

@@ -72,7 +72,7 @@ def solve(
 
     deadline = started + time_limit_s if wall_clock else math.inf
     hint_ms = max(HOT_PATH_BUDGET_MS, min(PLAN_CYCLE_BUDGET_MS, HINT_SHARE * time_limit_s * 1000))
-    hint_budget = Budget(hint_ms, started=started) if wall_clock else Budget.of_work(hint_ms)
+    hint_budget = Budget.of(hint_ms, wall_clock=wall_clock, started=started)
     fast = allocate_at_least_hot_path(instance, hint_budget)
     size = model_size(instance)
     if size > MAX_MODEL_VARIABLES:

@@ -91,6 +91,12 @@ def checked_budget_ms(value: float, field: str = "budget_ms") -> float:
     return float(value)
 
 
+def fast_budget_ms(value: float | None, field: str = "budget_ms") -> float:
+    """The fast mode's budget asked as ``field``: ``value`` checked (:func:`checked_budget_ms`),
+    or the hot path's (:data:`HOT_PATH_BUDGET_MS`) when none is given."""
+    return HOT_PATH_BUDGET_MS if value is None else checked_budget_ms(value, field)
+
+
 def checked_time_limit_s(value: float, field: str = "time_limit_s") -> float:
     """``value`` if it is a usable full-mode time limit, else :class:`InputError` naming ``field``."""
     if not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= MAX_TIME_LIMIT_S):

@@ -94,7 +94,7 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
     The search runs when ``options.cp_sat`` asks for it; a caller loads CP-SAT first
     (:func:`scheduler.lns.warm_up`), or the first search pays about a second for it.
     """
-    budget = Budget(options.budget_ms) if options.wall_clock else Budget.of_work(options.budget_ms)
+    budget = Budget.of(options.budget_ms, wall_clock=options.wall_clock)
     if options.budget_ms < lns.MIN_BUDGET_MS or not options.cp_sat:
         return Solution(fast.allocate(instance, budget))
     heuristic = budget.sibling(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)

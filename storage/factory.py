@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from storage.store import Store
 
 DEFAULT_URL = "sqlite:///var/gpuplan.db"
@@ -18,3 +20,12 @@ def open_store(url: str = DEFAULT_URL) -> Store:
 
     store: Store = SqlStore.open(url)
     return store
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite ``url`` names (``sqlite:///PATH``); None for an in-memory or a PostgreSQL
+    database. A malformed URL raises ``InputError`` naming ``db``, as :func:`open_store` does."""
+    from storage.sql.engine import _sqlite_file, parse_url
+
+    parsed = parse_url(url)
+    return _sqlite_file(parsed) if parsed.get_backend_name() == "sqlite" else None

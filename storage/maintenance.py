@@ -83,12 +83,12 @@ def upgrade(url: str) -> tuple[str | None, str]:
 
 
 def _sqlite_path(url: str, field: str) -> Path:
-    from storage.sql.engine import _sqlite_file, parse_url
+    from storage.factory import sqlite_file
+    from storage.sql.engine import parse_url
 
-    parsed = parse_url(url)
-    path = _sqlite_file(parsed) if parsed.get_backend_name() == "sqlite" else None
+    path = sqlite_file(url)
     if path is None:
-        shown = parsed.render_as_string(hide_password=True)
+        shown = parse_url(url).render_as_string(hide_password=True)
         raise InputError(field, "the URL of a SQLite file (sqlite:///PATH)", shown, hint=PG_DUMP_HINT)
     return path
 

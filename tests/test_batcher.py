@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from contract.errors import InputError
 from contract.records import ApiToken, DownWindowRecord, Job, JobEstimate, JobState, Outcome, RunMode, Scope
@@ -27,10 +28,12 @@ from contract.scenario_io import parse_scenario
 from gpuplan.app import batcher, promises
 from gpuplan.app.bridge import EntryTexts, encoded_scenario, inputs_hash
 from gpuplan.app.changes import FreshMarks
+from gpuplan.app.config import demo_config, load_config
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
 from gpuplan.app.status import QueueRows, Status, status
 from gpuplan.app.tokens import NotSignedInError, authenticate, create_token, sha256_hex
 from scheduler.check import check_plan
+from scheduler.model import HOT_PATH_BUDGET_MS
 from storage.store import Store
 from tests.http_fixtures import T0, Served, served
 from tests.service_fixtures import _in_tmp_path, models_dir, quick_config
@@ -642,3 +645,29 @@ def test_the_arrivals_a_batch_promises_by_are_kept_in_memory_as_the_store_has_th
             kept = batcher._recent_arrivals(service.store.marks(), probe)
             assert [j.id for j in kept] == [j.id for j in read(service.store, probe, config)]
             assert len(reads) == 2
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({}, HOT_PATH_BUDGET_MS),
+        ({"submit_budget_ms": None}, HOT_PATH_BUDGET_MS),
+        ({"submit_budget_ms": 25}, 25.0),
+    ],
+)
+def test_the_submit_budget_is_the_hot_paths_unless_the_config_names_one(
+    tmp_path: Path, given: dict[str, Any], expected: float
+) -> None:
+    app = {"id": "chat", "peak_gpus": 4, "traffic": str(demo_config().traffic[0].path)}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"cluster": {"gpus": 8}, "apps": [app], **given}))
+    assert load_config(path).submit_budget_ms == expected
+
+
+def test_a_submit_budget_out_of_range_names_the_field(tmp_path: Path) -> None:
+    app = {"id": "chat", "peak_gpus": 4, "traffic": str(demo_config().traffic[0].path)}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"cluster": {"gpus": 8}, "apps": [app], "submit_budget_ms": 0}))
+    with pytest.raises(InputError, match="submit_budget_ms") as error:
+        load_config(path)
+    assert "a number of milliseconds > 0 and <= 600,000; got 0." in str(error.value)

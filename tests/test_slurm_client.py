@@ -104,6 +104,12 @@ def running(client: SlurmClient, job_id: int) -> object:
     return job if job is not None and job.state == RUNNING else None
 
 
+def scheduler_passes(slurm: SlurmServer) -> int:
+    """How many passes slurmctld's main scheduler has made over the queue (``sdiag``)."""
+    main = slurm.run("sdiag").split("Main schedule statistics", 1)[1]
+    return int(re.search(r"Total cycles:\s*(\d+)", main).group(1))  # type: ignore[union-attr]
+
+
 @pytest.mark.slurm
 def test_a_held_job_waits_then_runs_on_exactly_the_gpus_asked(
     slurm: SlurmServer, client: SlurmClient
@@ -121,8 +127,14 @@ def test_a_held_job_waits_then_runs_on_exactly_the_gpus_asked(
     held = client.job(job_id)
     assert held is not None
     assert (held.state, held.held, held.comment) == (PENDING, True, 'gpuplan:{"id": "exact"}')
-    time.sleep(1.0)  # a held job is never started by the scheduler's own passes
+    # A held job is never started by the scheduler's own passes: an unheld job asked after it
+    # on the same node starts, and a full pass over the queue (sdiag's count) leaves it PENDING.
+    passes = scheduler_passes(slurm)
+    after = client.submit(sleep_job("after", hold=False, placement=Placement(nodes=("node1",), gpus=(0,))))
+    wait_for(lambda: running(client, after), "the unheld job submitted after it RUNNING")
+    wait_for(lambda: scheduler_passes(slurm) > passes, "a scheduling pass since the submission")
     assert client.job(job_id).state == PENDING  # type: ignore[union-attr]
+    client.cancel(after)
     client.release(job_id)
     job = wait_for(lambda: running(client, job_id), "the released job RUNNING")
     assert job.nodes == ("node1",)  # type: ignore[attr-defined]

@@ -153,7 +153,8 @@ def test_the_standby_leads_within_one_cycle_after_the_leader_is_killed(
             first_id = slurm_job_id(open_job(pg_url, "first"))
             assert first_id is not None
             wait_for(lambda: client.job(first_id).state == RUNNING, "the leader's release")  # type: ignore[union-attr]
-            time.sleep(2)  # the standby is up, and waits
+            standby_log = tmp_path / "standby.log"
+            wait_for(lambda: "is the standby" in standby_log.read_text(), "the standby up, and waiting", 120)
             assert leader_pid(pg_url) == leader.pid
             os.killpg(leader.pid, signal.SIGKILL)
             killed = time.monotonic()

@@ -112,6 +112,12 @@ def test_the_hour_key_stops_a_commit_that_checked_before_the_other_committed(
         )
         first.start()
         assert paused.wait(60)
+        asking = threading.Event()  # the loser is at BEGIN IMMEDIATE, which waits for the winner's lock
+        event.listen(
+            loser.engine,
+            "before_cursor_execute",
+            lambda *args: args[2].startswith("BEGIN IMMEDIATE") and asking.set(),
+        )
         second = threading.Thread(
             target=lambda: results.update(b=loser.record_run(sample_run(), sample_commit()).committed)
         )
@@ -122,7 +128,7 @@ def test_the_hour_key_stops_a_commit_that_checked_before_the_other_committed(
             while time.monotonic() < deadline and not server.waiting_on_locks(db_url):
                 time.sleep(0.02)
         else:
-            time.sleep(0.3)  # let the loser reach BEGIN IMMEDIATE; either order gives the same result
+            assert asking.wait(60)
         resume.set()
         first.join(60)
         second.join(60)

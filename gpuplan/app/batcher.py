@@ -447,7 +447,7 @@ class SubmitBatcher:
         from scheduler.budget import Budget
         from scheduler.check import check_plan
         from scheduler.metrics import score
-        from scheduler.model import HOT_PATH_BUDGET_MS, build_grid
+        from scheduler.model import build_grid
         from scheduler.warm import insert
 
         started = time.perf_counter()
@@ -466,7 +466,7 @@ class SubmitBatcher:
             source="the submitted jobs",
         ).batch_jobs
         instance = replace(base.instance, batch_jobs=base.instance.batch_jobs + added)
-        budget_ms = self.config.submit_budget_ms or HOT_PATH_BUDGET_MS
+        budget_ms = self.config.submit_budget_ms
         wall_clock = self.config.plan_wall_clock
         promised: dict[str, datetime] = {}
         steps: dict[str, int] = {}  # the promises the jobs after each one weigh
@@ -501,7 +501,7 @@ class SubmitBatcher:
             instance,
             base.allocation,
             [job.id for job in jobs],
-            lambda: Budget(budget_ms) if wall_clock else Budget.of_work(budget_ms),
+            lambda: Budget.of(budget_ms, wall_clock=wall_clock),
             placed_as=promised_as,
             refuted=base.refuted,
         )

@@ -21,7 +21,7 @@ from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_PROMISE_PEN
 from contract.times import parse_time
 from gpuplan.app.prune import checked_keep_days
 from gpuplan.app.slurm.settings import SlurmSettings
-from scheduler.model import checked_budget_ms
+from scheduler.model import HOT_PATH_BUDGET_MS, checked_budget_ms, fast_budget_ms
 
 #: The bundled real-time traffic the demo cluster's two apps follow.
 DEMO_APPS = (
@@ -147,7 +147,7 @@ class ServiceConfig:
     review_time_limit_s: float = 10.0
     retrain_at: time | None = None  # nightly retrain from the stored history; off by default
     plan_budget_ms: float = 1000.0
-    submit_budget_ms: float | None = None  # None: the fast mode's hot-path default
+    submit_budget_ms: float = HOT_PATH_BUDGET_MS
     plan_with: PlanWith = PlanWith.P90
     #: What a promised job's delay past its promised start costs the plan (penalty 0:
     #: promises weigh nothing). README, "Promises".
@@ -279,10 +279,12 @@ class _Fields:
             raise self.fail(name, "true or false", value)
         return value
 
-    def budget_ms(self, value: object, name: str) -> float:
-        """A fast-mode budget in the one range every face shares (``scheduler.model.checked_budget_ms``)."""
+    def budget_ms(self, value: object, name: str, *, optional: bool = False) -> float:
+        """A fast-mode budget in the one range every face shares (``scheduler.model.checked_budget_ms``);
+        ``optional``: absent or null is the hot path's (``scheduler.model.fast_budget_ms``)."""
+        check = fast_budget_ms if optional else checked_budget_ms
         try:
-            return checked_budget_ms(value, name)  # type: ignore[arg-type]  # checked there
+            return check(value, name)  # type: ignore[arg-type]  # checked there
         except InputError as error:
             raise self.fail(name, error.expected, value) from None
 
@@ -352,7 +354,6 @@ def load_config(path: Path) -> ServiceConfig:
     plan_with = top.get("plan_with", "p90")
     if plan_with not in {p.value for p in PlanWith}:
         raise r.fail("plan_with", "p50 or p90", plan_with)
-    submit_budget = top.get("submit_budget_ms")
     keep_days = _keep_days(r, top.get("prune_keep_days", base.prune_keep_days))
     commits_file = top.get("commits_file")
     return ServiceConfig(
@@ -366,7 +367,7 @@ def load_config(path: Path) -> ServiceConfig:
         review_time_limit_s=r.number(top.get("review_time_limit_s", 10.0), "review_time_limit_s", 0.1, 600),
         retrain_at=retrain_at,
         plan_budget_ms=r.budget_ms(top.get("plan_budget_ms", 1000.0), "plan_budget_ms"),
-        submit_budget_ms=None if submit_budget is None else r.budget_ms(submit_budget, "submit_budget_ms"),
+        submit_budget_ms=r.budget_ms(top.get("submit_budget_ms"), "submit_budget_ms", optional=True),
         plan_with=PlanWith(plan_with),
         plan_wall_clock=r.boolean(top.get("plan_wall_clock", True), "plan_wall_clock"),
         promises=_promise_terms(r, top),

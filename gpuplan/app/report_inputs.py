@@ -14,13 +14,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from contract.errors import InputError, StoreError
 from contract.records import Amendment, App, Assignment, Cluster, Commit, PlanRun, TrafficHour
 from contract.scenario import Instance, JobKind
 from gpuplan.app.bridge import merged_assignments
-from storage.factory import open_store
+from storage.factory import open_store, sqlite_file
 from storage.store import Store
 
 NO_DATA_HINT = "Run the service first (`gpuplan daemon --once`), or point --db at its database."
@@ -33,11 +32,10 @@ def open_existing_store(url: str) -> Store:
     A zero-byte file is not a database either (SQLite would make one of it), and a database
     whose file or folder cannot be written says so: SQLite only says it is "unable to open" it.
     """
-    prefix = "sqlite:///"
-    path = url[len(prefix) :].split("?", 1)[0] if url.startswith(prefix) else ""
-    if not path or path == ":memory:":
+    file = sqlite_file(url)
+    if file is None:
         return open_store(url)
-    file = Path(path)
+    path = str(file)
     if not file.is_file():
         raise InputError("db", "the URL of an existing database", url, hint=f"No file {path}. {NO_DATA_HINT}")
     if file.stat().st_size == 0:

@@ -254,12 +254,12 @@ def plan_snapshot(
     config: ServiceConfig,
     policy: PolicyName,
     *,
-    budget_ms: float | None,
+    budget_ms: float,
     time_limit_s: float = 10.0,
 ) -> tuple[dict[str, Any], Plan]:
     """The snapshot's scenario and its checked plan."""
     from contract.scenario_io import parse_scenario
-    from scheduler.model import HOT_PATH_BUDGET_MS, SolveOptions
+    from scheduler.model import SolveOptions
     from scheduler.policies import plan
 
     name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
@@ -269,7 +269,7 @@ def plan_snapshot(
     instance = parse_scenario(document, source=name)
     options = SolveOptions(
         time_limit_s=time_limit_s,
-        budget_ms=HOT_PATH_BUDGET_MS if budget_ms is None else budget_ms,
+        budget_ms=budget_ms,
         wall_clock=config.plan_wall_clock,
     )
     if not config.plan_wall_clock:  # work-only plans repeat, the full mode's too: one CP-SAT worker

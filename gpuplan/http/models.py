@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract.scenario import JobKind
 from contract.scenario_io import MAX_PRIORITY
 
 
@@ -14,13 +15,14 @@ class JobSpecIn(BaseModel):
     """The spec of ``gpuplan submit JOB.yaml`` as JSON: the common fields below plus the job's
     features by name (``gpuplan forecast job --schema``). Any other field is refused.
 
-    This model documents the body in the OpenAPI schema only: the body is checked by the
-    command line's checks (:func:`gpuplan.app.jobs.check_spec`), one set for every face."""
+    This model documents the body in the OpenAPI schema only, from the same constants: the
+    body is checked by the command line's checks (:func:`gpuplan.app.jobs.check_spec`), one
+    set for every face."""
 
     model_config = ConfigDict(extra="allow")
 
     id: str | None = Field(None, strict=True, description="1-128 letters, digits, '.', '_', ':' or '-'")
-    kind: Literal["training", "batch_inference", "quantization"]
+    kind: str = Field(json_schema_extra={"enum": [kind.value for kind in JobKind.batch()]})
     priority: float = Field(1, strict=True, gt=0, le=MAX_PRIORITY, allow_inf_nan=False)
     gpus: int | None = Field(
         None, strict=True, ge=1, description="a power of two; with `hours`, skips the forecast"
