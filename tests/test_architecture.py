@@ -318,3 +318,23 @@ def test_the_walk_sees_local_imports_and_skips_type_checking_ones(tmp_path: Path
     assert ("contract.errors", False) in found
     assert ("scheduler.lns", True) in found
     assert not any(target == "storage.store" for target, _ in found)
+
+
+def test_daemon_is_the_composition_root_with_one_arrow_in_and_none_back() -> None:
+    """daemon.py wires the use cases (and serves the HTTP face); of the project's packages only
+    `gpuplan daemon` (gpuplan/cmd_daemon.py) imports it, and the use cases never do."""
+    into = {(imp.source, imp.target) for imp in IMPORTS if imp.target == "daemon" and imp.source in MODULES}
+    faces = {pair for pair in into if pair[0].split(".")[0] in PACKAGES}
+    assert faces == {("gpuplan.cmd_daemon", "daemon")}
+    assert not [
+        _where(imp) for imp in IMPORTS if imp.target == "daemon" and _floor(imp.source) == "gpuplan.app"
+    ]
+    back = [
+        _where(imp)
+        for imp in IMPORTS
+        if imp.source == "daemon"
+        and (target := _project_target(imp)) is not None
+        and not target.startswith(("gpuplan.app.", "gpuplan.http."))
+        and target.split(".")[0] not in LOWER
+    ]
+    assert back == []
