@@ -180,7 +180,6 @@ def job(service: Service, name: str, *, settle: bool = False) -> Callable[[], No
                     _settle_heap()  # before the health says so: a client may start at once
                 service.health.record(utc_now(), None)
 
-    run.__name__ = f"{name}_job"
     return run
 
 

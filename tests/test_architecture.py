@@ -44,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
 FACE_PREFIXES = ("gpuplan.cmd_", "gpuplan.cli", "gpuplan.http", "daemon")
 #: The one face-to-face arrow, with its reason.
 FACE_EXCEPTIONS = {
-    ("gpuplan.cmd_daemon", "daemon"): "`gpuplan daemon` starts daemon.py's schedule (serve)",
+    ("gpuplan.cmd_daemon", "daemon"): "`gpuplan daemon` hands its checked options to daemon.py (main)",
     (
         "daemon",
         "gpuplan.http.context",
