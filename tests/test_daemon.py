@@ -168,9 +168,7 @@ def test_a_commit_whose_delivery_died_with_kill_9_is_delivered_once_at_restart(
     with _gpuplan(
         "daemon", "--once", "--db", db, "--models", models_dir, "--at", at.isoformat(), env=env
     ) as process:
-        deadline = time.monotonic() + 300
-        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        _wait(lambda: marker.exists() or process.poll() is not None, f"the fault point {spot}", 300)
         assert marker.exists(), process.communicate()[1]
         process.send_signal(signal.SIGKILL)  # between the database commit and its acknowledgement
         process.communicate()
