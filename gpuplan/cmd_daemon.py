@@ -1,4 +1,5 @@
-"""``gpuplan daemon``: the service on the head node (see daemon.py), or one cycle with ``--once``."""
+"""``gpuplan daemon``: its options, checked, handed to daemon.py (the composition root) to run the
+service on the head node, or one cycle with ``--once``."""
 
 from __future__ import annotations
 
@@ -8,13 +9,9 @@ import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from gpuplan.options import add_at, add_db, at_of, open_db
-
-if TYPE_CHECKING:
-    from gpuplan.app.service import Service
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -91,11 +88,7 @@ def configure_logging(log_format: str, *, defaults: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from gpuplan.app.config import demo_config, load_config
-    from gpuplan.app.seed import check_traffic
-    from gpuplan.app.service import run_once, start_service
+    import daemon
 
     configure_logging(args.log_format, defaults=not (getattr(args, "verbose", False) or args.once))
     if args.at is not None and not args.once:
@@ -110,47 +103,18 @@ def run(args: argparse.Namespace) -> int:
                 "--demo-speed", "used with the live demo (no --config, no --once)", args.demo_speed
             )
         checked_demo_speed(args.demo_speed)
-    # The live demo runs on the simulated cluster: its jobs end, its traffic arrives.
-    demo_speed = (args.demo_speed or 1.0) if args.config is None and not args.once else None
     http = None if args.http is None else listen_address(args.http)
     if http is not None and args.once:
         raise InputError("--http", "used without --once (it serves while the daemon runs)", args.http)
-    config = load_config(args.config) if args.config else demo_config()
-    if args.models is not None:
-        config = replace(config, models_dir=args.models)
-    now = at_of(args)
-    check_traffic(config)  # the whole config is checked before the database is touched
-    store = open_db(args, create=True)
-    try:
-        service = start_service(
-            store,
-            config,
-            now,
-            from_file=args.config is not None,
-            print_commits=args.print_commits,
-            demo_speed=demo_speed,
-        )
-        # Which feed this database's commits go to, so that an operator sees it before any commit.
-        sys.stderr.write(f"gpuplan daemon: {store.url}: commits go to {service.executor.target}\n")
-        if args.once:
-            report = run_once(service, now)
-            sys.stdout.write(report.log_line() + "\n")
-            return 0
-        return _serve(service, args.db, args.metrics_port, http)
-    finally:
-        store.close()
-
-
-def _serve(service: Service, db_url: str, metrics_port: int | None, http: tuple[str, int] | None) -> int:
-    """The live daemon: the schedule of daemon.py, with metrics on ``metrics_port`` and the
-    HTTP face on ``http`` when given."""
-    import daemon
-    from gpuplan.app.metrics import Metrics
-
-    if metrics_port is not None:
-        service.metrics = Metrics(metrics_port)
-    try:
-        return daemon.serve(service, db_url, http=http)
-    finally:
-        if service.metrics is not None:
-            service.metrics.close()
+    start = daemon.Start(
+        config_file=args.config,
+        models=args.models,
+        now=at_of(args),
+        once=args.once,
+        print_commits=args.print_commits,
+        # The live demo runs on the simulated cluster: its jobs end, its traffic arrives.
+        demo_speed=(args.demo_speed or 1.0) if args.config is None and not args.once else None,
+        metrics_port=args.metrics_port,
+        http=http,
+    )
+    return daemon.main(start, lambda: open_db(args, create=True), sys.stdout, sys.stderr)

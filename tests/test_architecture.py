@@ -44,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
 FACE_PREFIXES = ("gpuplan.cmd_", "gpuplan.cli", "gpuplan.http", "daemon")
 #: The one face-to-face arrow, with its reason.
 FACE_EXCEPTIONS = {
-    ("gpuplan.cmd_daemon", "daemon"): "`gpuplan daemon` starts daemon.py's schedule (serve)",
+    ("gpuplan.cmd_daemon", "daemon"): "`gpuplan daemon` hands its checked options to daemon.py (main)",
     (
         "daemon",
         "gpuplan.http.context",
@@ -369,3 +369,23 @@ def test_the_function_length_check_counts_from_def_to_the_last_line(tmp_path: Pa
     assert list(_long_functions(source, limit=5)) == [("long", 8, 10)]
     assert ROOT / "storage" / "migrations" / "env.py" not in _sized_files()
     assert ROOT / "daemon.py" in _sized_files()
+
+
+def test_daemon_is_the_composition_root_with_one_arrow_in_and_none_back() -> None:
+    """daemon.py wires the use cases (and serves the HTTP face); of the project's packages only
+    `gpuplan daemon` (gpuplan/cmd_daemon.py) imports it, and the use cases never do."""
+    into = {(imp.source, imp.target) for imp in IMPORTS if imp.target == "daemon" and imp.source in MODULES}
+    faces = {pair for pair in into if pair[0].split(".")[0] in PACKAGES}
+    assert faces == {("gpuplan.cmd_daemon", "daemon")}
+    assert not [
+        _where(imp) for imp in IMPORTS if imp.target == "daemon" and _floor(imp.source) == "gpuplan.app"
+    ]
+    back = [
+        _where(imp)
+        for imp in IMPORTS
+        if imp.source == "daemon"
+        and (target := _project_target(imp)) is not None
+        and not target.startswith(("gpuplan.app.", "gpuplan.http."))
+        and target.split(".")[0] not in LOWER
+    ]
+    assert back == []

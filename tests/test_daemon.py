@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -87,15 +88,46 @@ def test_a_signal_after_a_cycle_lets_it_finish_and_exits_cleanly(
     tmp_path: Path, models_dir: Path, signum: signal.Signals
 ) -> None:
     db = f"sqlite:///{tmp_path / 'd.db'}"
-    with _gpuplan("-v", "daemon", "--db", db, "--models", models_dir, "--print-commits") as process:
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("w") as log_file:
+        process = _gpuplan(
+            "-v", "daemon", "--db", db, "--models", models_dir, "--print-commits", stderr=log_file
+        )
+    with process:
         line = _until_first_commit(process)  # the cycle ran CP-SAT, which must not take Ctrl-C
-        time.sleep(2)  # the job's end: its solves are over
+        # The job's end: its one line is logged once its solves are over.
+        _wait(lambda: "cycle hour=" in log_path.read_text() or process.poll() is not None, "the cycle's line")
         process.send_signal(signum)
-        _, err = process.communicate(timeout=60)
+        process.communicate(timeout=60)
+    err = log_path.read_text()
     assert line.startswith("commit "), err
     assert process.returncode == 0, err
     assert "daemon stopped" in err
     _assert_store_consistent(db)
+
+
+#: Where a ``--once`` cycle is killed: once started (its first line written, nothing of the cycle
+#: yet), and at the outbox's fault points (the commit stored; the executor has it, the store does not
+#: know). A start after one of these re-delivers first, so its own kill comes at that re-delivery.
+KILL_AT = ("started", *FAULT_POINTS, "started", FAULT_POINTS[0])
+
+
+def _killed_at(moment: str, argv: tuple[object, ...], marker: Path) -> None:
+    """``gpuplan ARGV`` killed with SIGKILL at ``moment`` (one of :data:`KILL_AT`)."""
+    env = {} if moment == "started" else {FAULT_PAUSE: moment, FAULT_MARKER: str(marker)}
+    marker.unlink(missing_ok=True)
+    with _gpuplan(*argv, env=env) as process:
+        assert process.stderr is not None
+        if moment == "started":
+            line = process.stderr.readline()
+            while line and "commits go to" not in line:
+                line = process.stderr.readline()
+            assert line, process.communicate()[1]
+        else:
+            _wait(lambda: marker.exists() or process.poll() is not None, f"the fault point {moment}", 300)
+            assert marker.exists(), process.communicate()[1]
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
 
 
 def test_kill_9_mid_cycle_leaves_no_half_run_and_the_next_cycle_carries_on(
@@ -103,13 +135,12 @@ def test_kill_9_mid_cycle_leaves_no_half_run_and_the_next_cycle_carries_on(
 ) -> None:
     db = f"sqlite:///{tmp_path / 'k.db'}"
     _seed_once(db, models_dir)
-    # Kill cycles of the next hours at different moments: before, inside and after the write.
-    for n, delay in enumerate((0.3, 0.8, 1.2, 1.6, 2.5)):
+    # Kill cycles of the next hours at different moments: before the write, after it, mid-delivery.
+    for n, moment in enumerate(KILL_AT):
         at = (T0 + timedelta(hours=1 + n)).isoformat()
-        with _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", at) as process:
-            time.sleep(delay)
-            process.send_signal(signal.SIGKILL)
-            process.communicate()
+        _killed_at(
+            moment, ("daemon", "--once", "--db", db, "--models", models_dir, "--at", at), tmp_path / "m"
+        )
         _assert_store_consistent(db)
     at = (T0 + timedelta(hours=8)).isoformat()
     with _gpuplan("daemon", "--once", "--db", db, "--models", models_dir, "--at", at) as final:
@@ -117,6 +148,11 @@ def test_kill_9_mid_cycle_leaves_no_half_run_and_the_next_cycle_carries_on(
     assert final.returncode == 0, err
     assert "committed=true" in out
     _assert_store_consistent(db)
+    store = open_store(db)
+    try:  # what the killed runs left pending went out at the final start
+        assert store.pending_deliveries("jsonl") == []
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("spot", FAULT_POINTS)
@@ -132,9 +168,7 @@ def test_a_commit_whose_delivery_died_with_kill_9_is_delivered_once_at_restart(
     with _gpuplan(
         "daemon", "--once", "--db", db, "--models", models_dir, "--at", at.isoformat(), env=env
     ) as process:
-        deadline = time.monotonic() + 300
-        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        _wait(lambda: marker.exists() or process.poll() is not None, f"the fault point {spot}", 300)
         assert marker.exists(), process.communicate()[1]
         process.send_signal(signal.SIGKILL)  # between the database commit and its acknowledgement
         process.communicate()
@@ -209,20 +243,19 @@ def test_a_lost_database_fails_one_cycle_and_the_next_succeeds(
         ensure_service(store, config, T0)
         service = make_service(store, replace(config, executor="memory"))
         service.clock = lambda: next(clock)
-        daemon._SERVICE = service
-        daemon.plan_job()  # hour 10
+        plan = daemon.job(service, "plan")
+        plan()  # hour 10
         with pg_server.admin() as admin:  # the database goes away: no new sessions, old ones ended
             admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
             admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,)
             )
-        daemon.plan_job()  # hour 11: fails, logged, the daemon goes on
+        plan()  # hour 11: fails, logged, the daemon goes on
         with pg_server.admin() as admin:
             admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
-        daemon.plan_job()  # hour 12
+        plan()  # hour 12
         assert [c.hour.hour for c in store.commits()] == [10, 12]
     finally:
-        daemon._SERVICE = None
         store.close()
         with pg_server.admin() as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
@@ -305,23 +338,29 @@ def test_metrics_are_served_while_the_daemon_runs(tmp_path: Path, models_dir: Pa
     assert 'gpuplan_forecast_age_seconds{app="' in text
 
 
-def test_the_schedule_survives_a_restart(tmp_path: Path, models_dir: Path) -> None:
+def test_every_start_schedules_the_configs_services(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     db = f"sqlite:///{tmp_path / 's.db'}"
     store = open_store(db)
     try:
         config = demo_config(models_dir)
         ensure_service(store, config, T0)
         service = make_service(store, config)
-        daemon.serve(service, db, max_seconds=0.5)
+        for _ in range(2):  # a restart schedules the same again
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="apscheduler"):
+                daemon.serve(service, max_seconds=0.5)
+            ids = _scheduled(caplog)
+            assert {"plan", "recalibrate", "review", "prune"} <= ids
+            assert "watch" not in ids and "poll" not in ids  # no Prometheus feed, no Slurm
+            assert ids == set(daemon.schedule_of(service))
     finally:
         store.close()
-    ids = _scheduled(db)
-    assert {"plan", "recalibrate", "review", "prune"} <= ids
-    assert "watch" not in ids  # no app is fed by Prometheus
 
 
 def test_an_app_fed_by_prometheus_gets_the_surge_watch_job_and_loses_it_with_its_source(
-    tmp_path: Path, models_dir: Path
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = f"sqlite:///{tmp_path / 'w.db'}"
     store = open_store(db)
@@ -331,25 +370,27 @@ def test_an_app_fed_by_prometheus_gets_the_surge_watch_job_and_loses_it_with_its
         source = PrometheusSource(base.apps[0].id, nowhere, "sum(increase(requests_total[1h]))")
         config = replace(base, prometheus=(source,), surge_watch_minutes=7)
         ensure_service(store, config, T0)
-        daemon.serve(make_service(store, config), db, max_seconds=0.5)
-        watched = _scheduled(db)
-        # Started again without Prometheus: the job store forgets the watch.
-        daemon.serve(make_service(store, base), db, max_seconds=0.5)
+        watching = make_service(store, config)
+        assert daemon.schedule_of(watching)["watch"] == {"trigger": "interval", "seconds": 7 * 60}
+        with caplog.at_level(logging.INFO, logger="apscheduler"):
+            daemon.serve(watching, max_seconds=0.5)
+        watched = _scheduled(caplog)
+        caplog.clear()
+        # Started again without Prometheus: no watch.
+        with caplog.at_level(logging.INFO, logger="apscheduler"):
+            daemon.serve(make_service(store, base), max_seconds=0.5)
     finally:
         store.close()
-    assert "watch" in watched and "watch" not in _scheduled(db)
+    assert "watch" in watched and "watch" not in _scheduled(caplog)
 
 
-def _scheduled(db: str) -> set[str]:
-    """The ids of the jobs in APScheduler's job store on ``db``."""
-    import sqlalchemy
-
-    engine = sqlalchemy.create_engine(db)
-    try:
-        with engine.connect() as connection:
-            return {row[0] for row in connection.execute(sqlalchemy.text("SELECT id FROM apscheduler_jobs"))}
-    finally:
-        engine.dispose()
+def _scheduled(caplog: pytest.LogCaptureFixture) -> set[str]:
+    """The names of the jobs APScheduler logged as added (``Added job "NAME" to job store ...``)."""
+    return {
+        record.getMessage().split('"')[1]
+        for record in caplog.records
+        if record.name.startswith("apscheduler") and record.getMessage().startswith("Added job")
+    }
 
 
 def test_the_live_demo_on_a_fast_clock_finishes_jobs_and_starts_new_ones(
