@@ -21,6 +21,7 @@ from contract.scenario import (
     DownWindow,
     Instance,
     JobKind,
+    Pool,
     RealtimeJob,
     RunningBatch,
     RunningRealtime,
@@ -39,9 +40,24 @@ TOP_KEYS = {
     "jobs",
     "running",
     "down",
+    "pools",
 }
-BATCH_KEYS = {"id", "kind", "priority", "gpus", "duration", "release", "order", "promise"}
-REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap"}
+BATCH_KEYS = {
+    "id",
+    "kind",
+    "priority",
+    "gpus",
+    "duration",
+    "release",
+    "order",
+    "promise",
+    "pools",
+    "duration_by_pool",
+}
+REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap", "pool"}
+POOL_KEYS = {"name", "gpu_model", "gpus"}
+#: A job's ``pools`` that allows every pool of the cluster.
+ANY_POOL = "any"
 RUNNING_KEYS = {"id", "gpus", "remaining"}
 DOWN_KEYS = {"gpu", "start", "end"}
 
@@ -132,9 +148,20 @@ def parse_scenario(
 ) -> Instance:
     """Validate a parsed scenario document and build the :class:`Instance`."""
     r = _Reader(source)
-    top = r.mapping(document, "", TOP_KEYS, {"gpus", "jobs"})
+    top = r.mapping(document, "", TOP_KEYS, {"jobs"})
     name = r.string(top.get("name", default_name), "name")
-    cluster_gpus = r.integer(top["gpus"], "gpus", minimum=1, maximum=MAX_CLUSTER_GPUS)
+    pools = _parse_pools(r, top)
+    if "gpus" not in top and not pools:
+        raise r.fail("gpus", "present", "missing")
+    cluster_gpus = r.integer(
+        top["gpus"] if "gpus" in top else sum(p.gpus for p in pools),
+        "gpus",
+        minimum=1,
+        maximum=MAX_CLUSTER_GPUS,
+    )
+    if pools and cluster_gpus != sum(p.gpus for p in pools):
+        raise r.fail("gpus", f"the sum of the pools' GPUs ({sum(p.gpus for p in pools)})", cluster_gpus)
+    pool_names = [p.name for p in pools]
     horizon = r.integer(top.get("horizon", 24), "horizon", minimum=1, maximum=MAX_HORIZON_STEPS)
     step_minutes = r.integer(top.get("step_minutes", 60), "step_minutes", minimum=1, maximum=MAX_STEP_MINUTES)
     if cluster_gpus * horizon > MAX_GRID_CELLS:
@@ -176,7 +203,7 @@ def parse_scenario(
             raise r.fail(f"{field}.kind", f"one of {kinds}", kind_value)
         kind = JobKind(str(kind_value))
         if kind.is_batch:
-            job_map = r.mapping(raw, field, BATCH_KEYS, {"id", "kind", "priority", "gpus", "duration"})
+            job_map = r.mapping(raw, field, BATCH_KEYS, {"id", "kind", "priority", "gpus"})
         else:
             job_map = r.mapping(raw, field, REALTIME_KEYS, {"id", "kind", "priority", "demand", "swap_cap"})
         job_id = r.string(job_map["id"], f"{field}.id")
@@ -197,13 +224,23 @@ def parse_scenario(
                 raise r.fail(f"{field}.gpus", "a power of two (1, 2, 4, 8, ...)", gpus)
             if gpus > cluster_gpus:
                 raise r.fail(f"{field}.gpus", f"at most the cluster's {cluster_gpus} GPUs", gpus)
+            duration, steps_by_pool = _job_pools(r, job_map, field, pools)
+            if steps_by_pool is not None:
+                largest = max(p.gpus for p in pools if p.name in steps_by_pool)
+                if gpus > largest:
+                    raise r.fail(
+                        f"{field}.gpus",
+                        f"at most {largest} GPUs (the largest of its pools {sorted(steps_by_pool)})",
+                        gpus,
+                    )
             batch_jobs.append(
                 BatchJob(
                     id=job_id,
                     kind=kind,
                     priority=priority,
                     gpus=gpus,
-                    duration_steps=r.integer(job_map["duration"], f"{field}.duration", minimum=1),
+                    duration_steps=duration,
+                    steps_by_pool=steps_by_pool,
                     release_step=r.integer(job_map.get("release", 0), f"{field}.release", minimum=0),
                     order=r.integer(job_map.get("order", index), f"{field}.order"),
                     promise_step=None
@@ -223,11 +260,17 @@ def parse_scenario(
                 r.integer(v, f"{field}.demand[{t}]", minimum=0, maximum=MAX_CLUSTER_GPUS)
                 for t, v in enumerate(demand_raw)
             )
+            pool = None
+            if "pool" in job_map:
+                pool = r.string(job_map["pool"], f"{field}.pool")
+                if pool not in pool_names:
+                    raise r.fail(f"{field}.pool", f"one of the cluster's pools {pool_names}", pool)
             realtime_jobs.append(
                 RealtimeJob(
                     id=job_id,
                     priority=priority,
                     demand=demand,
+                    pool=pool,
                     # Changing more than every GPU twice a step is the same as no cap.
                     swap_cap=r.integer(
                         job_map["swap_cap"], f"{field}.swap_cap", minimum=0, maximum=2 * MAX_CLUSTER_GPUS
@@ -258,9 +301,112 @@ def parse_scenario(
         running_batch=running_batch,
         running_realtime=running_realtime,
         down=down,
+        pools=tuple(pools),
     )
+    _check_running_in_pools(r, instance, top.get("running", []))
     _check_running_against_down(r, instance)
     return instance
+
+
+def _parse_pools(r: _Reader, top: Mapping[str, Any]) -> list[Pool]:
+    """The optional ``pools`` section: names once each, at least one GPU each."""
+    if "pools" not in top:
+        return []
+    raw = r.sequence(top["pools"], "pools")
+    if not raw:
+        raise r.fail("pools", "a list of at least one pool", "an empty list")
+    pools: list[Pool] = []
+    for index, entry in enumerate(raw):
+        field = f"pools[{index}]"
+        item = r.mapping(entry, field, POOL_KEYS, {"name", "gpus"})
+        name = r.string(item["name"], f"{field}.name")
+        if name == ANY_POOL:
+            raise r.fail(f"{field}.name", f"a name other than {ANY_POOL!r} (it means every pool)", name)
+        if any(p.name == name for p in pools):
+            raise r.fail(f"{field}.name", "a name used by no other pool", name)
+        gpus = r.integer(item["gpus"], f"{field}.gpus", minimum=1, maximum=MAX_CLUSTER_GPUS)
+        model = r.string(item.get("gpu_model", name), f"{field}.gpu_model")
+        pools.append(Pool(name=name, gpu_model=model, gpus=gpus))
+    return pools
+
+
+def _job_pools(
+    r: _Reader, job: Mapping[str, Any], field: str, pools: list[Pool]
+) -> tuple[int, dict[str, int] | None]:
+    """A batch job's ``duration`` and its steps per allowed pool (None: every pool, ``duration``).
+
+    ``pools`` lists where it may run (``any``, the default: every pool); ``duration_by_pool``
+    gives its steps on some of them (the others take ``duration``, which may then be left out).
+    """
+    names = [p.name for p in pools]
+    if ("pools" in job or "duration_by_pool" in job) and not pools:
+        key = "pools" if "pools" in job else "duration_by_pool"
+        raise r.fail(f"{field}.{key}", "absent in a scenario without a `pools` section", job[key])
+    allowed = list(names)
+    if job.get("pools", ANY_POOL) != ANY_POOL:
+        listed = r.sequence(job["pools"], f"{field}.pools")
+        if not listed:
+            raise r.fail(f"{field}.pools", f"{ANY_POOL!r} or a list of at least one pool", "an empty list")
+        for k, name in enumerate(listed):
+            if name not in names:
+                raise r.fail(f"{field}.pools[{k}]", f"one of the cluster's pools {names}", name)
+        allowed = [name for name in names if name in listed]
+    by_pool: dict[str, int] = {}
+    if "duration_by_pool" in job:
+        given = job["duration_by_pool"]
+        if not isinstance(given, Mapping):
+            raise r.fail(f"{field}.duration_by_pool", "an object of pool name -> steps", type(given).__name__)
+        for name, steps in given.items():
+            if name not in allowed:
+                raise r.fail(f"{field}.duration_by_pool.{name}", f"one of the job's pools {allowed}", name)
+            by_pool[name] = r.integer(steps, f"{field}.duration_by_pool.{name}", minimum=1)
+    if "duration" in job:
+        duration = r.integer(job["duration"], f"{field}.duration", minimum=1)
+    elif pools and all(name in by_pool for name in allowed):
+        duration = by_pool[allowed[0]]
+    else:
+        raise r.fail(
+            f"{field}.duration", "present (or a `duration_by_pool` for each of its pools)", "missing"
+        )
+    if not pools:
+        return duration, None
+    return duration, {name: by_pool.get(name, duration) for name in allowed}
+
+
+def _check_running_in_pools(r: _Reader, instance: Instance, raw: object) -> None:
+    """Running work on a cluster of pools: a batch block inside one of its pools, aligned in
+    it, with at most that pool's steps left; a service's GPUs in its pool."""
+    if not instance.pooled:
+        return
+    fields = {entry["id"]: f"running[{index}]" for index, entry in enumerate(r.sequence(raw, "running"))}
+    jobs = instance.jobs_by_id
+    for running in instance.running_batch.values():
+        job = jobs[running.job_id]
+        assert isinstance(job, BatchJob)
+        allowed = instance.allowed_pools(job)
+        pool = next((p for p in allowed if p.holds(running.first_gpu, running.gpus)), None)
+        field = fields[running.job_id]
+        if pool is None:
+            raise r.fail(
+                f"{field}.gpus",
+                f"an aligned block inside one of the job's pools {[p.name for p in allowed]}",
+                list(range(running.first_gpu, running.first_gpu + running.gpus)),
+            )
+        steps = instance.run_steps(job, running.first_gpu)
+        if running.remaining_steps > steps:
+            raise r.fail(
+                f"{field}.remaining",
+                f"at most the job's duration on pool {pool.name} ({steps} steps)",
+                running.remaining_steps,
+            )
+    for held in instance.running_realtime.values():
+        rt = jobs[held.job_id]
+        assert isinstance(rt, RealtimeJob)
+        pool = instance.realtime_pool(rt)
+        if held.mask & ~pool.mask:
+            raise r.fail(
+                f"{fields[held.job_id]}.gpus", f"GPUs of the service's pool {pool.name}", sorted(held.gpus)
+            )
 
 
 def _parse_down(r: _Reader, raw: object, cluster_gpus: int, horizon: int) -> tuple[DownWindow, ...]:
@@ -312,15 +458,18 @@ def _parse_running(
             if "remaining" not in item:
                 raise r.fail(f"{field}.remaining", "present for a running batch job", "missing")
             remaining = r.integer(item["remaining"], f"{field}.remaining", minimum=1)
-            if remaining > job.duration_steps:
+            longest = max((job.steps_by_pool or {}).values(), default=job.duration_steps)
+            if remaining > longest:
                 raise r.fail(
                     f"{field}.remaining",
-                    f"at most the job's duration ({job.duration_steps} steps)",
+                    f"at most the job's duration ({longest} steps)",
                     remaining,
                     "A running job cannot have more left to run than its whole run.",
                 )
             first = min(gpu_list) if gpu_list else 0
-            if sorted(gpu_list) != list(range(first, first + job.gpus)) or first % job.gpus:
+            # On a cluster of pools a block is aligned from its pool's first GPU (checked later).
+            aligned = job.steps_by_pool is not None or first % job.gpus == 0
+            if sorted(gpu_list) != list(range(first, first + job.gpus)) or not aligned:
                 raise r.fail(
                     f"{field}.gpus",
                     f"an aligned block of {job.gpus} GPUs [a, a+{job.gpus}) with a % {job.gpus} == 0",

@@ -196,24 +196,32 @@ def _add_variables(
     w0, w1, g0, g1 = window.start_step, window.end_step, window.first_gpu, window.end_gpu
     for job in frame.free_jobs:
         on_time()
+        # The pool choice: each allowed pool's aligned blocks inside the window, with its steps.
+        pools = [(pool, instance.run_steps(job, pool.first_gpu)) for pool in instance.allowed_pools(job)]
         for start in range(max(job.release_step, w0), w1):
-            end = job.end_step(start, horizon)
-            taken = 0
-            for t in range(start, end):
-                taken |= frame.occupied[t]
-            # aligned blocks inside the window's GPUs
-            for first_gpu in range(-(-g0 // job.gpus) * job.gpus, g1 - job.gpus + 1, job.gpus):
-                if not taken & block_mask(first_gpu, job.gpus):
-                    _add_option(model, v, job, (first_gpu, start), end)
+            for pool, steps in pools:
+                end = min(start + steps, horizon)
+                taken = 0
+                for t in range(start, end):
+                    taken |= frame.occupied[t]
+                # aligned blocks (from the pool's first GPU) inside the window's GPUs and the pool
+                low, high = max(g0, pool.first_gpu), min(g1, pool.end_gpu)
+                first = pool.first_gpu + -(-(low - pool.first_gpu) // job.gpus) * job.gpus
+                for first_gpu in range(first, high - job.gpus + 1, job.gpus):
+                    if not taken & block_mask(first_gpu, job.gpus):
+                        _add_option(model, v, job, (first_gpu, start), end)
         placed = v.current.batch.get(job.id)
         if job.id in pull and placed is not None:
             # A pulled job may also stay where it is (its own cells, free of everything fixed).
             start = placed.start_step
-            _add_option(model, v, job, (placed.first_gpu, start), job.end_step(start, horizon))
+            _add_option(
+                model, v, job, (placed.first_gpu, start), instance.run_end(job, start, placed.first_gpu)
+            )
     for rt in frame.moving:
         on_time()
+        pool = instance.realtime_pool(rt)  # a service holds GPUs of its own pool only
         for t in range(horizon):
-            for g in range(g0, g1):
+            for g in range(max(g0, pool.first_gpu), min(g1, pool.end_gpu)):
                 if not frame.blocked[t] >> g & 1:
                     v.hold[rt.id, g, t] = model.new_bool_var(f"hold(rt={rt.id}, gpu={g}, step={t})")
             v.served[rt.id, t] = model.new_int_var(0, rt.demand[t], f"served(rt={rt.id}, step={t})")
@@ -306,7 +314,7 @@ def _objective(
     for job_id, placement in frame.fixed_batch.items():
         fixed = jobs[job_id]
         assert isinstance(fixed, BatchJob)
-        end = fixed.end_step(placement.start_step, horizon)
+        end = instance.run_end(fixed, placement.start_step, placement.first_gpu)
         constant += fixed.priority * fixed.gpus * sum(weights[placement.start_step : end])
     for rt in instance.realtime_jobs:
         for t in range(horizon):

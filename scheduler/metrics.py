@@ -45,6 +45,7 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
     held: dict[str, list[int]] = {job_id: [0] * horizon for job_id in realtime}
     held_sets: dict[str, list[int]] = {job_id: [0] * horizon for job_id in realtime}
     first_step: dict[str, int] = defaultdict(lambda: horizon)
+    first_gpu: dict[str, int] = {}
     for g, row in enumerate(grid):
         for t, cell in enumerate(row):
             if cell is None:
@@ -54,6 +55,7 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
                 batch_cells += 1
                 value += job.priority * weights[t]
                 first_step[cell] = min(first_step[cell], t)
+                first_gpu.setdefault(cell, g)  # rows ascend: the block's first GPU
             elif cell in held:
                 held[cell][t] += 1
                 held_sets[cell][t] |= 1 << g
@@ -75,7 +77,8 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
         if running is not None:
             completed += running.remaining_steps <= horizon
         elif job.id in first_step:
-            completed += first_step[job.id] + job.duration_steps <= horizon
+            steps = instance.run_steps(job, first_gpu[job.id])
+            completed += first_step[job.id] + steps <= horizon
         else:
             unscheduled += 1
     usable = instance.usable_cells
