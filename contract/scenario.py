@@ -268,6 +268,15 @@ class Instance:
         steps = job.steps_on(self.pool_of_gpu(first_gpu).name)
         return job.duration_steps if steps is None else steps
 
+    def output_rate(self, job: BatchJob, first_gpu: int) -> float:
+        """What one GPU-step of ``job`` on the pool of ``first_gpu`` is worth against one on its
+        fastest pool: its steps there over its steps here (1 on a cluster of one pool). The
+        job's work is the same wherever it runs; a slower pool spreads it over more steps."""
+        if not self.pooled:
+            return 1.0
+        fastest = min(self.run_steps(job, pool.first_gpu) for pool in self.allowed_pools(job))
+        return fastest / self.run_steps(job, first_gpu)
+
     def run_end(self, job: BatchJob, start_step: int, first_gpu: int) -> int:
         """Exclusive last step of ``job``'s run from ``start_step`` on the block from ``first_gpu``."""
         return min(start_step + self.run_steps(job, first_gpu), self.horizon_steps)

@@ -294,6 +294,7 @@ def _objective(
     """The contract's objective over the variables; returns its constant part (what stays
     fixed, and the penalty if nothing in the window were served)."""
     horizon, weights, jobs = instance.horizon_steps, instance.weights, instance.jobs_by_id
+    rate = instance.output_rate  # a GPU-step's worth on its pool (1 on a cluster of one pool)
     terms: list[Any] = []
     coefficients: list[int] = []
     for key, option in v.options.items():
@@ -302,7 +303,13 @@ def _objective(
         # A promise: placing the job here saves what leaving it out costs, less its delay's cost.
         promise = instance.promise_cost(job, None) - instance.promise_cost(job, option.start)
         coefficients.append(
-            scaled(job.priority * job.gpus * sum(weights[option.start : option.end]) + promise)
+            scaled(
+                job.priority
+                * job.gpus
+                * rate(job, option.first_gpu)
+                * sum(weights[option.start : option.end])
+                + promise
+            )
         )
     constant = 0.0
     for job in instance.queued_jobs:
@@ -310,12 +317,16 @@ def _objective(
         constant -= instance.promise_cost(job, None if placed is None else placed.start_step)
     for running_job in instance.running_batch.values():
         steps = min(running_job.remaining_steps, horizon)
-        constant += jobs[running_job.job_id].priority * running_job.gpus * sum(weights[:steps])
+        running_batch = jobs[running_job.job_id]
+        assert isinstance(running_batch, BatchJob)
+        worth = running_batch.priority * rate(running_batch, running_job.first_gpu)
+        constant += worth * running_job.gpus * sum(weights[:steps])
     for job_id, placement in frame.fixed_batch.items():
         fixed = jobs[job_id]
         assert isinstance(fixed, BatchJob)
         end = instance.run_end(fixed, placement.start_step, placement.first_gpu)
-        constant += fixed.priority * fixed.gpus * sum(weights[placement.start_step : end])
+        worth = fixed.priority * rate(fixed, placement.first_gpu)
+        constant += worth * fixed.gpus * sum(weights[placement.start_step : end])
     for rt in instance.realtime_jobs:
         for t in range(horizon):
             weight = rt.priority * weights[t]

@@ -53,9 +53,11 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
             job = batch.get(cell)
             if job is not None:
                 batch_cells += 1
-                value += job.priority * weights[t]
-                first_step[cell] = min(first_step[cell], t)
                 first_gpu.setdefault(cell, g)  # rows ascend: the block's first GPU
+                # On a cluster of pools a GPU-step is worth the job's output rate on its pool.
+                rate = instance.output_rate(job, first_gpu[cell]) if instance.pooled else 1.0
+                value += job.priority * weights[t] * rate
+                first_step[cell] = min(first_step[cell], t)
             elif cell in held:
                 held[cell][t] += 1
                 held_sets[cell][t] |= 1 << g

@@ -47,8 +47,14 @@ def sub_instance(instance: Instance, pool: Pool, assigned: Sequence[str]) -> Ins
         if offset <= r.first_gpu < end
     }
     wanted = set(assigned) | set(running)
+    # A job's priority there is its worth per GPU-step on the pool: its output rate times its priority.
     jobs = tuple(
-        replace(job, duration_steps=_steps(job, pool), steps_by_pool=None)
+        replace(
+            job,
+            duration_steps=_steps(job, pool),
+            steps_by_pool=None,
+            priority=job.priority * instance.output_rate(job, pool.first_gpu),
+        )
         for job in instance.batch_jobs
         if job.id in wanted
     )
@@ -183,7 +189,8 @@ def first_assignment(instance: Instance) -> Assignment:
         for index, pool in enumerate(instance.allowed_pools(job)):
             steps = _steps(job, pool)
             start = max(job.release_step, int(load[pool.name] / pool.gpus))
-            value = job.priority * job.gpus * sum(weights[start : min(start + steps, horizon)])
+            worth = job.priority * instance.output_rate(job, pool.first_gpu) * job.gpus
+            value = worth * sum(weights[start : min(start + steps, horizon)])
             if best is None or (value, -index) > best[:2]:
                 best = (value, -index, pool.name)
         assert best is not None
