@@ -29,7 +29,7 @@ from scheduler.cpmodel import (
     hint,
     read_allocation,
 )
-from scheduler.fast import allocate_at_least_hot_path, best_of
+from scheduler.fast import allocate_at_least_hot_path, best_of, objective
 from scheduler.metrics import moves, score
 from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS, Allocation, Solution, build_grid
 
@@ -185,7 +185,7 @@ def fewest_moves(
 def _hint(instance: Instance, budget: Budget) -> Allocation:
     """The fast plan the model is hinted with (on a cluster of pools, :mod:`scheduler.pools`')."""
     if instance.pooled:
-        return pools.allocate(instance, budget, planner=allocate_at_least_hot_path)
+        return pools.allocate(instance, budget, allocate_at_least_hot_path, objective)
     return allocate_at_least_hot_path(instance, budget)
 
 

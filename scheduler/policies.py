@@ -117,9 +117,9 @@ def _fast_pools(instance: Instance, options: SolveOptions, budget: Budget) -> So
     every pool planned by the single-pool allocator; with a plan cycle's budget, the window
     search then improves each pool's plan in an equal share of what is left."""
     if options.budget_ms < lns.MIN_BUDGET_MS or not options.cp_sat:
-        return Solution(pools.allocate(instance, budget))
+        return Solution(pools.allocate(instance, budget, fast.allocate, fast.objective))
     heuristic = budget.sibling(lns.HEURISTIC_SHARE * options.budget_ms, started=budget.started)
-    start = pools.allocate(instance, heuristic, planner=fast.allocate_at_least_hot_path)
+    start = pools.allocate(instance, heuristic, fast.allocate_at_least_hot_path, fast.objective)
     share_ms = max(lns.MIN_BUDGET_MS, (1 - lns.HEURISTIC_SHARE) * options.budget_ms / len(instance.pools))
 
     def improve(sub: Instance, allocation: Allocation) -> Allocation:

@@ -4,8 +4,10 @@ Pools share nothing: a batch block lies inside one pool and a service runs on it
 pool, so once each queued job is given a pool, the plan is one plan per pool. This module
 splits a pooled :class:`~contract.scenario.Instance` into one single-pool instance per
 pool (its GPUs counted from 0, each job with its steps on that pool), chooses each job's
-pool, plans every pool with a single-pool planner (:func:`scheduler.fast.allocate` by
-default) and maps the plans back to the cluster's GPU ids.
+pool, plans every pool with a single-pool planner (the fast mode's
+:func:`scheduler.fast.allocate`, passed in) and maps the plans back to the cluster's GPU ids.
+A job's priority in its pool's instance is its worth per GPU-step there (times its output
+rate, :meth:`~contract.scenario.Instance.output_rate`); so is the weight of its promise.
 
 The choice: each job, in order of priority, goes where its value (priority x decayed
 output, with that pool's steps, from the start the pool's load so far suggests) is
@@ -137,12 +139,13 @@ def best_of(instance: Instance, allocations: Sequence[Allocation]) -> Allocation
     return allocations[max(range(len(allocations)), key=lambda i: (scored[i], -i))]
 
 
-def allocate(instance: Instance, budget: Budget, planner: Planner | None = None) -> Allocation:
+def allocate(
+    instance: Instance, budget: Budget, planner: Planner, objective: Callable[[Instance, Allocation], float]
+) -> Allocation:
     """The pooled cluster's plan: each job's pool chosen, every pool planned by ``planner``
-    (default :func:`scheduler.fast.allocate`) within a share of ``budget``."""
-    from scheduler import fast  # the single-pool allocator, which knows nothing of pools
-
-    planner = planner or fast.allocate
+    (a single-pool allocator, :func:`scheduler.fast.allocate`) within a share of ``budget``,
+    the pools' plans compared by ``objective`` (:func:`scheduler.fast.objective`; this module
+    imports nothing of the fast mode, which the baselines it serves are part of)."""
     assignment = first_assignment(instance)
     share_ms = budget.budget_ms * FIRST_PLAN_SHARE / len(instance.pools)
     pools = {pool.name: pool for pool in instance.pools}
@@ -152,7 +155,7 @@ def allocate(instance: Instance, budget: Budget, planner: Planner | None = None)
         run = budget.sibling(share_ms)
         allocation = planner(sub, run)
         budget.charge(run.spent)
-        return allocation, fast.objective(sub, allocation)
+        return allocation, objective(sub, allocation)
 
     plans = {name: plan_pool(name, assignment) for name in pools}
     tried = 0
