@@ -16,15 +16,12 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import statistics
-import time
 from typing import Any
 
-from contract.scenario import Instance
 from contract.scenario_io import parse_scenario
+from gpuplan.app.bench import latency_ms
 from gpuplan.table import format_table
-from scheduler.model import build_grid
-from scheduler.policies import POLICIES, PolicyName, SolveOptions, plan
+from scheduler.policies import PolicyName, SolveOptions, plan
 
 POOLS = ({"name": "h100", "gpu_model": "h100", "gpus": 64}, {"name": "a100", "gpu_model": "a100", "gpus": 64})
 FACTOR = {"training": 2.0, "batch_inference": 1.6, "quantization": 1.5}
@@ -74,18 +71,6 @@ def document(seed: int) -> dict[str, Any]:
     return {"name": f"pools-64+64-seed{seed}", "pools": list(POOLS), "horizon": HORIZON, "jobs": jobs}
 
 
-def hot_path_ms(instance: Instance, runs: int) -> float:
-    """Median wall time of one fast-mode request on the hot path (policy and grid)."""
-    fn, options = POLICIES[PolicyName.FAST], SolveOptions()
-    fn(instance, options)
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        build_grid(instance, fn(instance, options).allocation)
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -102,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(["policy", "value", "objective", "utilization"], rows))
     fast, free = plans[PolicyName.FAST].metrics.value, plans[PolicyName.FASTEST_FREE].metrics.value
     print(f"fast value vs fastest-free: {(fast - free) / free:+.1%}")
-    print(f"fast hot-path latency, median of {args.runs}: {hot_path_ms(instance, args.runs):.2f} ms")
+    print(
+        f"fast hot-path latency, median of {args.runs}: "
+        f"{latency_ms(instance, PolicyName.FAST, args.runs):.2f} ms"
+    )
     return 0
 
 

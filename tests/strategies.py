@@ -31,17 +31,7 @@ def scenarios(
         )
     )
     steps = horizon or draw(st.sampled_from([24, 24, 12, 6, 1]))
-    down = []
-    for _ in range(draw(st.integers(0, min(4, gpus)))):
-        start = draw(st.integers(0, steps - 1))
-        down.append(
-            {
-                "gpu": draw(st.integers(0, gpus - 1)),
-                "start": start,
-                "end": draw(st.integers(start + 1, steps)),
-            }
-        )
-    down_cells = {(w["gpu"], t) for w in down for t in range(w["start"], w["end"])}
+    down, down_cells = _down(draw, gpus, steps, draw(st.integers(0, min(4, gpus))))
     jobs: list[dict[str, Any]] = []
     running: list[dict[str, Any]] = []
     taken: set[int] = set()
@@ -91,11 +81,35 @@ def scenarios(
         "horizon": steps,
         "jobs": draw(st.permutations(jobs)),
     }
+    return _with_work(doc, running, down)
+
+
+def _with_work(
+    doc: dict[str, Any], running: list[dict[str, Any]], down: list[dict[str, int]]
+) -> dict[str, Any]:
+    """``doc`` with its optional ``running`` and ``down`` sections, where there are any."""
     if running:
         doc["running"] = running
     if down:
         doc["down"] = down
     return doc
+
+
+def _down(
+    draw: st.DrawFn, gpus: int, steps: int, count: int
+) -> tuple[list[dict[str, int]], set[tuple[int, int]]]:
+    """``count`` down windows anywhere in the cluster, and the (GPU, step) cells they cover."""
+    down = []
+    for _ in range(count):
+        start = draw(st.integers(0, steps - 1))
+        down.append(
+            {
+                "gpu": draw(st.integers(0, gpus - 1)),
+                "start": start,
+                "end": draw(st.integers(start + 1, steps)),
+            }
+        )
+    return down, {(w["gpu"], t) for w in down for t in range(w["start"], w["end"])}
 
 
 def _leavable(chosen: list[int], cap: int, down: list[dict[str, int]], steps: int) -> list[int]:
@@ -165,17 +179,7 @@ def pooled_scenarios(
     firsts = [sum(sizes[:i]) for i in range(len(sizes))]
     gpus = sum(sizes)
     steps = draw(st.sampled_from([6, 8, 12]))
-    down = []
-    for _ in range(draw(st.integers(0, 2))):
-        start = draw(st.integers(0, steps - 1))
-        down.append(
-            {
-                "gpu": draw(st.integers(0, gpus - 1)),
-                "start": start,
-                "end": draw(st.integers(start + 1, steps)),
-            }
-        )
-    down_cells = {(w["gpu"], t) for w in down for t in range(w["start"], w["end"])}
+    down, down_cells = _down(draw, gpus, steps, draw(st.integers(0, 2)))
     jobs: list[dict[str, Any]] = []
     running: list[dict[str, Any]] = []
     taken: set[int] = set()
@@ -241,8 +245,4 @@ def pooled_scenarios(
         "horizon": steps,
         "jobs": draw(st.permutations(jobs)),
     }
-    if running:
-        doc["running"] = running
-    if down:
-        doc["down"] = down
-    return doc
+    return _with_work(doc, running, down)
