@@ -232,3 +232,18 @@ def test_checker_keeps_a_service_on_its_pool() -> None:
         check_plan(instance, build_grid(instance, Allocation(batch={}, realtime={"r": (1 << 12,) * 12})))
         == []
     )
+
+
+def test_the_plan_cycle_searches_each_pool_and_stays_legal() -> None:
+    doc = two_pools(duration_by_pool={"slow": 6, "fast": 3})
+    doc["jobs"] += [
+        {"id": f"q{i}", "kind": "quantization", "priority": 1 + i, "gpus": 2 << (i % 2), "duration": 2 + i}
+        for i in range(5)
+    ]
+    doc["jobs"].append(
+        {"id": "r", "kind": "realtime", "priority": 3, "swap_cap": 1, "demand": [2] * 12, "pool": "slow"}
+    )
+    instance = instance_of(doc)
+    cycle = plan(instance, PolicyName.FAST, SolveOptions(wall_clock=False, budget_ms=300))
+    assert check_plan(instance, cycle.grid) == []
+    assert cycle.metrics.unscheduled == 0 and cycle.metrics.rt_coverage == 1.0
