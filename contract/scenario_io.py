@@ -262,6 +262,9 @@ def parse_scenario(
             )
             pool = None
             if "pool" in job_map:
+                if not pools:
+                    expected = "absent in a scenario without a `pools` section"
+                    raise r.fail(f"{field}.pool", expected, job_map["pool"])
                 pool = r.string(job_map["pool"], f"{field}.pool")
                 if pool not in pool_names:
                     raise r.fail(f"{field}.pool", f"one of the cluster's pools {pool_names}", pool)

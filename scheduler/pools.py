@@ -206,23 +206,26 @@ def first_assignment(instance: Instance) -> Assignment:
 def _moves(
     instance: Instance, assignment: Assignment, plans: Mapping[str, tuple[Allocation, float]]
 ) -> list[tuple[BatchJob, str]]:
-    """Moves worth trying, most first: jobs with another pool, left out (the largest first) or
-    started late in their pool, each to the other pool where it would finish soonest."""
+    """Moves worth trying, most first, each job to the other of its pools where it runs
+    fastest: jobs left out (the most valuable first), then jobs started late in their pool
+    (by value x delay), then jobs on a pool where others start late (by the pool's delays:
+    moving one makes room for them)."""
     placed: dict[str, int] = {}
     for allocation, _ in plans.values():
         placed.update((job_id, p.start_step) for job_id, p in allocation.batch.items())
     horizon = instance.horizon_steps
+    delay = {job.id: placed.get(job.id, horizon) - job.release_step for job in instance.queued_jobs}
+    pressure = dict.fromkeys(plans, 0.0)
+    for job in instance.queued_jobs:
+        pressure[assignment[job.id]] += job.priority * job.gpus * max(0, delay[job.id])
     ranked = []
     for job in instance.queued_jobs:
         others = [p for p in instance.allowed_pools(job) if p.name != assignment[job.id]]
-        if not others:
-            continue
-        delay = placed.get(job.id, horizon) - job.release_step
-        if delay <= 0:
+        own = job.priority * job.gpus * max(0, delay[job.id])
+        if not others or not (own or pressure[assignment[job.id]]):
             continue
         target = min(others, key=lambda p: (_steps(job, p), p.first_gpu))
-        ranked.append(
-            (-(job.id not in placed), -job.priority * job.gpus * delay, job.order, job, target.name)
-        )
-    ranked.sort(key=lambda entry: entry[:3])
-    return [(job, target) for *_, job, target in ranked]
+        rank = (job.id in placed, not own, -(own or pressure[assignment[job.id]]), job.order)
+        ranked.append((rank, job, target.name))
+    ranked.sort(key=lambda entry: entry[0])
+    return [(job, target) for _, job, target in ranked]

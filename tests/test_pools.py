@@ -183,12 +183,12 @@ def test_too_big_for_every_allowed_pool_names_the_pools() -> None:
         instance_of(doc)
 
 
-def test_pool_keys_need_a_pools_section() -> None:
+@pytest.mark.parametrize(("job", "key"), [(0, "pools"), (0, "duration_by_pool"), (1, "pool")])
+def test_pool_keys_need_a_pools_section(job: int, key: str) -> None:
     doc = small_doc()
-    doc["jobs"][0]["pools"] = ["h100"]
-    with pytest.raises(
-        InputError, match=re.escape("`jobs[0].pools` must be absent in a scenario without a `pools` section")
-    ):
+    doc["jobs"][job][key] = {"h100": 2} if key == "duration_by_pool" else "h100"
+    expected = f"`jobs[{job}].{key}` must be absent in a scenario without a `pools` section"
+    with pytest.raises(InputError, match=re.escape(expected)):
         instance_of(doc)
 
 
@@ -247,3 +247,22 @@ def test_the_plan_cycle_searches_each_pool_and_stays_legal() -> None:
     cycle = plan(instance, PolicyName.FAST, SolveOptions(wall_clock=False, budget_ms=300))
     assert check_plan(instance, cycle.grid) == []
     assert cycle.metrics.unscheduled == 0 and cycle.metrics.rt_coverage == 1.0
+
+
+def test_a_job_is_moved_off_the_pool_another_needs() -> None:
+    """`x` (any pool, first by priority) is given pool `a` first; `y` may run only on `a`:
+    the moves between pools take `x` to `b`, and both start at once."""
+    doc = {
+        "pools": [{"name": "a", "gpus": 4}, {"name": "b", "gpus": 4}],
+        "horizon": 12,
+        "jobs": [
+            {"id": "x", "kind": "training", "priority": 10, "gpus": 4, "duration": 2},
+            {"id": "y", "kind": "training", "priority": 9, "gpus": 4, "duration": 12, "pools": ["a"]},
+        ],
+    }
+    instance = instance_of(doc)
+    from scheduler.pools import first_assignment
+
+    assert first_assignment(instance) == {"x": "a", "y": "a"}
+    grid = plan(instance, PolicyName.FAST, WORK).grid
+    assert [row[0] for row in grid] == ["y"] * 4 + ["x"] * 4
