@@ -161,7 +161,6 @@ def parse_scenario(
     )
     if pools and cluster_gpus != sum(p.gpus for p in pools):
         raise r.fail("gpus", f"the sum of the pools' GPUs ({sum(p.gpus for p in pools)})", cluster_gpus)
-    pool_names = [p.name for p in pools]
     horizon = r.integer(top.get("horizon", 24), "horizon", minimum=1, maximum=MAX_HORIZON_STEPS)
     step_minutes = r.integer(top.get("step_minutes", 60), "step_minutes", minimum=1, maximum=MAX_STEP_MINUTES)
     if cluster_gpus * horizon > MAX_GRID_CELLS:
@@ -219,66 +218,12 @@ def parse_scenario(
         if priority > MAX_PRIORITY:
             raise r.fail(f"{field}.priority", f"a number in (0, {MAX_PRIORITY:g}]", priority)
         if kind.is_batch:
-            gpus = r.integer(job_map["gpus"], f"{field}.gpus", minimum=1)
-            if gpus & (gpus - 1):
-                raise r.fail(f"{field}.gpus", "a power of two (1, 2, 4, 8, ...)", gpus)
-            if gpus > cluster_gpus:
-                raise r.fail(f"{field}.gpus", f"at most the cluster's {cluster_gpus} GPUs", gpus)
-            duration, steps_by_pool = _job_pools(r, job_map, field, pools)
-            if steps_by_pool is not None:
-                largest = max(p.gpus for p in pools if p.name in steps_by_pool)
-                if gpus > largest:
-                    raise r.fail(
-                        f"{field}.gpus",
-                        f"at most {largest} GPUs (the largest of its pools {sorted(steps_by_pool)})",
-                        gpus,
-                    )
             batch_jobs.append(
-                BatchJob(
-                    id=job_id,
-                    kind=kind,
-                    priority=priority,
-                    gpus=gpus,
-                    duration_steps=duration,
-                    steps_by_pool=steps_by_pool,
-                    release_step=r.integer(job_map.get("release", 0), f"{field}.release", minimum=0),
-                    order=r.integer(job_map.get("order", index), f"{field}.order"),
-                    promise_step=None
-                    if job_map.get("promise") is None
-                    else r.integer(job_map["promise"], f"{field}.promise", minimum=-MAX_HORIZON_STEPS),
-                )
+                _batch_job(r, job_map, _Job(field, index, job_id, kind, priority), cluster_gpus, pools)
             )
         else:
-            demand_raw = r.sequence(job_map["demand"], f"{field}.demand")
-            if len(demand_raw) != horizon:
-                raise r.fail(
-                    f"{field}.demand",
-                    f"a list of {horizon} integers (one per step)",
-                    f"{len(demand_raw)} values",
-                )
-            demand = tuple(
-                r.integer(v, f"{field}.demand[{t}]", minimum=0, maximum=MAX_CLUSTER_GPUS)
-                for t, v in enumerate(demand_raw)
-            )
-            pool = None
-            if "pool" in job_map:
-                if not pools:
-                    expected = "absent in a scenario without a `pools` section"
-                    raise r.fail(f"{field}.pool", expected, job_map["pool"])
-                pool = r.string(job_map["pool"], f"{field}.pool")
-                if pool not in pool_names:
-                    raise r.fail(f"{field}.pool", f"one of the cluster's pools {pool_names}", pool)
             realtime_jobs.append(
-                RealtimeJob(
-                    id=job_id,
-                    priority=priority,
-                    demand=demand,
-                    pool=pool,
-                    # Changing more than every GPU twice a step is the same as no cap.
-                    swap_cap=r.integer(
-                        job_map["swap_cap"], f"{field}.swap_cap", minimum=0, maximum=2 * MAX_CLUSTER_GPUS
-                    ),
-                )
+                _realtime_job(r, job_map, _Job(field, index, job_id, kind, priority), horizon, pools)
             )
 
     down = _parse_down(r, top.get("down", []), cluster_gpus, horizon)
@@ -309,6 +254,85 @@ def parse_scenario(
     _check_running_in_pools(r, instance, top.get("running", []))
     _check_running_against_down(r, instance)
     return instance
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What every job of the file has, read before its kind's own keys."""
+
+    field: str
+    index: int
+    id: str
+    kind: JobKind
+    priority: float
+
+
+def _batch_job(
+    r: _Reader, job_map: Mapping[str, Any], job: _Job, cluster_gpus: int, pools: list[Pool]
+) -> BatchJob:
+    """A batch job's own keys: its size, where it may run and for how long, when."""
+    gpus = r.integer(job_map["gpus"], f"{job.field}.gpus", minimum=1)
+    if gpus & (gpus - 1):
+        raise r.fail(f"{job.field}.gpus", "a power of two (1, 2, 4, 8, ...)", gpus)
+    if gpus > cluster_gpus:
+        raise r.fail(f"{job.field}.gpus", f"at most the cluster's {cluster_gpus} GPUs", gpus)
+    duration, steps_by_pool = _job_pools(r, job_map, job.field, pools)
+    if steps_by_pool is not None:
+        largest = max(p.gpus for p in pools if p.name in steps_by_pool)
+        if gpus > largest:
+            raise r.fail(
+                f"{job.field}.gpus",
+                f"at most {largest} GPUs (the largest of its pools {sorted(steps_by_pool)})",
+                gpus,
+            )
+    return BatchJob(
+        id=job.id,
+        kind=job.kind,
+        priority=job.priority,
+        gpus=gpus,
+        duration_steps=duration,
+        steps_by_pool=steps_by_pool,
+        release_step=r.integer(job_map.get("release", 0), f"{job.field}.release", minimum=0),
+        order=r.integer(job_map.get("order", job.index), f"{job.field}.order"),
+        promise_step=None
+        if job_map.get("promise") is None
+        else r.integer(job_map["promise"], f"{job.field}.promise", minimum=-MAX_HORIZON_STEPS),
+    )
+
+
+def _realtime_job(
+    r: _Reader, job_map: Mapping[str, Any], job: _Job, horizon: int, pools: list[Pool]
+) -> RealtimeJob:
+    """A real-time job's own keys: its demand per step, its pool, its swap cap."""
+    demand_raw = r.sequence(job_map["demand"], f"{job.field}.demand")
+    if len(demand_raw) != horizon:
+        raise r.fail(
+            f"{job.field}.demand",
+            f"a list of {horizon} integers (one per step)",
+            f"{len(demand_raw)} values",
+        )
+    demand = tuple(
+        r.integer(v, f"{job.field}.demand[{t}]", minimum=0, maximum=MAX_CLUSTER_GPUS)
+        for t, v in enumerate(demand_raw)
+    )
+    pool = None
+    if "pool" in job_map:
+        if not pools:
+            expected = "absent in a scenario without a `pools` section"
+            raise r.fail(f"{job.field}.pool", expected, job_map["pool"])
+        pool = r.string(job_map["pool"], f"{job.field}.pool")
+        if pool not in [p.name for p in pools]:
+            raise r.fail(f"{job.field}.pool", f"one of the cluster's pools {[p.name for p in pools]}", pool)
+    return RealtimeJob(
+        id=job.id,
+        priority=job.priority,
+        demand=demand,
+        pool=pool,
+        # Changing more than every GPU twice a step is the same as no cap.
+        swap_cap=r.integer(
+            job_map["swap_cap"], f"{job.field}.swap_cap", minimum=0, maximum=2 * MAX_CLUSTER_GPUS
+        ),
+    )
 
 
 def _parse_pools(r: _Reader, top: Mapping[str, Any]) -> list[Pool]:
