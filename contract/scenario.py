@@ -12,7 +12,7 @@ on a whole step is then one integer operation, which is what keeps the fast mode
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 
@@ -106,10 +106,20 @@ class BatchJob:
     #: The start step promised at submit (may be before step 0: a promise already late);
     #: None: no promise. Weighed only when the instance's ``promise_penalty`` is above 0.
     promise_step: int | None = None
+    #: Where the job may run and how many steps it takes there (pool name -> steps); None:
+    #: on every pool, ``duration_steps`` on each. Not hashed (a mapping): ids identify jobs.
+    steps_by_pool: Mapping[str, int] | None = field(default=None, hash=False)
 
     def end_step(self, start_step: int, horizon_steps: int) -> int:
-        """Exclusive last step of a run starting at ``start_step``, cut at the horizon."""
+        """Exclusive last step of a run starting at ``start_step``, cut at the horizon
+        (``duration_steps`` long: on a cluster of several pools, see :meth:`Instance.run_end`)."""
         return min(start_step + self.duration_steps, horizon_steps)
+
+    def steps_on(self, pool: str) -> int | None:
+        """The job's steps on ``pool``, or None where it may not run."""
+        if self.steps_by_pool is None:
+            return self.duration_steps
+        return self.steps_by_pool.get(pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +131,8 @@ class RealtimeJob:
     demand: tuple[int, ...]
     swap_cap: int
     kind: JobKind = JobKind.REALTIME
+    #: The pool the service runs on (one pool per service); None: the cluster's first pool.
+    pool: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +164,40 @@ class DownWindow:
     end_step: int
 
 
+#: The name of the one pool of a cluster that names none.
+DEFAULT_POOL = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """GPUs of one model: ``[first_gpu, first_gpu + gpus)`` of the cluster's global GPU ids.
+
+    Pools lie side by side in the order the cluster lists them; :class:`Instance` sets each
+    ``first_gpu``. A buddy block lies inside one pool, aligned from the pool's first GPU.
+    """
+
+    name: str
+    gpu_model: str
+    gpus: int
+    first_gpu: int = 0
+
+    @property
+    def end_gpu(self) -> int:
+        return self.first_gpu + self.gpus
+
+    @property
+    def mask(self) -> int:
+        return block_mask(self.first_gpu, self.gpus)
+
+    def holds(self, first_gpu: int, gpus: int) -> bool:
+        """Whether the block ``[first_gpu, first_gpu + gpus)`` lies in the pool, aligned in it."""
+        return (
+            self.first_gpu <= first_gpu
+            and first_gpu + gpus <= self.end_gpu
+            and (first_gpu - self.first_gpu) % gpus == 0
+        )
+
+
 @dataclass(frozen=True)
 class Instance:
     """One scenario, validated (see :mod:`contract.scenario_io`)."""
@@ -175,6 +221,65 @@ class Instance:
     promise_slack_steps: int = 0
     #: What breaking a promise costs at once, in steps of delay (0: only the steps late cost).
     promise_break_steps: float = 0.0
+    #: The cluster's pools, side by side from GPU 0 (their ``first_gpu`` is set here); none
+    #: given: one pool of every GPU, today's cluster.
+    pools: tuple[Pool, ...] = ()
+
+    def __post_init__(self) -> None:
+        pools = self.pools or (Pool(DEFAULT_POOL, DEFAULT_POOL, self.gpus),)
+        if len(pools) == 1:
+            pools = (replace(pools[0], gpus=self.gpus),)  # one pool is the whole cluster
+        placed, first = [], 0
+        for pool in pools:
+            placed.append(replace(pool, first_gpu=first))
+            first += pool.gpus
+        if first != self.gpus:
+            raise ValueError(f"pools hold {first} GPUs, the instance {self.gpus}")
+        object.__setattr__(self, "pools", tuple(placed))
+
+    @property
+    def pooled(self) -> bool:
+        """Whether the cluster has more than one pool."""
+        return len(self.pools) > 1
+
+    @cached_property
+    def pools_by_name(self) -> dict[str, Pool]:
+        return {pool.name: pool for pool in self.pools}
+
+    def pool_of_gpu(self, gpu: int) -> Pool:
+        for pool in self.pools:
+            if pool.first_gpu <= gpu < pool.end_gpu:
+                return pool
+        raise IndexError(gpu)
+
+    def allowed_pools(self, job: BatchJob) -> tuple[Pool, ...]:
+        """The pools ``job`` may run on and fits in, in the cluster's order."""
+        return tuple(
+            pool for pool in self.pools if job.gpus <= pool.gpus and job.steps_on(pool.name) is not None
+        )
+
+    def realtime_pool(self, job: RealtimeJob) -> Pool:
+        return self.pools[0] if job.pool is None else self.pools_by_name[job.pool]
+
+    def run_steps(self, job: BatchJob, first_gpu: int) -> int:
+        """The steps of ``job``'s run on the block from ``first_gpu`` (its pool's duration)."""
+        if not self.pooled:
+            return job.duration_steps
+        steps = job.steps_on(self.pool_of_gpu(first_gpu).name)
+        return job.duration_steps if steps is None else steps
+
+    def output_rate(self, job: BatchJob, first_gpu: int) -> float:
+        """What one GPU-step of ``job`` on the pool of ``first_gpu`` is worth against one on its
+        fastest pool: its steps there over its steps here (1 on a cluster of one pool). The
+        job's work is the same wherever it runs; a slower pool spreads it over more steps."""
+        if not self.pooled:
+            return 1.0
+        fastest = min(self.run_steps(job, pool.first_gpu) for pool in self.allowed_pools(job))
+        return fastest / self.run_steps(job, first_gpu)
+
+    def run_end(self, job: BatchJob, start_step: int, first_gpu: int) -> int:
+        """Exclusive last step of ``job``'s run from ``start_step`` on the block from ``first_gpu``."""
+        return min(start_step + self.run_steps(job, first_gpu), self.horizon_steps)
 
     @cached_property
     def has_promises(self) -> bool:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from contract.errors import InputError
 from contract.files import read_document
@@ -21,6 +21,7 @@ from contract.scenario import (
     DownWindow,
     Instance,
     JobKind,
+    Pool,
     RealtimeJob,
     RunningBatch,
     RunningRealtime,
@@ -39,9 +40,24 @@ TOP_KEYS = {
     "jobs",
     "running",
     "down",
+    "pools",
 }
-BATCH_KEYS = {"id", "kind", "priority", "gpus", "duration", "release", "order", "promise"}
-REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap"}
+BATCH_KEYS = {
+    "id",
+    "kind",
+    "priority",
+    "gpus",
+    "duration",
+    "release",
+    "order",
+    "promise",
+    "pools",
+    "duration_by_pool",
+}
+REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap", "pool"}
+POOL_KEYS = {"name", "gpu_model", "gpus"}
+#: A job's ``pools`` that allows every pool of the cluster.
+ANY_POOL = "any"
 RUNNING_KEYS = {"id", "gpus", "remaining"}
 DOWN_KEYS = {"gpu", "start", "end"}
 
@@ -132,47 +148,19 @@ def parse_scenario(
 ) -> Instance:
     """Validate a parsed scenario document and build the :class:`Instance`."""
     r = _Reader(source)
-    top = r.mapping(document, "", TOP_KEYS, {"gpus", "jobs"})
-    settings = _parse_settings(r, top, default_name)
-    batch_jobs, realtime_jobs = _parse_jobs(r, top["jobs"], settings.gpus, settings.horizon_steps)
-    down = _parse_down(r, top.get("down", []), settings.gpus, settings.horizon_steps)
-    running_batch, running_realtime = _parse_running(
-        r,
-        top.get("running", []),
-        settings.gpus,
-        {j.id: j for j in batch_jobs},
-        {j.id: j for j in realtime_jobs},
-    )
-    instance = Instance(
-        **settings._asdict(),
-        batch_jobs=tuple(batch_jobs),
-        realtime_jobs=tuple(realtime_jobs),
-        running_batch=running_batch,
-        running_realtime=running_realtime,
-        down=down,
-    )
-    _check_running_against_down(r, instance)
-    return instance
-
-
-class _Settings(NamedTuple):
-    """The scenario's top-level numbers, named as :class:`Instance`'s fields."""
-
-    name: str
-    gpus: int
-    horizon_steps: int
-    step_minutes: int
-    decay: float
-    rt_penalty: float
-    promise_penalty: float
-    promise_slack_steps: int
-    promise_break_steps: float
-
-
-def _parse_settings(r: _Reader, top: Mapping[str, Any], default_name: str) -> _Settings:
-    """The cluster, the horizon, the objective's decay and the penalties."""
+    top = r.mapping(document, "", TOP_KEYS, {"jobs"})
     name = r.string(top.get("name", default_name), "name")
-    cluster_gpus = r.integer(top["gpus"], "gpus", minimum=1, maximum=MAX_CLUSTER_GPUS)
+    pools = _parse_pools(r, top)
+    if "gpus" not in top and not pools:
+        raise r.fail("gpus", "present", "missing")
+    cluster_gpus = r.integer(
+        top["gpus"] if "gpus" in top else sum(p.gpus for p in pools),
+        "gpus",
+        minimum=1,
+        maximum=MAX_CLUSTER_GPUS,
+    )
+    if pools and cluster_gpus != sum(p.gpus for p in pools):
+        raise r.fail("gpus", f"the sum of the pools' GPUs ({sum(p.gpus for p in pools)})", cluster_gpus)
     horizon = r.integer(top.get("horizon", 24), "horizon", minimum=1, maximum=MAX_HORIZON_STEPS)
     step_minutes = r.integer(top.get("step_minutes", 60), "step_minutes", minimum=1, maximum=MAX_STEP_MINUTES)
     if cluster_gpus * horizon > MAX_GRID_CELLS:
@@ -197,7 +185,56 @@ def _parse_settings(r: _Reader, top: Mapping[str, Any], default_name: str) -> _S
     promise_break = r.number(top.get("promise_break", 0.0), "promise_break")
     if not 0 <= promise_break <= MAX_HORIZON_STEPS:
         raise r.fail("promise_break", f"a number of steps in [0, {MAX_HORIZON_STEPS}]", promise_break)
-    return _Settings(
+
+    batch_jobs: list[BatchJob] = []
+    realtime_jobs: list[RealtimeJob] = []
+    seen: dict[str, str] = {}
+    jobs_raw = r.sequence(top["jobs"], "jobs")
+    if len(jobs_raw) > MAX_JOBS:
+        raise r.fail("jobs", f"a list of at most {MAX_JOBS:,} jobs", f"{len(jobs_raw):,} jobs")
+    for index, raw in enumerate(jobs_raw):
+        field = f"jobs[{index}]"
+        if not isinstance(raw, Mapping):
+            raise r.fail(field, "an object", type(raw).__name__)
+        kind_value = raw.get("kind")
+        kinds = [k.value for k in JobKind]
+        if kind_value not in kinds:
+            raise r.fail(f"{field}.kind", f"one of {kinds}", kind_value)
+        kind = JobKind(str(kind_value))
+        if kind.is_batch:
+            job_map = r.mapping(raw, field, BATCH_KEYS, {"id", "kind", "priority", "gpus"})
+        else:
+            job_map = r.mapping(raw, field, REALTIME_KEYS, {"id", "kind", "priority", "demand", "swap_cap"})
+        job_id = r.string(job_map["id"], f"{field}.id")
+        if job_id in seen:
+            raise r.fail(
+                f"{field}.id",
+                "an id used by no other job",
+                job_id,
+                f"Already used by {seen[job_id]}.",
+            )
+        seen[job_id] = field
+        priority = r.number(job_map["priority"], f"{field}.priority", positive=True)
+        if priority > MAX_PRIORITY:
+            raise r.fail(f"{field}.priority", f"a number in (0, {MAX_PRIORITY:g}]", priority)
+        if kind.is_batch:
+            batch_jobs.append(
+                _batch_job(r, job_map, _Job(field, index, job_id, kind, priority), cluster_gpus, pools)
+            )
+        else:
+            realtime_jobs.append(
+                _realtime_job(r, job_map, _Job(field, index, job_id, kind, priority), horizon, pools)
+            )
+
+    down = _parse_down(r, top.get("down", []), cluster_gpus, horizon)
+    running_batch, running_realtime = _parse_running(
+        r,
+        top.get("running", []),
+        cluster_gpus,
+        {j.id: j for j in batch_jobs},
+        {j.id: j for j in realtime_jobs},
+    )
+    instance = Instance(
         name=name,
         gpus=cluster_gpus,
         horizon_steps=horizon,
@@ -207,113 +244,196 @@ def _parse_settings(r: _Reader, top: Mapping[str, Any], default_name: str) -> _S
         promise_penalty=promise_penalty,
         promise_slack_steps=promise_slack,
         promise_break_steps=promise_break,
+        batch_jobs=tuple(batch_jobs),
+        realtime_jobs=tuple(realtime_jobs),
+        running_batch=running_batch,
+        running_realtime=running_realtime,
+        down=down,
+        pools=tuple(pools),
     )
+    _check_running_in_pools(r, instance, top.get("running", []))
+    _check_running_against_down(r, instance)
+    return instance
 
 
-def _parse_jobs(
-    r: _Reader, raw: object, cluster_gpus: int, horizon: int
-) -> tuple[list[BatchJob], list[RealtimeJob]]:
-    """The job list: each job's kind, id (unique) and priority, then its kind's fields."""
-    batch_jobs: list[BatchJob] = []
-    realtime_jobs: list[RealtimeJob] = []
-    seen: dict[str, str] = {}
-    jobs_raw = r.sequence(raw, "jobs")
-    if len(jobs_raw) > MAX_JOBS:
-        raise r.fail("jobs", f"a list of at most {MAX_JOBS:,} jobs", f"{len(jobs_raw):,} jobs")
-    for index, raw_job in enumerate(jobs_raw):
-        head = _parse_job_head(r, raw_job, index, seen)
-        if head.kind.is_batch:
-            batch_jobs.append(_parse_batch_job(r, head, cluster_gpus))
-        else:
-            realtime_jobs.append(_parse_realtime_job(r, head, horizon))
-    return batch_jobs, realtime_jobs
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What every job of the file has, read before its kind's own keys."""
 
-
-class _JobHead(NamedTuple):
-    """A job's fields that every kind has, read, and the rest of its object."""
-
-    field: str  # its path in the document, ``jobs[i]``
-    position: int  # its place in the list
-    kind: JobKind
+    field: str
+    index: int
     id: str
+    kind: JobKind
     priority: float
-    fields: Mapping[str, Any]
 
 
-def _parse_job_head(r: _Reader, raw: object, index: int, seen: dict[str, str]) -> _JobHead:
-    """The job's kind, then its keys for that kind, its id (unused so far: ``seen`` maps each id
-    to its job's path) and its priority."""
-    field = f"jobs[{index}]"
-    if not isinstance(raw, Mapping):
-        raise r.fail(field, "an object", type(raw).__name__)
-    kind_value = raw.get("kind")
-    kinds = [k.value for k in JobKind]
-    if kind_value not in kinds:
-        raise r.fail(f"{field}.kind", f"one of {kinds}", kind_value)
-    kind = JobKind(str(kind_value))
-    if kind.is_batch:
-        job_map = r.mapping(raw, field, BATCH_KEYS, {"id", "kind", "priority", "gpus", "duration"})
-    else:
-        job_map = r.mapping(raw, field, REALTIME_KEYS, {"id", "kind", "priority", "demand", "swap_cap"})
-    job_id = r.string(job_map["id"], f"{field}.id")
-    if job_id in seen:
-        raise r.fail(
-            f"{field}.id",
-            "an id used by no other job",
-            job_id,
-            f"Already used by {seen[job_id]}.",
-        )
-    seen[job_id] = field
-    priority = r.number(job_map["priority"], f"{field}.priority", positive=True)
-    if priority > MAX_PRIORITY:
-        raise r.fail(f"{field}.priority", f"a number in (0, {MAX_PRIORITY:g}]", priority)
-    return _JobHead(field, index, kind, job_id, priority, job_map)
-
-
-def _parse_batch_job(r: _Reader, head: _JobHead, cluster_gpus: int) -> BatchJob:
-    """A training or inference job's GPUs (a power of two that fits), duration, release, order
-    (default: its place in the list) and promise."""
-    field, job_map = head.field, head.fields
-    gpus = r.integer(job_map["gpus"], f"{field}.gpus", minimum=1)
+def _batch_job(
+    r: _Reader, job_map: Mapping[str, Any], job: _Job, cluster_gpus: int, pools: list[Pool]
+) -> BatchJob:
+    """A batch job's own keys: its size, where it may run and for how long, when."""
+    gpus = r.integer(job_map["gpus"], f"{job.field}.gpus", minimum=1)
     if gpus & (gpus - 1):
-        raise r.fail(f"{field}.gpus", "a power of two (1, 2, 4, 8, ...)", gpus)
+        raise r.fail(f"{job.field}.gpus", "a power of two (1, 2, 4, 8, ...)", gpus)
     if gpus > cluster_gpus:
-        raise r.fail(f"{field}.gpus", f"at most the cluster's {cluster_gpus} GPUs", gpus)
+        raise r.fail(f"{job.field}.gpus", f"at most the cluster's {cluster_gpus} GPUs", gpus)
+    duration, steps_by_pool = _job_pools(r, job_map, job.field, pools)
+    if steps_by_pool is not None:
+        largest = max(p.gpus for p in pools if p.name in steps_by_pool)
+        if gpus > largest:
+            raise r.fail(
+                f"{job.field}.gpus",
+                f"at most {largest} GPUs (the largest of its pools {sorted(steps_by_pool)})",
+                gpus,
+            )
     return BatchJob(
-        id=head.id,
-        kind=head.kind,
-        priority=head.priority,
+        id=job.id,
+        kind=job.kind,
+        priority=job.priority,
         gpus=gpus,
-        duration_steps=r.integer(job_map["duration"], f"{field}.duration", minimum=1),
-        release_step=r.integer(job_map.get("release", 0), f"{field}.release", minimum=0),
-        order=r.integer(job_map.get("order", head.position), f"{field}.order"),
+        duration_steps=duration,
+        steps_by_pool=steps_by_pool,
+        release_step=r.integer(job_map.get("release", 0), f"{job.field}.release", minimum=0),
+        order=r.integer(job_map.get("order", job.index), f"{job.field}.order"),
         promise_step=None
         if job_map.get("promise") is None
-        else r.integer(job_map["promise"], f"{field}.promise", minimum=-MAX_HORIZON_STEPS),
+        else r.integer(job_map["promise"], f"{job.field}.promise", minimum=-MAX_HORIZON_STEPS),
     )
 
 
-def _parse_realtime_job(r: _Reader, head: _JobHead, horizon: int) -> RealtimeJob:
-    """A service's demand (one count a step) and swap cap."""
-    field, job_map = head.field, head.fields
-    demand_raw = r.sequence(job_map["demand"], f"{field}.demand")
+def _realtime_job(
+    r: _Reader, job_map: Mapping[str, Any], job: _Job, horizon: int, pools: list[Pool]
+) -> RealtimeJob:
+    """A real-time job's own keys: its demand per step, its pool, its swap cap."""
+    demand_raw = r.sequence(job_map["demand"], f"{job.field}.demand")
     if len(demand_raw) != horizon:
         raise r.fail(
-            f"{field}.demand",
+            f"{job.field}.demand",
             f"a list of {horizon} integers (one per step)",
             f"{len(demand_raw)} values",
         )
     demand = tuple(
-        r.integer(v, f"{field}.demand[{t}]", minimum=0, maximum=MAX_CLUSTER_GPUS)
+        r.integer(v, f"{job.field}.demand[{t}]", minimum=0, maximum=MAX_CLUSTER_GPUS)
         for t, v in enumerate(demand_raw)
     )
+    pool = None
+    if "pool" in job_map:
+        if not pools:
+            expected = "absent in a scenario without a `pools` section"
+            raise r.fail(f"{job.field}.pool", expected, job_map["pool"])
+        pool = r.string(job_map["pool"], f"{job.field}.pool")
+        if pool not in [p.name for p in pools]:
+            raise r.fail(f"{job.field}.pool", f"one of the cluster's pools {[p.name for p in pools]}", pool)
     return RealtimeJob(
-        id=head.id,
-        priority=head.priority,
+        id=job.id,
+        priority=job.priority,
         demand=demand,
+        pool=pool,
         # Changing more than every GPU twice a step is the same as no cap.
-        swap_cap=r.integer(job_map["swap_cap"], f"{field}.swap_cap", minimum=0, maximum=2 * MAX_CLUSTER_GPUS),
+        swap_cap=r.integer(
+            job_map["swap_cap"], f"{job.field}.swap_cap", minimum=0, maximum=2 * MAX_CLUSTER_GPUS
+        ),
     )
+
+
+def _parse_pools(r: _Reader, top: Mapping[str, Any]) -> list[Pool]:
+    """The optional ``pools`` section: names once each, at least one GPU each."""
+    if "pools" not in top:
+        return []
+    raw = r.sequence(top["pools"], "pools")
+    if not raw:
+        raise r.fail("pools", "a list of at least one pool", "an empty list")
+    pools: list[Pool] = []
+    for index, entry in enumerate(raw):
+        field = f"pools[{index}]"
+        item = r.mapping(entry, field, POOL_KEYS, {"name", "gpus"})
+        name = r.string(item["name"], f"{field}.name")
+        if name == ANY_POOL:
+            raise r.fail(f"{field}.name", f"a name other than {ANY_POOL!r} (it means every pool)", name)
+        if any(p.name == name for p in pools):
+            raise r.fail(f"{field}.name", "a name used by no other pool", name)
+        gpus = r.integer(item["gpus"], f"{field}.gpus", minimum=1, maximum=MAX_CLUSTER_GPUS)
+        model = r.string(item.get("gpu_model", name), f"{field}.gpu_model")
+        pools.append(Pool(name=name, gpu_model=model, gpus=gpus))
+    return pools
+
+
+def _job_pools(
+    r: _Reader, job: Mapping[str, Any], field: str, pools: list[Pool]
+) -> tuple[int, dict[str, int] | None]:
+    """A batch job's ``duration`` and its steps per allowed pool (None: every pool, ``duration``).
+
+    ``pools`` lists where it may run (``any``, the default: every pool); ``duration_by_pool``
+    gives its steps on some of them (the others take ``duration``, which may then be left out).
+    """
+    names = [p.name for p in pools]
+    if ("pools" in job or "duration_by_pool" in job) and not pools:
+        key = "pools" if "pools" in job else "duration_by_pool"
+        raise r.fail(f"{field}.{key}", "absent in a scenario without a `pools` section", job[key])
+    allowed = list(names)
+    if job.get("pools", ANY_POOL) != ANY_POOL:
+        listed = r.sequence(job["pools"], f"{field}.pools")
+        if not listed:
+            raise r.fail(f"{field}.pools", f"{ANY_POOL!r} or a list of at least one pool", "an empty list")
+        for k, name in enumerate(listed):
+            if name not in names:
+                raise r.fail(f"{field}.pools[{k}]", f"one of the cluster's pools {names}", name)
+        allowed = [name for name in names if name in listed]
+    by_pool: dict[str, int] = {}
+    if "duration_by_pool" in job:
+        given = job["duration_by_pool"]
+        if not isinstance(given, Mapping):
+            raise r.fail(f"{field}.duration_by_pool", "an object of pool name -> steps", type(given).__name__)
+        for name, steps in given.items():
+            if name not in allowed:
+                raise r.fail(f"{field}.duration_by_pool.{name}", f"one of the job's pools {allowed}", name)
+            by_pool[name] = r.integer(steps, f"{field}.duration_by_pool.{name}", minimum=1)
+    if "duration" in job:
+        duration = r.integer(job["duration"], f"{field}.duration", minimum=1)
+    elif pools and all(name in by_pool for name in allowed):
+        duration = by_pool[allowed[0]]
+    else:
+        raise r.fail(
+            f"{field}.duration", "present (or a `duration_by_pool` for each of its pools)", "missing"
+        )
+    if not pools:
+        return duration, None
+    return duration, {name: by_pool.get(name, duration) for name in allowed}
+
+
+def _check_running_in_pools(r: _Reader, instance: Instance, raw: object) -> None:
+    """Running work on a cluster of pools: a batch block inside one of its pools, aligned in
+    it, with at most that pool's steps left; a service's GPUs in its pool."""
+    if not instance.pooled:
+        return
+    fields = {entry["id"]: f"running[{index}]" for index, entry in enumerate(r.sequence(raw, "running"))}
+    jobs = instance.jobs_by_id
+    for running in instance.running_batch.values():
+        job = jobs[running.job_id]
+        assert isinstance(job, BatchJob)
+        allowed = instance.allowed_pools(job)
+        pool = next((p for p in allowed if p.holds(running.first_gpu, running.gpus)), None)
+        field = fields[running.job_id]
+        if pool is None:
+            raise r.fail(
+                f"{field}.gpus",
+                f"an aligned block inside one of the job's pools {[p.name for p in allowed]}",
+                list(range(running.first_gpu, running.first_gpu + running.gpus)),
+            )
+        steps = instance.run_steps(job, running.first_gpu)
+        if running.remaining_steps > steps:
+            raise r.fail(
+                f"{field}.remaining",
+                f"at most the job's duration on pool {pool.name} ({steps} steps)",
+                running.remaining_steps,
+            )
+    for held in instance.running_realtime.values():
+        rt = jobs[held.job_id]
+        assert isinstance(rt, RealtimeJob)
+        pool = instance.realtime_pool(rt)
+        if held.mask & ~pool.mask:
+            raise r.fail(
+                f"{fields[held.job_id]}.gpus", f"GPUs of the service's pool {pool.name}", sorted(held.gpus)
+            )
 
 
 def _parse_down(r: _Reader, raw: object, cluster_gpus: int, horizon: int) -> tuple[DownWindow, ...]:
@@ -365,15 +485,18 @@ def _parse_running(
             if "remaining" not in item:
                 raise r.fail(f"{field}.remaining", "present for a running batch job", "missing")
             remaining = r.integer(item["remaining"], f"{field}.remaining", minimum=1)
-            if remaining > job.duration_steps:
+            longest = max((job.steps_by_pool or {}).values(), default=job.duration_steps)
+            if remaining > longest:
                 raise r.fail(
                     f"{field}.remaining",
-                    f"at most the job's duration ({job.duration_steps} steps)",
+                    f"at most the job's duration ({longest} steps)",
                     remaining,
                     "A running job cannot have more left to run than its whole run.",
                 )
             first = min(gpu_list) if gpu_list else 0
-            if sorted(gpu_list) != list(range(first, first + job.gpus)) or first % job.gpus:
+            # On a cluster of pools a block is aligned from its pool's first GPU (checked later).
+            aligned = job.steps_by_pool is not None or first % job.gpus == 0
+            if sorted(gpu_list) != list(range(first, first + job.gpus)) or not aligned:
                 raise r.fail(
                     f"{field}.gpus",
                     f"an aligned block of {job.gpus} GPUs [a, a+{job.gpus}) with a % {job.gpus} == 0",

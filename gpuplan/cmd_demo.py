@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from contract.scenario_io import load_scenario
     from scheduler.model import checked_time_limit_s
-    from scheduler.policies import PolicyName, SolveOptions, plan
+    from scheduler.policies import CONTRACT_POLICIES, SolveOptions, plan
 
     checked_time_limit_s(args.time_limit, "--time-limit")
     if args.png:
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         with resources.as_file(bundled) as path:
             instance = load_scenario(path)
     options = SolveOptions(time_limit_s=args.time_limit)
-    plans = [plan(instance, name, options) for name in PolicyName]
+    plans = [plan(instance, name, options) for name in CONTRACT_POLICIES]
     print(
         f"scenario {instance.name}: {instance.gpus} GPUs, {instance.horizon_steps} steps, "
         f"{len(instance.batch_jobs)} batch and {len(instance.realtime_jobs)} real-time jobs"

@@ -1,28 +1,86 @@
-"""The contract's baselines: FIFO, FIFO with backfill, priority order with backfill.
+"""The contract's baselines: FIFO, FIFO with backfill, priority order with backfill; and
+for a cluster of pools, fastest-free.
 
 They model the usual scheduler: each real-time service reserves its daily peak all
-day (highest free GPU ids), and batch jobs take the first aligned block that fits.
+day (highest free GPU ids of its pool), and batch jobs take the first aligned block that
+fits. On a cluster of pools a job goes to the allowed pool where it can start soonest
+(the first such pool in the cluster's order); fastest-free (arrival order, backfilling)
+takes, among the pools where it can start soonest, the one where it runs fastest: the
+rule a person applies. On one pool fastest-free is fifo-backfill.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from contract.scenario import BatchJob, Instance, RealtimeJob, gpus_of
+from scheduler import pools
 from scheduler.board import BlockedSchedule, Board
 from scheduler.model import Allocation, Placement
 
 
 def fifo(instance: Instance) -> Allocation:
+    if instance.pooled:
+        return _pooled(instance, _fifo_order(instance), in_order=True, fastest=False)
     return _first_fit(instance, _reserved(instance), _fifo_order(instance), in_order=True)
 
 
 def fifo_backfill(instance: Instance) -> Allocation:
+    if instance.pooled:
+        return _pooled(instance, _fifo_order(instance), in_order=False, fastest=False)
     return _first_fit(instance, _reserved(instance), _fifo_order(instance), in_order=False)
 
 
 def priority_backfill(instance: Instance) -> Allocation:
+    if instance.pooled:
+        return _pooled(instance, _priority_order(instance), in_order=False, fastest=False)
     return _first_fit(instance, _reserved(instance), _priority_order(instance), in_order=False)
+
+
+def fastest_free(instance: Instance) -> Allocation:
+    """Arrival order, backfilling; each job on the fastest of its pools that has room for it
+    soonest. On one pool: fifo-backfill."""
+    if not instance.pooled:
+        return fifo_backfill(instance)
+    return _pooled(instance, _fifo_order(instance), in_order=False, fastest=True)
+
+
+def _pooled(instance: Instance, jobs: Iterable[BatchJob], *, in_order: bool, fastest: bool) -> Allocation:
+    """First fit over pools: one board per pool (its services' reservations made), each job
+    on the allowed pool where it starts soonest (the fastest or the first of those)."""
+    queued = instance.queued_jobs
+    subs, boards = {}, {}
+    for pool in instance.pools:
+        sub = pools.sub_instance(instance, pool, [j.id for j in queued if pool in instance.allowed_pools(j)])
+        busy, realtime = _reserved(sub)
+        board = Board(sub)
+        board.busy = list(busy)
+        subs[pool.name], boards[pool.name] = (sub, realtime), board
+    placements: dict[str, dict[str, Placement]] = {pool.name: {} for pool in instance.pools}
+    key: Callable[[tuple[int, int, int, str]], tuple[int, ...]] = (
+        (lambda run: (run[0], run[1], run[2])) if fastest else (lambda run: (run[0], run[2]))
+    )
+    earliest = 0
+    for job in jobs:
+        runs = []
+        for index, pool in enumerate(instance.allowed_pools(job)):
+            sub_job = subs[pool.name][0].jobs_by_id[job.id]
+            assert isinstance(sub_job, BatchJob)
+            run = boards[pool.name].earliest_run(sub_job, max(job.release_step, earliest))
+            if run is not None:
+                runs.append((run[0], sub_job.duration_steps, index, pool.name, sub_job, run))
+        if not runs:
+            continue
+        start, _, _, name, sub_job, (_, end, starts) = min(runs, key=lambda r: key(r[:4]))
+        first_gpu = (starts & -starts).bit_length() - 1
+        boards[name].occupy_block(first_gpu, sub_job.gpus, start, end)
+        placements[name][job.id] = Placement(start_step=start, first_gpu=first_gpu)
+        if in_order:
+            earliest = start
+    return pools.merge(
+        instance,
+        {name: Allocation(batch=placements[name], realtime=realtime) for name, (_, realtime) in subs.items()},
+    )
 
 
 def all_three(instance: Instance) -> tuple[Allocation, Allocation, Allocation]:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from contract.scenario import BatchJob, Cell, Instance
+from contract.scenario import BatchJob, Cell, Instance, RealtimeJob
 
 CONSTRAINT_NAMES = {
     1: "one job per GPU per step, none on a down GPU",
@@ -19,6 +19,7 @@ CONSTRAINT_NAMES = {
     3: "contiguous power-of-two blocks",
     4: "real-time swap cap",
     5: "no preemption",
+    6: "pools: inside one allowed pool, aligned in it, its duration, services on their pool",
 }
 
 
@@ -67,6 +68,8 @@ def check_plan(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[Viola
             violations += _check_batch(instance, job, cells.get(job.id, {}))
     for rt in instance.realtime_jobs:
         violations += _check_swaps(instance, rt.id, rt.swap_cap, cells.get(rt.id, {}))
+        if instance.pooled:
+            violations += _check_realtime_pool(instance, rt, cells.get(rt.id, {}))
     return violations
 
 
@@ -102,8 +105,23 @@ def _check_batch(instance: Instance, job: BatchJob, held: dict[int, list[int]]) 
     out: list[Violation] = []
     steps = sorted(held)
     start = steps[0]
-    end = job.end_step(start, instance.horizon_steps)
     first_block = sorted(held[start])
+    end = instance.run_end(job, start, first_block[0])
+    if instance.pooled:
+        pool = instance.pool_of_gpu(first_block[0])
+        if job.steps_on(pool.name) is None:
+            names = [p.name for p in instance.allowed_pools(job)]
+            return [Violation(6, job.id, first_block[0], start, f"on pool {pool.name}, not one of {names}")]
+        if len(first_block) == job.gpus and not pool.holds(first_block[0], job.gpus):
+            return [
+                Violation(
+                    6,
+                    job.id,
+                    first_block[0],
+                    start,
+                    f"GPUs {first_block} not an aligned block of pool {pool.name}",
+                )
+            ]
     if start < job.release_step:
         out.append(
             Violation(
@@ -134,13 +152,13 @@ def _check_batch(instance: Instance, job: BatchJob, held: dict[int, list[int]]) 
                     job.id,
                     gpus[0],
                     t,
-                    f"runs past its duration ({job.duration_steps} steps from {start})",
+                    f"runs past its duration ({instance.run_steps(job, first_block[0])} steps from {start})",
                 )
             )
             continue
         if len(gpus) != job.gpus:
             out.append(Violation(2, job.id, gpus[0], t, f"holds {len(gpus)} GPUs, needs exactly {job.gpus}"))
-        elif gpus != list(range(gpus[0], gpus[0] + job.gpus)) or gpus[0] % job.gpus:
+        elif gpus != list(range(gpus[0], gpus[0] + job.gpus)) or (not instance.pooled and gpus[0] % job.gpus):
             out.append(
                 Violation(3, job.id, gpus[0], t, f"GPUs {gpus} are not an aligned block of {job.gpus}")
             )
@@ -191,3 +209,14 @@ def _check_swaps(
                 )
         previous = current
     return out
+
+
+def _check_realtime_pool(instance: Instance, rt: RealtimeJob, held: dict[int, list[int]]) -> list[Violation]:
+    """A service holds GPUs of its own pool only."""
+    pool = instance.realtime_pool(rt)
+    return [
+        Violation(6, rt.id, gpu, t, f"outside the service's pool {pool.name}")
+        for t, gpus in sorted(held.items())
+        for gpu in gpus
+        if not pool.first_gpu <= gpu < pool.end_gpu
+    ]

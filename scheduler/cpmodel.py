@@ -196,24 +196,32 @@ def _add_variables(
     w0, w1, g0, g1 = window.start_step, window.end_step, window.first_gpu, window.end_gpu
     for job in frame.free_jobs:
         on_time()
+        # The pool choice: each allowed pool's aligned blocks inside the window, with its steps.
+        pools = [(pool, instance.run_steps(job, pool.first_gpu)) for pool in instance.allowed_pools(job)]
         for start in range(max(job.release_step, w0), w1):
-            end = job.end_step(start, horizon)
-            taken = 0
-            for t in range(start, end):
-                taken |= frame.occupied[t]
-            # aligned blocks inside the window's GPUs
-            for first_gpu in range(-(-g0 // job.gpus) * job.gpus, g1 - job.gpus + 1, job.gpus):
-                if not taken & block_mask(first_gpu, job.gpus):
-                    _add_option(model, v, job, (first_gpu, start), end)
+            for pool, steps in pools:
+                end = min(start + steps, horizon)
+                taken = 0
+                for t in range(start, end):
+                    taken |= frame.occupied[t]
+                # aligned blocks (from the pool's first GPU) inside the window's GPUs and the pool
+                low, high = max(g0, pool.first_gpu), min(g1, pool.end_gpu)
+                first = pool.first_gpu + -(-(low - pool.first_gpu) // job.gpus) * job.gpus
+                for first_gpu in range(first, high - job.gpus + 1, job.gpus):
+                    if not taken & block_mask(first_gpu, job.gpus):
+                        _add_option(model, v, job, (first_gpu, start), end)
         placed = v.current.batch.get(job.id)
         if job.id in pull and placed is not None:
             # A pulled job may also stay where it is (its own cells, free of everything fixed).
             start = placed.start_step
-            _add_option(model, v, job, (placed.first_gpu, start), job.end_step(start, horizon))
+            _add_option(
+                model, v, job, (placed.first_gpu, start), instance.run_end(job, start, placed.first_gpu)
+            )
     for rt in frame.moving:
         on_time()
+        pool = instance.realtime_pool(rt)  # a service holds GPUs of its own pool only
         for t in range(horizon):
-            for g in range(g0, g1):
+            for g in range(max(g0, pool.first_gpu), min(g1, pool.end_gpu)):
                 if not frame.blocked[t] >> g & 1:
                     v.hold[rt.id, g, t] = model.new_bool_var(f"hold(rt={rt.id}, gpu={g}, step={t})")
             v.served[rt.id, t] = model.new_int_var(0, rt.demand[t], f"served(rt={rt.id}, step={t})")
@@ -286,6 +294,7 @@ def _objective(
     """The contract's objective over the variables; returns its constant part (what stays
     fixed, and the penalty if nothing in the window were served)."""
     horizon, weights, jobs = instance.horizon_steps, instance.weights, instance.jobs_by_id
+    rate = instance.output_rate  # a GPU-step's worth on its pool (1 on a cluster of one pool)
     terms: list[Any] = []
     coefficients: list[int] = []
     for key, option in v.options.items():
@@ -294,7 +303,13 @@ def _objective(
         # A promise: placing the job here saves what leaving it out costs, less its delay's cost.
         promise = instance.promise_cost(job, None) - instance.promise_cost(job, option.start)
         coefficients.append(
-            scaled(job.priority * job.gpus * sum(weights[option.start : option.end]) + promise)
+            scaled(
+                job.priority
+                * job.gpus
+                * rate(job, option.first_gpu)
+                * sum(weights[option.start : option.end])
+                + promise
+            )
         )
     constant = 0.0
     for job in instance.queued_jobs:
@@ -302,12 +317,16 @@ def _objective(
         constant -= instance.promise_cost(job, None if placed is None else placed.start_step)
     for running_job in instance.running_batch.values():
         steps = min(running_job.remaining_steps, horizon)
-        constant += jobs[running_job.job_id].priority * running_job.gpus * sum(weights[:steps])
+        running_batch = jobs[running_job.job_id]
+        assert isinstance(running_batch, BatchJob)
+        worth = running_batch.priority * rate(running_batch, running_job.first_gpu)
+        constant += worth * running_job.gpus * sum(weights[:steps])
     for job_id, placement in frame.fixed_batch.items():
         fixed = jobs[job_id]
         assert isinstance(fixed, BatchJob)
-        end = fixed.end_step(placement.start_step, horizon)
-        constant += fixed.priority * fixed.gpus * sum(weights[placement.start_step : end])
+        end = instance.run_end(fixed, placement.start_step, placement.first_gpu)
+        worth = fixed.priority * rate(fixed, placement.first_gpu)
+        constant += worth * fixed.gpus * sum(weights[placement.start_step : end])
     for rt in instance.realtime_jobs:
         for t in range(horizon):
             weight = rt.priority * weights[t]

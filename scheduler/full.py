@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from contract.scenario import Instance
+from scheduler import pools
 from scheduler.budget import Budget
 from scheduler.churn import settle
 from scheduler.cpmodel import (
@@ -28,7 +29,7 @@ from scheduler.cpmodel import (
     hint,
     read_allocation,
 )
-from scheduler.fast import allocate_at_least_hot_path, best_of
+from scheduler.fast import allocate_at_least_hot_path, best_of, objective
 from scheduler.metrics import moves, score
 from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS, Allocation, Solution, build_grid
 
@@ -73,7 +74,7 @@ def solve(
     deadline = started + time_limit_s if wall_clock else math.inf
     hint_ms = max(HOT_PATH_BUDGET_MS, min(PLAN_CYCLE_BUDGET_MS, HINT_SHARE * time_limit_s * 1000))
     hint_budget = Budget.of(hint_ms, wall_clock=wall_clock, started=started)
-    fast = allocate_at_least_hot_path(instance, hint_budget)
+    fast = _hint(instance, hint_budget)
     size = model_size(instance)
     if size > MAX_MODEL_VARIABLES:
         # Building the model alone would take longer than any sensible time limit.
@@ -128,7 +129,7 @@ def solve(
     )
     # The better by the contract's score (fewer real-time moves at equal score: the fast plan
     # when it moves no more), settled for the fewest moves around its batch work.
-    chosen = settle(instance, best_of(instance, [fast, allocation]))
+    chosen = _settle(instance, _best_of(instance, [fast, allocation]))
     churn_left_s = deadline - read_back_s - time.perf_counter() if wall_clock else churn_s
     return Solution(
         fewest_moves(
@@ -178,7 +179,23 @@ def fewest_moves(
     solver = _solver(limit_s, wall_clock=wall_clock, workers=workers, seed=seed, variables=v.count)
     if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return plan
-    return best_of(instance, [plan, read_allocation(v, instance, solver)])
+    return _best_of(instance, [plan, read_allocation(v, instance, solver)])
+
+
+def _hint(instance: Instance, budget: Budget) -> Allocation:
+    """The fast plan the model is hinted with (on a cluster of pools, :mod:`scheduler.pools`')."""
+    if instance.pooled:
+        return pools.allocate(instance, budget, allocate_at_least_hot_path, objective)
+    return allocate_at_least_hot_path(instance, budget)
+
+
+def _best_of(instance: Instance, allocations: list[Allocation]) -> Allocation:
+    return pools.best_of(instance, allocations) if instance.pooled else best_of(instance, allocations)
+
+
+def _settle(instance: Instance, allocation: Allocation) -> Allocation:
+    """The services re-planned for the fewest moves (pool by pool on a cluster of pools)."""
+    return pools.per_pool(instance, allocation, settle) if instance.pooled else settle(instance, allocation)
 
 
 def _solver(limit_s: float, *, wall_clock: bool, workers: int, seed: int, variables: int) -> Any:

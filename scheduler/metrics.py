@@ -45,6 +45,7 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
     held: dict[str, list[int]] = {job_id: [0] * horizon for job_id in realtime}
     held_sets: dict[str, list[int]] = {job_id: [0] * horizon for job_id in realtime}
     first_step: dict[str, int] = defaultdict(lambda: horizon)
+    first_gpu: dict[str, int] = {}
     for g, row in enumerate(grid):
         for t, cell in enumerate(row):
             if cell is None:
@@ -52,7 +53,10 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
             job = batch.get(cell)
             if job is not None:
                 batch_cells += 1
-                value += job.priority * weights[t]
+                first_gpu.setdefault(cell, g)  # rows ascend: the block's first GPU
+                # On a cluster of pools a GPU-step is worth the job's output rate on its pool.
+                rate = instance.output_rate(job, first_gpu[cell]) if instance.pooled else 1.0
+                value += job.priority * weights[t] * rate
                 first_step[cell] = min(first_step[cell], t)
             elif cell in held:
                 held[cell][t] += 1
@@ -75,7 +79,8 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
         if running is not None:
             completed += running.remaining_steps <= horizon
         elif job.id in first_step:
-            completed += first_step[job.id] + job.duration_steps <= horizon
+            steps = instance.run_steps(job, first_gpu[job.id])
+            completed += first_step[job.id] + steps <= horizon
         else:
             unscheduled += 1
     usable = instance.usable_cells

@@ -38,7 +38,9 @@ def placement_masks(instance: Instance, placements: Mapping[str, Placement]) -> 
         job = jobs[job_id]
         assert isinstance(job, BatchJob)
         mask = block_mask(placement.first_gpu, job.gpus)
-        for t in range(placement.start_step, job.end_step(placement.start_step, instance.horizon_steps)):
+        for t in range(
+            placement.start_step, instance.run_end(job, placement.start_step, placement.first_gpu)
+        ):
             masks[t] |= mask
     return masks
 
@@ -65,7 +67,7 @@ def build_grid(instance: Instance, allocation: Allocation) -> Grid:
     for job_id, placement in allocation.batch.items():
         job = jobs[job_id]
         assert isinstance(job, BatchJob)
-        end = job.end_step(placement.start_step, horizon)
+        end = instance.run_end(job, placement.start_step, placement.first_gpu)
         for gpu in range(placement.first_gpu, placement.first_gpu + job.gpus):
             rows[gpu][placement.start_step : end] = [job_id] * (end - placement.start_step)
     for job_id, held in allocation.realtime.items():

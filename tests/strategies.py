@@ -31,17 +31,7 @@ def scenarios(
         )
     )
     steps = horizon or draw(st.sampled_from([24, 24, 12, 6, 1]))
-    down = []
-    for _ in range(draw(st.integers(0, min(4, gpus)))):
-        start = draw(st.integers(0, steps - 1))
-        down.append(
-            {
-                "gpu": draw(st.integers(0, gpus - 1)),
-                "start": start,
-                "end": draw(st.integers(start + 1, steps)),
-            }
-        )
-    down_cells = {(w["gpu"], t) for w in down for t in range(w["start"], w["end"])}
+    down, down_cells = _down(draw, gpus, steps, draw(st.integers(0, min(4, gpus))))
     jobs: list[dict[str, Any]] = []
     running: list[dict[str, Any]] = []
     taken: set[int] = set()
@@ -91,11 +81,35 @@ def scenarios(
         "horizon": steps,
         "jobs": draw(st.permutations(jobs)),
     }
+    return _with_work(doc, running, down)
+
+
+def _with_work(
+    doc: dict[str, Any], running: list[dict[str, Any]], down: list[dict[str, int]]
+) -> dict[str, Any]:
+    """``doc`` with its optional ``running`` and ``down`` sections, where there are any."""
     if running:
         doc["running"] = running
     if down:
         doc["down"] = down
     return doc
+
+
+def _down(
+    draw: st.DrawFn, gpus: int, steps: int, count: int
+) -> tuple[list[dict[str, int]], set[tuple[int, int]]]:
+    """``count`` down windows anywhere in the cluster, and the (GPU, step) cells they cover."""
+    down = []
+    for _ in range(count):
+        start = draw(st.integers(0, steps - 1))
+        down.append(
+            {
+                "gpu": draw(st.integers(0, gpus - 1)),
+                "start": start,
+                "end": draw(st.integers(start + 1, steps)),
+            }
+        )
+    return down, {(w["gpu"], t) for w in down for t in range(w["start"], w["end"])}
 
 
 def _leavable(chosen: list[int], cap: int, down: list[dict[str, int]], steps: int) -> list[int]:
@@ -151,3 +165,84 @@ def solved_by_hand() -> Instance:
             ],
         }
     )
+
+
+@st.composite
+def pooled_scenarios(
+    draw: st.DrawFn, *, max_pools: int = 3, max_pool_gpus: int = 8, max_jobs: int = 8
+) -> dict[str, Any]:
+    """A cluster of 2 to ``max_pools`` pools of any size; batch jobs that name some pools (or
+    none: every pool) with steps per pool, services on one pool each, running work inside
+    its pool, down GPUs anywhere. Valid by construction."""
+    sizes = draw(st.lists(st.integers(1, max_pool_gpus), min_size=2, max_size=max_pools))
+    names = [f"p{i}" for i in range(len(sizes))]
+    firsts = [sum(sizes[:i]) for i in range(len(sizes))]
+    gpus = sum(sizes)
+    steps = draw(st.sampled_from([6, 8, 12]))
+    down, down_cells = _down(draw, gpus, steps, draw(st.integers(0, 2)))
+    jobs: list[dict[str, Any]] = []
+    running: list[dict[str, Any]] = []
+    taken: set[int] = set()
+    for i in range(draw(st.integers(0, max_jobs))):
+        allowed = draw(
+            st.lists(st.sampled_from(range(len(sizes))), unique=True, min_size=1, max_size=len(sizes))
+        )
+        largest = max(sizes[p] for p in allowed)
+        size = draw(st.sampled_from([s for s in (1, 2, 4, 8) if s <= largest]))
+        job: dict[str, Any] = {
+            "id": f"b{i}",
+            "kind": draw(st.sampled_from(KINDS)),
+            "priority": draw(st.integers(1, 100)),
+            "gpus": size,
+            "duration": draw(st.integers(1, steps + 2)),
+        }
+        if draw(st.booleans()):
+            job["pools"] = [names[p] for p in sorted(allowed)]
+        else:
+            allowed = list(range(len(sizes)))
+        per_pool = {names[p]: draw(st.integers(1, steps + 2)) for p in allowed if draw(st.booleans())}
+        if per_pool:
+            job["duration_by_pool"] = per_pool
+        if draw(st.booleans()):
+            job["release"] = draw(st.integers(0, steps))
+        jobs.append(job)
+        fits = [p for p in allowed if sizes[p] >= size]
+        if fits and draw(st.integers(0, 3)) == 0:
+            p = draw(st.sampled_from(fits))
+            first = firsts[p] + draw(st.integers(0, sizes[p] // size - 1)) * size
+            remaining = draw(st.integers(1, per_pool.get(names[p], job["duration"])))
+            block = set(range(first, first + size))
+            if not block & taken and not any(
+                (g, t) in down_cells for g in block for t in range(min(remaining, steps))
+            ):
+                taken |= block
+                running.append({"id": job["id"], "gpus": sorted(block), "remaining": remaining})
+    for k in range(draw(st.integers(0, 2))):
+        p = draw(st.integers(0, len(sizes) - 1))
+        cap = draw(st.integers(0, 2))
+        demand = draw(st.lists(st.integers(0, sizes[p]), min_size=steps, max_size=steps))
+        jobs.append(
+            {
+                "id": f"rt{k}",
+                "kind": "realtime",
+                "priority": draw(st.integers(1, 100)),
+                "swap_cap": cap,
+                "demand": demand,
+                "pool": names[p],
+            }
+        )
+        if draw(st.booleans()):
+            free = [g for g in range(firsts[p], firsts[p] + sizes[p]) if g not in taken]
+            chosen = draw(st.lists(st.sampled_from(free), unique=True, max_size=4)) if free else []
+            chosen = _leavable(chosen, cap, down, steps)
+            taken |= set(chosen)
+            running.append({"id": f"rt{k}", "gpus": chosen})
+    doc: dict[str, Any] = {
+        "name": "pooled",
+        "pools": [
+            {"name": n, "gpu_model": f"model-{n}", "gpus": s} for n, s in zip(names, sizes, strict=True)
+        ],
+        "horizon": steps,
+        "jobs": draw(st.permutations(jobs)),
+    }
+    return _with_work(doc, running, down)

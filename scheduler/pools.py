@@ -1,0 +1,231 @@
+"""A cluster of several pools, planned with the single-pool allocator, one pool at a time.
+
+Pools share nothing: a batch block lies inside one pool and a service runs on its own
+pool, so once each queued job is given a pool, the plan is one plan per pool. This module
+splits a pooled :class:`~contract.scenario.Instance` into one single-pool instance per
+pool (its GPUs counted from 0, each job with its steps on that pool), chooses each job's
+pool, plans every pool with a single-pool planner (the fast mode's
+:func:`scheduler.fast.allocate`, passed in) and maps the plans back to the cluster's GPU ids.
+A job's priority in its pool's instance is its worth per GPU-step there (times its output
+rate, :meth:`~contract.scenario.Instance.output_rate`); so is the weight of its promise.
+
+The choice: each job, in order of priority, goes where its value (priority x decayed
+output, with that pool's steps, from the start the pool's load so far suggests) is
+highest; then, while the budget lasts, a job left out or delayed in its pool is moved to
+another of its pools, and the move is kept when the two pools' plans score higher.
+
+A single-pool instance never comes here: the callers plan it as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from contract.scenario import BatchJob, DownWindow, Instance, Pool, RunningRealtime
+from scheduler.budget import Budget
+from scheduler.metrics import score
+from scheduler.model import Allocation, Placement, build_grid
+
+log = logging.getLogger(__name__)
+
+#: The share of the budget the first plan of every pool takes; the moves between pools get the rest.
+FIRST_PLAN_SHARE = 0.5
+#: At most this many moves are tried, whatever the budget (each plans two pools again).
+MAX_MOVES = 64
+
+Planner = Callable[[Instance, Budget], Allocation]
+Assignment = dict[str, str]  # queued job id -> pool name
+
+
+def sub_instance(instance: Instance, pool: Pool, assigned: Sequence[str]) -> Instance:
+    """``pool`` as a cluster of its own: GPUs from 0, the queued jobs ``assigned`` to it and the
+    running work and services on it, each job with its steps on ``pool``."""
+    offset, end = pool.first_gpu, pool.end_gpu
+    running = {
+        job_id: replace(r, first_gpu=r.first_gpu - offset)
+        for job_id, r in instance.running_batch.items()
+        if offset <= r.first_gpu < end
+    }
+    wanted = set(assigned) | set(running)
+    # A job's priority there is its worth per GPU-step on the pool: its output rate times its priority.
+    jobs = tuple(
+        replace(
+            job,
+            duration_steps=_steps(job, pool),
+            steps_by_pool=None,
+            priority=job.priority * instance.output_rate(job, pool.first_gpu),
+        )
+        for job in instance.batch_jobs
+        if job.id in wanted
+    )
+    services = tuple(
+        replace(rt, pool=None) for rt in instance.realtime_jobs if instance.realtime_pool(rt) is pool
+    )
+    ids = {rt.id for rt in services}
+    return replace(
+        instance,
+        gpus=pool.gpus,
+        pools=(),
+        batch_jobs=jobs,
+        realtime_jobs=services,
+        running_batch=running,
+        running_realtime={
+            job_id: RunningRealtime(job_id, frozenset(g - offset for g in r.gpus))
+            for job_id, r in instance.running_realtime.items()
+            if job_id in ids
+        },
+        down=tuple(
+            DownWindow(w.gpu - offset, w.start_step, w.end_step)
+            for w in instance.down
+            if offset <= w.gpu < end
+        ),
+    )
+
+
+def _steps(job: BatchJob, pool: Pool) -> int:
+    steps = job.steps_on(pool.name)
+    return job.duration_steps if steps is None else steps
+
+
+def merge(instance: Instance, parts: Mapping[str, Allocation]) -> Allocation:
+    """One allocation of ``instance`` from each pool's (pool name -> its allocation)."""
+    batch: dict[str, Placement] = {}
+    realtime: dict[str, tuple[int, ...]] = {}
+    for pool in instance.pools:
+        part = parts[pool.name]
+        for job_id, p in part.batch.items():
+            batch[job_id] = Placement(start_step=p.start_step, first_gpu=p.first_gpu + pool.first_gpu)
+        for job_id, held in part.realtime.items():
+            realtime[job_id] = tuple(mask << pool.first_gpu for mask in held)
+    return Allocation(batch=batch, realtime=realtime)
+
+
+def split(instance: Instance, allocation: Allocation) -> dict[str, tuple[Instance, Allocation]]:
+    """Each pool's instance and its share of ``allocation`` (pool name -> both); a queued job
+    left out goes to its first allowed pool."""
+    assignment = {job.id: instance.allowed_pools(job)[0].name for job in instance.queued_jobs}
+    for job_id, placement in allocation.batch.items():
+        assignment[job_id] = instance.pool_of_gpu(placement.first_gpu).name
+    out = {}
+    for pool in instance.pools:
+        sub = sub_instance(instance, pool, [j for j, name in assignment.items() if name == pool.name])
+        batch = {
+            job_id: Placement(p.start_step, p.first_gpu - pool.first_gpu)
+            for job_id, p in allocation.batch.items()
+            if assignment[job_id] == pool.name
+        }
+        realtime = {
+            rt.id: tuple(mask >> pool.first_gpu for mask in allocation.realtime[rt.id])
+            for rt in sub.realtime_jobs
+        }
+        out[pool.name] = (sub, Allocation(batch=batch, realtime=realtime))
+    return out
+
+
+def per_pool(
+    instance: Instance, allocation: Allocation, step: Callable[[Instance, Allocation], Allocation]
+) -> Allocation:
+    """``allocation`` with ``step`` (a single-pool plan's improvement) applied to every pool's part."""
+    return merge(
+        instance, {name: step(sub, part) for name, (sub, part) in split(instance, allocation).items()}
+    )
+
+
+def best_of(instance: Instance, allocations: Sequence[Allocation]) -> Allocation:
+    """The allocation of the highest contract objective (the first at a tie)."""
+    scored = [score(instance, build_grid(instance, a)).objective for a in allocations]
+    return allocations[max(range(len(allocations)), key=lambda i: (scored[i], -i))]
+
+
+def allocate(
+    instance: Instance, budget: Budget, planner: Planner, objective: Callable[[Instance, Allocation], float]
+) -> Allocation:
+    """The pooled cluster's plan: each job's pool chosen, every pool planned by ``planner``
+    (a single-pool allocator, :func:`scheduler.fast.allocate`) within a share of ``budget``,
+    the pools' plans compared by ``objective`` (:func:`scheduler.fast.objective`; this module
+    imports nothing of the fast mode, which the baselines it serves are part of)."""
+    assignment = first_assignment(instance)
+    share_ms = budget.budget_ms * FIRST_PLAN_SHARE / len(instance.pools)
+    pools = {pool.name: pool for pool in instance.pools}
+
+    def plan_pool(name: str, chosen: Assignment) -> tuple[Allocation, float]:
+        sub = sub_instance(instance, pools[name], [j for j, p in chosen.items() if p == name])
+        run = budget.sibling(share_ms)
+        allocation = planner(sub, run)
+        budget.charge(run.spent)
+        return allocation, objective(sub, allocation)
+
+    plans = {name: plan_pool(name, assignment) for name in pools}
+    tried = 0
+    per_move = 2 * budget.units * share_ms / budget.budget_ms  # two pools planned again
+    for job, target in _moves(instance, assignment, plans):
+        if tried >= MAX_MOVES or not budget.affords(per_move):
+            break
+        tried += 1
+        source = assignment[job.id]
+        trial = {**assignment, job.id: target}
+        new_source, new_target = plan_pool(source, trial), plan_pool(target, trial)
+        before = plans[source][1] + plans[target][1]
+        if new_source[1] + new_target[1] > before + 1e-9:
+            assignment = trial
+            plans[source], plans[target] = new_source, new_target
+    log.debug("pools: %d moves tried, %d jobs assigned", tried, len(assignment))
+    return merge(instance, {name: plan for name, (plan, _) in plans.items()})
+
+
+def first_assignment(instance: Instance) -> Assignment:
+    """Each queued job, by priority, on the allowed pool where its value is highest from the
+    start that the pool's load so far suggests (its busy GPU-steps over its GPUs)."""
+    weights, horizon = instance.weights, instance.horizon_steps
+    load = {pool.name: 0.0 for pool in instance.pools}
+    for pool in instance.pools:
+        mask = pool.mask
+        busy = zip(instance.down_masks, instance.running_masks, strict=True)
+        load[pool.name] += sum(((d | r) & mask).bit_count() for d, r in busy)
+    for rt in instance.realtime_jobs:
+        load[instance.realtime_pool(rt).name] += sum(rt.demand)
+    assignment: Assignment = {}
+    for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order)):
+        best: tuple[float, int, str] | None = None
+        for index, pool in enumerate(instance.allowed_pools(job)):
+            steps = _steps(job, pool)
+            start = max(job.release_step, int(load[pool.name] / pool.gpus))
+            worth = job.priority * instance.output_rate(job, pool.first_gpu) * job.gpus
+            value = worth * sum(weights[start : min(start + steps, horizon)])
+            if best is None or (value, -index) > best[:2]:
+                best = (value, -index, pool.name)
+        assert best is not None
+        assignment[job.id] = best[2]
+        pool = instance.pools_by_name[best[2]]
+        load[pool.name] += job.gpus * _steps(job, pool)
+    return assignment
+
+
+def _moves(
+    instance: Instance, assignment: Assignment, plans: Mapping[str, tuple[Allocation, float]]
+) -> list[tuple[BatchJob, str]]:
+    """Moves worth trying, most first, each job to the other of its pools where it runs
+    fastest: jobs left out (the most valuable first), then jobs started late in their pool
+    (by value x delay), then jobs on a pool where others start late (by the pool's delays:
+    moving one makes room for them)."""
+    placed: dict[str, int] = {}
+    for allocation, _ in plans.values():
+        placed.update((job_id, p.start_step) for job_id, p in allocation.batch.items())
+    horizon = instance.horizon_steps
+    delay = {job.id: placed.get(job.id, horizon) - job.release_step for job in instance.queued_jobs}
+    pressure = dict.fromkeys(plans, 0.0)
+    for job in instance.queued_jobs:
+        pressure[assignment[job.id]] += job.priority * job.gpus * max(0, delay[job.id])
+    ranked = []
+    for job in instance.queued_jobs:
+        others = [p for p in instance.allowed_pools(job) if p.name != assignment[job.id]]
+        own = job.priority * job.gpus * max(0, delay[job.id])
+        if not others or not (own or pressure[assignment[job.id]]):
+            continue
+        target = min(others, key=lambda p: (_steps(job, p), p.first_gpu))
+        rank = (job.id in placed, not own, -(own or pressure[assignment[job.id]]), job.order)
+        ranked.append((rank, job, target.name))
+    ranked.sort(key=lambda entry: entry[0])
+    return [(job, target) for _, job, target in ranked]
