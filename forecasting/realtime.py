@@ -99,7 +99,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal, Self
@@ -110,14 +109,37 @@ import numpy.typing as npt
 from contract.errors import InputError, NotFittedError
 from forecasting.persistence import Provenance, make_provenance
 from forecasting.quantiles import conformal_quantile, pinball_loss
+from forecasting.realtime_members import (
+    HOURS_PER_DAY,
+    HOURS_PER_WEEK,
+    Flat,
+    FloatArray,
+    HourArray,
+    Lagged,
+    Member,
+    SameHourMedian,
+    Shaped,
+    hour_of_day,
+)
+
+#: The calendar constants and array types live with the members; they are read from here.
+__all__ = [
+    "HOURS_PER_DAY",
+    "HOURS_PER_WEEK",
+    "KEPT_HOURS",
+    "SURGE_RESERVE",
+    "SURGE_RISK_HOURS",
+    "Band",
+    "FloatArray",
+    "HourArray",
+    "ProfileForecast",
+    "ProfileMethod",
+    "RealtimeProfile",
+    "busiest_quarter",
+]
 
 logger = logging.getLogger(__name__)
 
-FloatArray = npt.NDArray[np.float64]
-HourArray = npt.NDArray[np.datetime64]
-
-HOURS_PER_DAY = 24
-HOURS_PER_WEEK = 168
 #: The least history for a daily shape (its shortest window), a weekly one, and a
 #: validated choice between the two.
 MIN_DAILY_HISTORY_HOURS = 3 * HOURS_PER_DAY
@@ -132,10 +154,12 @@ BAND_POWERS = (0.0, 0.5, 1.0)
 #: An hour of day's P90 shift is calibrated on the errors within this many hours of it
 #: (5 hours x 7 validation days = 35 errors, enough for a conformal 0.9 quantile).
 HOURLY_WINDOW = 2
+#: The quantile of the busiest quarters' errors that floors every hour's P90 shift. 0.85
+#: before; 0.91 is the lowest level at which every series of the frozen tuning split
+#: (benchmarks/realtime_split) reaches 0.85 coverage of its days' busiest quarters.
+BUSY_QUANTILE = 0.91
 #: The history a fitted profile keeps: the longest shape window, and a week to spare.
 KEPT_HOURS = (max(WEEKLY_SHAPE_WEEKS) + 1) * HOURS_PER_WEEK
-#: 1970-01-05 was a Monday; slot 0 of the weekly profile is Monday 00:00.
-_MONDAY = np.datetime64("1970-01-05T00", "h")
 _HOUR = np.timedelta64(1, "h")
 #: The nowcast compares the last full hour with the forecast made this many hours before it.
 SURGE_LOOKBACK_HOURS = 3
@@ -149,8 +173,6 @@ SURGE_RISK_HOURS = 3
 #: and served about as much where FIFO reaches 98% (docs/closed-loop-log.md, *The reserve's
 #: width and the promises*).
 SURGE_RESERVE = 0.25
-#: Scale of a normal distribution's MAD, to read a MAD as a standard deviation.
-_MAD_TO_SIGMA = 1.4826
 
 
 class ProfileMethod(Enum):
@@ -237,123 +259,6 @@ class ValidationDay:
     actual: FloatArray
 
 
-def hour_of_day(hours: HourArray) -> npt.NDArray[np.int64]:
-    """Hour of the day, 0-23."""
-    return ((np.asarray(hours).astype("datetime64[h]") - _MONDAY).astype(np.int64) % HOURS_PER_DAY).astype(
-        np.int64
-    )
-
-
-def week_slot(hours: HourArray) -> npt.NDArray[np.int64]:
-    """Hour of the week, 0 = Monday 00:00 .. 167 = Sunday 23:00."""
-    return ((hours - _MONDAY).astype(np.int64) % HOURS_PER_WEEK).astype(np.int64)
-
-
-def _centred_mean(z: FloatArray, window_hours: int) -> FloatArray:
-    """Moving average over a full window, centred where the series allows.
-
-    Near the ends the window slides inward instead of shrinking: a half window at the
-    end of a week would average only the busy weekdays and bias the shape of the hours
-    it detrends (seen on the LoRA trace).
-    """
-    window = min(window_hours, z.size)
-    cumulative = np.concatenate([[0.0], np.cumsum(z)])
-    lo = np.clip(np.arange(z.size) - window // 2, 0, z.size - window)
-    mean: FloatArray = (cumulative[lo + window] - cumulative[lo]) / window
-    return mean
-
-
-@dataclass(frozen=True, slots=True)
-class _Flat:
-    """A flat setting: the median of the last ``level_hours``, every hour ahead."""
-
-    level_hours: int
-
-    def __call__(self, z: FloatArray, horizon: int) -> FloatArray | None:
-        if z.size < self.level_hours:
-            return None
-        return np.full(horizon, float(np.median(z[-self.level_hours :])))
-
-
-@dataclass(frozen=True, slots=True)
-class _Shaped:
-    """A shaped setting: ``cycles`` periods of ``period`` hours, and the level-shift rule."""
-
-    period: int
-    cycles: int
-    shift_sigmas: float
-    recent_hours: int
-
-    def __call__(self, z: FloatArray, horizon: int) -> FloatArray | None:
-        span = self.period * self.cycles
-        if z.size < span:
-            return None
-        # Detrend with a centred mean that may reach half a period before the window.
-        context = z[-(span + self.period // 2) :]
-        window = z[-span:]
-        detrended = window - _centred_mean(context, self.period)[-span:]
-        shape = np.median(detrended.reshape(self.cycles, self.period), axis=0)
-        shape = shape - shape.mean()
-        adjusted = window - np.tile(shape, self.cycles)
-        level = float(np.median(adjusted))
-        residuals = adjusted - level
-        recent = float(np.median(residuals[-self.recent_hours :]))
-        sigma = _MAD_TO_SIGMA * float(np.median(np.abs(residuals - np.median(residuals))))
-        if abs(recent) > self.shift_sigmas * sigma:
-            level += recent
-        # The hour after the window has phase 0: the window starts a whole number of
-        # periods before it.
-        forecast: FloatArray = level + shape[np.arange(horizon) % self.period]
-        return forecast
-
-
-@dataclass(frozen=True, slots=True)
-class _Lagged:
-    """A seasonal setting with no level of its own: per phase, the median of the last
-    ``cycles`` periods (one cycle: the seasonal naive forecast)."""
-
-    period: int
-    cycles: int
-
-    def __call__(self, z: FloatArray, horizon: int) -> FloatArray | None:
-        span = self.period * self.cycles
-        if z.size < span:
-            return None
-        by_phase = np.median(z[-span:].reshape(self.cycles, self.period), axis=0)
-        forecast: FloatArray = by_phase[np.arange(horizon) % self.period]
-        return forecast
-
-
-def same_hour_median(requests: FloatArray, horizon: int, weeks: int = 4) -> FloatArray:
-    """Median of the same hour of the week over the last ``weeks`` weeks there are
-    (with under one week, the seasonal naive 24 h forecast; under a day, the last hour)."""
-    available = min(weeks, requests.size // HOURS_PER_WEEK)
-    ahead = np.arange(horizon)
-    if available == 0:
-        period = HOURS_PER_DAY if requests.size >= HOURS_PER_DAY else 1
-        repeated: FloatArray = requests[requests.size - period + ahead % period]
-        return repeated
-    # Whole weeks back from each forecast hour, starting with the first one observed.
-    first_back = ahead // HOURS_PER_WEEK + 1
-    back = first_back[None, :] + np.arange(available)[:, None]
-    index = requests.size + ahead[None, :] - HOURS_PER_WEEK * back
-    median: FloatArray = np.median(requests[np.clip(index, 0, None)], axis=0)
-    return median
-
-
-@dataclass(frozen=True, slots=True)
-class _SameHourMedian:
-    """:func:`same_hour_median` of the requests, on the log1p scale the members speak."""
-
-    weeks: int
-
-    def __call__(self, z: FloatArray, horizon: int) -> FloatArray | None:
-        if z.size < HOURS_PER_WEEK:
-            return None
-        forecast: FloatArray = np.log1p(same_hour_median(np.expm1(z), horizon, self.weeks))
-        return forecast
-
-
 #: Pure seasonal settings of the weekly family (weeks): the seasonal naive forecast and
 #: the median of the same hour over four weeks, two baselines it must beat. Joining
 #: them, it is never far from either where they are good (spiky LoRA-like traffic),
@@ -363,10 +268,6 @@ LAGGED_WEEKS = (1, 4)
 MEDIAN_MARGIN = 0.2
 #: The weeks of the same-hour median family (the baseline the profile must not lose to).
 SAME_HOUR_MEDIAN_WEEKS = 4
-
-#: One setting of a family: (log1p history, horizon) -> log1p forecast, or None when the
-#: history is too short for it.
-Member = Callable[[FloatArray, int], FloatArray | None]
 
 
 class RealtimeProfile:
@@ -408,7 +309,7 @@ class RealtimeProfile:
         method: MethodChoice = "auto",
         validation_days: int = 7,
         quantile: float = 0.9,
-        busy_quantile: float = 0.85,
+        busy_quantile: float = BUSY_QUANTILE,
         band_floor_fraction: float = 0.1,
         level_shift_sigmas: float = 0.5,
         recent_level_hours: int = 24,
@@ -571,19 +472,19 @@ class RealtimeProfile:
 
     def _members(self, method: ProfileMethod) -> list[Member]:
         if method is ProfileMethod.SAME_HOUR_MEDIAN:
-            return [_SameHourMedian(SAME_HOUR_MEDIAN_WEEKS)]
+            return [SameHourMedian(SAME_HOUR_MEDIAN_WEEKS)]
         if method is ProfileMethod.FLAT:
-            return [_Flat(level) for level in FLAT_LEVEL_HOURS]
+            return [Flat(level) for level in FLAT_LEVEL_HOURS]
         period, cycles = (
             (HOURS_PER_DAY, DAILY_SHAPE_DAYS)
             if method is ProfileMethod.DAILY
             else (HOURS_PER_WEEK, WEEKLY_SHAPE_WEEKS)
         )
         shaped: list[Member] = [
-            _Shaped(period, count, self.level_shift_sigmas, self.recent_level_hours) for count in cycles
+            Shaped(period, count, self.level_shift_sigmas, self.recent_level_hours) for count in cycles
         ]
         if method is ProfileMethod.WEEKLY:
-            shaped += [_Lagged(HOURS_PER_WEEK, weeks) for weeks in LAGGED_WEEKS]
+            shaped += [Lagged(HOURS_PER_WEEK, weeks) for weeks in LAGGED_WEEKS]
         return shaped
 
     def _forecast_requests(self, z: FloatArray, method: ProfileMethod, horizon: int) -> FloatArray | None:

@@ -32,8 +32,8 @@ from forecasting.realtime import (
     FloatArray,
     HourArray,
     ProfileForecast,
-    same_hour_median,
 )
+from forecasting.realtime_members import same_hour_median
 
 __all__ = ["BaselineForecaster", "SeasonalBaseline", "mstl_ets", "same_hour_median", "seasonal_naive"]
 
