@@ -15,11 +15,6 @@ re-plans the services around them, step by step, so that each one:
 
 The re-planned holdings serve at least what the plan served at every step, so the
 objective never falls; the result is kept only if it moves fewer GPUs (or scores more).
-
-A batch block that starts on GPUs an app held the step before makes the app swap them for
-others (a replica restarted) though nothing is gained where another aligned block is free
-for the job's whole run: :func:`_pack_around_apps` moves such blocks there first (same start
-steps, so the batch value is the same), and the services are settled around both packings.
 """
 
 from __future__ import annotations
@@ -28,10 +23,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 
 from contract.curves import swap_capped_curve
-from contract.scenario import BatchJob, Instance, block_mask, iter_gpus_down
+from contract.scenario import Instance, iter_gpus_down
 from scheduler.board import BlockedSchedule
 from scheduler.metrics import moves, realtime_objective
-from scheduler.model import Allocation, Placement, batch_masks
+from scheduler.model import Allocation, batch_masks
 
 EPSILON = 1e-9
 NEVER = 1 << 30
@@ -44,62 +39,17 @@ def settle(instance: Instance, allocation: Allocation) -> Allocation:
         return allocation
     best, best_score = allocation.realtime, realtime_objective(instance, allocation.realtime)
     best_moves = moves(instance, best)
-    best_batch = allocation.batch
+    blocked = batch_masks(instance, allocation.batch)
+    schedule = BlockedSchedule(blocked)
     floor = _served_curves(instance, allocation)
-    packings = [allocation.batch]
-    packed = _pack_around_apps(instance, allocation)
-    if packed != allocation.batch:
-        packings.append(packed)
-    for batch in packings:
-        blocked = batch_masks(instance, batch)
-        schedule = BlockedSchedule(blocked)
-        for give_back_idle in (False, True):
-            realtime = _sticky_realtime(instance, floor, blocked, schedule, give_back_idle=give_back_idle)
-            if realtime is None:
-                continue
-            score, moved = realtime_objective(instance, realtime), moves(instance, realtime)
-            if score > best_score + EPSILON or (score >= best_score - EPSILON and moved < best_moves):
-                best, best_score, best_moves, best_batch = realtime, score, moved, batch
-    if best is allocation.realtime:
-        return allocation
-    return Allocation(batch=best_batch, realtime=best)
-
-
-def _pack_around_apps(instance: Instance, allocation: Allocation) -> dict[str, Placement]:
-    """``allocation``'s batch placements, each block that starts on GPUs the apps held the
-    step before (or run at step 0) moved to the aligned block free for its whole run that
-    overlaps those GPUs least (the highest such block), when that overlaps them less."""
-    running = instance.running_realtime
-    apps_before = [0] * instance.horizon_steps
-    apps_before[0] = sum((r.mask for r in running.values()), 0)
-    for masks in allocation.realtime.values():
-        for t, mask in enumerate(masks[:-1]):
-            apps_before[t + 1] |= mask
-    jobs = instance.jobs_by_id
-    placements = dict(allocation.batch)
-    occupied = batch_masks(instance, placements)
-    for job_id, placement in sorted(placements.items(), key=lambda item: (item[1].start_step, item[0])):
-        job = jobs[job_id]
-        assert isinstance(job, BatchJob)
-        start, mine = placement.start_step, block_mask(placement.first_gpu, job.gpus)
-        steps = range(start, job.end_step(start, instance.horizon_steps))
-        held = apps_before[start]
-        if not mine & held:
+    for give_back_idle in (False, True):
+        realtime = _sticky_realtime(instance, floor, blocked, schedule, give_back_idle=give_back_idle)
+        if realtime is None:
             continue
-        others = 0
-        for t in steps:
-            others |= occupied[t] & ~mine
-        free = [
-            first
-            for first in range((instance.gpus // job.gpus - 1) * job.gpus, -1, -job.gpus)
-            if not block_mask(first, job.gpus) & others
-        ]
-        first = min(free, key=lambda f: (block_mask(f, job.gpus) & held).bit_count())
-        if (block_mask(first, job.gpus) & held).bit_count() < (mine & held).bit_count():
-            placements[job_id] = Placement(start_step=start, first_gpu=first)
-            for t in steps:
-                occupied[t] = occupied[t] & ~mine | block_mask(first, job.gpus)
-    return placements
+        score, moved = realtime_objective(instance, realtime), moves(instance, realtime)
+        if score > best_score + EPSILON or (score >= best_score - EPSILON and moved < best_moves):
+            best, best_score, best_moves = realtime, score, moved
+    return allocation if best is allocation.realtime else Allocation(batch=allocation.batch, realtime=best)
 
 
 def _by_blocking(schedule: BlockedSchedule, gpus: int, step: int) -> Iterator[int]:
