@@ -17,7 +17,7 @@ import yaml
 from contract.errors import InputError
 from contract.records import Amendment, Assignment, Commit, JobState, Outcome, TrafficHour
 from contract.scenario_io import parse_scenario
-from gpuplan.app.bridge import column_commit
+from gpuplan.app.bridge import column_commit, time_limit
 from gpuplan.app.config import demo_config
 from gpuplan.app.demo import demo_world
 from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor, default_feed
@@ -346,6 +346,54 @@ def test_the_json_lines_executor_appends_one_line_per_job(tmp_path: Path, models
         {"hour": commit.hour.isoformat(), "seq": 0, "job": a.job, "gpus": list(a.gpus)}
         for a in commit.assignments
     ]
+
+
+def test_with_overrun_stop_a_job_past_its_limit_is_stopped_through_the_executor(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """``overrun: stop`` and ``overrun_factor``: the cycle past a running job's P90 hours x the
+    factor tells the executor to stop it (the json-lines feed gets its stop line) and the job
+    ends cancelled; a job within its limit runs on, and the default only warns."""
+    store = open_store(_db(tmp_path))
+    try:
+        config = replace(quick_config(models_dir), overrun_factor=1.5)
+        ensure_service(store, config, T0)
+        feed = tmp_path / "commits.jsonl"
+        executor = JsonLinesExecutor(feed)
+        plan_cycle(store, T0, config, executor)
+        running = store.jobs([JobState.RUNNING])
+        assert running
+        limits = {job.id: time_limit(job, 1.5) for job in running}
+        first = min(limits, key=lambda job_id: limits[job_id])  # type: ignore[arg-type, return-value]
+        late = limits[first]
+        assert late is not None and late < time_limit(store.job(first), 2.0)  # type: ignore[arg-type, operator]
+        plan_cycle(store, late, config, executor)  # `overrun: warn`, the default: nothing stopped
+        assert store.job(first).state is JobState.RUNNING  # type: ignore[union-attr]
+        stopping = replace(config, overrun="stop")
+        plan_cycle(store, late, stopping, executor)
+        ended = store.job(first)
+        still = {job.id for job in store.jobs([JobState.RUNNING])}
+    finally:
+        store.close()
+    assert ended is not None and ended.state is JobState.DONE and ended.outcome is Outcome.CANCELLED
+    stops = [line for line in map(json.loads, feed.read_text().splitlines()) if line.get("stop")]
+    assert {line["job"] for line in stops} == {j for j, limit in limits.items() if limit and limit <= late}
+    assert first not in still
+
+
+def test_the_overrun_keys_of_a_config_file_are_checked(tmp_path: Path) -> None:
+    from gpuplan.app.config import load_config
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text("cluster: {gpus: 8}\noverrun: stop\noverrun_factor: 3\n")
+    config = load_config(path)
+    assert (config.overrun, config.overrun_factor) == ("stop", 3.0)
+    path.write_text("cluster: {gpus: 8}\noverrun: kill\n")
+    with pytest.raises(InputError, match=r"`overrun` must be warn or stop; got 'kill'"):
+        load_config(path)
+    path.write_text("cluster: {gpus: 8}\noverrun_factor: 0.5\n")
+    with pytest.raises(InputError, match=r"`overrun_factor` must be a number in \[1, 100\]; got 0.5"):
+        load_config(path)
 
 
 def test_the_json_lines_executor_skips_what_it_already_holds(tmp_path: Path) -> None:

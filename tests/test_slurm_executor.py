@@ -533,6 +533,31 @@ def test_stopping_a_cancelled_job_scancels_its_slurm_job(service: SlurmService) 
 
 
 @pytest.mark.slurm
+def test_a_job_past_its_time_limit_is_scancelled_when_the_config_says_stop(service: SlurmService) -> None:
+    now = this_hour() + timedelta(minutes=1)
+    spec = {"id": "overrun", "kind": "training", "priority": 50, "gpus": 1, "hours": 3.0, **FEATURES}
+    spec |= {"time_limit_hours": 0.25, "slurm": {"command": "sleep 300"}}
+    submit(service.store, spec, now, service.config, replan=False)
+    service.cycle(now)
+    slurm_id = service.slurm_job("overrun").id
+    wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
+    started = service.store.job("overrun").started_at  # type: ignore[union-attr]
+    assert started is not None
+    past = started + timedelta(minutes=20)
+    # The default, `overrun: warn`, tells the operator and leaves the job running.
+    plan_cycle(service.store, past, service.config, service.executor)
+    assert service.executor.client.job(slurm_id).state == RUNNING  # type: ignore[union-attr]
+    assert service.store.job("overrun").state is JobState.RUNNING  # type: ignore[union-attr]
+    stopping = replace(service.config, overrun="stop")
+    plan_cycle(service.store, started + timedelta(minutes=10), stopping, service.executor)  # within its limit
+    assert service.executor.client.job(slurm_id).state == RUNNING  # type: ignore[union-attr]
+    plan_cycle(service.store, past, stopping, service.executor)
+    wait_for(lambda: service.executor.client.job(slurm_id).state == "CANCELLED", "CANCELLED")  # type: ignore[union-attr]
+    ended = service.store.job("overrun")
+    assert ended is not None and ended.state is JobState.DONE and ended.outcome is Outcome.CANCELLED
+
+
+@pytest.mark.slurm
 def test_a_job_cancelled_while_queued_leaves_no_held_slurm_job(service: SlurmService) -> None:
     from gpuplan.app.jobs import cancel
 

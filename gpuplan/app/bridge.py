@@ -96,9 +96,9 @@ def planned_hours(estimate: JobEstimate, plan_with: PlanWith) -> float:
     return estimate.hours_p50 if plan_with is PlanWith.P50 else estimate.hours_p90
 
 
-def time_limit(job: Job) -> datetime | None:
+def time_limit(job: Job, factor: float = OVERRUN_FACTOR) -> datetime | None:
     """When a running ``job`` overruns: its spec's ``time_limit_hours`` after its start, or its
-    P90 hours times :data:`~gpuplan.app.config.OVERRUN_FACTOR` (None: not started or not
+    P90 hours times ``factor`` (the config's ``overrun_factor``; None: not started or not
     estimated)."""
     if job.started_at is None:
         return None
@@ -106,7 +106,7 @@ def time_limit(job: Job) -> datetime | None:
     if hours is None:
         if job.estimate is None:
             return None
-        hours = job.estimate.hours_p90 * OVERRUN_FACTOR
+        hours = job.estimate.hours_p90 * factor
     return job.started_at + float(hours) * STEP
 
 

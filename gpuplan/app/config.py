@@ -74,8 +74,14 @@ PROMISE_LOOKBACK_RANGE = (0, 168)
 AGING_HOURS = 64.0
 AGING_RANGE = (0.0, 8760.0)
 #: A running job without a ``time_limit_hours`` in its spec overruns after its P90 hours
-#: times this: the operator is told (``gpuplan status``, the daemon's log).
+#: times this (the config's ``overrun_factor``): the operator is told (``gpuplan status``,
+#: the daemon's log), and with ``overrun: stop`` the executor is told to stop it.
 OVERRUN_FACTOR = 2.0
+OVERRUN_FACTOR_RANGE = (1.0, 100.0)
+#: What the daemon does with a job past its time limit: ``warn`` (the default: a P90-based
+#: limit is a forecast, and stopping a run that is merely slow throws its work away) or
+#: ``stop`` (the executor stops it; it ends ``cancelled``).
+OVERRUN_ACTIONS = ("warn", "stop")
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,10 @@ class ServiceConfig:
     #: Hours of waiting after which a queued job's priority in the plans has doubled
     #: (``bridge.aged_priority``); None or 0: no aging.
     aging_hours: float | None = None
+    #: ``warn`` or ``stop`` a running job past its time limit (:data:`OVERRUN_ACTIONS`).
+    overrun: str = "warn"
+    #: A job without ``time_limit_hours`` overruns after its P90 hours times this.
+    overrun_factor: float = OVERRUN_FACTOR
     #: False: plans count estimated work, not wall time (the simulation, reproducible per seed).
     plan_wall_clock: bool = True
     models_dir: Path = Path("models")
@@ -212,6 +222,8 @@ TOP_KEYS = {
     "promise_break_hours",
     "promise_lookback_hours",
     "aging_hours",
+    "overrun",
+    "overrun_factor",
     "models_dir",
     "commits_file",
     "executor",
@@ -356,6 +368,9 @@ def load_config(path: Path) -> ServiceConfig:
         raise r.fail("plan_with", "p50 or p90", plan_with)
     keep_days = _keep_days(r, top.get("prune_keep_days", base.prune_keep_days))
     commits_file = top.get("commits_file")
+    overrun = top.get("overrun", "warn")
+    if overrun not in OVERRUN_ACTIONS:
+        raise r.fail("overrun", " or ".join(OVERRUN_ACTIONS), overrun)
     return ServiceConfig(
         cluster=cluster,
         apps=apps.apps,
@@ -374,6 +389,10 @@ def load_config(path: Path) -> ServiceConfig:
         aging_hours=None
         if top.get("aging_hours") is None
         else r.number(top.get("aging_hours"), "aging_hours", *AGING_RANGE) or None,
+        overrun=overrun,
+        overrun_factor=r.number(
+            top.get("overrun_factor", OVERRUN_FACTOR), "overrun_factor", *OVERRUN_FACTOR_RANGE
+        ),
         models_dir=Path(r.text(top.get("models_dir", "models"), "models_dir")),
         commits_file=None if commits_file is None else Path(r.text(commits_file, "commits_file")),
         executor=None if top.get("executor") is None else r.text(top["executor"], "executor"),

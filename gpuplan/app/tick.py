@@ -37,7 +37,7 @@ from gpuplan.app.bridge import (
     scenario_document,
     time_limit,
 )
-from gpuplan.app.config import ServiceConfig
+from gpuplan.app.config import OVERRUN_FACTOR, ServiceConfig
 from gpuplan.app.executors.base import Executor
 from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.outbox import deliver_pending
@@ -206,7 +206,7 @@ def load_snapshot(
         else:
             log.warning("job %s needs more GPUs than the cluster has; left queued", job.id)
     running = store.jobs([JobState.RUNNING])
-    warn_overruns(running, start)
+    warn_overruns(running, start, config.overrun_factor)
     apps = store.apps()
     previous = hour_allocation(store, start - STEP)
     held = realtime_sets(previous, [a.id for a in apps]) if previous else {}
@@ -224,13 +224,13 @@ def load_snapshot(
 _warned_overruns: set[str] = set()
 
 
-def warn_overruns(running: Collection[Job], now: datetime) -> list[str]:
+def warn_overruns(running: Collection[Job], now: datetime, factor: float = OVERRUN_FACTOR) -> list[str]:
     """Log a warning, once per job, for each running job past its time limit
-    (``bridge.time_limit``): without an executor that stops it, it holds its GPUs until it is
-    reported done. Returns the jobs warned of now."""
+    (``bridge.time_limit`` with the config's ``overrun_factor``): without an executor that
+    stops it, it holds its GPUs until it is reported done. Returns the jobs warned of now."""
     warned = []
     for job in running:
-        limit = time_limit(job)
+        limit = time_limit(job, factor)
         if limit is not None and now >= limit and job.id not in _warned_overruns:
             _warned_overruns.add(job.id)
             warned.append(job.id)
@@ -244,6 +244,28 @@ def warn_overruns(running: Collection[Job], now: datetime) -> list[str]:
                 job.id,
             )
     return warned
+
+
+def stop_overruns(store: Store, now: datetime, config: ServiceConfig, executor: Executor) -> list[str]:
+    """With the config's ``overrun: stop``, each running job past its time limit is stopped
+    through ``executor`` and ends ``cancelled`` (its GPUs free for the plan that follows).
+    Returns the jobs stopped."""
+    from gpuplan.app.jobs import cancel
+
+    if config.overrun != "stop":
+        return []
+    stopped = []
+    for job in store.jobs([JobState.RUNNING]):
+        limit = time_limit(job, config.overrun_factor)
+        if limit is not None and now >= limit:
+            cancel(store, job.id, now, executor)
+            stopped.append(job.id)
+            log.warning(
+                "job %s ran past its time limit (%s): stopped (config `overrun: stop`)",
+                job.id,
+                limit.isoformat(),
+            )
+    return stopped
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -371,6 +393,8 @@ def plan_cycle(
     """
     forecasters = forecasters or Forecasters(config.models_dir)
     hour = floor_hour(now)
+    if executor is not None and mode is RunMode.PLAN:
+        stop_overruns(store, now, config, executor)
     snapshot, run = fresh_run(
         store, now, config, forecasters, mode=mode, policy=policy, partial_rates=partial_rates
     )
