@@ -73,7 +73,10 @@ def run(args: argparse.Namespace) -> int:
         say(
             format_table(
                 ["node", "first", "gpus"],
-                [[r["node"], r["first"], gpu_ranges(r["gpus"])] for r in _map_dict(gpu_map)["nodes"]],
+                [
+                    [node, k * gpu_map.gpus_per_node, gpu_ranges(_node_gpus(gpu_map, k))]
+                    for k, node in enumerate(gpu_map.nodes)
+                ],
             )
             + "\n"
         )
@@ -82,15 +85,20 @@ def run(args: argparse.Namespace) -> int:
 
 def _map_dict(reading: GpuMapReading) -> dict[str, object]:
     """The stored GPU map as ``status --json`` shows it: each node, its first GPU id and its ids."""
-    per = reading.gpus_per_node
     return {
         "partition": reading.partition,
         "read_at": reading.read_at.isoformat(),
         "nodes": [
-            {"node": node, "first": k * per, "gpus": list(range(k * per, (k + 1) * per))}
+            {"node": node, "first": k * reading.gpus_per_node, "gpus": _node_gpus(reading, k)}
             for k, node in enumerate(reading.nodes)
         ],
     }
+
+
+def _node_gpus(reading: GpuMapReading, k: int) -> list[int]:
+    """The GPU ids of the ``k``-th node of the map."""
+    per = reading.gpus_per_node
+    return list(range(k * per, (k + 1) * per))
 
 
 def _check_not_before(now: Status) -> None:
