@@ -82,7 +82,10 @@ def test_the_logrotate_file_init_names_is_read_by_logrotate(tmp_path: Path) -> N
     rotate = _named(_init(tmp_path), "/etc/logrotate.d/gpuplan")
     assert rotate == packaging.LOGROTATE
     checked = tmp_path / "gpuplan.logrotate"
-    checked.write_bytes(rotate.read_bytes())
+    # The user gpuplan is made at install (init's step 4); here root stands for it.
+    text = rotate.read_text()
+    assert "su gpuplan gpuplan\n" in text
+    checked.write_text(text.replace("su gpuplan gpuplan\n", "su root root\n"))
     checked.chmod(0o644)  # logrotate refuses a file others may write
     done = subprocess.run(
         ["logrotate", "-d", "-s", str(tmp_path / "state"), str(checked)],
@@ -92,5 +95,87 @@ def test_the_logrotate_file_init_names_is_read_by_logrotate(tmp_path: Path) -> N
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "/var/log/gpuplan/*.log" in done.stdout + done.stderr
+    assert "rotating pattern: /var/log/gpuplan/*.log" in done.stdout + done.stderr
     assert "error" not in (done.stdout + done.stderr).lower()
+
+
+def test_the_wheel_installs_and_init_finds_its_package_data(tmp_path: Path) -> None:
+    """``make dist``'s recipe builds the wheel, installed with ``--no-index`` into a folder of
+    its own; the installed ``gpuplan`` (not this checkout) prints its version and runs init."""
+    root = Path(__file__).resolve().parents[1]
+    # make dist's recipe; the build's own setuptools comes from pip's configured indexes.
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(tmp_path / "dist"),
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = (tmp_path / "dist").glob("gpuplan-*.whl")
+    target = tmp_path / "site"
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert install.returncode == 0, install.stderr
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(target), "HOME": str(tmp_path)}
+    where = tmp_path / "elsewhere"  # not the checkout, so nothing is imported from it
+    where.mkdir()
+
+    def installed(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=where,
+            env=env,
+        )
+
+    origin = installed("-c", "import gpuplan, storage; print(gpuplan.__file__); print(storage.__file__)")
+    assert origin.returncode == 0, origin.stderr
+    assert all(line.startswith(str(target)) for line in origin.stdout.splitlines()), origin.stdout
+    version = installed("-m", "gpuplan", "--version")
+    assert version.returncode == 0 and re.fullmatch(r"gpuplan \S+\n", version.stdout), version
+    init = installed(
+        "-m",
+        "gpuplan",
+        "init",
+        "--config",
+        str(where / "gpuplan.yaml"),
+        "--db",
+        f"sqlite:///{where / 'gpuplan.db'}",
+    )
+    assert init.returncode == 0, init.stderr
+    assert (where / "gpuplan.yaml").read_bytes() == packaging.CONFIG_TEMPLATE.read_bytes()
+    for shipped in (
+        _named(init.stdout, "/etc/systemd/system/gpuplan.service"),
+        _named(init.stdout, "/etc/logrotate.d/gpuplan"),
+    ):
+        assert shipped.is_relative_to(target) and shipped.is_file(), shipped
