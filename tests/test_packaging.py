@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuplan import packaging
+from storage import maintenance
 
 SHIPPED_COMMAND = "/opt/gpuplan/bin/gpuplan"
 
@@ -179,3 +180,47 @@ def test_the_wheel_installs_and_init_finds_its_package_data(tmp_path: Path) -> N
         _named(init.stdout, "/etc/logrotate.d/gpuplan"),
     ):
         assert shipped.is_relative_to(target) and shipped.is_file(), shipped
+
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+HEAD_NODE = re.compile(r"<!-- head-node: (?P<name>\w+) -->\n```sh\n(?P<body>.*?)\n```", re.DOTALL)
+GPUPLAN = "/opt/gpuplan/bin/gpuplan "
+
+
+def head_node_commands(text: str) -> list[str]:
+    """The ``gpuplan`` lines of docs/operations.md's head-node blocks, in order."""
+    return [
+        line
+        for block in HEAD_NODE.finditer(text)
+        for line in block["body"].splitlines()
+        if line.startswith(GPUPLAN)
+    ]
+
+
+def test_the_head_node_commands_in_the_docs_run_as_written(tmp_path: Path) -> None:
+    commands = head_node_commands(DOC.read_text(encoding="utf-8"))
+    names = [m["name"] for m in HEAD_NODE.finditer(DOC.read_text(encoding="utf-8"))]
+    assert names == ["install", "upgrade", "restore"]
+    verbs = [line.removeprefix(GPUPLAN).split()[:2] for line in commands]
+    assert verbs == [
+        ["--version"],
+        ["init", "--config"],
+        ["doctor", "--config"],
+        ["db", "backup"],
+        ["db", "upgrade"],
+        ["db", "version"],
+        ["db", "restore"],
+    ]
+    (tmp_path / "backups").mkdir()
+    for line in commands:
+        # The head node's paths, moved into the scratch directory; the program is this gpuplan.
+        local = (
+            line.replace("/etc/gpuplan/", f"{tmp_path}/etc/")
+            .replace("/var/lib/gpuplan/", f"{tmp_path}/state/")
+            .replace("/var/backups/", f"{tmp_path}/backups/")
+        )
+        argv = [sys.executable, "-m", "gpuplan", *local.removeprefix(GPUPLAN).split()]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+        assert done.returncode == 0, (line, done.stdout, done.stderr)
+    assert (tmp_path / "backups" / "gpuplan.db").is_file()
+    assert maintenance.schema_state(f"sqlite:///{tmp_path}/state/gpuplan.db").current  # restored, upgraded
