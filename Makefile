@@ -7,7 +7,7 @@ PG_INITDB := /usr/lib/postgresql/*/bin/initdb
 SLURM_CHECK := test -x /usr/sbin/slurmctld -a -x /usr/sbin/slurmd -a -x /usr/bin/sbatch -a -x /usr/sbin/munged
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install run test lint typecheck unit docs-check postgres prometheus chromium slurm bench clean
+.PHONY: install run test lint typecheck unit docs-check postgres prometheus chromium slurm service-tools bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,7 +32,7 @@ typecheck: $(STAMP)
 
 # Two workers, one test file each at a time (a file's fixtures are built once): the suite is
 # CPU-bound, and every server a fixture starts takes free loopback ports and its own folder.
-unit: $(STAMP) postgres prometheus chromium slurm
+unit: $(STAMP) postgres prometheus chromium slurm service-tools
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile
 
 # Installs the Debian packages $(1) without starting their system services: policy-rc.d
@@ -77,6 +77,14 @@ slurm:
 	echo "make slurm: installing Debian's slurmctld slurmd slurm-client munge (the Slurm tests start their own cluster)"; \
 	$(call APT_INSTALL,slurmctld slurmd slurm-client munge); \
 	$(SLURM_CHECK)
+
+# Debian's systemd (systemd-analyze, run without systemd running) and logrotate when missing:
+# the packaging tests check the shipped unit and logrotate file with them.
+service-tools:
+	@if command -v systemd-analyze >/dev/null && command -v logrotate >/dev/null; then exit 0; fi; \
+	echo "make service-tools: installing Debian's systemd logrotate (the packaging tests check the unit and logrotate file)"; \
+	$(call APT_INSTALL,systemd logrotate); \
+	command -v systemd-analyze >/dev/null && command -v logrotate >/dev/null
 
 test: lint typecheck unit
 

@@ -57,6 +57,17 @@ class Cluster:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuMapReading:
+    """The executor's last reading of its partition: node ``nodes[k]``'s GPU ``IDX`` is GPU id
+    ``k * gpus_per_node + IDX`` (the map ``gpuplan status`` shows to read Slurm's ``IDX``)."""
+
+    partition: str
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+    read_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class App:
     """A real-time inference app: its capacity per GPU, churn limit and priority."""
 

@@ -21,6 +21,7 @@ from contract.records import (
     Cluster,
     Commit,
     Delivery,
+    GpuMapReading,
     Job,
     JobEstimate,
     JobState,
@@ -134,6 +135,14 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def profile_through(self, app: str) -> datetime | None: ...
+
+    @abc.abstractmethod
+    def gpu_map(self) -> GpuMapReading | None:
+        """The executor's last stored reading of its partition; None before any."""
+
+    @abc.abstractmethod
+    def save_gpu_map(self, reading: GpuMapReading) -> None:
+        """Replace the stored reading of the partition."""
 
     # -- jobs ----------------------------------------------------------------------------
     @abc.abstractmethod

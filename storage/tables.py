@@ -43,7 +43,7 @@ NAMING_CONVENTION = {
 
 # The newest migration in storage/migrations/versions (a test keeps the two equal): a
 # database already there opens without loading Alembic, which every command would pay for.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 ID_LENGTH = 200  # job and app ids; the scenario format puts no limit, a column must
 
 
@@ -120,6 +120,20 @@ class DownWindowRow(Base):
     gpu: Mapped[int]
     starts_at: Mapped[datetime]
     ends_at: Mapped[datetime | None]
+
+
+class GpuMapRow(Base):
+    """One node of the executor's last reading of its partition (migration 0007): its GPUs are
+    ids ``first_gpu`` to ``first_gpu + gpus - 1``, in the order of ``position``."""
+
+    __tablename__ = "gpu_map"
+
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    node: Mapped[str]
+    first_gpu: Mapped[int]
+    gpus: Mapped[int]
+    partition: Mapped[str]
+    read_at: Mapped[datetime]
 
 
 class AppRow(Base):

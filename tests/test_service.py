@@ -274,8 +274,9 @@ def test_status_json_has_the_documented_shape(tmp_path: Path, models_dir: Path) 
     db = _db(tmp_path)
     _once(db, models_dir, T0)
     status = json.loads(run_cli("status", "--db", db, "--json", "--at", T0.isoformat()).out)
-    assert set(status) == {"at", "running", "queue", "last_run", "leader"}
+    assert set(status) == {"at", "running", "queue", "last_run", "leader", "gpu_map"}
     assert status["leader"] is None  # SQLite: no standby, so no leader to name
+    assert status["gpu_map"] is None  # no Slurm partition read
     batch = {"job", "kind", "team", "gpus", "since", "time_limit", "overrun"}
     assert all(set(r) in ({"job", "kind", "team", "gpus", "since"}, batch) for r in status["running"])
     assert any(set(r) == batch for r in status["running"])

@@ -647,3 +647,21 @@ def test_a_running_jobs_since_is_slurms_start_not_its_release(service: SlurmServ
     assert stored is not None and stored.started_at == started
     running = status(service.store, now + timedelta(minutes=1)).running
     assert [row["since"] for row in running if row["job"] == job_id] == [started.isoformat()]
+
+
+@pytest.mark.slurm
+def test_the_partitions_gpu_map_is_stored_at_each_change(service: SlurmService) -> None:
+    now = this_hour() + timedelta(minutes=1)
+    service.executor.reconcile(service.store, now, service.config)
+    stored = service.store.gpu_map()
+    gpu_map = service.executor.read(None, now).gpu_map
+    assert stored is not None
+    assert (stored.partition, stored.nodes, stored.gpus_per_node) == (
+        PARTITION,
+        gpu_map.nodes,
+        gpu_map.gpus_per_node,
+    )
+    assert stored.read_at == now
+    # The same map read again keeps the time it was first read.
+    service.executor.reconcile(service.store, now + timedelta(minutes=5), service.config)
+    assert service.store.gpu_map() == stored

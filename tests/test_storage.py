@@ -67,6 +67,7 @@ TABLES = {
     "commits",
     "deliveries",
     "job_counts",
+    "gpu_map",
     "job_history",
     "jobs",
     "locks",

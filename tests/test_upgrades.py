@@ -9,6 +9,7 @@ On SQLite and on a real PostgreSQL server (tests/pg.py).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ import pytest
 from alembic import command
 from sqlalchemy import MetaData, create_engine, inspect, text
 
-from contract.records import JobState, Outcome, TrafficHour
+from contract.records import GpuMapReading, JobState, Outcome, TrafficHour
 from gpuplan.cli import main
 from storage import maintenance
 from storage.factory import open_store
@@ -247,8 +248,38 @@ def check_kept(url: str, revision: str) -> None:
         assert store.marks()[1:4] == (3, 1, 1)
         store.finish_job("running-1", HOUR + timedelta(hours=1), Outcome.OK, lambda _job: None)
         assert store.marks()[1:4] == (3, 0, 2)
+        assert store.gpu_map() is None  # 0007: no reading of a partition yet
     finally:
         store.close()
+
+
+def test_the_gpu_map_is_stored_replaced_and_shown_by_status(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build_at(db_url, EARLIER[-1])
+    store = open_store(db_url)
+    try:
+        first = GpuMapReading("gpu", ("node2", "node10"), 4, HOUR)
+        store.save_gpu_map(first)
+        assert store.gpu_map() == first
+        second = GpuMapReading("gpu", ("node10",), 8, HOUR + timedelta(hours=1))
+        store.save_gpu_map(second)  # replaced whole: node2 is gone
+        assert store.gpu_map() == second
+        store.save_gpu_map(first)
+    finally:
+        store.close()
+    assert main(["status", "--db", db_url]) == 0
+    out = capsys.readouterr().out
+    assert f"gpu map (Slurm partition gpu, read {HOUR.isoformat()}; GPU id = first + IDX):" in out
+    rows = out.split("GPU id = first + IDX):\n", 1)[1].splitlines()
+    assert [row.split() for row in rows[-2:]] == [["node2", "0", "0-3"], ["node10", "4", "4-7"]]
+    assert main(["status", "--json", "--db", db_url]) == 0
+    shown = json.loads(capsys.readouterr().out)["gpu_map"]
+    assert shown["partition"] == "gpu"
+    assert [(n["node"], n["first"], n["gpus"]) for n in shown["nodes"]] == [
+        ("node2", 0, [0, 1, 2, 3]),
+        ("node10", 4, [4, 5, 6, 7]),
+    ]
 
 
 def test_the_fixtures_cover_every_earlier_revision() -> None:

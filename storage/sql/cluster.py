@@ -15,11 +15,13 @@ from contract.records import (
     App,
     Cluster,
     DownWindowRecord,
+    GpuMapReading,
 )
 from storage.tables import (
     AppRow,
     ClusterRow,
     DownWindowRow,
+    GpuMapRow,
     ProfileRow,
     table_of,
 )
@@ -39,6 +41,7 @@ _DOWN_WINDOWS = (
     .where(DownWindowRow.cluster_id == 1)
     .order_by(DownWindowRow.gpu, DownWindowRow.starts_at, DownWindowRow.id)
 )
+_GPU_MAP = select(table_of(GpuMapRow)).order_by(GpuMapRow.position)
 _APPS = select(table_of(AppRow)).order_by(AppRow.id)
 
 
@@ -110,3 +113,31 @@ class ClusterStore(SqlBase):
     def profile_through(self, app: str) -> datetime | None:
         with self._session(read_only=True) as session:
             return session.scalar(select(ProfileRow.through).where(ProfileRow.app == app))
+
+    # -- the partition's GPU map -----------------------------------------------------------
+    def gpu_map(self) -> GpuMapReading | None:
+        with self._reading() as connection:
+            rows = connection.execute(_GPU_MAP).all()
+        if not rows:
+            return None
+        return GpuMapReading(
+            partition=rows[0].partition,
+            nodes=tuple(r.node for r in rows),
+            gpus_per_node=rows[0].gpus,
+            read_at=rows[0].read_at,
+        )
+
+    def save_gpu_map(self, reading: GpuMapReading) -> None:
+        with self._session() as session:
+            session.execute(delete(GpuMapRow))
+            session.add_all(
+                GpuMapRow(
+                    position=k,
+                    node=node,
+                    first_gpu=k * reading.gpus_per_node,
+                    gpus=reading.gpus_per_node,
+                    partition=reading.partition,
+                    read_at=reading.read_at,
+                )
+                for k, node in enumerate(reading.nodes)
+            )

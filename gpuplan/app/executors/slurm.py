@@ -32,7 +32,17 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ClassVar
 
 from contract.errors import InputError
-from contract.records import Amendment, Assignment, Cluster, Commit, DownWindowRecord, Job, JobState, Outcome
+from contract.records import (
+    Amendment,
+    Assignment,
+    Cluster,
+    Commit,
+    DownWindowRecord,
+    GpuMapReading,
+    Job,
+    JobState,
+    Outcome,
+)
 from gpuplan.app.bridge import floor_hour, hour_allocation, merged_assignments
 from gpuplan.app.jobs import finish, submit
 from gpuplan.app.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
@@ -150,6 +160,7 @@ class SlurmExecutor:
         """Slurm's truth into the store before a plan (see the module's docstring)."""
         view = self.read(store, now)
         self._log_reading(view)
+        self._store_reading(store, view, now)
         cluster = view.cluster(self.base_cluster)
         cluster = replace(cluster, down=cluster.down + self.drift(store, view))
         if store.cluster() != cluster:
@@ -198,6 +209,14 @@ class SlurmExecutor:
                 view.gpu_map.gpus,
                 view.gpu_map.gpus,
             )
+
+    def _store_reading(self, store: Store, view: ClusterView, now: datetime) -> None:
+        """The partition's GPU map into the store for ``gpuplan status``, when it differs from
+        the one stored (``read_at``: when this map was first read)."""
+        stored = store.gpu_map()
+        reading = (self.settings.partition, view.gpu_map.nodes, view.gpu_map.gpus_per_node)
+        if stored is None or (stored.partition, stored.nodes, stored.gpus_per_node) != reading:
+            store.save_gpu_map(GpuMapReading(*reading, read_at=now))
 
     def read(self, store: Store | None, now: datetime) -> ClusterView:
         ours = set() if store is None else {i for j in store.jobs() if (i := slurm_job_id(j)) is not None}
