@@ -154,10 +154,6 @@ BAND_POWERS = (0.0, 0.5, 1.0)
 #: An hour of day's P90 shift is calibrated on the errors within this many hours of it
 #: (5 hours x 7 validation days = 35 errors, enough for a conformal 0.9 quantile).
 HOURLY_WINDOW = 2
-#: The quantile of the busiest quarters' errors that floors every hour's P90 shift. 0.85
-#: before; 0.91 is the lowest level at which every series of the frozen tuning split
-#: (benchmarks/realtime_split) reaches 0.85 coverage of its days' busiest quarters.
-BUSY_QUANTILE = 0.91
 #: The history a fitted profile keeps: the longest shape window, and a week to spare.
 KEPT_HOURS = (max(WEEKLY_SHAPE_WEEKS) + 1) * HOURS_PER_WEEK
 _HOUR = np.timedelta64(1, "h")
@@ -309,7 +305,7 @@ class RealtimeProfile:
         method: MethodChoice = "auto",
         validation_days: int = 7,
         quantile: float = 0.9,
-        busy_quantile: float = BUSY_QUANTILE,
+        busy_quantile: float = 0.85,
         band_floor_fraction: float = 0.1,
         level_shift_sigmas: float = 0.5,
         recent_level_hours: int = 24,

@@ -73,10 +73,10 @@ def test_profile_is_ten_percent_below_the_best_baseline_where_it_can_be(name: st
 def test_p90_covers_the_day_and_its_busiest_hours(name: str) -> None:
     traffic = load_traffic(TRAFFIC / name)
     row = accuracy(run_backtest(traffic, series=name, config=config_for(len(traffic))))
-    # The goal is 0.85-0.95; LoRA's 216 scored hours land at 0.981 (its first scored
+    # The goal is 0.85-0.95; LoRA's 216 scored hours land at 0.977 (its first scored
     # days are calibrated on forecasts of its launch week, and no hour of day gets less
-    # headroom than the busiest quarter's 0.91 quantile; docs/forecasting.md).
-    assert 0.85 <= row.p90_coverage <= 0.985
+    # headroom than the busiest quarter needs; README).
+    assert 0.85 <= row.p90_coverage <= 0.98
     assert row.busy_p90_coverage >= 0.80
 
 

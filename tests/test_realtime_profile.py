@@ -293,9 +293,7 @@ def test_the_reserve_holds_the_highest_latest_hour_while_the_risk_lasts(
 
 def test_the_p90_headroom_differs_by_hour_of_day(philly: tuple[np.ndarray, np.ndarray]) -> None:
     hours, requests = philly
-    # At the default busy floor (0.91) the busiest quarter's errors floor every hour of
-    # this fit; the hours' own errors decide below it.
-    band = RealtimeProfile(busy_quantile=0.85).fit(hours[:900], requests[:900]).band_
+    band = RealtimeProfile().fit(hours[:900], requests[:900]).band_
     assert len(band.hourly) == 24
     assert len(set(band.hourly)) > 1
 
