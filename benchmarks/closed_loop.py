@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from gpuplan.app.config import PlanWith, PromiseTerms
+from gpuplan.app.core.config import PlanWith, PromiseTerms
 from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
 from gpuplan.table import format_table
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from benchmarks.served import large_config, percentile, queue_jobs
-from gpuplan.app.config import demo_config
+from gpuplan.app.core.config import demo_config
 from gpuplan.app.seed import ensure_models, ensure_service
 from gpuplan.app.service import make_service, run_once
 from gpuplan.table import format_table

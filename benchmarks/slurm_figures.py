@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 
 from contract.records import Amendment, Cluster, Commit, JobState
-from gpuplan.app.config import ServiceConfig
+from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.executors.slurm import SlurmExecutor
 from gpuplan.app.jobs import submit

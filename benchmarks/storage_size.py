@@ -30,7 +30,7 @@ from sqlalchemy import text
 from contract.records import AppForecast, Assignment, Commit, PlanRun, RunMode
 from contract.scenario_io import parse_scenario
 from gpuplan.app.bench import scale_shape
-from gpuplan.app.bridge import run_record
+from gpuplan.app.core.bridge import run_record
 from gpuplan.app.synthetic import generate
 from scheduler.policies import PolicyName, plan
 from storage.sql import SqlStore

@@ -129,8 +129,8 @@ def run_specs(which: str, data: Path, folder: Path) -> list[RunSpec]:
 
 def _one(args: argparse.Namespace) -> None:
     from gpuplan.app.amend import hourly_rates
-    from gpuplan.app.bridge import STEP, gpus_for
-    from gpuplan.app.config import PlanWith
+    from gpuplan.app.core.bridge import STEP, gpus_for
+    from gpuplan.app.core.config import PlanWith
     from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, run_policy
     from gpuplan.app.simulate.loop import SimHooks, observed_so_far
     from gpuplan.app.simulate.measures import measure, realtime_hours
@@ -174,7 +174,7 @@ def _one(args: argparse.Namespace) -> None:
 
 
 def _missed(setup: Any, run: Any, planned: dict[Any, Any], apps: dict[str, Any]) -> list[dict[str, Any]]:
-    from gpuplan.app.bridge import STEP
+    from gpuplan.app.core.bridge import STEP
     from gpuplan.app.simulate.measures import actual_ends
 
     demand = setup.demand()

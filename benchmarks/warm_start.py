@@ -31,10 +31,10 @@ from typing import Any
 
 from contract.scenario_io import parse_scenario
 from gpuplan.app.batcher import SubmitBatcher
-from gpuplan.app.bridge import planned_place
 from gpuplan.app.changes import Changes
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.core.bridge import planned_place
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.jobs import submit
 from gpuplan.app.simulate import SimOptions, SimPolicy, prepare
 from gpuplan.app.simulate.loop import SimHooks, run_policy

@@ -93,7 +93,7 @@ def configure_logging(log_format: str, *, defaults: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from gpuplan.app.config import demo_config, load_config
+    from gpuplan.app.core.config import demo_config, load_config
     from gpuplan.app.seed import check_traffic
     from gpuplan.app.service import run_once, start_service
 

@@ -173,7 +173,7 @@ def _check_options(args: argparse.Namespace) -> None:
         integer_in("--review-every", args.review_every, 1, 168)
     integer_in("--seed", args.seed, 0, 2**63 - 1)
     if args.aging_hours is not None:
-        from gpuplan.app.config import AGING_RANGE
+        from gpuplan.app.core.config import AGING_RANGE
 
         low, high = AGING_RANGE
         if not low <= args.aging_hours <= high:
@@ -187,7 +187,7 @@ def _check_options(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from gpuplan.app.config import PlanWith, PromiseTerms, load_config
+    from gpuplan.app.core.config import PlanWith, PromiseTerms, load_config
     from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
     from gpuplan.progress import progress_bar
 

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuplan.app.models import DEFAULT_MODELS_DIR
+from gpuplan.app.core.models import DEFAULT_MODELS_DIR
 from gpuplan.options import add_traffic
 
 if TYPE_CHECKING:

@@ -29,8 +29,8 @@ from contract.records import (
 )
 from contract.scenario import BatchJob, DownWindow, Instance, JobKind, RealtimeJob
 from gpuplan.app.amend import amend, check_amendment, propose
-from gpuplan.app.bridge import STEP, hour_allocation
-from gpuplan.app.config import ServiceConfig
+from gpuplan.app.core.bridge import STEP, hour_allocation
+from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from scheduler.check import check_plan
 from scheduler.model import SolveOptions
@@ -347,7 +347,7 @@ def test_a_delay_within_the_slack_is_free_and_a_broken_promise_costs_its_break()
 
 
 def test_the_service_gives_its_plans_the_promise_terms_in_steps() -> None:
-    from gpuplan.app.config import PromiseTerms
+    from gpuplan.app.core.config import PromiseTerms
 
     terms = PromiseTerms(penalty=0.5, slack_hours=1, break_hours=4.0)
     assert terms.scenario_keys(60) == {"promise_penalty": 0.5, "promise_slack": 1, "promise_break": 4.0}
@@ -366,7 +366,7 @@ def test_the_service_gives_its_plans_the_promise_terms_in_steps() -> None:
 def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> None:
     import yaml
 
-    from gpuplan.app.config import PromiseTerms, load_config
+    from gpuplan.app.core.config import PromiseTerms, load_config
 
     base = {"cluster": {"gpus": 4}, "apps": [{"id": "chat", "requests_per_gpu_hour": 100}]}
     path = tmp_path / "gpuplan.yaml"

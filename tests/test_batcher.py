@@ -25,11 +25,11 @@ from contract.records import ApiToken, DownWindowRecord, Job, JobEstimate, JobSt
 from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
 from gpuplan.app import batcher, promises
-from gpuplan.app.bridge import EntryTexts, encoded_scenario, inputs_hash
 from gpuplan.app.changes import FreshMarks
+from gpuplan.app.core.bridge import EntryTexts, encoded_scenario, inputs_hash
+from gpuplan.app.core.tokens import NotSignedInError, authenticate, create_token, sha256_hex
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
 from gpuplan.app.status import QueueRows, Status, status
-from gpuplan.app.tokens import NotSignedInError, authenticate, create_token, sha256_hex
 from scheduler.check import check_plan
 from storage.store import Store
 from tests.http_fixtures import T0, Served, served

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from sqlalchemy import create_engine, text
 
-from gpuplan.app.config import load_config
+from gpuplan.app.core.config import load_config
+from gpuplan.app.core.models import TRAINING_MODEL_FILE, load_job_estimator
 from gpuplan.app.doctor import MODEL_STALE_DAYS, Verdict, diagnose
-from gpuplan.app.models import TRAINING_MODEL_FILE, load_job_estimator
 from gpuplan.cli import main
 from storage.factory import open_store
 from tests.prom import PromServer, Series

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from contract.records import JobState
-from gpuplan.app.config import demo_config
+from gpuplan.app.core.config import demo_config
 from gpuplan.cli import build_parser
 from storage.factory import open_store
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli

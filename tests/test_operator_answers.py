@@ -20,7 +20,7 @@ import yaml
 
 from contract.records import Job, JobEstimate, JobState
 from contract.scenario import JobKind
-from gpuplan.app.config import demo_config
+from gpuplan.app.core.config import demo_config
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.tick import plan_cycle
 from storage.factory import open_store

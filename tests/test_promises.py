@@ -15,8 +15,8 @@ import pytest
 from contract.errors import InputError
 from contract.records import Cluster, Job, JobEstimate, PlanRun, RunMode
 from contract.scenario import JobKind
-from gpuplan.app.bridge import STEP, planned_places, run_record
-from gpuplan.app.config import PlanWith, PromiseTerms, ServiceConfig
+from gpuplan.app.core.bridge import STEP, planned_places, run_record
+from gpuplan.app.core.config import PlanWith, PromiseTerms, ServiceConfig
 from gpuplan.app.jobs import submit
 from gpuplan.app.promises import MAX_LOAD, batch_gpus, expected_starts
 from gpuplan.app.status import job_view

@@ -17,8 +17,8 @@ import yaml
 from contract.errors import InputError
 from contract.records import Amendment, Assignment, Commit, JobState, Outcome, TrafficHour
 from contract.scenario_io import parse_scenario
-from gpuplan.app.bridge import column_commit
-from gpuplan.app.config import demo_config
+from gpuplan.app.core.bridge import column_commit
+from gpuplan.app.core.config import demo_config
 from gpuplan.app.demo import demo_world
 from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor, default_feed
 from gpuplan.app.executors.registry import make_executor
@@ -292,7 +292,7 @@ def test_a_job_past_its_time_limit_is_shown_by_status_and_named_once_in_the_log(
     """Without an executor that stops it, a job past its limit (its P90 hours x 2, or its
     spec's ``time_limit_hours``) holds its GPUs: status marks it and the cycle's log names it."""
     from gpuplan.app import tick
-    from gpuplan.app.bridge import time_limit
+    from gpuplan.app.core.bridge import time_limit
     from gpuplan.app.tick import warn_overruns
 
     monkeypatch.setattr(

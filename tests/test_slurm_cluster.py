@@ -10,7 +10,7 @@ import pytest
 
 from contract.errors import InputError
 from contract.records import Cluster, DownWindowRecord
-from gpuplan.app.config import load_config
+from gpuplan.app.core.config import load_config
 from gpuplan.app.slurm.client import BatchRequest, Placement, SlurmClient
 from gpuplan.app.slurm.cluster import GpuMap, ceil_hour, read_cluster
 from storage.factory import open_store

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from contract.records import JobState, Outcome
-from gpuplan.app.config import load_config
+from gpuplan.app.core.config import load_config
 from gpuplan.app.jobs import submit
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.slurm.batch import slurm_job_id

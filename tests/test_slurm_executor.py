@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from contract.records import Amendment, App, Assignment, Cluster, Commit, JobState, Outcome
-from gpuplan.app.config import AppTraffic, ServiceConfig
+from gpuplan.app.core.config import AppTraffic, ServiceConfig
 from gpuplan.app.executors.slurm import SlurmExecutor
 from gpuplan.app.jobs import submit
 from gpuplan.app.seed import ensure_service

@@ -14,10 +14,10 @@ import pytest
 from contract.records import App, Assignment, Cluster, Job, JobEstimate, ObservedTraffic, Outcome
 from contract.scenario import JobKind
 from gpuplan.app.amend import check_amendment, occupied
-from gpuplan.app.bridge import STEP, hour_allocation, merged_assignments
-from gpuplan.app.config import ServiceConfig
+from gpuplan.app.core.bridge import STEP, hour_allocation, merged_assignments
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.jobs import finish
 from gpuplan.app.service import Service, run_once
@@ -203,7 +203,7 @@ def test_an_app_whose_traffic_ran_high_in_its_band_is_planned_with_the_reserve(t
     from features.traffic import load_traffic
     from forecasting.persistence import model_bytes
     from forecasting.realtime import SURGE_RISK_HOURS, RealtimeProfile
-    from gpuplan.app.bridge import AppDemand
+    from gpuplan.app.core.bridge import AppDemand
     from gpuplan.app.tick import app_demand, next_unseen_hour
 
     traffic = load_traffic(

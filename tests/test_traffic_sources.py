@@ -27,8 +27,8 @@ from contract.records import App, Assignment, Cluster
 from features.traffic import load_traffic
 from forecasting.realtime import RealtimeProfile
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
-from gpuplan.app.bridge import STEP, hour_allocation, merged_assignments
-from gpuplan.app.config import PrometheusSource, ServiceConfig, load_config
+from gpuplan.app.core.bridge import STEP, hour_allocation, merged_assignments
+from gpuplan.app.core.config import PrometheusSource, ServiceConfig, load_config
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.service import Service, recalibrate_now, watch_once
 from gpuplan.app.tick import load_profile, next_unseen_hour

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from contract.records import Amendment, App, Assignment, JobState, ObservedTraffic
-from gpuplan.app.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
+from gpuplan.app.core.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
 from gpuplan.app.outbox import deliver_pending
 
 if TYPE_CHECKING:
-    from gpuplan.app.config import ServiceConfig
+    from gpuplan.app.core.config import ServiceConfig
+    from gpuplan.app.core.forecasters import Forecasters
     from gpuplan.app.executors import Executor
-    from gpuplan.app.forecasters import Forecasters
     from gpuplan.app.tick import CycleReport
     from storage.store import Store
 

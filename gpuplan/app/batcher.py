@@ -45,7 +45,8 @@ from datetime import datetime, timedelta
 from contract.errors import InputError
 from contract.records import Cluster, Job, PlanRun, RunMode
 from contract.scenario import BatchJob, Instance
-from gpuplan.app.bridge import (
+from gpuplan.app.changes import Changes, CyclePlan
+from gpuplan.app.core.bridge import (
     STEP,
     EntryTexts,
     encoded_scenario,
@@ -54,9 +55,8 @@ from gpuplan.app.bridge import (
     queued_entry,
     run_record,
 )
-from gpuplan.app.changes import Changes, CyclePlan
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.jobs import SubmitResult, answer, check_fits, hot_path_plan, promise
 from gpuplan.app.promises import arrivals_since, batch_gpus, promised_starts, recent_arrivals
 from scheduler.model import Allocation, Placement

@@ -15,7 +15,7 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import JobState
-from gpuplan.app.bridge import floor_hour, hour_allocation
+from gpuplan.app.core.bridge import floor_hour, hour_allocation
 from gpuplan.app.health import Health
 from gpuplan.app.report_queries import coverage_query, idle_query, stored_run, utilization_query
 from gpuplan.app.reports import app_needs, commit_rows, planned_counts

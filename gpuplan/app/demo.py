@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from contract.records import JobState, TrafficHour
-from gpuplan.app.bridge import STEP, floor_hour
-from gpuplan.app.config import ServiceConfig
+from gpuplan.app.core.bridge import STEP, floor_hour
+from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.executors import Executor
 from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.jobs import finish
@@ -158,7 +158,7 @@ def demo_arrivals(store: Store, config: ServiceConfig) -> DemoArrivals | None:
     """The demo's arrivals from its first submission on (None: an empty store, or no job
     estimators to draw the arrivals' sizes with; logged)."""
     from contract.errors import NotFittedError
-    from gpuplan.app.bridge import gpus_for
+    from gpuplan.app.core.bridge import gpus_for
     from gpuplan.app.workload import held_out_split, job_pool
     from training_data.history import bundled_history_path, load_history
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from contract.errors import InputError, StoreError
-from gpuplan.app.config import ServiceConfig
+from gpuplan.app.core.config import ServiceConfig
 from storage.store import Store
 
 #: A job forecaster fitted longer ago than this is stale (the nightly retrain keeps it fresh).
@@ -143,7 +143,7 @@ def _profiles(store: Store, config: ServiceConfig, now: datetime) -> Iterator[Ch
 
 # -- the models -----------------------------------------------------------------------------------
 def _models(config: ServiceConfig, now: datetime) -> Iterator[Check]:
-    from gpuplan.app.models import MODEL_FILES, load_job_estimator
+    from gpuplan.app.core.models import MODEL_FILES, load_job_estimator
 
     folder = config.models_dir
     for kind, file_name in MODEL_FILES.items():

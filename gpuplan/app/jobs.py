@@ -21,18 +21,24 @@ from contract.errors import InputError
 from contract.records import ApiToken, Cluster, Job, JobEstimate, JobState, Outcome, PlanRun, RunMode, Scope
 from contract.scenario import JobKind
 from contract.scenario_io import MAX_PRIORITY
-from gpuplan.app.bridge import STEP, planned_place
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.forecasters import SPEC_KEYS, Forecasters, estimate_of, explicit_estimate, kind_and_features
-from gpuplan.app.models import MODEL_FILES
+from gpuplan.app.core.bridge import STEP, planned_place
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import (
+    SPEC_KEYS,
+    Forecasters,
+    estimate_of,
+    explicit_estimate,
+    kind_and_features,
+)
+from gpuplan.app.core.models import MODEL_FILES
+from gpuplan.app.core.tokens import NotFoundError, require, require_job, require_priority
 from gpuplan.app.status import placement_reason
-from gpuplan.app.tokens import NotFoundError, require, require_job, require_priority
 from storage.store import Store
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from gpuplan.app.executors.base import Executor
+    from gpuplan.app.core.ports import Executor
     from gpuplan.app.slurm.batch import BatchSection
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")

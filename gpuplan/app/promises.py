@@ -22,8 +22,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from contract.records import Job, PlanRun
-from gpuplan.app.bridge import STEP, planned_hours, planned_places
-from gpuplan.app.config import PlanWith, ServiceConfig
+from gpuplan.app.core.bridge import STEP, planned_hours, planned_places
+from gpuplan.app.core.config import PlanWith, ServiceConfig
 
 if TYPE_CHECKING:
     from storage.store import Store

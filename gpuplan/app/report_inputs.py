@@ -19,7 +19,7 @@ from pathlib import Path
 from contract.errors import InputError, StoreError
 from contract.records import Amendment, App, Assignment, Cluster, Commit, PlanRun, TrafficHour
 from contract.scenario import Instance, JobKind
-from gpuplan.app.bridge import merged_assignments
+from gpuplan.app.core.bridge import merged_assignments
 from storage.factory import open_store
 from storage.store import Store
 

@@ -26,7 +26,7 @@ from contract.records import Amendment, App, Cluster, Commit, PlanRun, TrafficHo
 from contract.scenario import Cell, Instance, JobKind, gpus_of
 from contract.scenario_io import parse_scenario
 from forecasting.gpu_mapping import gpus_needed
-from gpuplan.app.bridge import gpu_demand
+from gpuplan.app.core.bridge import gpu_demand
 from scheduler.board import free_block_starts
 
 #: The quantile whose GPUs a run's forecast stores (``AppForecast.gpus``) and plans for.
@@ -380,7 +380,7 @@ def app_needs(run: PlanRun, instance: Instance, apps: Sequence[App], quantile: f
     At 0.9: the stored forecast's ``gpus`` (what the plan was asked to cover); a run stored
     without forecasts falls back on the scenario's demand, which is the same numbers.
     Other quantiles: the quantile's requests (:func:`quantile_requests`) mapped the way the
-    service maps P90 requests into the scenario (:func:`gpuplan.app.bridge.gpu_demand`: ceil
+    service maps P90 requests into the scenario (:func:`gpuplan.app.core.bridge.gpu_demand`: ceil
     of requests x (1 + headroom) / requests per GPU-hour, then the least curve the app's
     swap cap can follow), with the app's stored capacity. (The stored P90 curve was capped
     over twice the horizon, so a rise just past the horizon can lift its last hours; the

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from contract.scenario import JobKind
-from gpuplan.app.models import QUANTIZATION_MODEL_FILE, TRAINING_MODEL_FILE, realtime_model_file
+from gpuplan.app.core.models import QUANTIZATION_MODEL_FILE, TRAINING_MODEL_FILE, realtime_model_file
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from contract.errors import InputError
 from contract.records import App, Job, JobEstimate
 from contract.scenario import JobKind
-from gpuplan.app.bridge import STEP, floor_hour
-from gpuplan.app.config import AppTraffic, ServiceConfig
-from gpuplan.app.models import TRAINING_MODEL_FILE
+from gpuplan.app.core.bridge import STEP, floor_hour
+from gpuplan.app.core.config import AppTraffic, ServiceConfig
+from gpuplan.app.core.models import TRAINING_MODEL_FILE
 from gpuplan.app.tick import fit_profile, ingest_traffic
 from storage.store import Store
 

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 from contract.errors import StoreError
 from contract.records import Job
 from gpuplan.app.amend import amend_cycle, answer_freed
-from gpuplan.app.bridge import floor_hour
 from gpuplan.app.changes import Changes
-from gpuplan.app.config import ServiceConfig
+from gpuplan.app.core.bridge import floor_hour
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.executors import Executor, Reconciler
 from gpuplan.app.executors.printing import PrintingExecutor
 from gpuplan.app.executors.registry import make_executor
-from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.health import Health
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import CycleReport, recalibrate

@@ -12,7 +12,7 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import Job, JobEstimate, JobState, PlanRun, RunMode
-from gpuplan.app.bridge import (
+from gpuplan.app.core.bridge import (
     STEP,
     floor_hour,
     no_start_inputs,
@@ -22,7 +22,7 @@ from gpuplan.app.bridge import (
     realtime_sets,
     time_limit,
 )
-from gpuplan.app.tokens import NotFoundError
+from gpuplan.app.core.tokens import NotFoundError
 from storage.store import Store
 
 
@@ -154,7 +154,7 @@ def placement_reason(
     run: PlanRun, job_id: str, estimate: JobEstimate | None, planned_start: datetime | None
 ) -> str:
     """Why a queued job starts when ``run`` plans it, in one short line (with no start in the
-    horizon: :func:`gpuplan.app.bridge.no_start_reason`)."""
+    horizon: :func:`gpuplan.app.core.bridge.no_start_reason`)."""
     if estimate is None:
         return "no forecast (the model cannot read its spec)"
     block = f"{estimate.gpus}-GPU block"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from contract.records import App, Cluster, Job, JobState, PlanRun, RunMode, TrafficHour
-from gpuplan.app.bridge import (
+from gpuplan.app.core.bridge import (
     STEP,
     AppDemand,
     Snapshot,
@@ -37,11 +37,11 @@ from gpuplan.app.bridge import (
     scenario_document,
     time_limit,
 )
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors.base import Executor
-from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.core.ports import Executor
+from gpuplan.app.core.tokens import NotFoundError
 from gpuplan.app.outbox import deliver_pending
-from gpuplan.app.tokens import NotFoundError
 from gpuplan.app.traffic_sources import store_traffic
 from storage.store import Store
 

@@ -37,8 +37,8 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from contract.records import TrafficHour
-from gpuplan.app.bridge import STEP, floor_hour
-from gpuplan.app.config import PrometheusSource, ServiceConfig
+from gpuplan.app.core.bridge import STEP, floor_hour
+from gpuplan.app.core.config import PrometheusSource, ServiceConfig
 from storage.store import Store
 
 log = logging.getLogger(__name__)

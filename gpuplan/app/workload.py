@@ -127,7 +127,7 @@ def fit_held_out_models(earlier: pd.DataFrame, models_dir: Path) -> list[Path]:
     from forecasting.persistence import save_model
     from forecasting.quantization_estimator import QuantizationEstimator
     from forecasting.training_estimator import TrainingEstimator
-    from gpuplan.app.models import MODEL_FILES
+    from gpuplan.app.core.models import MODEL_FILES
     from training_data.history import completed_jobs
 
     written = []
@@ -149,7 +149,7 @@ def job_pool(later: pd.DataFrame, models_dir: Path, *, source: str) -> JobPool:
     import pandas as pd
 
     from features.job_features import SCHEMAS
-    from gpuplan.app.models import load_job_estimator
+    from gpuplan.app.core.models import load_job_estimator
 
     frames = []
     for kind, schema in SCHEMAS.items():
@@ -197,7 +197,7 @@ def draw_workload(
             cluster_gpus,
         )
     rng = np.random.default_rng(seed)
-    # Jobs launch with the P50 GPU count (gpuplan.app.forecasters.estimate_of).
+    # Jobs launch with the P50 GPU count (gpuplan.app.core.forecasters.estimate_of).
     mean_gpu_hours = float((candidates["gpus_p50"] * candidates["actual_hours"]).mean())
     jobs_per_hour = OFFERED_LOAD * max(free_gpus, 0.0) / mean_gpu_hours
     kinds = candidates["kind"].to_numpy()

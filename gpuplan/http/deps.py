@@ -17,7 +17,7 @@ from fastapi import Depends, Request
 
 from contract.errors import InputError
 from contract.records import ApiToken, Scope
-from gpuplan.app.tokens import require
+from gpuplan.app.core.tokens import require
 from gpuplan.http.context import ApiContext
 
 

@@ -10,7 +10,7 @@ use cases behind it, so importing the port (:mod:`.base`) never runs the Slurm a
 
 from __future__ import annotations
 
-from gpuplan.app.executors.base import Executor, Reconciler, amendment_lines, commit_lines
+from gpuplan.app.core.ports import Executor, Reconciler, amendment_lines, commit_lines
 from gpuplan.app.executors.jsonl import JsonLinesExecutor, default_feed
 from gpuplan.app.executors.memory import InMemoryExecutor
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from contract.records import Amendment, Commit
-from gpuplan.app.executors.base import amendment_lines, commit_lines
+from gpuplan.app.core.ports import amendment_lines, commit_lines
 from storage.store import Store
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TextIO
 
 from contract.records import Amendment, Commit
-from gpuplan.app.executors.base import Executor, amendment_lines, commit_lines
+from gpuplan.app.core.ports import Executor, amendment_lines, commit_lines
 
 
 class PrintingExecutor:

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
-from gpuplan.app.executors.base import Executor
+from gpuplan.app.core.ports import Executor
 from gpuplan.app.executors.jsonl import JsonLinesExecutor, default_feed
 from gpuplan.app.executors.memory import InMemoryExecutor
 from gpuplan.app.executors.slurm import SlurmExecutor
 
 if TYPE_CHECKING:
-    from gpuplan.app.config import ServiceConfig
+    from gpuplan.app.core.config import ServiceConfig
     from storage.store import Store
 
 __all__ = ["EXECUTORS", "make_executor"]

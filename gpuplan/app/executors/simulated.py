@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from contract.records import Amendment, Assignment, Commit, Outcome
-from gpuplan.app.executors.base import Executor
+from gpuplan.app.core.ports import Executor
 from gpuplan.app.executors.memory import InMemoryExecutor
 
 

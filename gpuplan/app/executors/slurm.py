@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from contract.errors import InputError
 from contract.records import Amendment, Assignment, Cluster, Commit, DownWindowRecord, Job, JobState, Outcome
-from gpuplan.app.bridge import floor_hour, hour_allocation, merged_assignments
+from gpuplan.app.core.bridge import floor_hour, hour_allocation, merged_assignments
+from gpuplan.app.core.slurm_settings import SlurmSettings
 from gpuplan.app.jobs import finish, submit
 from gpuplan.app.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
 from gpuplan.app.slurm.client import (
@@ -46,11 +47,10 @@ from gpuplan.app.slurm.client import (
     SlurmJob,
 )
 from gpuplan.app.slurm.cluster import ClusterView, GpuMap, ceil_hour, read_cluster
-from gpuplan.app.slurm.settings import SlurmSettings
 from storage.store import Store
 
 if TYPE_CHECKING:
-    from gpuplan.app.config import ServiceConfig
+    from gpuplan.app.core.config import ServiceConfig
 
 log = logging.getLogger("gpuplan.slurm")
 #: The partition's readings (its GPU map, once and on change), shown at the daemon's default level.

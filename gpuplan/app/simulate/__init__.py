@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplan.app.bridge import STEP
+from gpuplan.app.core.bridge import STEP
 from gpuplan.app.simulate.cycles import follow_plan
 from gpuplan.app.simulate.loop import PolicyRun, SimOptions, run_policy
 from gpuplan.app.simulate.measures import (

@@ -18,10 +18,10 @@ from contract.records import (
     RunMode,
 )
 from gpuplan.app.amend import amend_hour, hourly_rates
-from gpuplan.app.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
-from gpuplan.app.config import ServiceConfig
+from gpuplan.app.core.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.executors.simulated import SimulatedCluster
-from gpuplan.app.forecasters import Forecasters
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import load_snapshot, plan_cycle
 

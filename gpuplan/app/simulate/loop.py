@@ -19,8 +19,8 @@ from contract.records import (
     PlanRun,
     TrafficHour,
 )
-from gpuplan.app.bridge import STEP, floor_hour
-from gpuplan.app.config import PlanWith, PromiseTerms, ServiceConfig
+from gpuplan.app.core.bridge import STEP, floor_hour
+from gpuplan.app.core.config import PlanWith, PromiseTerms, ServiceConfig
 from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.jobs import finish, planned_starts, promise, submit

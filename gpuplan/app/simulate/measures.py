@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuplan.app.bridge import STEP
-from gpuplan.app.config import PROMISE_SLACK_HOURS
+from gpuplan.app.core.bridge import STEP
+from gpuplan.app.core.config import PROMISE_SLACK_HOURS
 
 if TYPE_CHECKING:
     from contract.records import Amendment, Assignment, Commit

@@ -22,15 +22,15 @@ from contract.records import (
     JobEstimate,
     TrafficHour,
 )
-from gpuplan.app.bridge import STEP
-from gpuplan.app.forecasters import Forecasters
+from gpuplan.app.core.bridge import STEP
+from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.jobs import check_spec, estimate_spec
 from gpuplan.app.workload import SimJob
 
 if TYPE_CHECKING:
     from features.traffic import HourlyTraffic
     from forecasting.job_forecast import JobForecast
-    from gpuplan.app.config import ServiceConfig
+    from gpuplan.app.core.config import ServiceConfig
     from storage.store import Store
 
 
@@ -305,7 +305,7 @@ def prepare(
 ) -> Setup:
     """Load traffic, read or draw the jobs, and fit what forecasts them.
 
-    With ``config`` (the daemon's, :func:`gpuplan.app.config.load_config`), the cluster and
+    With ``config`` (the daemon's, :func:`gpuplan.app.core.config.load_config`), the cluster and
     the apps are the config's, each app on its own ``traffic`` file and with its own priority;
     ``gpus`` and ``traffic_paths`` are not used.
 
@@ -411,7 +411,7 @@ def forecast_jobs(jobs: Sequence[SimJob], models_dir: Path) -> dict[FeatureKey, 
     """Every job's forecast from its features, one batch per kind (the same models, the same numbers)."""
     import pandas as pd
 
-    from gpuplan.app.models import load_job_estimator
+    from gpuplan.app.core.models import load_job_estimator
 
     by_kind: dict[str, list[SimJob]] = {}
     for job in jobs:

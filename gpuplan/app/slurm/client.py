@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuplan.app.slurm.settings import SlurmSettings
+from gpuplan.app.core.slurm_settings import SlurmSettings
 
 #: Slurm's job states gpuplan tells apart (``squeue``'s ``job_state``, ``sacct``'s ``State``).
 PENDING, RUNNING = "PENDING", "RUNNING"

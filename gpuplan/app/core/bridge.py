@@ -40,7 +40,7 @@ from contract.records import (
     RunMode,
 )
 from contract.scenario_io import MAX_HORIZON_STEPS, MAX_PRIORITY
-from gpuplan.app.config import OVERRUN_FACTOR, PlanWith, PromiseTerms
+from gpuplan.app.core.config import OVERRUN_FACTOR, PlanWith, PromiseTerms
 from storage.store import EncodedJSON
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def planned_hours(estimate: JobEstimate, plan_with: PlanWith) -> float:
 
 def time_limit(job: Job) -> datetime | None:
     """When a running ``job`` overruns: its spec's ``time_limit_hours`` after its start, or its
-    P90 hours times :data:`~gpuplan.app.config.OVERRUN_FACTOR` (None: not started or not
+    P90 hours times :data:`~gpuplan.app.core.config.OVERRUN_FACTOR` (None: not started or not
     estimated)."""
     if job.started_at is None:
         return None

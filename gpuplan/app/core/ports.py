@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from contract.records import Amendment, Commit, Job
 
 if TYPE_CHECKING:
-    from gpuplan.app.config import ServiceConfig
+    from gpuplan.app.core.config import ServiceConfig
     from storage.store import Store
 
 

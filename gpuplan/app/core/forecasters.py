@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from contract.records import Job, JobEstimate
-from gpuplan.app.models import MODEL_FILES, load_job_estimator
+from gpuplan.app.core.models import MODEL_FILES, load_job_estimator
 
 if TYPE_CHECKING:
     from forecasting.job_forecast import JobForecast

@@ -19,8 +19,8 @@ from contract.errors import InputError
 from contract.records import App, Cluster, DownWindowRecord
 from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_PROMISE_PENALTY, MAX_RT_PENALTY
 from contract.times import parse_time
-from gpuplan.app.prune import checked_keep_days
-from gpuplan.app.slurm.settings import SlurmSettings
+from gpuplan.app.core.retention import checked_keep_days
+from gpuplan.app.core.slurm_settings import SlurmSettings
 from scheduler.model import checked_budget_ms
 
 #: The bundled real-time traffic the demo cluster's two apps follow.
