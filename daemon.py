@@ -7,7 +7,7 @@ this module puts them on APScheduler's clock and loops:
 - **plan** every ``cycle_minutes`` (first run at once): recalibrate, plan 24 hours, commit
   the current hour once, hand the commit to the executor;
 - **recalibrate** hourly: each app's profile takes the last hour's traffic (an app fed by
-  Prometheus has its finished hours read first: gpuplan/app/traffic_sources.py);
+  Prometheus has its finished hours read first: gpuplan/app/adapters/traffic_sources.py);
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
 - **retrain** nightly at ``retrain_at`` (off by default);
 - **prune** daily: plan runs older than ``prune_keep_days`` go (commits and history stay).

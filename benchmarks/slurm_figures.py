@@ -32,13 +32,13 @@ from functools import partial
 from pathlib import Path
 
 from contract.records import Amendment, Cluster, Commit, JobState
+from gpuplan.app.adapters.executors import InMemoryExecutor
+from gpuplan.app.adapters.executors.slurm import SlurmExecutor
+from gpuplan.app.adapters.slurm.batch import slurm_job_id
+from gpuplan.app.adapters.slurm.client import RUNNING
 from gpuplan.app.core.config import ServiceConfig
-from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.executors.slurm import SlurmExecutor
 from gpuplan.app.jobs import submit
 from gpuplan.app.seed import ensure_service
-from gpuplan.app.slurm.batch import slurm_job_id
-from gpuplan.app.slurm.client import RUNNING
 from gpuplan.app.tick import plan_cycle
 from gpuplan.table import format_table
 from storage.factory import open_store

@@ -145,7 +145,7 @@ def _serve(service: Service, db_url: str, metrics_port: int | None, http: tuple[
     """The live daemon: the schedule of daemon.py, with metrics on ``metrics_port`` and the
     HTTP face on ``http`` when given."""
     import daemon
-    from gpuplan.app.metrics import Metrics
+    from gpuplan.app.adapters.metrics import Metrics
 
     if metrics_port is not None:
         service.metrics = Metrics(metrics_port)

@@ -27,8 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from features.traffic import load_traffic
+    from gpuplan.app.adapters.executors.registry import make_executor
     from gpuplan.app.core.config import demo_config, load_config
-    from gpuplan.app.executors.registry import make_executor
     from gpuplan.app.service import holding
     from gpuplan.app.tick import known_app
     from gpuplan.app.traffic import answer_surge, ingest

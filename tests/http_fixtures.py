@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 
+from gpuplan.app.adapters.executors import InMemoryExecutor
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.tokens import create_token, parse_scopes
-from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.health import Health
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.tick import plan_cycle

@@ -28,10 +28,10 @@ from contract.records import (
     Outcome,
 )
 from contract.scenario import BatchJob, DownWindow, Instance, JobKind, RealtimeJob
+from gpuplan.app.adapters.executors import InMemoryExecutor
 from gpuplan.app.amend import amend, check_amendment, propose
 from gpuplan.app.core.bridge import STEP, hour_allocation
 from gpuplan.app.core.config import ServiceConfig
-from gpuplan.app.executors import InMemoryExecutor
 from scheduler.check import check_plan
 from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan
@@ -382,8 +382,8 @@ def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> 
 
 
 def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_path: Path) -> None:
+    from gpuplan.app.adapters.executors import JsonLinesExecutor
     from gpuplan.app.amend import amend_cycle
-    from gpuplan.app.executors import JsonLinesExecutor
     from gpuplan.app.jobs import submit
 
     store = open_store(f"sqlite:///{tmp_path}/cycle.db")

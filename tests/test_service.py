@@ -17,12 +17,12 @@ import yaml
 from contract.errors import InputError
 from contract.records import Amendment, Assignment, Commit, JobState, Outcome, TrafficHour
 from contract.scenario_io import parse_scenario
+from gpuplan.app.adapters.executors import InMemoryExecutor, JsonLinesExecutor, default_feed
+from gpuplan.app.adapters.executors.registry import make_executor
+from gpuplan.app.adapters.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.core.bridge import column_commit
 from gpuplan.app.core.config import demo_config
 from gpuplan.app.demo import demo_world
-from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor, default_feed
-from gpuplan.app.executors.registry import make_executor
-from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.seed import demo_durations, ensure_service
 from gpuplan.app.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate

@@ -17,14 +17,21 @@ from typing import Any
 import pytest
 
 from contract.records import Amendment, App, Assignment, Cluster, Commit, JobState, Outcome
+from gpuplan.app.adapters.executors.slurm import SlurmExecutor
+from gpuplan.app.adapters.slurm.batch import parse_comment
+from gpuplan.app.adapters.slurm.client import (
+    RUNNING,
+    BatchRequest,
+    Placement,
+    SlurmError,
+    SlurmJob,
+    gres_indices,
+)
+from gpuplan.app.adapters.slurm.cluster import ceil_hour
 from gpuplan.app.core.config import AppTraffic, ServiceConfig
-from gpuplan.app.executors.slurm import SlurmExecutor
 from gpuplan.app.jobs import submit
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.service import Service, poll_once
-from gpuplan.app.slurm.batch import parse_comment
-from gpuplan.app.slurm.client import RUNNING, BatchRequest, Placement, SlurmError, SlurmJob, gres_indices
-from gpuplan.app.slurm.cluster import ceil_hour
 from gpuplan.app.tick import CycleReport, plan_cycle
 from storage.factory import open_store
 from storage.store import Store

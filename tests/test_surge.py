@@ -13,11 +13,11 @@ import pytest
 
 from contract.records import App, Assignment, Cluster, Job, JobEstimate, ObservedTraffic, Outcome
 from contract.scenario import JobKind
+from gpuplan.app.adapters.executors import InMemoryExecutor
 from gpuplan.app.amend import check_amendment, occupied
 from gpuplan.app.core.bridge import STEP, hour_allocation, merged_assignments
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
-from gpuplan.app.executors import InMemoryExecutor
 from gpuplan.app.health import Health
 from gpuplan.app.jobs import finish
 from gpuplan.app.service import Service, run_once

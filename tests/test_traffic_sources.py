@@ -27,13 +27,8 @@ from contract.records import App, Assignment, Cluster
 from features.traffic import load_traffic
 from forecasting.realtime import RealtimeProfile
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
-from gpuplan.app.core.bridge import STEP, hour_allocation, merged_assignments
-from gpuplan.app.core.config import PrometheusSource, ServiceConfig, load_config
-from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.service import Service, recalibrate_now, watch_once
-from gpuplan.app.tick import load_profile, next_unseen_hour
-from gpuplan.app.traffic import watch_prometheus
-from gpuplan.app.traffic_sources import (
+from gpuplan.app.adapters.executors import InMemoryExecutor
+from gpuplan.app.adapters.traffic_sources import (
     MAX_PULL_HOURS,
     PrometheusError,
     hourly_requests,
@@ -41,6 +36,11 @@ from gpuplan.app.traffic_sources import (
     requests_so_far,
     store_traffic,
 )
+from gpuplan.app.core.bridge import STEP, hour_allocation, merged_assignments
+from gpuplan.app.core.config import PrometheusSource, ServiceConfig, load_config
+from gpuplan.app.service import Service, recalibrate_now, watch_once
+from gpuplan.app.tick import load_profile, next_unseen_hour
+from gpuplan.app.traffic import watch_prometheus
 from storage.factory import open_store
 from tests.pg import free_port
 from tests.prom import PromServer, Series
@@ -200,9 +200,9 @@ def test_an_unreachable_prometheus_is_logged_and_the_other_apps_still_recalibrat
     nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     config = _config(tmp_path, "two", {"chat": prometheus.url, "lost": nowhere}, models_dir)
     _daemon_once(config, db, SEED_AT)
-    with caplog.at_level(logging.ERROR, logger="gpuplan.app.traffic_sources"):
+    with caplog.at_level(logging.ERROR, logger="gpuplan.app.adapters.traffic_sources"):
         _daemon_once(config, db, NOW)
-    errors = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.traffic_sources"]
+    errors = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.adapters.traffic_sources"]
     assert errors and errors[0].startswith(f"app lost: Prometheus at {nowhere} is unreachable")
     assert errors[0].endswith("not recalibrated this time")
     assert next_unseen_hour(_profile(db, "chat")) == NOW.replace(minute=0)

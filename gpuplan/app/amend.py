@@ -35,9 +35,9 @@ from gpuplan.app.core.bridge import STEP, floor_hour, gpus_for, hour_allocation,
 from gpuplan.app.outbox import deliver_pending
 
 if TYPE_CHECKING:
+    from gpuplan.app.adapters.executors import Executor
     from gpuplan.app.core.config import ServiceConfig
     from gpuplan.app.core.forecasters import Forecasters
-    from gpuplan.app.executors import Executor
     from gpuplan.app.tick import CycleReport
     from storage.store import Store
 

@@ -1,7 +1,7 @@
 """The demo cluster that moves on: what ``gpuplan daemon`` runs on without ``--config``.
 
 The live demo daemon drives the same in-memory cluster as the simulation
-(:class:`gpuplan.app.executors.simulated.SimulatedCluster`): each committed job starts and
+(:class:`gpuplan.app.adapters.executors.simulated.SimulatedCluster`): each committed job starts and
 is reported done when its actual duration has passed (the demo queue's jobs were drawn
 from the bundled history, whose durations they keep; a job submitted by hand runs for its
 P50 estimate). New jobs keep arriving: each simulated week's arrivals are drawn from the
@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from contract.records import JobState, TrafficHour
+from gpuplan.app.adapters.executors import Executor
+from gpuplan.app.adapters.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.core.bridge import STEP, floor_hour
 from gpuplan.app.core.config import ServiceConfig
-from gpuplan.app.executors import Executor
-from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.jobs import finish
 from storage.store import Store
 

@@ -196,8 +196,8 @@ def _executor(config: ServiceConfig, now: datetime) -> Iterator[Check]:
         target = config.commits_file or "the database's own feed"
         yield Check("executor", Verdict.OK, f"{config.executor or 'jsonl'}: commits go to {target}")
         return
-    from gpuplan.app.slurm.client import SlurmClient, SlurmError
-    from gpuplan.app.slurm.cluster import read_cluster
+    from gpuplan.app.adapters.slurm.client import SlurmClient, SlurmError
+    from gpuplan.app.adapters.slurm.cluster import read_cluster
 
     settings = config.slurm
     client = SlurmClient(settings)
@@ -248,7 +248,7 @@ def _executor(config: ServiceConfig, now: datetime) -> Iterator[Check]:
 
 # -- Prometheus and the clocks ----------------------------------------------------------------------
 def _prometheus(config: ServiceConfig) -> Iterator[Check]:
-    from gpuplan.app.traffic_sources import PrometheusError, instant_value
+    from gpuplan.app.adapters.traffic_sources import PrometheusError, instant_value
 
     clocks: set[str] = set()
     for source in config.prometheus:

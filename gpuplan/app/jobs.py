@@ -38,8 +38,8 @@ from storage.store import Store
 if TYPE_CHECKING:
     import pandas as pd
 
+    from gpuplan.app.adapters.slurm.batch import BatchSection
     from gpuplan.app.core.ports import Executor
-    from gpuplan.app.slurm.batch import BatchSection
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_HOURS = 24 * 365
@@ -243,7 +243,7 @@ def submit(
         return batcher(estimated_job(spec, now, forecasters, source=source, token=token), source=source)
     job = checked_job(store, spec, now, forecasters, source=source, token=token)
     if section is not None and config.slurm is not None:
-        from gpuplan.app.slurm.client import SlurmClient
+        from gpuplan.app.adapters.slurm.client import SlurmClient
 
         client = SlurmClient(config.slurm)
         submitted = client.submit(section.request(job.id, config.slurm.partition))
@@ -281,7 +281,7 @@ def checked_spec(
         require_priority(token, float(spec.get("priority", 1)))
     if "slurm" not in spec or adopted:
         return spec, None
-    from gpuplan.app.slurm.batch import read_section
+    from gpuplan.app.adapters.slurm.batch import read_section
 
     section = read_section(spec["slurm"], source=source)
     if config.slurm is None:

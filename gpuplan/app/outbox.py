@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from contract.records import Amendment, Commit
 
 if TYPE_CHECKING:
-    from gpuplan.app.executors import Executor
+    from gpuplan.app.adapters.executors import Executor
     from storage.store import Store
 
 log = logging.getLogger(__name__)

@@ -19,19 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import StoreError
 from contract.records import Job
+from gpuplan.app.adapters.executors import Executor, Reconciler
+from gpuplan.app.adapters.executors.printing import PrintingExecutor
+from gpuplan.app.adapters.executors.registry import make_executor
+from gpuplan.app.adapters.traffic_sources import pull_traffic
 from gpuplan.app.amend import amend_cycle, answer_freed
 from gpuplan.app.changes import Changes
 from gpuplan.app.core.bridge import floor_hour
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
-from gpuplan.app.executors import Executor, Reconciler
-from gpuplan.app.executors.printing import PrintingExecutor
-from gpuplan.app.executors.registry import make_executor
 from gpuplan.app.health import Health
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import CycleReport, recalibrate
 from gpuplan.app.traffic import SurgeAnswer, answer_surge, watch_prometheus
-from gpuplan.app.traffic_sources import pull_traffic
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
 def observe_state(service: Service, now: datetime) -> None:
     """The metrics of what the store and the executor hold now (jobs by state, deliveries
     pending, Slurm commands failed, forecast age)."""
-    from gpuplan.app.metrics import service_state
+    from gpuplan.app.adapters.metrics import service_state
 
     if service.metrics is not None:
         client = getattr(service.reconciler, "client", None)

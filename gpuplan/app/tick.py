@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from contract.records import App, Cluster, Job, JobState, PlanRun, RunMode, TrafficHour
+from gpuplan.app.adapters.traffic_sources import store_traffic
 from gpuplan.app.core.bridge import (
     STEP,
     AppDemand,
@@ -42,7 +43,6 @@ from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.ports import Executor
 from gpuplan.app.core.tokens import NotFoundError
 from gpuplan.app.outbox import deliver_pending
-from gpuplan.app.traffic_sources import store_traffic
 from storage.store import Store
 
 if TYPE_CHECKING:

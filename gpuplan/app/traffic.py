@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from contract.records import Amendment, ObservedTraffic
+from gpuplan.app.adapters.traffic_sources import PrometheusError, requests_so_far, store_traffic
 from gpuplan.app.amend import amend_cycle
 from gpuplan.app.core.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
 from gpuplan.app.tick import CycleReport, ingest_traffic, known_app, plan_cycle
-from gpuplan.app.traffic_sources import PrometheusError, requests_so_far, store_traffic
 
 if TYPE_CHECKING:
     from features.traffic import HourlyTraffic
+    from gpuplan.app.adapters.executors import Executor
     from gpuplan.app.core.config import ServiceConfig
     from gpuplan.app.core.forecasters import Forecasters
-    from gpuplan.app.executors import Executor
     from storage.store import Store
 
 log = logging.getLogger(__name__)

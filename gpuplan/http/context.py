@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from starlette.concurrency import run_in_threadpool
 
 from contract.records import ApiToken, Job
+from gpuplan.app.adapters.executors import Executor
 from gpuplan.app.batcher import SubmitBatcher
 from gpuplan.app.changes import Changes, FreshMarks, Mirror, ReadCache
 from gpuplan.app.core.bridge import floor_hour
@@ -20,7 +21,6 @@ from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.tokens import TokenCache, authenticate, sha256_hex
 from gpuplan.app.dashboard import dashboard
-from gpuplan.app.executors import Executor
 from gpuplan.app.health import Health
 from gpuplan.app.jobs import SubmitResult, cancel, checked_spec, estimated_job, submit
 from gpuplan.app.status import Beside, QueueRows, Status, read_beside, status

@@ -159,9 +159,9 @@ class ServiceConfig:
     plan_wall_clock: bool = True
     models_dir: Path = Path("models")
     #: The jsonl executor's feed; None: the database's own (beside a SQLite file, see
-    #: gpuplan/app/executors/jsonl.py), so that two databases never share one.
+    #: gpuplan/app/adapters/executors/jsonl.py), so that two databases never share one.
     commits_file: Path | None = None
-    #: The executor's name in gpuplan/app/executors' registry; None: jsonl on the database's feed.
+    #: The executor's name in gpuplan/app/adapters/executors' registry; None: jsonl on the database's feed.
     executor: str | None = None
     demo_queue: bool = False  # seed a queue from the bundled job history on an empty database
     #: The daemon deletes runs older than this many days once a day (None: never).

@@ -9,7 +9,7 @@ hour (additions only: more GPUs for a real-time app, a batch job started within 
 goes through the outbox the same way, after the hour's commit, keyed alike (``seq`` 1, 2,
 ...). An executor also gets a stop when a running job is cancelled. The executors sit side
 by side in this package (``memory``, ``jsonl``, ``simulated``, ``slurm``) and the config
-picks one by name through the registry in ``gpuplan/app/executors/__init__.py``.
+picks one by name through the registry in ``gpuplan/app/adapters/executors/__init__.py``.
 
 An executor that runs a real cluster manager is also a :class:`Reconciler`: the cluster
 talks back. Before each plan it makes the store agree with the cluster (what is down,

@@ -3,7 +3,7 @@
 The simulation is the service with a fake clock, not a second implementation of it.
 Each policy gets a throwaway in-memory SQLite store seeded with the cluster, the apps,
 their traffic history and demand profiles, and the in-memory cluster
-(:class:`~gpuplan.app.executors.simulated.SimulatedCluster`). Then, for
+(:class:`~gpuplan.app.adapters.executors.simulated.SimulatedCluster`). Then, for
 every ``cycle_minutes`` of simulated time (:func:`~gpuplan.app.simulate.loop.run_policy`):
 
 1. jobs whose actual duration has elapsed are reported done (``jobs.finish``), and jobs

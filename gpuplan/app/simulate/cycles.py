@@ -17,11 +17,11 @@ from contract.records import (
     PlanRun,
     RunMode,
 )
+from gpuplan.app.adapters.executors.simulated import SimulatedCluster
 from gpuplan.app.amend import amend_hour, hourly_rates
 from gpuplan.app.core.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
-from gpuplan.app.executors.simulated import SimulatedCluster
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import load_snapshot, plan_cycle
 

@@ -19,10 +19,10 @@ from contract.records import (
     PlanRun,
     TrafficHour,
 )
+from gpuplan.app.adapters.executors import InMemoryExecutor
+from gpuplan.app.adapters.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.core.bridge import STEP, floor_hour
 from gpuplan.app.core.config import PlanWith, PromiseTerms, ServiceConfig
-from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.jobs import finish, planned_starts, promise, submit
 from gpuplan.app.tick import recalibrate, review
 

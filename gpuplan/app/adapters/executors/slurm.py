@@ -1,7 +1,7 @@
 """The Slurm executor: each committed hour becomes Slurm's truth, and Slurm's truth comes back.
 
 Chosen by ``executor: slurm`` in the daemon's config, with its ``slurm:`` section; the
-client, the cluster source and the job comments it uses are in ``gpuplan/app/slurm/``.
+client, the cluster source and the job comments it uses are in ``gpuplan/app/adapters/slurm/``.
 
 Its entry points are idempotent, each one reading of ``squeue``/``sinfo`` and the fewest
 Slurm actions that make the cluster match:
@@ -33,11 +33,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from contract.errors import InputError
 from contract.records import Amendment, Assignment, Cluster, Commit, DownWindowRecord, Job, JobState, Outcome
-from gpuplan.app.core.bridge import floor_hour, hour_allocation, merged_assignments
-from gpuplan.app.core.slurm_settings import SlurmSettings
-from gpuplan.app.jobs import finish, submit
-from gpuplan.app.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
-from gpuplan.app.slurm.client import (
+from gpuplan.app.adapters.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
+from gpuplan.app.adapters.slurm.client import (
     CANCELLED,
     COMPLETED,
     PENDING,
@@ -46,7 +43,10 @@ from gpuplan.app.slurm.client import (
     SlurmClient,
     SlurmJob,
 )
-from gpuplan.app.slurm.cluster import ClusterView, GpuMap, ceil_hour, read_cluster
+from gpuplan.app.adapters.slurm.cluster import ClusterView, GpuMap, ceil_hour, read_cluster
+from gpuplan.app.core.bridge import floor_hour, hour_allocation, merged_assignments
+from gpuplan.app.core.slurm_settings import SlurmSettings
+from gpuplan.app.jobs import finish, submit
 from storage.store import Store
 
 if TYPE_CHECKING:

@@ -4,15 +4,15 @@
 database's feed (the config's ``commits_file``, by default one beside the database: see
 :func:`default_feed`); ``slurm`` runs them on the config's Slurm partition (and reads the
 cluster back: a :class:`Reconciler`). The registry the config picks one from by name is
-:mod:`gpuplan.app.executors.registry`; this package's ``__init__`` imports no adapter with
+:mod:`gpuplan.app.adapters.executors.registry`; this package's ``__init__`` imports no adapter with
 use cases behind it, so importing the port (:mod:`.base`) never runs the Slurm adapter.
 """
 
 from __future__ import annotations
 
+from gpuplan.app.adapters.executors.jsonl import JsonLinesExecutor, default_feed
+from gpuplan.app.adapters.executors.memory import InMemoryExecutor
 from gpuplan.app.core.ports import Executor, Reconciler, amendment_lines, commit_lines
-from gpuplan.app.executors.jsonl import JsonLinesExecutor, default_feed
-from gpuplan.app.executors.memory import InMemoryExecutor
 
 __all__ = [
     "Executor",

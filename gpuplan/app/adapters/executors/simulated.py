@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from contract.records import Amendment, Assignment, Commit, Outcome
+from gpuplan.app.adapters.executors.memory import InMemoryExecutor
 from gpuplan.app.core.ports import Executor
-from gpuplan.app.executors.memory import InMemoryExecutor
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from contract.records import JobState
-from gpuplan.app.tick import CycleReport
 from storage.store import Store
+
+if TYPE_CHECKING:
+    from gpuplan.app.tick import CycleReport
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from datetime import datetime
 
 from contract.errors import InputError
 from contract.records import Cluster, DownWindowRecord
+from gpuplan.app.adapters.slurm.client import RUNNING, Placement, SlurmClient, SlurmJob, SlurmNode
 from gpuplan.app.core.bridge import STEP, floor_hour
 from gpuplan.app.core.slurm_settings import COMMENT_PREFIX, SlurmSettings
-from gpuplan.app.slurm.client import RUNNING, Placement, SlurmClient, SlurmJob, SlurmNode
 
 
 def ceil_hour(moment: datetime) -> datetime:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
+from gpuplan.app.adapters.executors.jsonl import JsonLinesExecutor, default_feed
+from gpuplan.app.adapters.executors.memory import InMemoryExecutor
+from gpuplan.app.adapters.executors.slurm import SlurmExecutor
 from gpuplan.app.core.ports import Executor
-from gpuplan.app.executors.jsonl import JsonLinesExecutor, default_feed
-from gpuplan.app.executors.memory import InMemoryExecutor
-from gpuplan.app.executors.slurm import SlurmExecutor
 
 if TYPE_CHECKING:
     from gpuplan.app.core.config import ServiceConfig

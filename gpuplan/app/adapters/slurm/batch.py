@@ -27,8 +27,8 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import Job
+from gpuplan.app.adapters.slurm.client import BatchRequest, Placement
 from gpuplan.app.core.slurm_settings import COMMENT_PREFIX
-from gpuplan.app.slurm.client import BatchRequest, Placement
 
 SECTION_KEYS = frozenset({"command", "script", "account", "qos", "time_limit_minutes", "job_id"})
 MAX_TIME_LIMIT_MINUTES = 365 * 24 * 60
