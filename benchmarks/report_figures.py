@@ -57,7 +57,7 @@ from gpuplan.app.core.bridge import (
     scenario_document,
 )
 from gpuplan.app.core.config import DEMO_APPS, DEMO_GPUS, PlanWith
-from gpuplan.app.reports import (
+from gpuplan.app.views.reports import (
     BookableStart,
     CommitRow,
     CoverageRow,

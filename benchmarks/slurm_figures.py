@@ -184,7 +184,7 @@ def takeovers(folder: Path, config: ServiceConfig, count: int) -> list[float]:
     import yaml
 
     from gpuplan.app.retrain import retrain
-    from gpuplan.app.status import status
+    from gpuplan.app.views.status import status
     from tests.pg import PgServer
     from training_data.history import generate_history, validate_history
 

@@ -59,7 +59,7 @@ def _table(title: str, rows: list[dict[str, object]]) -> str:
 
 
 def _stored_history(url: str) -> pd.DataFrame:
-    from gpuplan.app.report_inputs import open_existing_store
+    from gpuplan.app.views.report_inputs import open_existing_store
     from training_data.history import validate_history
 
     store = open_existing_store(url)  # only the daemon creates a database

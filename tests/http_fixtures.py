@@ -15,9 +15,9 @@ from gpuplan.app.adapters.executors import InMemoryExecutor
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.tokens import create_token, parse_scopes
-from gpuplan.app.health import Health
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.tick import plan_cycle
+from gpuplan.app.views.health import Health
 from gpuplan.http.context import ApiContext
 from storage.factory import open_store
 from storage.store import Store

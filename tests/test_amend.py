@@ -505,8 +505,8 @@ def test_utilization_of_a_past_hour_reads_its_amendments_and_what_was_down_then(
     are those it was committed with, not today's cluster's (a node resumed since)."""
     from gpuplan.app.amend import amend_cycle
     from gpuplan.app.jobs import submit
-    from gpuplan.app.report_inputs import utilization_inputs_in
-    from gpuplan.app.reports import utilization
+    from gpuplan.app.views.report_inputs import utilization_inputs_in
+    from gpuplan.app.views.reports import utilization
 
     store = open_store(f"sqlite:///{tmp_path}/util.db")
     down = (DownWindowRecord(6, H0, None), DownWindowRecord(7, H0, None))

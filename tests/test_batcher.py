@@ -29,7 +29,7 @@ from gpuplan.app.changes import FreshMarks
 from gpuplan.app.core.bridge import EntryTexts, encoded_scenario, inputs_hash
 from gpuplan.app.core.tokens import NotSignedInError, authenticate, create_token, sha256_hex
 from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
-from gpuplan.app.status import QueueRows, Status, status
+from gpuplan.app.views.status import QueueRows, Status, status
 from scheduler.check import check_plan
 from storage.store import Store
 from tests.http_fixtures import T0, Served, served

@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, text
 
 from gpuplan.app.core.config import load_config
 from gpuplan.app.core.models import TRAINING_MODEL_FILE, load_job_estimator
-from gpuplan.app.doctor import MODEL_STALE_DAYS, Verdict, diagnose
+from gpuplan.app.views.doctor import MODEL_STALE_DAYS, Verdict, diagnose
 from gpuplan.cli import main
 from storage.factory import open_store
 from tests.prom import PromServer, Series

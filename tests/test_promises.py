@@ -19,7 +19,7 @@ from gpuplan.app.core.bridge import STEP, planned_places, run_record
 from gpuplan.app.core.config import PlanWith, PromiseTerms, ServiceConfig
 from gpuplan.app.jobs import submit
 from gpuplan.app.promises import MAX_LOAD, batch_gpus, expected_starts
-from gpuplan.app.status import job_view
+from gpuplan.app.views.status import job_view
 from storage.factory import open_store
 
 T = datetime(2026, 12, 2, 10, tzinfo=UTC)

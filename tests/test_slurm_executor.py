@@ -613,7 +613,7 @@ def test_the_partitions_gpu_map_is_logged_once_and_a_count_unlike_the_configs_is
 
 @pytest.mark.slurm
 def test_a_running_jobs_since_is_slurms_start_not_its_release(service: SlurmService) -> None:
-    from gpuplan.app.status import status
+    from gpuplan.app.views.status import status
 
     now = this_hour() + timedelta(minutes=1)
     job_id = service.submit("train-0", 2, 3.0, now)

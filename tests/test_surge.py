@@ -18,10 +18,10 @@ from gpuplan.app.amend import check_amendment, occupied
 from gpuplan.app.core.bridge import STEP, hour_allocation, merged_assignments
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
-from gpuplan.app.health import Health
 from gpuplan.app.jobs import finish
 from gpuplan.app.service import Service, run_once
 from gpuplan.app.traffic import MIN_OBSERVED_MINUTES, in_progress
+from gpuplan.app.views.health import Health
 from gpuplan.http.context import ApiContext
 from storage.factory import open_store
 from storage.store import Store

@@ -32,7 +32,7 @@ from gpuplan.app.core.forecasters import (
 )
 from gpuplan.app.core.models import MODEL_FILES
 from gpuplan.app.core.tokens import NotFoundError, require, require_job, require_priority
-from gpuplan.app.status import placement_reason
+from gpuplan.app.views.status import placement_reason
 from storage.store import Store
 
 if TYPE_CHECKING:

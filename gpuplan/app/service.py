@@ -28,10 +28,10 @@ from gpuplan.app.changes import Changes
 from gpuplan.app.core.bridge import floor_hour
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
-from gpuplan.app.health import Health
 from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.tick import CycleReport, recalibrate
 from gpuplan.app.traffic import SurgeAnswer, answer_surge, watch_prometheus
+from gpuplan.app.views.health import Health
 from storage.store import Store
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from gpuplan.app.core.tokens import (
     session_of,
     signin_csrf,
 )
-from gpuplan.app.dashboard import CLASS_NAMES
+from gpuplan.app.views.dashboard import CLASS_NAMES
 from gpuplan.http.deps import Context
 
 router = APIRouter(include_in_schema=False)

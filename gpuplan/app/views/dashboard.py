@@ -16,10 +16,10 @@ from typing import Any
 from contract.errors import InputError
 from contract.records import JobState
 from gpuplan.app.core.bridge import floor_hour, hour_allocation
-from gpuplan.app.health import Health
-from gpuplan.app.report_queries import coverage_query, idle_query, stored_run, utilization_query
-from gpuplan.app.reports import app_needs, commit_rows, planned_counts
-from gpuplan.app.status import run_summary, status
+from gpuplan.app.views.health import Health
+from gpuplan.app.views.report_queries import coverage_query, idle_query, stored_run, utilization_query
+from gpuplan.app.views.reports import app_needs, commit_rows, planned_counts
+from gpuplan.app.views.status import run_summary, status
 from storage.store import Store
 
 MAX_GPU_ROWS = 64

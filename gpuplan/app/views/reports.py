@@ -4,7 +4,7 @@ The horizon plan is itself a forecast: it shows idle capacity and real-time cove
 before they arrive. Each function here takes values (an :class:`Instance` with its grid
 and wall-clock start, a :class:`PlanRun`, commits, apps, traffic) and returns frozen row
 dataclasses whose fields are the report's columns, in order. Nothing here reads a store,
-a clock or a file; :mod:`gpuplan.app.report_inputs` loads the values, the command line
+a clock or a file; :mod:`gpuplan.app.views.report_inputs` loads the values, the command line
 formats the rows.
 
 Times in rows are wall-clock UTC ``datetime``; an interval is ``[start, end)``. A plan

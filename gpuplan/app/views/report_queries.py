@@ -1,7 +1,7 @@
 """The reports from a store that is already open: what the HTTP API and the dashboard answer.
 
-The inputs come from :mod:`gpuplan.app.report_inputs` (the ``*_in`` functions, the same
-reads and checks as the command line's); the rows from :mod:`gpuplan.app.reports`. Errors
+The inputs come from :mod:`gpuplan.app.views.report_inputs` (the ``*_in`` functions, the same
+reads and checks as the command line's); the rows from :mod:`gpuplan.app.views.reports`. Errors
 name the report's fields (``run_id``, ``since``, ``quantile``, ``min_gpus``, ...).
 """
 
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from contract.errors import InputError
 from contract.records import PlanRun
 from contract.scenario import Instance
-from gpuplan.app.report_inputs import (
+from gpuplan.app.views.report_inputs import (
     CoverageInputs,
     commits_inputs_in,
     coverage_inputs_in,
     utilization_inputs_in,
 )
-from gpuplan.app.reports import (
+from gpuplan.app.views.reports import (
     BookableStart,
     CommitRow,
     CoverageReport,
@@ -35,7 +35,7 @@ from gpuplan.app.reports import (
     run_instance,
     utilization,
 )
-from gpuplan.app.status import find_run
+from gpuplan.app.views.status import find_run
 from storage.store import Store
 
 #: Each report's row type, by its name in the API.

@@ -1,6 +1,6 @@
 """What the reports read from the store, with the messages an operator sees when it is not there.
 
-The report functions themselves (:mod:`gpuplan.app.reports`) are pure; this module is
+The report functions themselves (:mod:`gpuplan.app.views.reports`) are pure; this module is
 the only part of them that touches a :class:`~storage.store.Store`. Each ``*_inputs``
 function opens the store at a URL, reads what one report needs, checks the report's
 ``since`` (a user's time, as text) against what is stored, and closes the store.
@@ -96,7 +96,7 @@ def parse_since(since: str | None) -> datetime | None:
 
 def load_run(url: str, run_ref: str) -> PlanRun:
     """The run ``run_ref`` names (an id or ``latest``) in the store at ``url``."""
-    from gpuplan.app.status import find_run
+    from gpuplan.app.views.status import find_run
 
     store = open_existing_store(url)
     try:
@@ -127,8 +127,8 @@ def coverage_inputs(url: str, run_ref: str, since: str | None) -> CoverageInputs
 
 
 def coverage_inputs_in(store: Store, run_ref: str, since: str | None) -> CoverageInputs:
-    from gpuplan.app.reports import run_instance
-    from gpuplan.app.status import find_run
+    from gpuplan.app.views.reports import run_instance
+    from gpuplan.app.views.status import find_run
 
     since_at = parse_since(since)
     run = find_run(store, run_ref)
