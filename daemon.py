@@ -1,7 +1,7 @@
 """The head-node daemon: APScheduler 3 runs the service's use cases on the wall clock.
 
 Wiring only: each scheduled job is a use case of :mod:`gpuplan.app.service` and
-:mod:`gpuplan.app.tick` (the service, its executor and its metrics are built there);
+:mod:`gpuplan.app.cycle.tick` (the service, its executor and its metrics are built there);
 this module puts them on APScheduler's clock and loops:
 
 - **plan** every ``cycle_minutes`` (first run at once): recalibrate, plan 24 hours, commit
@@ -44,7 +44,8 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
-from gpuplan.app.prune import DEFAULT_KEEP_DAYS, prune
+from gpuplan.app.cycle.prune import DEFAULT_KEEP_DAYS, prune
+from gpuplan.app.cycle.tick import retrain_from_store, review
 from gpuplan.app.service import (
     STANDBY_POLL_S,
     Service,
@@ -56,7 +57,6 @@ from gpuplan.app.service import (
     utc_now,
     watch_once,
 )
-from gpuplan.app.tick import retrain_from_store, review
 
 log = logging.getLogger("gpuplan.daemon")
 

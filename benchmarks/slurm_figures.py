@@ -37,9 +37,9 @@ from gpuplan.app.adapters.executors.slurm import SlurmExecutor
 from gpuplan.app.adapters.slurm.batch import slurm_job_id
 from gpuplan.app.adapters.slurm.client import RUNNING
 from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.cycle.tick import plan_cycle
 from gpuplan.app.jobs import submit
 from gpuplan.app.seed import ensure_service
-from gpuplan.app.tick import plan_cycle
 from gpuplan.table import format_table
 from storage.factory import open_store
 from storage.store import Store
@@ -183,7 +183,7 @@ def takeovers(folder: Path, config: ServiceConfig, count: int) -> list[float]:
     """Seconds from SIGKILL of the leading daemon to ``status`` naming the standby."""
     import yaml
 
-    from gpuplan.app.retrain import retrain
+    from gpuplan.app.cycle.retrain import retrain
     from gpuplan.app.views.status import status
     from tests.pg import PgServer
     from training_data.history import generate_history, validate_history

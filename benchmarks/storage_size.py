@@ -12,7 +12,7 @@ PostgreSQL comes from tests/pg.py's throwaway server (Debian's postgresql packag
 
 ``--month``: a simulated month of the daemon at 256 GPUs on SQLite (a run every 30 minutes,
 each hour committed once), stored twice: with no pruning, and pruned once a day as the
-daemon does (``gpuplan.app.prune``, keeping ``KEEP_DAYS`` days, 7 by default: the
+daemon does (``gpuplan.app.cycle.prune``, keeping ``KEEP_DAYS`` days, 7 by default: the
 daemon's default of 30 would not prune within one month). Prints the file sizes.
 """
 
@@ -94,7 +94,7 @@ def measure(url: str, path: Path | None, run: PlanRun, commit: Commit, runs: int
 
 def month(keep_days: int | None, path: Path, run: PlanRun, commit: Commit, days: int = 30) -> int:
     """The SQLite file's size after ``days`` days of cycles, pruned daily when ``keep_days`` is set."""
-    from gpuplan.app.prune import prune
+    from gpuplan.app.cycle.prune import prune
 
     store = SqlStore.open(f"sqlite:///{path}")
     try:

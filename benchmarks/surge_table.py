@@ -128,13 +128,13 @@ def run_specs(which: str, data: Path, folder: Path) -> list[RunSpec]:
 
 
 def _one(args: argparse.Namespace) -> None:
-    from gpuplan.app.amend import hourly_rates
     from gpuplan.app.core.bridge import STEP, gpus_for
     from gpuplan.app.core.config import PlanWith
+    from gpuplan.app.cycle.amend import hourly_rates
+    from gpuplan.app.cycle.tick import app_demand
     from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, run_policy
     from gpuplan.app.simulate.loop import SimHooks, observed_so_far
     from gpuplan.app.simulate.measures import measure, realtime_hours
-    from gpuplan.app.tick import app_demand
 
     options = SimOptions(plan_with=PlanWith(args.plan_with))
     with tempfile.TemporaryDirectory(prefix="gpuplan-surge-") as work:

@@ -35,10 +35,10 @@ from gpuplan.app.changes import Changes
 from gpuplan.app.core.bridge import planned_place
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.cycle.tick import first_open_hour, load_snapshot, plan_snapshot
 from gpuplan.app.jobs import submit
 from gpuplan.app.simulate import SimOptions, SimPolicy, prepare
 from gpuplan.app.simulate.loop import SimHooks, run_policy
-from gpuplan.app.tick import first_open_hour, load_snapshot, plan_snapshot
 from gpuplan.table import format_table
 from scheduler.check import check_plan
 from scheduler.metrics import score

@@ -29,9 +29,9 @@ from contract.records import (
 )
 from contract.scenario import BatchJob, DownWindow, Instance, JobKind, RealtimeJob
 from gpuplan.app.adapters.executors import InMemoryExecutor
-from gpuplan.app.amend import amend, check_amendment, propose
 from gpuplan.app.core.bridge import STEP, hour_allocation
 from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.cycle.amend import amend, check_amendment, propose
 from scheduler.check import check_plan
 from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan
@@ -383,7 +383,7 @@ def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> 
 
 def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_path: Path) -> None:
     from gpuplan.app.adapters.executors import JsonLinesExecutor
-    from gpuplan.app.amend import amend_cycle
+    from gpuplan.app.cycle.amend import amend_cycle
     from gpuplan.app.jobs import submit
 
     store = open_store(f"sqlite:///{tmp_path}/cycle.db")
@@ -430,7 +430,7 @@ def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_pa
 def _full_hour(tmp_path: Path) -> Iterator[tuple[Store, ServiceConfig, dict[str, tuple[int, ...]]]]:
     """8 GPUs, H0 committed with "long" (8 hours) and "short" (3) on a block of 4 each: the store,
     its config and the blocks."""
-    from gpuplan.app.amend import amend_cycle
+    from gpuplan.app.cycle.amend import amend_cycle
     from gpuplan.app.jobs import submit
 
     store = open_store(f"sqlite:///{tmp_path}/freed.db")
@@ -458,7 +458,7 @@ def _submit_next(store: Store, config: ServiceConfig, at: datetime) -> None:
 
 
 def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cycle(tmp_path: Path) -> None:
-    from gpuplan.app.amend import amend_cycle
+    from gpuplan.app.cycle.amend import amend_cycle
     from gpuplan.app.jobs import finish
 
     with _full_hour(tmp_path) as (store, config, blocks):
@@ -483,7 +483,7 @@ def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cy
 
 
 def test_a_completion_within_the_hour_starts_the_next_hours_work_at_once(tmp_path: Path) -> None:
-    from gpuplan.app.amend import answer_freed
+    from gpuplan.app.cycle.amend import answer_freed
     from gpuplan.app.jobs import finish
 
     with _full_hour(tmp_path) as (store, config, blocks):
@@ -503,7 +503,7 @@ def test_a_completion_within_the_hour_starts_the_next_hours_work_at_once(tmp_pat
 def test_utilization_of_a_past_hour_reads_its_amendments_and_what_was_down_then(tmp_path: Path) -> None:
     """Work an amendment placed in a committed hour is in that hour's row; the hour's down GPUs
     are those it was committed with, not today's cluster's (a node resumed since)."""
-    from gpuplan.app.amend import amend_cycle
+    from gpuplan.app.cycle.amend import amend_cycle
     from gpuplan.app.jobs import submit
     from gpuplan.app.views.report_inputs import utilization_inputs_in
     from gpuplan.app.views.reports import utilization

@@ -414,12 +414,12 @@ def test_submit_and_status_say_one_gpu_and_show_the_queue_s_gpus_and_priority(
 def test_the_review_log_rounds_the_bound(
     demo_db: str, models_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from gpuplan.app.tick import review
+    from gpuplan.app.cycle.tick import review
 
     config = replace(demo_config(models_dir=models_dir), review_time_limit_s=2.0, plan_wall_clock=False)
     store = open_store(demo_db)
     try:
-        with caplog.at_level(logging.INFO, logger="gpuplan.app.tick"):
+        with caplog.at_level(logging.INFO, logger="gpuplan.app.cycle.tick"):
             run = review(store, T0 + timedelta(minutes=20), config)
     finally:
         store.close()
@@ -432,7 +432,7 @@ def test_the_review_log_rounds_the_bound(
 def test_the_sharding_note_is_logged_once_per_retrain(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from gpuplan.app.retrain import retrain
+    from gpuplan.app.cycle.retrain import retrain
     from training_data.history import generate_history, validate_history
 
     history = validate_history(

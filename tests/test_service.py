@@ -22,10 +22,10 @@ from gpuplan.app.adapters.executors.registry import make_executor
 from gpuplan.app.adapters.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.core.bridge import column_commit
 from gpuplan.app.core.config import demo_config
+from gpuplan.app.cycle.outbox import deliver_pending
+from gpuplan.app.cycle.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
 from gpuplan.app.demo import demo_world
-from gpuplan.app.outbox import deliver_pending
 from gpuplan.app.seed import demo_durations, ensure_service
-from gpuplan.app.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
 from scheduler.check import check_plan
 from storage.factory import open_store
 from tests.service_fixtures import _in_tmp_path, models_dir, quick_config, run_cli
@@ -291,9 +291,9 @@ def test_a_job_past_its_time_limit_is_shown_by_status_and_named_once_in_the_log(
 ) -> None:
     """Without an executor that stops it, a job past its limit (its P90 hours x 2, or its
     spec's ``time_limit_hours``) holds its GPUs: status marks it and the cycle's log names it."""
-    from gpuplan.app import tick
     from gpuplan.app.core.bridge import time_limit
-    from gpuplan.app.tick import warn_overruns
+    from gpuplan.app.cycle import tick
+    from gpuplan.app.cycle.tick import warn_overruns
 
     monkeypatch.setattr(
         tick, "_warned_overruns", set()
@@ -317,7 +317,7 @@ def test_a_job_past_its_time_limit_is_shown_by_status_and_named_once_in_the_log(
     assert first in overrun and overrun == {j for j, limit in limits.items() if limit and limit <= late}
     text = run_cli("status", "--db", db, "--at", late.isoformat()).out
     assert any(first in line and "OVERRUN" in line for line in text.splitlines())
-    with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+    with caplog.at_level(logging.WARNING, logger="gpuplan.app.cycle.tick"):
         assert warn_overruns(running, late - HOUR) == []
         assert first in warn_overruns(running, late)
         assert warn_overruns(running, late + HOUR) == []  # once
@@ -445,7 +445,7 @@ def test_a_missing_or_garbage_traffic_hour_is_skipped_and_logged(
                 TrafficHour(app, first + 3 * HOUR, 12.0),
             ]
         )
-        with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+        with caplog.at_level(logging.WARNING, logger="gpuplan.app.cycle.tick"):
             updated = recalibrate(store, first + 4 * HOUR, config)
         after = load_profile(store, app)
     finally:
@@ -547,7 +547,7 @@ def test_a_stored_profile_that_is_not_json_is_refused_and_refitted_never_loaded(
     finally:
         store.close()
     # The next cycle never loads it: it fits a new profile on the stored traffic instead.
-    with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+    with caplog.at_level(logging.WARNING, logger="gpuplan.app.cycle.tick"):
         _once(db, models_dir, T0 + HOUR)
     assert "It is a pickle, which gpuplan never loads" in caplog.text
     assert "The next recalibration fits a new one on the app's stored traffic" in caplog.text

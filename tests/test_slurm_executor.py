@@ -29,10 +29,10 @@ from gpuplan.app.adapters.slurm.client import (
 )
 from gpuplan.app.adapters.slurm.cluster import ceil_hour
 from gpuplan.app.core.config import AppTraffic, ServiceConfig
+from gpuplan.app.cycle.tick import CycleReport, plan_cycle
 from gpuplan.app.jobs import submit
 from gpuplan.app.seed import ensure_service
 from gpuplan.app.service import Service, poll_once
-from gpuplan.app.tick import CycleReport, plan_cycle
 from storage.factory import open_store
 from storage.store import Store
 from tests.slurm import PARTITION, SlurmServer

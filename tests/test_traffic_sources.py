@@ -38,9 +38,9 @@ from gpuplan.app.adapters.traffic_sources import (
 )
 from gpuplan.app.core.bridge import STEP, hour_allocation, merged_assignments
 from gpuplan.app.core.config import PrometheusSource, ServiceConfig, load_config
+from gpuplan.app.cycle.tick import load_profile, next_unseen_hour
+from gpuplan.app.cycle.traffic import watch_prometheus
 from gpuplan.app.service import Service, recalibrate_now, watch_once
-from gpuplan.app.tick import load_profile, next_unseen_hour
-from gpuplan.app.traffic import watch_prometheus
 from storage.factory import open_store
 from tests.pg import free_port
 from tests.prom import PromServer, Series
@@ -220,7 +220,7 @@ def test_hours_prometheus_has_no_point_for_are_skipped_and_logged_by_the_hourly_
     store = open_store(db)
     try:
         service = Service(store=store, config=config, executor=InMemoryExecutor(), clock=lambda: NOW)
-        with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+        with caplog.at_level(logging.WARNING, logger="gpuplan.app.cycle.tick"):
             assert recalibrate_now(service) == ["gappy"]
         stored = {row.hour: row.requests for row in store.traffic("gappy", since=FIRST_PULLED)}
         profile = load_profile(store, "gappy")
@@ -435,12 +435,12 @@ def test_an_unreachable_prometheus_leaves_the_hour_in_progress_unobserved_and_lo
     )
     store = open_store(f"sqlite:///{tmp_path / 'lost.db'}")
     try:
-        with caplog.at_level(logging.ERROR, logger="gpuplan.app.traffic"):
+        with caplog.at_level(logging.ERROR, logger="gpuplan.app.cycle.traffic"):
             assert watch_prometheus(store, SURGE_HOUR + timedelta(minutes=30), config) == ()
         assert store.observed_traffic(SURGE_HOUR) == []
     finally:
         store.close()
-    (error,) = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.traffic"]
+    (error,) = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.cycle.traffic"]
     assert error.startswith(f"app chat: Prometheus at {nowhere} is unreachable")
     assert error.endswith("the hour in progress is not observed")
 

@@ -176,7 +176,7 @@ class SubmitBatcher:
         commits the hour leaves a plan that starts in it, which no batch can extend (a plan made
         now starts an hour later). Nothing is made when a base holds or when planning fails
         (logged: that batch plans afresh)."""
-        from gpuplan.app.tick import fresh_run
+        from gpuplan.app.cycle.tick import fresh_run
 
         try:
             with self.plan_lock():
@@ -223,7 +223,7 @@ class SubmitBatcher:
         return self._waiting
 
     def _answer(self, submitted: list[_Ticket]) -> None:
-        from gpuplan.app.tick import require_cluster
+        from gpuplan.app.cycle.tick import require_cluster
 
         try:
             with self.plan_lock():
@@ -395,7 +395,7 @@ class SubmitBatcher:
         """The cycle's plan as the base, unless it starts in the hour it committed (a plan made
         now starts an hour later; a batch's plan starts, by construction, where one made at
         its marks would)."""
-        from gpuplan.app.tick import first_open_hour
+        from gpuplan.app.cycle.tick import first_open_hour
 
         if cycle.run.start != first_open_hour(self.store, now):
             return None

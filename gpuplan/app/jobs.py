@@ -305,7 +305,7 @@ def checked_job(
 ) -> Job:
     """A checked spec as the job to queue: its id free, its forecast made, its size one the
     cluster can hold (nothing is stored)."""
-    from gpuplan.app.tick import require_cluster
+    from gpuplan.app.cycle.tick import require_cluster
 
     cluster = require_cluster(store)
     if store.job(spec["id"]) is not None:  # before the forecast: a refusal costs nothing
@@ -448,7 +448,7 @@ def hot_path_plan(
     store: Store, now: datetime, config: ServiceConfig, forecasters: Forecasters
 ) -> PlanRun | None:
     """The fast-mode replan after a submission: stored (mode ``submit``), never committed."""
-    from gpuplan.app.tick import plan_cycle
+    from gpuplan.app.cycle.tick import plan_cycle
 
     return plan_cycle(store, now, config, forecasters=forecasters, mode=RunMode.SUBMIT).run
 
@@ -457,7 +457,7 @@ def finish(
     store: Store, job_id: str, at: datetime, outcome: Outcome, *, started_at: datetime | None = None
 ) -> Job:
     """Mark ``job_id`` done at ``at``; it enters the job history; its GPUs are free for the rest of
-    the hour (an amendment may add them, :func:`gpuplan.app.amend.occupied`).
+    the hour (an amendment may add them, :func:`gpuplan.app.cycle.amend.occupied`).
 
     ``started_at``: when it really started (Slurm's start), for its history row; by default
     its recorded start (the hour it was committed in, or its submission if that came later).

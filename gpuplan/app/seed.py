@@ -19,7 +19,7 @@ from contract.scenario import JobKind
 from gpuplan.app.core.bridge import STEP, floor_hour
 from gpuplan.app.core.config import AppTraffic, ServiceConfig
 from gpuplan.app.core.models import TRAINING_MODEL_FILE
-from gpuplan.app.tick import fit_profile, ingest_traffic
+from gpuplan.app.cycle.tick import fit_profile, ingest_traffic
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def ensure_models(config: ServiceConfig) -> bool:
     """Train the job forecasters on the bundled history when the models folder has none."""
     if (config.models_dir / TRAINING_MODEL_FILE).is_file():
         return False
-    from gpuplan.app.retrain import retrain
+    from gpuplan.app.cycle.retrain import retrain
     from training_data.history import bundled_history_path, load_history
 
     path = bundled_history_path()

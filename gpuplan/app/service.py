@@ -23,14 +23,14 @@ from gpuplan.app.adapters.executors import Executor, Reconciler
 from gpuplan.app.adapters.executors.printing import PrintingExecutor
 from gpuplan.app.adapters.executors.registry import make_executor
 from gpuplan.app.adapters.traffic_sources import pull_traffic
-from gpuplan.app.amend import amend_cycle, answer_freed
 from gpuplan.app.changes import Changes
 from gpuplan.app.core.bridge import floor_hour
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
-from gpuplan.app.outbox import deliver_pending
-from gpuplan.app.tick import CycleReport, recalibrate
-from gpuplan.app.traffic import SurgeAnswer, answer_surge, watch_prometheus
+from gpuplan.app.cycle.amend import amend_cycle, answer_freed
+from gpuplan.app.cycle.outbox import deliver_pending
+from gpuplan.app.cycle.tick import CycleReport, recalibrate
+from gpuplan.app.cycle.traffic import SurgeAnswer, answer_surge, watch_prometheus
 from gpuplan.app.views.health import Health
 from storage.store import Store
 
@@ -107,12 +107,12 @@ def plan_lock(service: Service) -> Iterator[None]:
 def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit, or
     within an hour already committed, plan from the next and amend this one
-    (:func:`gpuplan.app.amend.amend_cycle`: the plan's next-hour starts on GPUs idle now, and
+    (:func:`gpuplan.app.cycle.amend.amend_cycle`: the plan's next-hour starts on GPUs idle now, and
     real-time GPUs for the apps whose observed traffic of the hour outruns theirs).
 
     A second daemon on the same database waits for the first one's cycle, then plans on
     what it committed (the hour is committed once). The cycle also re-sends every commit
-    the executor has not acknowledged (:mod:`gpuplan.app.outbox`).
+    the executor has not acknowledged (:mod:`gpuplan.app.cycle.outbox`).
     """
     now = now or service.clock()
     failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
@@ -160,7 +160,7 @@ def observe_state(service: Service, now: datetime) -> None:
 
 def watch_once(service: Service, now: datetime | None = None) -> SurgeAnswer | None:
     """Between cycles: the Prometheus-fed apps' hour in progress, and a surge in it answered at
-    once (:func:`gpuplan.app.traffic.answer_surge`: a re-plan that amends the hour)."""
+    once (:func:`gpuplan.app.cycle.traffic.answer_surge`: a re-plan that amends the hour)."""
     now = now or service.clock()
     if not watch_prometheus(service.store, now, service.config):
         return None
@@ -189,7 +189,7 @@ def recalibrate_now(service: Service) -> list[str]:
 
 def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
     """Between plans: the executor's completions into the history (a no-op without a reconciler);
-    GPUs they free in the committed hour are used at once (:func:`gpuplan.app.amend.answer_freed`)."""
+    GPUs they free in the committed hour are used at once (:func:`gpuplan.app.cycle.amend.answer_freed`)."""
     if service.reconciler is None:
         return []
     now = now or service.clock()

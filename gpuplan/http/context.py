@@ -20,8 +20,8 @@ from gpuplan.app.core.bridge import floor_hour
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.tokens import TokenCache, authenticate, sha256_hex
+from gpuplan.app.cycle.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from gpuplan.app.jobs import SubmitResult, cancel, checked_spec, estimated_job, submit
-from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from gpuplan.app.views.dashboard import dashboard
 from gpuplan.app.views.health import Health
 from gpuplan.app.views.status import Beside, QueueRows, Status, read_beside, status

@@ -11,7 +11,7 @@ from contract.records import JobState
 from storage.store import Store
 
 if TYPE_CHECKING:
-    from gpuplan.app.tick import CycleReport
+    from gpuplan.app.cycle.tick import CycleReport
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ logged, the app is left out of this recalibration (so that its hours are asked a
 instead of being skipped as missing), and the other apps go on.
 
 The hour in progress is read too (:func:`requests_so_far`), so that a surge seen in Prometheus
-is answered within the hour (:func:`gpuplan.app.traffic.watch_prometheus`): a query whose
+is answered within the hour (:func:`gpuplan.app.cycle.traffic.watch_prometheus`): a query whose
 window is written ``[1h]`` is asked once more at ``now``, every ``[1h]`` replaced by the
 seconds since the hour began, through the instant-query API::
 

@@ -11,7 +11,7 @@ The only place where forecasts meet the scheduler:
   the swap cap holds across runs);
 - column 0 of a plan becomes the hour's commit.
 
-Everything here is a pure function of values; the tick (:mod:`gpuplan.app.tick`) loads
+Everything here is a pure function of values; the tick (:mod:`gpuplan.app.cycle.tick`) loads
 and saves.
 """
 

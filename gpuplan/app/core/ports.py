@@ -1,6 +1,6 @@
 """The seam to the cluster: gpuplan decides, an executor starts and stops the work.
 
-Every commit goes through the outbox (:mod:`gpuplan.app.outbox`): stored with its delivery
+Every commit goes through the outbox (:mod:`gpuplan.app.cycle.outbox`): stored with its delivery
 pending, then handed to the executor, again and again (at start-up and every cycle) until
 the executor acknowledges it. So an executor may see one commit more than once, and must
 be idempotent: it keys what it has done by the commit's :attr:`~contract.records.Commit.key`

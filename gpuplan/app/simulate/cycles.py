@@ -18,12 +18,12 @@ from contract.records import (
     RunMode,
 )
 from gpuplan.app.adapters.executors.simulated import SimulatedCluster
-from gpuplan.app.amend import amend_hour, hourly_rates
 from gpuplan.app.core.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
-from gpuplan.app.outbox import deliver_pending
-from gpuplan.app.tick import load_snapshot, plan_cycle
+from gpuplan.app.cycle.amend import amend_hour, hourly_rates
+from gpuplan.app.cycle.outbox import deliver_pending
+from gpuplan.app.cycle.tick import load_snapshot, plan_cycle
 
 if TYPE_CHECKING:
     from contract.scenario import Grid

@@ -23,8 +23,8 @@ from gpuplan.app.adapters.executors import InMemoryExecutor
 from gpuplan.app.adapters.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.core.bridge import STEP, floor_hour
 from gpuplan.app.core.config import PlanWith, PromiseTerms, ServiceConfig
+from gpuplan.app.cycle.tick import recalibrate, review
 from gpuplan.app.jobs import finish, planned_starts, promise, submit
-from gpuplan.app.tick import recalibrate, review
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

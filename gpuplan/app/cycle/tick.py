@@ -42,7 +42,7 @@ from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.ports import Executor
 from gpuplan.app.core.tokens import NotFoundError
-from gpuplan.app.outbox import deliver_pending
+from gpuplan.app.cycle.outbox import deliver_pending
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -587,7 +587,7 @@ def ingest_traffic(store: Store, app: str, traffic: HourlyTraffic, *, shift_hour
 
 def retrain_from_store(store: Store, config: ServiceConfig) -> Any:
     """The nightly retrain: refit the job estimators on the stored job history."""
-    from gpuplan.app.retrain import retrain
+    from gpuplan.app.cycle.retrain import retrain
     from training_data.history import validate_history
 
     history = validate_history(store.history(), source="the stored job history")

@@ -16,9 +16,9 @@ amendment may add it. The commit's record stays as it was; the ended job simply 
 nothing any more (:func:`occupied`).
 
 The hour's allocation is then its commit plus every amendment's additions, and the next
-plan starts from it (:func:`gpuplan.app.tick.hour_allocation`). :func:`check_amendment` is the legality
+plan starts from it (:func:`gpuplan.app.cycle.tick.hour_allocation`). :func:`check_amendment` is the legality
 rule, a pure function; :func:`amend` checks and stores the amendment and delivers it through
-the outbox (:mod:`gpuplan.app.outbox`), as a commit.
+the outbox (:mod:`gpuplan.app.cycle.outbox`), as a commit.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING
 from contract.errors import InputError
 from contract.records import Amendment, App, Assignment, JobState, ObservedTraffic
 from gpuplan.app.core.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
-from gpuplan.app.outbox import deliver_pending
+from gpuplan.app.cycle.outbox import deliver_pending
 
 if TYPE_CHECKING:
     from gpuplan.app.adapters.executors import Executor
     from gpuplan.app.core.config import ServiceConfig
     from gpuplan.app.core.forecasters import Forecasters
-    from gpuplan.app.tick import CycleReport
+    from gpuplan.app.cycle.tick import CycleReport
     from storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ def amend(
     Refused (:class:`InputError`, nothing stored) when the hour is not committed, a later
     hour is, or an addition is illegal (:func:`check_amendment`). No additions: None.
     """
-    from gpuplan.app.tick import down_gpus, require_cluster
+    from gpuplan.app.cycle.tick import down_gpus, require_cluster
 
     hour = floor_hour(now)
     if not additions:
@@ -243,7 +243,7 @@ def amend_cycle(
     observed: Sequence[ObservedTraffic] = (),
 ) -> tuple[CycleReport, Amendment | None]:
     """The plan cycle (the hour's traffic so far feeds the nowcast), then :func:`amend_hour`."""
-    from gpuplan.app.tick import plan_cycle
+    from gpuplan.app.cycle.tick import plan_cycle
 
     report = plan_cycle(
         store, now, config, executor, forecasters=forecasters, partial_rates=hourly_rates(observed, now)
@@ -305,7 +305,7 @@ def amend_hour(
     to this hour what :func:`propose` finds: GPUs for apps whose ``observed`` traffic
     outruns their committed GPUs, and the plan's next-hour starts whose blocks are idle now.
     """
-    from gpuplan.app.tick import down_gpus, require_cluster
+    from gpuplan.app.cycle.tick import down_gpus, require_cluster
 
     hour = floor_hour(now)
     if report.start != hour + STEP or store.commit(hour) is None or report.run_id is None:

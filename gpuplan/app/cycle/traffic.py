@@ -12,7 +12,7 @@ hour's allocation holds for it, the hot path answers at once (:func:`answer_surg
 1. if the hour is not committed yet, the cycle commits it first (the hour is committed once);
 2. a re-plan from the next hour with the observed rates feeding the nowcast, then an
    amendment of the current hour: real-time GPUs from idle ones, within the swap cap
-   (:func:`gpuplan.app.amend.amend_cycle`), additions only.
+   (:func:`gpuplan.app.cycle.amend.amend_cycle`), additions only.
 
 Every later cycle of the hour reads the stored observations too, so the :30 cycle amends
 the same way. An app fed by Prometheus is observed the same way by :func:`watch_prometheus`,
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 from contract.errors import InputError
 from contract.records import Amendment, ObservedTraffic
 from gpuplan.app.adapters.traffic_sources import PrometheusError, requests_so_far, store_traffic
-from gpuplan.app.amend import amend_cycle
 from gpuplan.app.core.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
-from gpuplan.app.tick import CycleReport, ingest_traffic, known_app, plan_cycle
+from gpuplan.app.cycle.amend import amend_cycle
+from gpuplan.app.cycle.tick import CycleReport, ingest_traffic, known_app, plan_cycle
 
 if TYPE_CHECKING:
     from features.traffic import HourlyTraffic
