@@ -38,8 +38,8 @@ from gpuplan.app.adapters.slurm.batch import slurm_job_id
 from gpuplan.app.adapters.slurm.client import RUNNING
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.cycle.tick import plan_cycle
-from gpuplan.app.jobs import submit
-from gpuplan.app.seed import ensure_service
+from gpuplan.app.jobs.submit import submit
+from gpuplan.app.lab.seed import ensure_service
 from gpuplan.table import format_table
 from storage.factory import open_store
 from storage.store import Store

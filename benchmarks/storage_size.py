@@ -1,6 +1,6 @@
 """Bytes one stored plan run takes, on SQLite and on PostgreSQL, at 16 and 256 GPUs.
 
-Each run is a real fast-mode plan of a generated scenario (``gpuplan.app.synthetic``,
+Each run is a real fast-mode plan of a generated scenario (``gpuplan.app.lab.synthetic``,
 256 GPUs with 100 batch jobs), with its scenario, whole 24-step grid, metrics, one
 forecast per real-time app and hour, and the commit of its first hour. ``RUNS`` runs
 go into a fresh database; the growth divided by ``RUNS`` is the cost of one cycle.
@@ -29,9 +29,9 @@ from sqlalchemy import text
 
 from contract.records import AppForecast, Assignment, Commit, PlanRun, RunMode
 from contract.scenario_io import parse_scenario
-from gpuplan.app.bench import scale_shape
 from gpuplan.app.core.bridge import run_record
-from gpuplan.app.synthetic import generate
+from gpuplan.app.lab.bench import scale_shape
+from gpuplan.app.lab.synthetic import generate
 from scheduler.policies import PolicyName, plan
 from storage.sql import SqlStore
 from tests.pg import PgServer

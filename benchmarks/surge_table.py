@@ -132,9 +132,9 @@ def _one(args: argparse.Namespace) -> None:
     from gpuplan.app.core.config import PlanWith
     from gpuplan.app.cycle.amend import hourly_rates
     from gpuplan.app.cycle.tick import app_demand
-    from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, run_policy
-    from gpuplan.app.simulate.loop import SimHooks, observed_so_far
-    from gpuplan.app.simulate.measures import measure, realtime_hours
+    from gpuplan.app.lab.simulate import SimOptions, SimPolicy, prepare, run_policy
+    from gpuplan.app.lab.simulate.loop import SimHooks, observed_so_far
+    from gpuplan.app.lab.simulate.measures import measure, realtime_hours
 
     options = SimOptions(plan_with=PlanWith(args.plan_with))
     with tempfile.TemporaryDirectory(prefix="gpuplan-surge-") as work:
@@ -175,7 +175,7 @@ def _one(args: argparse.Namespace) -> None:
 
 def _missed(setup: Any, run: Any, planned: dict[Any, Any], apps: dict[str, Any]) -> list[dict[str, Any]]:
     from gpuplan.app.core.bridge import STEP
-    from gpuplan.app.simulate.measures import actual_ends
+    from gpuplan.app.lab.simulate.measures import actual_ends
 
     demand = setup.demand()
     ends = actual_ends(setup, run)

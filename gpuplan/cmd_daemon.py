@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from gpuplan.app.core.config import demo_config, load_config
-    from gpuplan.app.seed import check_traffic
+    from gpuplan.app.lab.seed import check_traffic
     from gpuplan.app.service import run_once, start_service
 
     configure_logging(args.log_format, defaults=not (getattr(args, "verbose", False) or args.once))
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
         raise InputError("--metrics-port", "a TCP port in [1, 65535]", args.metrics_port)
     if args.demo_speed is not None:
-        from gpuplan.app.demo import checked_demo_speed
+        from gpuplan.app.lab.demo import checked_demo_speed
 
         if args.config is not None or args.once:
             raise InputError(

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     from contract.errors import InputError
     from gpuplan.app.core.config import ServiceConfig, demo_config, load_config
-    from gpuplan.app.seed import check_traffic
+    from gpuplan.app.lab.seed import check_traffic
     from gpuplan.app.views.doctor import diagnose, failed
 
     config: ServiceConfig | None = None

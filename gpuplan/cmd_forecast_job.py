@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from features.job_features import SCHEMAS
     from gpuplan.app.core.forecasters import kind_and_features
     from gpuplan.app.core.models import load_job_estimator
-    from gpuplan.app.jobs import check_spec
-    from gpuplan.app.jobspec import parse_job_spec
+    from gpuplan.app.jobs.jobspec import parse_job_spec
+    from gpuplan.app.jobs.submit import check_spec
 
     if args.schema:
         if args.spec is not None:

@@ -16,7 +16,7 @@ from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.tokens import create_token, parse_scopes
 from gpuplan.app.cycle.tick import plan_cycle
-from gpuplan.app.seed import ensure_service
+from gpuplan.app.lab.seed import ensure_service
 from gpuplan.app.views.health import Health
 from gpuplan.http.context import ApiContext
 from storage.factory import open_store

@@ -384,7 +384,7 @@ def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> 
 def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_path: Path) -> None:
     from gpuplan.app.adapters.executors import JsonLinesExecutor
     from gpuplan.app.cycle.amend import amend_cycle
-    from gpuplan.app.jobs import submit
+    from gpuplan.app.jobs.submit import submit
 
     store = open_store(f"sqlite:///{tmp_path}/cycle.db")
     feed = tmp_path / "commits.jsonl"
@@ -431,7 +431,7 @@ def _full_hour(tmp_path: Path) -> Iterator[tuple[Store, ServiceConfig, dict[str,
     """8 GPUs, H0 committed with "long" (8 hours) and "short" (3) on a block of 4 each: the store,
     its config and the blocks."""
     from gpuplan.app.cycle.amend import amend_cycle
-    from gpuplan.app.jobs import submit
+    from gpuplan.app.jobs.submit import submit
 
     store = open_store(f"sqlite:///{tmp_path}/freed.db")
     config = ServiceConfig(cluster=Cluster(gpus=8), apps=(), models_dir=tmp_path / "models")
@@ -451,7 +451,7 @@ def _full_hour(tmp_path: Path) -> Iterator[tuple[Store, ServiceConfig, dict[str,
 
 
 def _submit_next(store: Store, config: ServiceConfig, at: datetime) -> None:
-    from gpuplan.app.jobs import submit
+    from gpuplan.app.jobs.submit import submit
 
     spec = {"id": "next", "kind": "batch_inference", "priority": 90, "gpus": 4, "hours": 2}
     submit(store, spec, at, config, replan=False)
@@ -459,7 +459,7 @@ def _submit_next(store: Store, config: ServiceConfig, at: datetime) -> None:
 
 def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cycle(tmp_path: Path) -> None:
     from gpuplan.app.cycle.amend import amend_cycle
-    from gpuplan.app.jobs import finish
+    from gpuplan.app.jobs.submit import finish
 
     with _full_hour(tmp_path) as (store, config, blocks):
         committed = store.commit(H0)
@@ -484,7 +484,7 @@ def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cy
 
 def test_a_completion_within_the_hour_starts_the_next_hours_work_at_once(tmp_path: Path) -> None:
     from gpuplan.app.cycle.amend import answer_freed
-    from gpuplan.app.jobs import finish
+    from gpuplan.app.jobs.submit import finish
 
     with _full_hour(tmp_path) as (store, config, blocks):
         _submit_next(store, config, H0 + timedelta(minutes=2))
@@ -504,7 +504,7 @@ def test_utilization_of_a_past_hour_reads_its_amendments_and_what_was_down_then(
     """Work an amendment placed in a committed hour is in that hour's row; the hour's down GPUs
     are those it was committed with, not today's cluster's (a node resumed since)."""
     from gpuplan.app.cycle.amend import amend_cycle
-    from gpuplan.app.jobs import submit
+    from gpuplan.app.jobs.submit import submit
     from gpuplan.app.views.report_inputs import utilization_inputs_in
     from gpuplan.app.views.reports import utilization
 

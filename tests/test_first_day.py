@@ -319,7 +319,7 @@ def test_a_users_traffic_moved_by_whole_weeks_is_logged_once(
     app = {"id": "chat", "peak_gpus": 4, "traffic": str(traffic)}
     config.write_text(yaml.safe_dump({"cluster": {"gpus": 8}, "apps": [app], "plan_budget_ms": 50}))
     db = f"sqlite:///{tmp_path / 'c.db'}"
-    with caplog.at_level(logging.WARNING, logger="gpuplan.app.seed"):
+    with caplog.at_level(logging.WARNING, logger="gpuplan.app.lab.seed"):
         for at in (T0, T0 + timedelta(hours=1)):  # the second start finds the traffic stored
             result = run_cli(
                 "daemon", "--once", "--config", config, "--db", db, "--models", models_dir, "--at", at

@@ -24,8 +24,8 @@ from gpuplan.app.core.bridge import column_commit
 from gpuplan.app.core.config import demo_config
 from gpuplan.app.cycle.outbox import deliver_pending
 from gpuplan.app.cycle.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
-from gpuplan.app.demo import demo_world
-from gpuplan.app.seed import demo_durations, ensure_service
+from gpuplan.app.lab.demo import demo_world
+from gpuplan.app.lab.seed import demo_durations, ensure_service
 from scheduler.check import check_plan
 from storage.factory import open_store
 from tests.service_fixtures import _in_tmp_path, models_dir, quick_config, run_cli

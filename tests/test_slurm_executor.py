@@ -30,8 +30,8 @@ from gpuplan.app.adapters.slurm.client import (
 from gpuplan.app.adapters.slurm.cluster import ceil_hour
 from gpuplan.app.core.config import AppTraffic, ServiceConfig
 from gpuplan.app.cycle.tick import CycleReport, plan_cycle
-from gpuplan.app.jobs import submit
-from gpuplan.app.seed import ensure_service
+from gpuplan.app.jobs.submit import submit
+from gpuplan.app.lab.seed import ensure_service
 from gpuplan.app.service import Service, poll_once
 from storage.factory import open_store
 from storage.store import Store
@@ -541,7 +541,7 @@ def test_stopping_a_cancelled_job_scancels_its_slurm_job(service: SlurmService) 
 
 @pytest.mark.slurm
 def test_a_job_cancelled_while_queued_leaves_no_held_slurm_job(service: SlurmService) -> None:
-    from gpuplan.app.jobs import cancel
+    from gpuplan.app.jobs.submit import cancel
 
     now = datetime.now(UTC)
     service.submit("unwanted", 1, 3.0, now)
@@ -555,7 +555,7 @@ def test_a_job_cancelled_while_queued_leaves_no_held_slurm_job(service: SlurmSer
 
 @pytest.mark.slurm
 def test_a_running_job_whose_stop_was_lost_is_cancelled_at_the_next_reconcile(service: SlurmService) -> None:
-    from gpuplan.app.jobs import cancel
+    from gpuplan.app.jobs.submit import cancel
 
     now = this_hour() + timedelta(minutes=1)
     service.submit("lost-stop", 1, 3.0, now)

@@ -19,7 +19,7 @@ from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.cycle.amend import check_amendment, occupied
 from gpuplan.app.cycle.traffic import MIN_OBSERVED_MINUTES, in_progress
-from gpuplan.app.jobs import finish
+from gpuplan.app.jobs.submit import finish
 from gpuplan.app.service import Service, run_once
 from gpuplan.app.views.health import Health
 from gpuplan.http.context import ApiContext

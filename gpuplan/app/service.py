@@ -23,7 +23,6 @@ from gpuplan.app.adapters.executors import Executor, Reconciler
 from gpuplan.app.adapters.executors.printing import PrintingExecutor
 from gpuplan.app.adapters.executors.registry import make_executor
 from gpuplan.app.adapters.traffic_sources import pull_traffic
-from gpuplan.app.changes import Changes
 from gpuplan.app.core.bridge import floor_hour
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
@@ -31,11 +30,12 @@ from gpuplan.app.cycle.amend import amend_cycle, answer_freed
 from gpuplan.app.cycle.outbox import deliver_pending
 from gpuplan.app.cycle.tick import CycleReport, recalibrate
 from gpuplan.app.cycle.traffic import SurgeAnswer, answer_surge, watch_prometheus
+from gpuplan.app.jobs.changes import Changes
 from gpuplan.app.views.health import Health
 from storage.store import Store
 
 if TYPE_CHECKING:
-    from gpuplan.app.demo import DemoWorld
+    from gpuplan.app.lab.demo import DemoWorld
 
 log = logging.getLogger("gpuplan.daemon")
 
@@ -63,7 +63,7 @@ class Service:
     #: Simulated seconds per wall second of ``clock`` (the demo's --demo-speed); the daemon's
     #: periods shrink by it.
     speed: float = 1.0
-    #: The demo's cluster and traffic (gpuplan/app/demo.py), advanced before each cycle.
+    #: The demo's cluster and traffic (gpuplan/app/lab/demo.py), advanced before each cycle.
     world: DemoWorld | None = None
     #: The executor, when its cluster reports back (Slurm): reconciled before each plan, polled between.
     reconciler: Reconciler | None = None
@@ -242,7 +242,7 @@ def make_service(
     """The service of one daemon process; CP-SAT is loaded now, so that the plan cycle's
     budget goes to planning (the fast mode skips its CP-SAT search while it is not loaded).
 
-    With ``demo_speed`` the service runs the demo world (gpuplan/app/demo.py): commits go
+    With ``demo_speed`` the service runs the demo world (gpuplan/app/lab/demo.py): commits go
     to the simulated cluster as well as the executor, on a clock ``demo_speed`` times as fast.
     """
     from scheduler.policies import warm_up
@@ -253,7 +253,7 @@ def make_service(
     reconciler = executor if isinstance(executor, Reconciler) else None
     world = None
     if demo_speed is not None:
-        from gpuplan.app.demo import checked_demo_speed, demo_world
+        from gpuplan.app.lab.demo import checked_demo_speed, demo_world
 
         checked_demo_speed(demo_speed)
         world = demo_world(store, config, executor)
@@ -263,7 +263,7 @@ def make_service(
     log.info("commits go to %s", executor.target)
     service = Service(store=store, config=config, executor=executor, world=world, reconciler=reconciler)
     if demo_speed is not None:
-        from gpuplan.app.demo import demo_clock
+        from gpuplan.app.lab.demo import demo_clock
 
         service.clock, service.speed = demo_clock(store, demo_speed), demo_speed
     return service
@@ -280,14 +280,14 @@ def start_service(
 ) -> Service:
     """Seed an empty database (models, cluster, apps, traffic; once, under the seed lock) and
     build the service: what a daemon does before its first cycle."""
-    from gpuplan.app.seed import ensure_models, ensure_service
+    from gpuplan.app.lab.seed import ensure_models, ensure_service
 
     # Under the seed lock: two daemons started together on an empty database seed it once.
     with holding(store, "seed"):
         ensure_models(config)
         ensure_service(store, config, now, from_file=from_file)
         if not from_file:
-            from gpuplan.app.demo import feed_demo_traffic
+            from gpuplan.app.lab.demo import feed_demo_traffic
 
             # The demo's traffic goes on to now, as the live demo feeds it before each cycle:
             # a first `--once` has every hour to recalibrate on.

@@ -70,7 +70,7 @@ def bearer(request: Request) -> str | None:
 class Call:
     """An authorized request: the serving context, the caller's live token (holding the
     route's scope), and the store's marks as of the request, read once for it and shared
-    with the requests that arrive together (:class:`~gpuplan.app.changes.FreshMarks`): the
+    with the requests that arrive together (:class:`~gpuplan.app.jobs.changes.FreshMarks`): the
     token check and a cached read both go by them."""
 
     ctx: ApiContext

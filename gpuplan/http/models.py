@@ -15,7 +15,7 @@ class JobSpecIn(BaseModel):
     features by name (``gpuplan forecast job --schema``). Any other field is refused.
 
     This model documents the body in the OpenAPI schema only: the body is checked by the
-    command line's checks (:func:`gpuplan.app.jobs.check_spec`), one set for every face."""
+    command line's checks (:func:`gpuplan.app.jobs.submit.check_spec`), one set for every face."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -88,7 +88,7 @@ class PromiseTerms:
     hour beyond.
 
     The promise itself is the plan's start moved by the higher-priority work that arrived
-    in the ``lookback_hours`` before the submit (:mod:`gpuplan.app.promises`; 0: the plan's
+    in the ``lookback_hours`` before the submit (:mod:`gpuplan.app.jobs.promises`; 0: the plan's
     start).
     """
 

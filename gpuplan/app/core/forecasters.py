@@ -70,7 +70,7 @@ SPEC_KEYS = frozenset({"id", "kind", "priority", "gpus", "hours", "time_limit_ho
 
 def kind_and_features(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A job spec without its queue keys (``id``, ``priority``, ``gpus``, ``hours``): the
-    document :func:`gpuplan.app.jobspec.parse_job_spec` checks against the kind's schema."""
+    document :func:`gpuplan.app.jobs.jobspec.parse_job_spec` checks against the kind's schema."""
     return {k: v for k, v in spec.items() if k not in SPEC_KEYS - {"kind"}}
 
 

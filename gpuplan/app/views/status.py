@@ -236,7 +236,7 @@ class Beside:
     """What the status reads from the store beside the jobs and the runs: the real-time apps'
     rows (the GPUs the latest committed hour up to now's placed them) and the leading daemon.
     A batch of submits moves neither, so the served status reads them once for every status
-    built from one read of the queue (:attr:`gpuplan.app.changes.Mirror.root`)."""
+    built from one read of the queue (:attr:`gpuplan.app.jobs.changes.Mirror.root`)."""
 
     realtime: tuple[dict[str, Any], ...]
     leader: dict[str, Any] | None
@@ -277,7 +277,7 @@ def status(
     hour placed them), the queue by planned start from the latest plan with each job's reason,
     the last run, and the leading daemon (on PostgreSQL, where a standby may wait). ``team``
     keeps that team's jobs only (and leaves the apps out). ``known``: the queued and running
-    jobs and the latest run, when the caller holds them (:class:`gpuplan.app.changes.Mirror`);
+    jobs and the latest run, when the caller holds them (:class:`gpuplan.app.jobs.changes.Mirror`);
     ``rows``: the queue's rows of the status built before, reused where unchanged;
     ``beside``: what the status reads beside the jobs and the runs, when the caller holds it."""
     if known is None:

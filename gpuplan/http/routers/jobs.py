@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from contract.records import JobState
-from gpuplan.app.jobs import known_job
+from gpuplan.app.jobs.submit import known_job
 from gpuplan.app.views.status import job_list, job_view
 from gpuplan.http.body import body_schema, json_body
 from gpuplan.http.deps import Reader, Submitter

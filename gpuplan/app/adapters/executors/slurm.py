@@ -46,7 +46,7 @@ from gpuplan.app.adapters.slurm.client import (
 from gpuplan.app.adapters.slurm.cluster import ClusterView, GpuMap, ceil_hour, read_cluster
 from gpuplan.app.core.bridge import floor_hour, hour_allocation, merged_assignments
 from gpuplan.app.core.slurm_settings import SlurmSettings
-from gpuplan.app.jobs import finish, submit
+from gpuplan.app.jobs.submit import finish, submit
 from storage.store import Store
 
 if TYPE_CHECKING:

@@ -24,15 +24,15 @@ from gpuplan.app.adapters.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.core.bridge import STEP, floor_hour
 from gpuplan.app.core.config import PlanWith, PromiseTerms, ServiceConfig
 from gpuplan.app.cycle.tick import recalibrate, review
-from gpuplan.app.jobs import finish, planned_starts, promise, submit
+from gpuplan.app.jobs.submit import finish, planned_starts, promise, submit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from storage.store import Store
 
-from gpuplan.app.simulate.cycles import CYCLES, Cycle, SimService
-from gpuplan.app.simulate.setup import STORE_URL, PrecomputedForecasters, Setup, SimPolicy, seed_store
+from gpuplan.app.lab.simulate.cycles import CYCLES, Cycle, SimService
+from gpuplan.app.lab.simulate.setup import STORE_URL, PrecomputedForecasters, Setup, SimPolicy, seed_store
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ The live demo daemon drives the same in-memory cluster as the simulation
 is reported done when its actual duration has passed (the demo queue's jobs were drawn
 from the bundled history, whose durations they keep; a job submitted by hand runs for its
 P50 estimate). New jobs keep arriving: each simulated week's arrivals are drawn from the
-bundled history as the simulation draws them (:func:`gpuplan.app.workload.draw_workload`,
+bundled history as the simulation draws them (:func:`gpuplan.app.lab.workload.draw_workload`,
 the same arrival pattern and load), and submitted as their time comes. Traffic for the
 demo apps arrives hour by hour from their bundled series, continued by whole weeks past its
 end, so the profiles recalibrate on it. With ``--demo-speed N`` the daemon's clock runs N
@@ -26,14 +26,14 @@ from gpuplan.app.adapters.executors import Executor
 from gpuplan.app.adapters.executors.simulated import ActualRun, SimulatedCluster
 from gpuplan.app.core.bridge import STEP, floor_hour
 from gpuplan.app.core.config import ServiceConfig
-from gpuplan.app.jobs import finish
+from gpuplan.app.jobs.submit import finish
 from storage.store import Store
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from features.traffic import HourlyTraffic
-    from gpuplan.app.workload import JobPool, SimJob
+    from gpuplan.app.lab.workload import JobPool, SimJob
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class DemoArrivals:
     def week(self, k: int) -> list[tuple[datetime, SimJob]]:
         from dataclasses import replace
 
-        from gpuplan.app.workload import draw_workload
+        from gpuplan.app.lab.workload import draw_workload
         from training_data.arrivals import load_pattern
 
         if k not in self.weeks:
@@ -145,7 +145,7 @@ class DemoArrivals:
         return next((job.actual_hours for _, job in self.week(int(week)) if job.id == job_id), None)
 
     def submit(self, store: Store, job: SimJob, at: datetime) -> None:
-        from gpuplan.app.jobs import submit
+        from gpuplan.app.jobs.submit import submit
 
         try:
             submit(store, job.spec(), at, self.config, source=f"demo arrival {job.id}", replan=False)
@@ -159,7 +159,7 @@ def demo_arrivals(store: Store, config: ServiceConfig) -> DemoArrivals | None:
     estimators to draw the arrivals' sizes with; logged)."""
     from contract.errors import NotFittedError
     from gpuplan.app.core.bridge import gpus_for
-    from gpuplan.app.workload import held_out_split, job_pool
+    from gpuplan.app.lab.workload import held_out_split, job_pool
     from training_data.history import bundled_history_path, load_history
 
     jobs = store.jobs()
@@ -213,7 +213,7 @@ def demo_world(store: Store, config: ServiceConfig, inner: Executor | None = Non
     """The demo's world on ``store``: its cluster (delivering to ``inner`` too), resumed with
     the jobs the store has running, and the apps' bundled traffic."""
     from features.traffic import load_traffic
-    from gpuplan.app.seed import demo_durations
+    from gpuplan.app.lab.seed import demo_durations
 
     durations = demo_durations()
 

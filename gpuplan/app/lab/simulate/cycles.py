@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from contract.scenario import Grid
     from storage.store import Store
 
-from gpuplan.app.simulate.setup import Setup, SimPolicy
+from gpuplan.app.lab.simulate.setup import Setup, SimPolicy
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The simulation is the service with a fake clock, not a second implementation of 
 Each policy gets a throwaway in-memory SQLite store seeded with the cluster, the apps,
 their traffic history and demand profiles, and the in-memory cluster
 (:class:`~gpuplan.app.adapters.executors.simulated.SimulatedCluster`). Then, for
-every ``cycle_minutes`` of simulated time (:func:`~gpuplan.app.simulate.loop.run_policy`):
+every ``cycle_minutes`` of simulated time (:func:`~gpuplan.app.lab.simulate.loop.run_policy`):
 
 1. jobs whose actual duration has elapsed are reported done (``jobs.finish``), and jobs
    whose submit time has come are submitted (``jobs.submit``, with its forecast and
@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.app.core.bridge import STEP
-from gpuplan.app.simulate.cycles import follow_plan
-from gpuplan.app.simulate.loop import PolicyRun, SimOptions, run_policy
-from gpuplan.app.simulate.measures import (
+from gpuplan.app.lab.simulate.cycles import follow_plan
+from gpuplan.app.lab.simulate.loop import PolicyRun, SimOptions, run_policy
+from gpuplan.app.lab.simulate.measures import (
     IllegalCommitError,
     PolicyMetrics,
     busiest_day_grid,
@@ -53,7 +53,7 @@ from gpuplan.app.simulate.measures import (
     measure,
     week_grid,
 )
-from gpuplan.app.simulate.setup import Setup, SimPolicy, load_realtime, prepare
+from gpuplan.app.lab.simulate.setup import Setup, SimPolicy, load_realtime, prepare
 
 __all__ = [
     "STEP",

@@ -11,7 +11,7 @@ daemon's cycle:
    with a hot-path budget of its own, so a batch answers as its submits one by one
    would), and stores the jobs, their promises (each job's planned start) and the run in
    one transaction (:meth:`~storage.store.Store.record_submits`: the marks move as one, and
-   the batch extends the queue's :class:`~gpuplan.app.changes.Mirror`);
+   the batch extends the queue's :class:`~gpuplan.app.jobs.changes.Mirror`);
 3. when an id is taken, or there is no such plan, or it is stale (anything stored since,
    by this process or another; a new hour; older than one cycle period), or the repaired
    plan fails the checker: stores the jobs (one by one when an id is taken, which refuses
@@ -45,7 +45,6 @@ from datetime import datetime, timedelta
 from contract.errors import InputError
 from contract.records import Cluster, Job, PlanRun, RunMode
 from contract.scenario import BatchJob, Instance
-from gpuplan.app.changes import Changes, CyclePlan
 from gpuplan.app.core.bridge import (
     STEP,
     EntryTexts,
@@ -57,8 +56,9 @@ from gpuplan.app.core.bridge import (
 )
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
-from gpuplan.app.jobs import SubmitResult, answer, check_fits, hot_path_plan, promise
-from gpuplan.app.promises import arrivals_since, batch_gpus, promised_starts, recent_arrivals
+from gpuplan.app.jobs.changes import Changes, CyclePlan
+from gpuplan.app.jobs.promises import arrivals_since, batch_gpus, promised_starts, recent_arrivals
+from gpuplan.app.jobs.submit import SubmitResult, answer, check_fits, hot_path_plan, promise
 from scheduler.model import Allocation, Placement
 from scheduler.warm import Refuted
 from storage.store import Store, marks_after_submits

@@ -24,8 +24,8 @@ from contract.records import (
 )
 from gpuplan.app.core.bridge import STEP
 from gpuplan.app.core.forecasters import Forecasters
-from gpuplan.app.jobs import check_spec, estimate_spec
-from gpuplan.app.workload import SimJob
+from gpuplan.app.jobs.submit import check_spec, estimate_spec
+from gpuplan.app.lab.workload import SimJob
 
 if TYPE_CHECKING:
     from features.traffic import HourlyTraffic
@@ -48,7 +48,7 @@ HISTORY_HOURS = 2 * HOURS_PER_WEEK
 #: The apps' summed peak GPU need (in their history), as a share of the cluster.
 RT_PEAK_SHARE = 0.4
 #: The apps' priority on the drawn workload's scale (batch priorities 20-90,
-#: :data:`gpuplan.app.workload.PRIORITY_RANGES`): an unmet GPU-hour costs (1 + rt_penalty) x 80,
+#: :data:`gpuplan.app.lab.workload.PRIORITY_RANGES`): an unmet GPU-hour costs (1 + rt_penalty) x 80,
 #: far above any batch job's GPU-hour.
 RT_PRIORITY = 80.0
 #: An app's swap cap: a quarter of its peak, so a ramp from trough to peak takes ~4 hours.
@@ -171,10 +171,10 @@ def config_realtime(config: ServiceConfig, *, days: int, source: str) -> list[Re
     GPU-hour), each on its ``traffic`` file moved onto the simulated clock.
 
     An app without ``requests_per_gpu_hour`` gets the daemon's derived one
-    (:func:`gpuplan.app.seed.derived_capacity`), from its history's peak.
+    (:func:`gpuplan.app.lab.seed.derived_capacity`), from its history's peak.
     """
     from features.traffic import load_traffic
-    from gpuplan.app.seed import derived_capacity
+    from gpuplan.app.lab.seed import derived_capacity
 
     simulated = days * HOURS_PER_DAY
     needed = simulated + HISTORY_HOURS
@@ -212,7 +212,7 @@ def app_priority(batch_priorities: Sequence[float]) -> float:
     in the drawn workload's range (20-90), in this workload's range (lowest to highest). A
     workload on another scale (1-1,000, say) keeps the apps above its batch work as the drawn one
     does, so that the penalty, not the scale, decides what an unmet hour is worth."""
-    from gpuplan.app.workload import PRIORITY_RANGES
+    from gpuplan.app.lab.workload import PRIORITY_RANGES
 
     low = min(low for low, _ in PRIORITY_RANGES.values())
     high = max(high for _, high in PRIORITY_RANGES.values())
@@ -313,7 +313,7 @@ def prepare(
     ``work_dir`` (unless every job states its hours), so that the default workload's jobs,
     drawn from the later 20%, are forecast by models that never saw them.
     """
-    from gpuplan.app.workload import (
+    from gpuplan.app.lab.workload import (
         draw_workload,
         fit_held_out_models,
         held_out_split,

@@ -18,7 +18,7 @@ from typing import Any
 
 from contract.scenario import Instance
 from contract.scenario_io import parse_scenario
-from gpuplan.app.synthetic import Shape, generate
+from gpuplan.app.lab.synthetic import Shape, generate
 from scheduler import lns
 from scheduler.bound import relaxed_bound
 from scheduler.model import HOT_PATH_BUDGET_MS, PLAN_CYCLE_BUDGET_MS, build_grid

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from contract.records import Amendment, Assignment, Commit
     from contract.scenario import Grid, Instance
 
-from gpuplan.app.simulate.loop import PolicyRun
-from gpuplan.app.simulate.setup import HOURS_PER_DAY, FloatArray, IntArray, Setup
+from gpuplan.app.lab.simulate.loop import PolicyRun
+from gpuplan.app.lab.simulate.setup import HOURS_PER_DAY, FloatArray, IntArray, Setup
 from scheduler.metrics import realtime_moves
 
 log = logging.getLogger(__name__)

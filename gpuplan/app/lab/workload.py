@@ -9,7 +9,7 @@ would on the next jobs of that history. Jobs arrive as a Poisson process whose h
 rate follows the daily and weekly pattern of Alibaba's openb GPU trace
 (:mod:`training_data.arrivals`), scaled so that the batch work asked equals
 :data:`OFFERED_LOAD` of the GPU-hours real-time demand leaves free. Priorities follow
-the benchmark ranges per kind (``gpuplan/app/synthetic.py``); a latency-sensitive pod of the
+the benchmark ranges per kind (``gpuplan/app/lab/synthetic.py``); a latency-sensitive pod of the
 trace takes the upper half of its range, a best-effort one the lower half.
 
 **CSV workload** (``--workload FILE``), one job a row: ``id, submit_hour, kind,
@@ -49,7 +49,7 @@ MAX_JOB_HOURS = 48.0
 #: A cluster is never empty on a Monday: the default workload starts with the queue of
 #: the day before (jobs submitted in these hours before the first simulated hour).
 BACKLOG_HOURS = 24
-#: Priority ranges per kind, as in the benchmark shapes (gpuplan/app/synthetic.py).
+#: Priority ranges per kind, as in the benchmark shapes (gpuplan/app/lab/synthetic.py).
 PRIORITY_RANGES: dict[JobKind, tuple[int, int]] = {
     JobKind.TRAINING: (40, 90),
     JobKind.BATCH_INFERENCE: (20, 60),

@@ -152,7 +152,7 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
             hint="A spec states both `gpus` and `hours`, or neither (then they are forecast).",
         )
     elif spec["kind"] in MODEL_FILES:
-        from gpuplan.app.jobspec import parse_job_spec  # pandas: loaded only for a spec to check
+        from gpuplan.app.jobs.jobspec import parse_job_spec  # pandas: loaded only for a spec to check
 
         # The features are checked against their schema before any model is loaded.
         parse_job_spec(kind_and_features(spec), source=source)
@@ -196,7 +196,7 @@ def estimate_spec(spec: dict[str, Any], forecasters: Forecasters, *, source: str
 
 class Batcher(Protocol):
     """Stores and plans a job whose spec is checked and forecast (:func:`estimated_job`), with
-    the others submitted together (:class:`~gpuplan.app.batcher.SubmitBatcher`)."""
+    the others submitted together (:class:`~gpuplan.app.jobs.batcher.SubmitBatcher`)."""
 
     def __call__(self, job: Job, *, source: str) -> SubmitResult: ...
 
@@ -220,7 +220,7 @@ def submit(
     ``replan=False`` skips the hot-path plan (the answer then has no planned start): the
     simulation submits hundreds of jobs and only the cycle's plans change what runs.
     ``batcher`` checks the job against the store, stores and plans it instead (the served API's
-    :class:`~gpuplan.app.batcher.SubmitBatcher`: the submits that arrive together stored in
+    :class:`~gpuplan.app.jobs.batcher.SubmitBatcher`: the submits that arrive together stored in
     one transaction and planned once); a spec with a ``slurm:`` section does not take it.
     A ``token`` (the API's caller) must hold ``submit`` and a cap at or above the job's
     priority; the job records the token's team.
@@ -368,7 +368,7 @@ def answer(run: PlanRun | None, job: Job, promised_start: datetime | None = None
 
 
 def promise_reason(submitted: datetime, planned: datetime, promised: datetime) -> str:
-    """Why a job is promised a start later than its planned one (gpuplan/app/promises.py): the
+    """Why a job is promised a start later than its planned one (gpuplan/app/jobs/promises.py): the
     share of the batch GPUs that higher-priority arrivals are expected to take while it waits,
     read back from the two leads (the promise is ``lead / (1 - load)``, to the hour)."""
     lead, promised_lead = (planned - submitted) / STEP, (promised - submitted) / STEP
@@ -433,10 +433,10 @@ def promise(
     starts: Mapping[str, datetime] | None = None,
 ) -> dict[str, datetime]:
     """The starts promised to ``jobs`` at ``now`` from ``run`` (its planned starts, moved by
-    the work expected to arrive ahead of them: :mod:`gpuplan.app.promises`; ``starts`` when
+    the work expected to arrive ahead of them: :mod:`gpuplan.app.jobs.promises`; ``starts`` when
     they are made already), kept as their promises. A job the run does not place gets no
     promise; one already promised keeps its first."""
-    from gpuplan.app.promises import promised_starts
+    from gpuplan.app.jobs.promises import promised_starts
 
     promised = dict(starts) if starts is not None else promised_starts(store, run, jobs, now, config)
     if promised:
