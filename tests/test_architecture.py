@@ -318,3 +318,74 @@ def test_the_walk_sees_local_imports_and_skips_type_checking_ones(tmp_path: Path
     assert ("contract.errors", False) in found
     assert ("scheduler.lns", True) in found
     assert not any(target == "storage.store" for target, _ in found)
+
+
+#: The wings of gpuplan/app/, bottom first: a wing may import itself and the wings below it.
+#: The modules at gpuplan/app/'s own level (``service``, the package) sit above every wing.
+WING_ORDER = ("core", "adapters", "views", "cycle", "jobs", "lab")
+WINGS: dict[str, set[str]] = {
+    f"gpuplan.app.{wing}": {f"gpuplan.app.{w}" for w in WING_ORDER[: i + 1]}
+    for i, wing in enumerate(WING_ORDER)
+}
+#: Arrows against the order, each with its reason (to be removed, not added to).
+WING_EXCEPTIONS = {
+    (
+        "gpuplan.app.adapters.executors.slurm",
+        "gpuplan.app.jobs.submit",
+    ): "the Slurm executor still reports finished and adopted jobs through jobs.finish/submit",
+}
+#: Function-local imports of the project in gpuplan/app/ (a ceiling: lower it, never raise it).
+MAX_LOCAL_IMPORTS = 121
+
+
+def _wing(module: str) -> str | None:
+    return next((w for w in WINGS if module == w or module.startswith(w + ".")), None)
+
+
+def _wing_breaks(imports: Iterable[Import]) -> list[str]:
+    """Each import from a wing to a wing above it (or to no wing of gpuplan/app/)."""
+    broken = []
+    for imp in imports:
+        source = _wing(imp.source)
+        if source is None or not imp.target.startswith("gpuplan.app"):
+            continue
+        if (imp.source, imp.target) in WING_EXCEPTIONS:
+            continue
+        target = _wing(imp.target)
+        if target is None or target not in WINGS[source]:
+            broken.append(
+                f"{imp.source}:{imp.line} imports {imp.target} ({source} may import {sorted(WINGS[source])})"
+            )
+    return broken
+
+
+def test_every_app_module_is_in_a_wing() -> None:
+    loose = [m for m in MODULES if m.startswith("gpuplan.app.") and _wing(m) is None]
+    assert loose == ["gpuplan.app.service"]
+
+
+def test_each_wing_imports_only_downward() -> None:
+    assert _wing_breaks(IMPORTS) == []
+
+
+def test_the_wing_check_finds_an_upward_import() -> None:
+    upward = Import("gpuplan.app.core.bridge", "gpuplan.app.cycle.tick", 3, True)
+    downward = Import("gpuplan.app.cycle.tick", "gpuplan.app.core.bridge", 4, False)
+    assert _wing_breaks([upward, downward]) == [
+        "gpuplan.app.core.bridge:3 imports gpuplan.app.cycle.tick (gpuplan.app.core may import ['gpuplan.app.core'])"
+    ]
+
+
+def test_a_wing_init_imports_nothing() -> None:
+    for wing in WINGS:
+        assert not [imp for imp in IMPORTS if imp.source == wing], wing
+
+
+def test_function_local_project_imports_in_app_stay_under_the_ceiling() -> None:
+    # statements, not names: `from x import a, b` inside a function counts once
+    local = {
+        (imp.source, imp.line)
+        for imp in IMPORTS
+        if imp.source.startswith("gpuplan.app") and imp.local and _project_target(imp)
+    }
+    assert len(local) <= MAX_LOCAL_IMPORTS
