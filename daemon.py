@@ -4,13 +4,13 @@ runs the service's use cases on the wall clock.
 Wiring only: :func:`main` reads the config, opens the store, starts the service
 (:func:`gpuplan.app.service.start_service`: seeded, its executor and outbox ready) and runs
 one cycle (``--once``) or :func:`serve`. The periodic services are one table,
-:data:`SCHEDULE`: each a use case of :mod:`gpuplan.app.service` / :mod:`gpuplan.app.tick`
+:data:`SCHEDULE`: each a use case of :mod:`gpuplan.app.service` / :mod:`gpuplan.app.cycle.tick`
 and the trigger it runs on for a given service (or none):
 
 - **plan** every ``cycle_minutes`` (first run at once): recalibrate, plan 24 hours, commit
   the current hour once, hand the commit to the executor;
 - **recalibrate** hourly: each app's profile takes the last hour's traffic (an app fed by
-  Prometheus has its finished hours read first: gpuplan/app/traffic_sources.py);
+  Prometheus has its finished hours read first: gpuplan/app/adapters/traffic_sources.py);
 - **review** every ``review_every_hours``: a time-limited full-mode plan stored beside;
 - **retrain** nightly at ``retrain_at`` (off by default);
 - **prune** daily: plan runs older than ``prune_keep_days`` go (commits and history stay).
@@ -54,9 +54,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from gpuplan.app.config import ServiceConfig, demo_config, load_config
-from gpuplan.app.prune import DEFAULT_KEEP_DAYS, prune
-from gpuplan.app.seed import check_traffic
+from gpuplan.app.core.config import ServiceConfig, demo_config, load_config
+from gpuplan.app.cycle.prune import DEFAULT_KEEP_DAYS, prune
+from gpuplan.app.cycle.tick import retrain_from_store, review
+from gpuplan.app.lab.seed import check_traffic
 from gpuplan.app.service import (
     STANDBY_POLL_S,
     Service,
@@ -69,7 +70,6 @@ from gpuplan.app.service import (
     utc_now,
     watch_once,
 )
-from gpuplan.app.tick import retrain_from_store, review
 from storage.store import Store
 
 log = logging.getLogger("gpuplan.daemon")
@@ -270,7 +270,7 @@ def serve(
     """Lead (or wait as the standby until this daemon leads), then run :data:`SCHEDULE` until
     SIGTERM / Ctrl-C (or ``max_seconds``); with ``http=(host, port)``, serve the HTTP face
     meanwhile, and with ``metrics_port``, Prometheus metrics."""
-    from gpuplan.app.metrics import Metrics
+    from gpuplan.app.adapters.metrics import Metrics
 
     stop = threading.Event()
 

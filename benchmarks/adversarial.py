@@ -2,7 +2,7 @@
 
     python -m benchmarks.adversarial [--per-family 10] [--first-seed 1] [--time-limit 20]
 
-``gpuplan bench --sample`` draws the seven shapes of :mod:`gpuplan.app.synthetic`, and the
+``gpuplan bench --sample`` draws the seven shapes of :mod:`gpuplan.app.lab.synthetic`, and the
 frozen held-out split comes from the same generator. Outside checks use their own. This
 generator is written apart from it, with other distributions and other extremes (families
 below): a check that the hot path's tail is not a property of one generator. Nothing here is
@@ -185,7 +185,7 @@ FAMILIES = ("mixed", "rt-swing", "long-blockers", "late-releases", "priority-ske
 
 def main(argv: list[str] | None = None) -> int:
     from contract.scenario_io import parse_scenario
-    from gpuplan.app.bench import PLAN_CYCLE, run_scenario
+    from gpuplan.app.lab.bench import PLAN_CYCLE, run_scenario
     from gpuplan.progress import progress_bar
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

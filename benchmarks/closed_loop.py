@@ -19,8 +19,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from gpuplan.app.config import PlanWith, PromiseTerms
-from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
+from gpuplan.app.core.config import PlanWith, PromiseTerms
+from gpuplan.app.lab.simulate import SimOptions, SimPolicy, prepare, simulate
 from gpuplan.table import format_table
 
 NO_PROMISES = PromiseTerms(penalty=0.0)

@@ -21,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from benchmarks.served import large_config, percentile, queue_jobs
-from gpuplan.app.config import demo_config
-from gpuplan.app.seed import ensure_models, ensure_service
+from gpuplan.app.core.config import demo_config
+from gpuplan.app.lab.seed import ensure_models, ensure_service
 from gpuplan.app.service import make_service, run_once
 from gpuplan.table import format_table
 from storage.factory import open_store
@@ -50,7 +50,7 @@ def _cycles(db: str, config: object, cycles: int, *, large: bool) -> list[float]
 
 def _submits(db: str, config: object, count: int) -> list[float]:
     """The hot path: ``submit`` (validate, queue, fast-mode replan at the hot-path budget, store)."""
-    from gpuplan.app.jobs import submit
+    from gpuplan.app.jobs.submit import submit
 
     store = open_store(db)
     try:

@@ -21,10 +21,10 @@ from pathlib import Path
 import daemon
 from benchmarks.served import large_config, launch_chromium, queue_jobs, sign_in
 from contract.records import Cluster, DownWindowRecord
-from gpuplan.app.config import ServiceConfig, demo_config
-from gpuplan.app.seed import ensure_models, ensure_service
+from gpuplan.app.core.config import ServiceConfig, demo_config
+from gpuplan.app.core.tokens import create_token, parse_scopes
+from gpuplan.app.lab.seed import ensure_models, ensure_service
 from gpuplan.app.service import make_service, run_once
-from gpuplan.app.tokens import create_token, parse_scopes
 from storage.factory import open_store
 
 T0 = datetime(2026, 11, 30, 8, 5, tzinfo=UTC)

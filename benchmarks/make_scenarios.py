@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpuplan.app.synthetic import SHAPES, calibrated, fifo_utilization, generate, heldout_documents
+from gpuplan.app.lab.synthetic import SHAPES, calibrated, fifo_utilization, generate, heldout_documents
 
 
 def main(argv: list[str]) -> int:

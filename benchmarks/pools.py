@@ -19,7 +19,7 @@ import random
 from typing import Any
 
 from contract.scenario_io import parse_scenario
-from gpuplan.app.bench import latency_ms
+from gpuplan.app.lab.bench import latency_ms
 from gpuplan.table import format_table
 from scheduler.policies import PolicyName, SolveOptions, plan
 

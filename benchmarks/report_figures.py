@@ -6,7 +6,7 @@ A 16-GPU cluster with the demo's two real-time apps (bundled Alibaba LoRA and Ph
 traffic; each trace moved by whole days so that its last full day is the day before the
 plan) and batch jobs from the benchmark scenarios. Two day-ahead plans, 24 hours apart,
 each built as the daemon builds it: weekly demand profiles fitted on the traffic before
-the plan's start, P50/P90 requests mapped to GPUs by ``gpuplan.app.bridge``, the scenario
+the plan's start, P50/P90 requests mapped to GPUs by ``gpuplan.app.core.bridge``, the scenario
 from ``bridge.scenario_document``, the fast mode's plan.
 
 - Day 1 plans the queue of ``4-large-mixed``; its 24 columns stand in for day 1's
@@ -48,7 +48,7 @@ from contract.scenario_io import parse_scenario, write_json_atomic
 from features.traffic import load_traffic
 from forecasting.realtime import RealtimeProfile
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
-from gpuplan.app.bridge import (
+from gpuplan.app.core.bridge import (
     AppDemand,
     Snapshot,
     app_forecasts,
@@ -56,8 +56,8 @@ from gpuplan.app.bridge import (
     run_record,
     scenario_document,
 )
-from gpuplan.app.config import DEMO_APPS, DEMO_GPUS, PlanWith
-from gpuplan.app.reports import (
+from gpuplan.app.core.config import DEMO_APPS, DEMO_GPUS, PlanWith
+from gpuplan.app.views.reports import (
     BookableStart,
     CommitRow,
     CoverageRow,

@@ -15,7 +15,7 @@ from typing import Any
 
 from contract.records import Cluster, DownWindowRecord, Job, JobEstimate
 from contract.scenario import JobKind
-from gpuplan.app.config import AppTraffic, ServiceConfig
+from gpuplan.app.core.config import AppTraffic, ServiceConfig
 from storage.store import Store
 
 CHROMIUM = "/usr/bin/chromium"

@@ -32,14 +32,14 @@ from functools import partial
 from pathlib import Path
 
 from contract.records import Amendment, Cluster, Commit, JobState
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.executors.slurm import SlurmExecutor
-from gpuplan.app.jobs import submit
-from gpuplan.app.seed import ensure_service
-from gpuplan.app.slurm.batch import slurm_job_id
-from gpuplan.app.slurm.client import RUNNING
-from gpuplan.app.tick import plan_cycle
+from gpuplan.app.adapters.executors import InMemoryExecutor
+from gpuplan.app.adapters.executors.slurm import SlurmExecutor
+from gpuplan.app.adapters.slurm.batch import slurm_job_id
+from gpuplan.app.adapters.slurm.client import RUNNING
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.cycle.tick import plan_cycle
+from gpuplan.app.jobs.submit import submit
+from gpuplan.app.lab.seed import ensure_service
 from gpuplan.table import format_table
 from storage.factory import open_store
 from storage.store import Store
@@ -183,8 +183,8 @@ def takeovers(folder: Path, config: ServiceConfig, count: int) -> list[float]:
     """Seconds from SIGKILL of the leading daemon to ``status`` naming the standby."""
     import yaml
 
-    from gpuplan.app.retrain import retrain
-    from gpuplan.app.status import status
+    from gpuplan.app.cycle.retrain import retrain
+    from gpuplan.app.views.status import status
     from tests.pg import PgServer
     from training_data.history import generate_history, validate_history
 

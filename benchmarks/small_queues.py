@@ -20,7 +20,7 @@ Services follow one real day of a bundled trace (as the seven do) or a drawn dai
 (phase, width, steepness); decay 0.85-0.99 and real-time penalty 5-10 as issue 20's ranges.
 
 A third set, ``seven``, is the seven benchmark shapes as calibrated
-(:data:`gpuplan.app.synthetic.CALIBRATED_SHAPES`) at other seeds.
+(:data:`gpuplan.app.lab.synthetic.CALIBRATED_SHAPES`) at other seeds.
 
 **The split.** Tuning reads seeds 1-999 (:data:`TUNING_SEEDS`) of every family and of the
 seven's shapes. The held-out split is frozen: :data:`HELDOUT_SEEDS` of each family and
@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpuplan.app.synthetic import CALIBRATED_SHAPES, TRAFFIC_SERIES, generate, real_day_demand
+from gpuplan.app.lab.synthetic import CALIBRATED_SHAPES, TRAFFIC_SERIES, generate, real_day_demand
 from gpuplan.table import format_table
 
 FAMILIES = ("long-tight", "mixed-half")
@@ -262,7 +262,7 @@ def _measure(args: argparse.Namespace) -> int:
 
     from benchmarks.adversarial import _ratio
     from contract.scenario_io import parse_scenario
-    from gpuplan.app.bench import latency_ms
+    from gpuplan.app.lab.bench import latency_ms
     from scheduler import lns
     from scheduler.policies import PolicyName, SolveOptions, plan
 

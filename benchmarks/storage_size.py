@@ -1,6 +1,6 @@
 """Bytes one stored plan run takes, on SQLite and on PostgreSQL, at 16 and 256 GPUs.
 
-Each run is a real fast-mode plan of a generated scenario (``gpuplan.app.synthetic``,
+Each run is a real fast-mode plan of a generated scenario (``gpuplan.app.lab.synthetic``,
 256 GPUs with 100 batch jobs), with its scenario, whole 24-step grid, metrics, one
 forecast per real-time app and hour, and the commit of its first hour. ``RUNS`` runs
 go into a fresh database; the growth divided by ``RUNS`` is the cost of one cycle.
@@ -12,7 +12,7 @@ PostgreSQL comes from tests/pg.py's throwaway server (Debian's postgresql packag
 
 ``--month``: a simulated month of the daemon at 256 GPUs on SQLite (a run every 30 minutes,
 each hour committed once), stored twice: with no pruning, and pruned once a day as the
-daemon does (``gpuplan.app.prune``, keeping ``KEEP_DAYS`` days, 7 by default: the
+daemon does (``gpuplan.app.cycle.prune``, keeping ``KEEP_DAYS`` days, 7 by default: the
 daemon's default of 30 would not prune within one month). Prints the file sizes.
 """
 
@@ -29,9 +29,9 @@ from sqlalchemy import text
 
 from contract.records import AppForecast, Assignment, Commit, PlanRun, RunMode
 from contract.scenario_io import parse_scenario
-from gpuplan.app.bench import scale_shape
-from gpuplan.app.bridge import run_record
-from gpuplan.app.synthetic import generate
+from gpuplan.app.core.bridge import run_record
+from gpuplan.app.lab.bench import scale_shape
+from gpuplan.app.lab.synthetic import generate
 from scheduler.policies import PolicyName, plan
 from storage.sql import SqlStore
 from tests.pg import PgServer
@@ -94,7 +94,7 @@ def measure(url: str, path: Path | None, run: PlanRun, commit: Commit, runs: int
 
 def month(keep_days: int | None, path: Path, run: PlanRun, commit: Commit, days: int = 30) -> int:
     """The SQLite file's size after ``days`` days of cycles, pruned daily when ``keep_days`` is set."""
-    from gpuplan.app.prune import prune
+    from gpuplan.app.cycle.prune import prune
 
     store = SqlStore.open(f"sqlite:///{path}")
     try:

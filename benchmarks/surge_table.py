@@ -128,13 +128,13 @@ def run_specs(which: str, data: Path, folder: Path) -> list[RunSpec]:
 
 
 def _one(args: argparse.Namespace) -> None:
-    from gpuplan.app.amend import hourly_rates
-    from gpuplan.app.bridge import STEP, gpus_for
-    from gpuplan.app.config import PlanWith
-    from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, run_policy
-    from gpuplan.app.simulate.loop import SimHooks, observed_so_far
-    from gpuplan.app.simulate.measures import measure, realtime_hours
-    from gpuplan.app.tick import app_demand
+    from gpuplan.app.core.bridge import STEP, gpus_for
+    from gpuplan.app.core.config import PlanWith
+    from gpuplan.app.cycle.amend import hourly_rates
+    from gpuplan.app.cycle.tick import app_demand
+    from gpuplan.app.lab.simulate import SimOptions, SimPolicy, prepare, run_policy
+    from gpuplan.app.lab.simulate.loop import SimHooks, observed_so_far
+    from gpuplan.app.lab.simulate.measures import measure, realtime_hours
 
     options = SimOptions(plan_with=PlanWith(args.plan_with))
     with tempfile.TemporaryDirectory(prefix="gpuplan-surge-") as work:
@@ -174,8 +174,8 @@ def _one(args: argparse.Namespace) -> None:
 
 
 def _missed(setup: Any, run: Any, planned: dict[Any, Any], apps: dict[str, Any]) -> list[dict[str, Any]]:
-    from gpuplan.app.bridge import STEP
-    from gpuplan.app.simulate.measures import actual_ends
+    from gpuplan.app.core.bridge import STEP
+    from gpuplan.app.lab.simulate.measures import actual_ends
 
     demand = setup.demand()
     ends = actual_ends(setup, run)

@@ -2,7 +2,7 @@
 
     python -m benchmarks.warm_start [--days 7] [--gpus 64] [--every 1] [--cycle-ms 1000]
 
-The fast policy's simulated week (``gpuplan simulate``'s, gpuplan/app/simulate), each arriving
+The fast policy's simulated week (``gpuplan simulate``'s, gpuplan/app/lab/simulate), each arriving
 job submitted as the served API submits it: through a :class:`SubmitBatcher`, so that the
 answer is the last stored plan (the cycle's, or the previous submit's) with the job inserted
 and repaired on the hot path (2 ms a job), or a fresh hot-path plan of the whole queue when
@@ -30,15 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from contract.scenario_io import parse_scenario
-from gpuplan.app.batcher import SubmitBatcher
-from gpuplan.app.bridge import planned_place
-from gpuplan.app.changes import Changes
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.jobs import submit
-from gpuplan.app.simulate import SimOptions, SimPolicy, prepare
-from gpuplan.app.simulate.loop import SimHooks, run_policy
-from gpuplan.app.tick import first_open_hour, load_snapshot, plan_snapshot
+from gpuplan.app.core.bridge import planned_place
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.cycle.tick import first_open_hour, load_snapshot, plan_snapshot
+from gpuplan.app.jobs.batcher import SubmitBatcher
+from gpuplan.app.jobs.changes import Changes
+from gpuplan.app.jobs.submit import submit
+from gpuplan.app.lab.simulate import SimOptions, SimPolicy, prepare
+from gpuplan.app.lab.simulate.loop import SimHooks, run_policy
 from gpuplan.table import format_table
 from scheduler.check import check_plan
 from scheduler.metrics import score

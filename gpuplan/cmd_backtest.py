@@ -1,6 +1,6 @@
 """``gpuplan backtest``: the real-time profile against the simple seasonal baselines.
 
-The use case is :mod:`gpuplan.app.backtest`; this face prints its tables (or JSON) and
+The use case is :mod:`gpuplan.app.lab.backtest`; this face prints its tables (or JSON) and
 plots.
 """
 
@@ -19,7 +19,7 @@ from gpuplan.table import format_table
 
 if TYPE_CHECKING:
     from forecasting.backtest import ForecastBacktest, GpuRow
-    from gpuplan.app.backtest import SeriesReport
+    from gpuplan.app.lab.backtest import SeriesReport
 
 TRADEOFF_HEADER = ("headroom", "gpu_h", "peak_h", "saved", "hours_cov", "served")
 COMPARISON_HEADER = (
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from contract.scenario_io import MAX_CLUSTER_GPUS
     from features.traffic import load_traffic
     from forecasting.realtime_training import bundled_traffic_paths
-    from gpuplan.app.backtest import backtest_series
+    from gpuplan.app.lab.backtest import backtest_series
     from gpuplan.options import integer_in
 
     integer_in("--swap-cap", args.swap_cap, 0, 2 * MAX_CLUSTER_GPUS)
@@ -153,7 +153,7 @@ def _tradeoff_row(row: GpuRow) -> list[object]:
 
 
 def _summary_row(report: SeriesReport) -> list[object]:
-    from gpuplan.app.backtest import PROFILE_WITHOUT_LEVEL_SHIFTS
+    from gpuplan.app.lab.backtest import PROFILE_WITHOUT_LEVEL_SHIFTS
 
     profile, best = report.profile, report.best_baseline
     fixed_level = next(r for r in report.results if r.accuracy.forecaster == PROFILE_WITHOUT_LEVEL_SHIFTS)

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _seven(args: argparse.Namespace) -> int:
     from contract.scenario_io import load_scenario
-    from gpuplan.app.bench import run_scenario, scenario_files
+    from gpuplan.app.lab.bench import run_scenario, scenario_files
 
     paths = scenario_files(args.scenarios) if args.scenarios.is_dir() else []
     if not paths:
@@ -166,7 +166,7 @@ def _seven(args: argparse.Namespace) -> int:
 
 
 def _seven_table(results: list[Any]) -> str:
-    from gpuplan.app.bench import PLAN_CYCLE
+    from gpuplan.app.lab.bench import PLAN_CYCLE
 
     rows = []
     for r in results:
@@ -212,7 +212,7 @@ def _seven_table(results: list[Any]) -> str:
 def _published_table(results: list[Any]) -> str | None:
     """Our FIFO -> fast (hot path and plan cycle) beside the published figures, where the
     scenario names are the published ones."""
-    from gpuplan.app.bench import PLAN_CYCLE, PUBLISHED
+    from gpuplan.app.lab.bench import PLAN_CYCLE, PUBLISHED
 
     rows = []
     for r in results:
@@ -246,8 +246,8 @@ def _published_table(results: list[Any]) -> str | None:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from gpuplan.app.bench import HOT_PATH, PLAN_CYCLE, heldout_instances, run_scenario, sample_instances
-    from gpuplan.app.synthetic import ROLLING_SHAPES, SHAPES, WIDE_SHAPES
+    from gpuplan.app.lab.bench import HOT_PATH, PLAN_CYCLE, heldout_instances, run_scenario, sample_instances
+    from gpuplan.app.lab.synthetic import ROLLING_SHAPES, SHAPES, WIDE_SHAPES
 
     shapes = WIDE_SHAPES if args.heldout else {**SHAPES, **ROLLING_SHAPES, **WIDE_SHAPES}
     default = WIDE_SHAPES if args.heldout else {**SHAPES, **ROLLING_SHAPES}
@@ -377,7 +377,7 @@ def _gap(row: dict[str, Any]) -> float:
 
 
 def _scale(args: argparse.Namespace) -> int:
-    from gpuplan.app.bench import scale_sweep
+    from gpuplan.app.lab.bench import scale_sweep
 
     try:
         sizes = [int(s) for s in args.sizes.split(",")]

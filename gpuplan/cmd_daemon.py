@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
         raise InputError("--metrics-port", "a TCP port in [1, 65535]", args.metrics_port)
     if args.demo_speed is not None:
-        from gpuplan.app.demo import checked_demo_speed
+        from gpuplan.app.lab.demo import checked_demo_speed
 
         if args.config is not None or args.once:
             raise InputError(

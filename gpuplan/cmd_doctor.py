@@ -23,9 +23,9 @@ def run(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from contract.errors import InputError
-    from gpuplan.app.config import ServiceConfig, demo_config, load_config
-    from gpuplan.app.doctor import diagnose, failed
-    from gpuplan.app.seed import check_traffic
+    from gpuplan.app.core.config import ServiceConfig, demo_config, load_config
+    from gpuplan.app.lab.seed import check_traffic
+    from gpuplan.app.views.doctor import diagnose, failed
 
     config: ServiceConfig | None = None
     error = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpuplan.app.jobs import OUTCOMES
+from gpuplan.app.cycle.finish import OUTCOMES
 from gpuplan.options import add_at, add_db, at_of, open_db
 
 #: The finish use case's fields under this command's names.
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuplan.app.jobs import finish
+    from gpuplan.app.cycle.finish import finish
 
     at = at_of(args)
     store = open_db(args)

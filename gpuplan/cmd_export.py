@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from contract.errors import InputError
-    from gpuplan.app.status import export_run, find_run
+    from gpuplan.app.views.status import export_run, find_run
 
     if args.out.exists() and not args.out.is_dir():
         raise InputError("--out", "a folder (new or existing)", str(args.out))

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpuplan.app.models import DEFAULT_MODELS_DIR, MODEL_FILES
+from gpuplan.app.core.models import DEFAULT_MODELS_DIR, MODEL_FILES
 
 KINDS = tuple(MODEL_FILES)
 
@@ -45,10 +45,10 @@ def run(args: argparse.Namespace) -> int:
     from contract.files import read_mapping
     from contract.scenario import JobKind
     from features.job_features import SCHEMAS
-    from gpuplan.app.forecasters import kind_and_features
-    from gpuplan.app.jobs import check_spec
-    from gpuplan.app.jobspec import parse_job_spec
-    from gpuplan.app.models import load_job_estimator
+    from gpuplan.app.core.forecasters import kind_and_features
+    from gpuplan.app.core.models import load_job_estimator
+    from gpuplan.app.jobs.jobspec import parse_job_spec
+    from gpuplan.app.jobs.submit import check_spec
 
     if args.schema:
         if args.spec is not None:

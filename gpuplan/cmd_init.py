@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from contract.errors import InputError
     from contract.files import write_bytes_atomic
     from gpuplan import packaging
-    from gpuplan.app.config import load_config
+    from gpuplan.app.core.config import load_config
     from storage import maintenance
     from storage.factory import open_store
     from storage.sql import parse_url

@@ -12,7 +12,7 @@ FLAGS = {"keep_days": "--keep-days"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from gpuplan.app.prune import DEFAULT_KEEP_DAYS
+    from gpuplan.app.cycle.prune import DEFAULT_KEEP_DAYS
 
     parser.add_argument(
         "--keep-days",
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuplan.app.prune import checked_keep_days, prune
+    from gpuplan.app.cycle.prune import checked_keep_days, prune
 
     checked_keep_days(args.keep_days, "--keep-days")  # before the database is touched
     now = at_of(args)

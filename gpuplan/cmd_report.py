@@ -116,9 +116,9 @@ IDLE_FLAGS = {
 
 
 def _idle_windows(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import open_existing_store
-    from gpuplan.app.report_queries import idle_query
-    from gpuplan.app.reports import BookableStart, IdleWindow
+    from gpuplan.app.views.report_inputs import open_existing_store
+    from gpuplan.app.views.report_queries import idle_query
+    from gpuplan.app.views.reports import BookableStart, IdleWindow
 
     booking = args.gpus is not None or args.hours is not None
     for option, value in (("--min-gpus", args.min_gpus), ("--min-hours", args.min_hours)):
@@ -212,8 +212,8 @@ def _idle_windows(args: argparse.Namespace) -> int:
 
 
 def _coverage_risk(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import coverage_inputs
-    from gpuplan.app.reports import CoverageRow, app_needs, coverage_risk, planned_counts
+    from gpuplan.app.views.report_inputs import coverage_inputs
+    from gpuplan.app.views.reports import CoverageRow, app_needs, coverage_risk, planned_counts
 
     inputs = coverage_inputs(args.db, args.run_ref, args.since)
     run_value, instance, apps, window_since = inputs.run, inputs.instance, inputs.apps, inputs.since
@@ -266,8 +266,8 @@ def _coverage_risk(args: argparse.Namespace) -> int:
 
 
 def _utilization(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import utilization_inputs
-    from gpuplan.app.reports import UtilizationRow, utilization
+    from gpuplan.app.views.report_inputs import utilization_inputs
+    from gpuplan.app.views.reports import UtilizationRow, utilization
 
     cluster, commits, kinds, down_at = utilization_inputs(args.db, args.since, team=args.team)
     report = utilization(commits, cluster, kinds, down_at)
@@ -295,8 +295,8 @@ def _utilization(args: argparse.Namespace) -> int:
 
 
 def _commits(args: argparse.Namespace) -> int:
-    from gpuplan.app.report_inputs import commits_inputs
-    from gpuplan.app.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
+    from gpuplan.app.views.report_inputs import commits_inputs
+    from gpuplan.app.views.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
 
     commits, amendments, cluster, apps = commits_inputs(
         args.db, args.since, cluster=bool(args.png), team=args.team

@@ -2,7 +2,7 @@
 
 Every policy sees the same job arrivals and the same real traffic; jobs run their actual
 durations and real-time demand is the actual traffic's, so forecast misses show up as
-waiting, idle GPUs and unmet demand. See :mod:`gpuplan.app.simulate`.
+waiting, idle GPUs and unmet demand. See :mod:`gpuplan.app.lab.simulate`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.options import add_traffic, print_json
 
 if TYPE_CHECKING:
-    from gpuplan.app.simulate import SimulationReport
+    from gpuplan.app.lab.simulate import SimulationReport
 
 POLICIES = ("fast", "fifo", "priority-backfill", "commit-all")
 #: The simulation's fields under this command's names (beside gpuplan.options.FIELD_FLAGS).
@@ -173,7 +173,7 @@ def _check_options(args: argparse.Namespace) -> None:
         integer_in("--review-every", args.review_every, 1, 168)
     integer_in("--seed", args.seed, 0, 2**63 - 1)
     if args.aging_hours is not None:
-        from gpuplan.app.config import AGING_RANGE
+        from gpuplan.app.core.config import AGING_RANGE
 
         low, high = AGING_RANGE
         if not low <= args.aging_hours <= high:
@@ -187,8 +187,8 @@ def _check_options(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from gpuplan.app.config import PlanWith, PromiseTerms, load_config
-    from gpuplan.app.simulate import SimOptions, SimPolicy, prepare, simulate
+    from gpuplan.app.core.config import PlanWith, PromiseTerms, load_config
+    from gpuplan.app.lab.simulate import SimOptions, SimPolicy, prepare, simulate
     from gpuplan.progress import progress_bar
 
     _check_options(args)
@@ -320,7 +320,7 @@ def _plot(report: SimulationReport, directory: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from gpuplan.app.simulate import busiest_day_grid, hourly
+    from gpuplan.app.lab.simulate import busiest_day_grid, hourly
     from gpuplan.render import draw_grid, job_colours, legend_handles
     from gpuplan.table import count_of
 

@@ -10,7 +10,7 @@ from gpuplan.options import add_at, add_db, at_of, open_db, print_json
 
 if TYPE_CHECKING:
     from contract.records import GpuMapReading
-    from gpuplan.app.status import Status
+    from gpuplan.app.views.status import Status
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpuplan.app.status import status
+    from gpuplan.app.views.status import status
     from gpuplan.table import format_table, gpu_ranges
 
     store = open_db(args)

@@ -22,8 +22,8 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from contract.files import read_mapping
-    from gpuplan.app.config import demo_config, load_config
-    from gpuplan.app.jobs import submit
+    from gpuplan.app.core.config import demo_config, load_config
+    from gpuplan.app.jobs.submit import submit
     from gpuplan.table import count_of, gpu_ranges
 
     config = load_config(args.config) if args.config else demo_config()

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from gpuplan.app.tokens import create_token, parse_scopes, token_summary
+    from gpuplan.app.core.tokens import create_token, parse_scopes, token_summary
     from gpuplan.table import format_table
 
     now = datetime.now(UTC)

@@ -1,4 +1,4 @@
-"""``gpuplan train``: the retrain use case (:mod:`gpuplan.app.retrain`) and its report."""
+"""``gpuplan train``: the retrain use case (:mod:`gpuplan.app.cycle.retrain`) and its report."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuplan.app.models import DEFAULT_MODELS_DIR
+from gpuplan.app.core.models import DEFAULT_MODELS_DIR
 from gpuplan.options import add_traffic
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from gpuplan.app.retrain import RetrainReport
+    from gpuplan.app.cycle.retrain import RetrainReport
 
 
 def _say(text: str) -> None:
@@ -59,7 +59,7 @@ def _table(title: str, rows: list[dict[str, object]]) -> str:
 
 
 def _stored_history(url: str) -> pd.DataFrame:
-    from gpuplan.app.report_inputs import open_existing_store
+    from gpuplan.app.views.report_inputs import open_existing_store
     from training_data.history import validate_history
 
     store = open_existing_store(url)  # only the daemon creates a database
@@ -98,7 +98,7 @@ def _goal_lines(report: RetrainReport) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from contract.files import check_writable_dir
-    from gpuplan.app.retrain import MODELS_OPTION, RETRAIN_STEPS, retrain
+    from gpuplan.app.cycle.retrain import MODELS_OPTION, RETRAIN_STEPS, retrain
     from gpuplan.progress import progress_bar
     from training_data.history import bundled_history_path, load_history
 

@@ -114,7 +114,7 @@ def at_of(args: argparse.Namespace) -> datetime:
 def open_db(args: argparse.Namespace, *, create: bool = False) -> Store:
     """The store at ``--db``, its schema upgraded. Only the daemon creates a database
     (``create``); any other command on a SQLite file that is not there says so."""
-    from gpuplan.app.report_inputs import open_existing_store
+    from gpuplan.app.views.report_inputs import open_existing_store
     from storage.factory import open_store
 
     return open_store(args.db) if create else open_existing_store(args.db)

@@ -20,7 +20,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
 
 from contract.scenario import Cell, Instance
-from gpuplan.app.reports import (
+from gpuplan.app.views.reports import (
     BookableStart,
     CoverageReport,
     IdleWindow,

@@ -284,7 +284,7 @@ class Store(abc.ABC):
         The queued jobs it places move to running, started at ``made_at``, and, with
         ``deliver_to``, its delivery to that executor is put in the outbox, pending, after
         the hour's commit. An hour with no commit is refused. Legality against the hour is
-        the caller's (``gpuplan.app.amend``).
+        the caller's (``gpuplan.app.cycle.amend``).
         """
 
     @abc.abstractmethod

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import httpx
 
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.health import Health
-from gpuplan.app.seed import ensure_service
-from gpuplan.app.tick import plan_cycle
-from gpuplan.app.tokens import create_token, parse_scopes
+from gpuplan.app.adapters.executors import InMemoryExecutor
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.core.tokens import create_token, parse_scopes
+from gpuplan.app.cycle.tick import plan_cycle
+from gpuplan.app.lab.seed import ensure_service
+from gpuplan.app.views.health import Health
 from gpuplan.http.context import ApiContext
 from storage.factory import open_store
 from storage.store import Store

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from contract.records import Assignment, Commit, RunMode
-from gpuplan.app.bridge import run_record
-from gpuplan.app.config import ServiceConfig, demo_config
-from gpuplan.app.retrain import retrain
+from gpuplan.app.core.bridge import run_record
+from gpuplan.app.core.config import ServiceConfig, demo_config
+from gpuplan.app.cycle.retrain import retrain
 from gpuplan.cli import main
 from scheduler.lns import MIN_BUDGET_MS
 from storage.store import Store

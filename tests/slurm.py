@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.app.slurm.settings import SlurmSettings
+from gpuplan.app.core.slurm_settings import SlurmSettings
 
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "sinfo", "sacct")
 MISSING = (

@@ -11,9 +11,9 @@ import pytest
 from contract.records import App, Cluster, Job, JobEstimate
 from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
-from gpuplan.app.bridge import AppDemand, Snapshot, aged_priority, aging_ceiling, scenario_document
-from gpuplan.app.config import AGING_HOURS, PlanWith, ServiceConfig
-from gpuplan.app.tick import plan_snapshot
+from gpuplan.app.core.bridge import AppDemand, Snapshot, aged_priority, aging_ceiling, scenario_document
+from gpuplan.app.core.config import AGING_HOURS, PlanWith, ServiceConfig
+from gpuplan.app.cycle.tick import plan_snapshot
 from scheduler.policies import PolicyName
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)

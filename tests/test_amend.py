@@ -28,10 +28,10 @@ from contract.records import (
     Outcome,
 )
 from contract.scenario import BatchJob, DownWindow, Instance, JobKind, RealtimeJob
-from gpuplan.app.amend import amend, check_amendment, propose
-from gpuplan.app.bridge import STEP, hour_allocation
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import InMemoryExecutor
+from gpuplan.app.adapters.executors import InMemoryExecutor
+from gpuplan.app.core.bridge import STEP, hour_allocation
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.cycle.amend import amend, check_amendment, propose
 from scheduler.check import check_plan
 from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan
@@ -347,7 +347,7 @@ def test_a_delay_within_the_slack_is_free_and_a_broken_promise_costs_its_break()
 
 
 def test_the_service_gives_its_plans_the_promise_terms_in_steps() -> None:
-    from gpuplan.app.config import PromiseTerms
+    from gpuplan.app.core.config import PromiseTerms
 
     terms = PromiseTerms(penalty=0.5, slack_hours=1, break_hours=4.0)
     assert terms.scenario_keys(60) == {"promise_penalty": 0.5, "promise_slack": 1, "promise_break": 4.0}
@@ -366,7 +366,7 @@ def test_the_service_gives_its_plans_the_promise_terms_in_steps() -> None:
 def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> None:
     import yaml
 
-    from gpuplan.app.config import PromiseTerms, load_config
+    from gpuplan.app.core.config import PromiseTerms, load_config
 
     base = {"cluster": {"gpus": 4}, "apps": [{"id": "chat", "requests_per_gpu_hour": 100}]}
     path = tmp_path / "gpuplan.yaml"
@@ -382,9 +382,9 @@ def test_the_service_reads_its_promise_terms_from_the_config(tmp_path: Path) -> 
 
 
 def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_path: Path) -> None:
-    from gpuplan.app.amend import amend_cycle
-    from gpuplan.app.executors import JsonLinesExecutor
-    from gpuplan.app.jobs import submit
+    from gpuplan.app.adapters.executors import JsonLinesExecutor
+    from gpuplan.app.cycle.amend import amend_cycle
+    from gpuplan.app.jobs.submit import submit
 
     store = open_store(f"sqlite:///{tmp_path}/cycle.db")
     feed = tmp_path / "commits.jsonl"
@@ -430,8 +430,8 @@ def test_the_cycle_within_a_committed_hour_starts_the_next_hours_work_now(tmp_pa
 def _full_hour(tmp_path: Path) -> Iterator[tuple[Store, ServiceConfig, dict[str, tuple[int, ...]]]]:
     """8 GPUs, H0 committed with "long" (8 hours) and "short" (3) on a block of 4 each: the store,
     its config and the blocks."""
-    from gpuplan.app.amend import amend_cycle
-    from gpuplan.app.jobs import submit
+    from gpuplan.app.cycle.amend import amend_cycle
+    from gpuplan.app.jobs.submit import submit
 
     store = open_store(f"sqlite:///{tmp_path}/freed.db")
     config = ServiceConfig(cluster=Cluster(gpus=8), apps=(), models_dir=tmp_path / "models")
@@ -451,15 +451,15 @@ def _full_hour(tmp_path: Path) -> Iterator[tuple[Store, ServiceConfig, dict[str,
 
 
 def _submit_next(store: Store, config: ServiceConfig, at: datetime) -> None:
-    from gpuplan.app.jobs import submit
+    from gpuplan.app.jobs.submit import submit
 
     spec = {"id": "next", "kind": "batch_inference", "priority": 90, "gpus": 4, "hours": 2}
     submit(store, spec, at, config, replan=False)
 
 
 def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cycle(tmp_path: Path) -> None:
-    from gpuplan.app.amend import amend_cycle
-    from gpuplan.app.jobs import finish
+    from gpuplan.app.cycle.amend import amend_cycle
+    from gpuplan.app.cycle.finish import finish
 
     with _full_hour(tmp_path) as (store, config, blocks):
         committed = store.commit(H0)
@@ -483,8 +483,8 @@ def test_a_block_freed_within_the_hour_starts_the_next_hours_work_at_the_next_cy
 
 
 def test_a_completion_within_the_hour_starts_the_next_hours_work_at_once(tmp_path: Path) -> None:
-    from gpuplan.app.amend import answer_freed
-    from gpuplan.app.jobs import finish
+    from gpuplan.app.cycle.amend import answer_freed
+    from gpuplan.app.cycle.finish import finish
 
     with _full_hour(tmp_path) as (store, config, blocks):
         _submit_next(store, config, H0 + timedelta(minutes=2))
@@ -503,10 +503,10 @@ def test_a_completion_within_the_hour_starts_the_next_hours_work_at_once(tmp_pat
 def test_utilization_of_a_past_hour_reads_its_amendments_and_what_was_down_then(tmp_path: Path) -> None:
     """Work an amendment placed in a committed hour is in that hour's row; the hour's down GPUs
     are those it was committed with, not today's cluster's (a node resumed since)."""
-    from gpuplan.app.amend import amend_cycle
-    from gpuplan.app.jobs import submit
-    from gpuplan.app.report_inputs import utilization_inputs_in
-    from gpuplan.app.reports import utilization
+    from gpuplan.app.cycle.amend import amend_cycle
+    from gpuplan.app.jobs.submit import submit
+    from gpuplan.app.views.report_inputs import utilization_inputs_in
+    from gpuplan.app.views.reports import utilization
 
     store = open_store(f"sqlite:///{tmp_path}/util.db")
     down = (DownWindowRecord(6, H0, None), DownWindowRecord(7, H0, None))

@@ -26,7 +26,7 @@ from forecasting.seasonal_baselines import (
     same_hour_median,
     seasonal_naive,
 )
-from gpuplan.app.backtest import PROFILE, backtest_series
+from gpuplan.app.lab.backtest import PROFILE, backtest_series
 
 TRAFFIC = Path(__file__).resolve().parent.parent / "training_data" / "traffic"
 #: The bundled series with at least three weeks, where the issue's goals apply.

@@ -25,13 +25,13 @@ from contract.errors import InputError
 from contract.records import ApiToken, DownWindowRecord, Job, JobEstimate, JobState, Outcome, RunMode, Scope
 from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
-from gpuplan.app import batcher, promises
-from gpuplan.app.bridge import EntryTexts, encoded_scenario, inputs_hash
-from gpuplan.app.changes import FreshMarks
-from gpuplan.app.config import demo_config, load_config
-from gpuplan.app.jobs import SubmitResult, answer, hot_path_plan
-from gpuplan.app.status import QueueRows, Status, status
-from gpuplan.app.tokens import NotSignedInError, authenticate, create_token, sha256_hex
+from gpuplan.app.core.bridge import EntryTexts, encoded_scenario, inputs_hash
+from gpuplan.app.core.config import demo_config, load_config
+from gpuplan.app.core.tokens import NotSignedInError, authenticate, create_token, sha256_hex
+from gpuplan.app.jobs import batcher, promises
+from gpuplan.app.jobs.changes import FreshMarks
+from gpuplan.app.jobs.submit import SubmitResult, answer, hot_path_plan
+from gpuplan.app.views.status import QueueRows, Status, status
 from scheduler.check import check_plan
 from scheduler.model import HOT_PATH_BUDGET_MS
 from storage.store import Store
@@ -632,7 +632,7 @@ def test_the_arrivals_a_batch_promises_by_are_kept_in_memory_as_the_store_has_th
             return read(*args)
 
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("gpuplan.app.batcher.recent_arrivals", counted)
+            patch.setattr("gpuplan.app.jobs.batcher.recent_arrivals", counted)
             ctx.submit(token, _spec(0), source="test")  # the first warm batch (the plan made ahead)
             probe = [replace(service.store.job("job-0"), submitted_at=ctx.clock())]  # type: ignore[type-var]
             for n in range(1, 4):

@@ -107,7 +107,7 @@ def test_bench_rejects_options_out_of_range(
 
 def test_the_seven_match_the_published_fifo_utilization_within_two_points() -> None:
     from contract.scenario_io import load_scenario
-    from gpuplan.app.bench import PUBLISHED, scenario_files
+    from gpuplan.app.lab.bench import PUBLISHED, scenario_files
     from scheduler.policies import PolicyName, plan
 
     for path in scenario_files(BENCHMARKS):

@@ -14,8 +14,8 @@ import pytest
 
 from contract.records import App, AppForecast, Cluster, DownWindowRecord, Job, PlanRun, RunMode, TrafficHour
 from contract.scenario_io import parse_scenario
-from gpuplan.app.bridge import column_commit
-from gpuplan.app.reports import idle_windows, run_instance
+from gpuplan.app.core.bridge import column_commit
+from gpuplan.app.views.reports import idle_windows, run_instance
 from scheduler.model import SolveOptions
 from scheduler.policies import PolicyName, plan
 from storage.factory import open_store

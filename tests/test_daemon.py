@@ -22,9 +22,9 @@ import daemon
 from contract.errors import StoreError
 from contract.records import DeliveryState, JobState
 from contract.scenario_io import parse_scenario
-from gpuplan.app.config import PrometheusSource, demo_config
-from gpuplan.app.outbox import FAULT_MARKER, FAULT_PAUSE, FAULT_POINTS
-from gpuplan.app.seed import ensure_service
+from gpuplan.app.core.config import PrometheusSource, demo_config
+from gpuplan.app.cycle.outbox import FAULT_MARKER, FAULT_PAUSE, FAULT_POINTS
+from gpuplan.app.lab.seed import ensure_service
 from gpuplan.app.service import make_service
 from scheduler.check import check_plan
 from storage.factory import open_store

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.served import launch_chromium, sign_in
 from contract.records import JobState
-from gpuplan.app.dashboard import MAX_GPU_ROWS, NODE_GPUS, grid_rows
+from gpuplan.app.views.dashboard import MAX_GPU_ROWS, NODE_GPUS, grid_rows
 from gpuplan.http.server import HttpServer
 from tests.http_fixtures import T0, Served, served
 from tests.service_fixtures import _in_tmp_path, models_dir

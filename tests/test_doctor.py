@@ -13,11 +13,12 @@ import pytest
 import yaml
 from sqlalchemy import create_engine, text
 
-from gpuplan.app.config import load_config
-from gpuplan.app.doctor import MODEL_STALE_DAYS, Verdict, diagnose
-from gpuplan.app.models import TRAINING_MODEL_FILE, load_job_estimator
+from gpuplan.app.core.config import load_config
+from gpuplan.app.core.models import TRAINING_MODEL_FILE, load_job_estimator
+from gpuplan.app.views.doctor import MODEL_STALE_DAYS, Verdict, diagnose
 from gpuplan.cli import main
 from storage.factory import open_store
+from storage.tables import SCHEMA_REVISION
 from tests.prom import PromServer, Series
 from tests.service_fixtures import models_dir
 from tests.slurm import SlurmServer
@@ -65,7 +66,7 @@ def test_a_healthy_head_node_passes(
     assert verdicts["config"] == verdicts["database"] == "ok"
     assert verdicts["models.training"] == verdicts["models.quantization"] == "ok"
     assert verdicts["executor"] == "ok"
-    assert "schema revision 0006, current" in checks["database"]
+    assert f"schema revision {SCHEMA_REVISION}, current" in checks["database"]
     assert "fail" not in verdicts.values()
 
 
@@ -153,7 +154,7 @@ def test_damaged_missing_and_stale_models(
 
 
 def test_a_clock_before_the_last_commit_fails(tmp_path: Path, models_dir: Path, sqlite_url: str) -> None:
-    build_at(sqlite_url, "0006")  # commits HOUR
+    build_at(sqlite_url, SCHEMA_REVISION)  # commits HOUR
     config = load_config(_config(tmp_path, models_dir))
     before = {c.name: c for c in diagnose(config, None, "test", sqlite_url, HOUR - timedelta(minutes=1))}
     assert before["clock"].verdict is Verdict.FAIL

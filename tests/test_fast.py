@@ -318,8 +318,8 @@ def test_the_doubling_ends_once_a_run_affords_every_step_it_asks_for(monkeypatch
 def test_more_budget_buys_the_searches_a_better_plan_on_a_rolling_replan() -> None:
     # A sampled rolling re-plan where the first pass starts valuable jobs late; the searches
     # (promotions, re-orders) given the plan cycle's heuristic share move them forward.
-    from gpuplan.app.bench import sample_instances
-    from gpuplan.app.synthetic import ROLLING_SHAPES
+    from gpuplan.app.lab.bench import sample_instances
+    from gpuplan.app.lab.synthetic import ROLLING_SHAPES
 
     (inst,) = sample_instances([ROLLING_SHAPES["rolling-mixed"]], [3])
     first = score(inst, build_grid(inst, allocate(inst, Budget.of_work(1e-3)))).objective
@@ -474,8 +474,8 @@ def test_a_promise_no_service_is_in_the_way_of_is_a_repack_and_buys_the_hot_path
     # A sampled wide-large case (tuning seed 78): at 2 ms of work, promises that take no
     # service's GPUs cost a re-pack, not a re-plan of every service, and the promotions that
     # this affords find a plan 2.4% better.
-    from gpuplan.app.bench import sample_instances
-    from gpuplan.app.synthetic import WIDE_SHAPES
+    from gpuplan.app.lab.bench import sample_instances
+    from gpuplan.app.lab.synthetic import WIDE_SHAPES
     from scheduler.budget import WorkCosts
 
     (inst,) = sample_instances([WIDE_SHAPES["wide-large"]], [78])
@@ -586,8 +586,8 @@ def test_a_trade_worth_more_than_the_rounds_plain_promotions_is_taken() -> None:
     # trade worth about 12% more than the plan, then a promotion that gains 0.1% without one.
     # The exact objective decides between them at the end of the round: taking the plain one
     # there because it trades nothing left the 4 ms plan 9% below the 2 ms one.
-    from gpuplan.app.bench import sample_instances
-    from gpuplan.app.synthetic import WIDE_SHAPES
+    from gpuplan.app.lab.bench import sample_instances
+    from gpuplan.app.lab.synthetic import WIDE_SHAPES
 
     (inst,) = sample_instances([WIDE_SHAPES["wide-oversubscribed"]], [27])
     at_2_ms = objective(inst, allocate(inst, Budget.of_work(2.0)))
@@ -601,8 +601,8 @@ def test_a_trade_at_a_promised_start_is_weighed_against_the_start_one_step_later
     # swap cap of 1) cannot move out within step 0: promised step 0, it goes without for an
     # hour, a trade that gains. Promised step 1, both move out in time, and the plan is worth
     # 12% more; that start was never tried after a trade that gained.
-    from gpuplan.app.bench import sample_instances
-    from gpuplan.app.synthetic import WIDE_SHAPES
+    from gpuplan.app.lab.bench import sample_instances
+    from gpuplan.app.lab.synthetic import WIDE_SHAPES
 
     (inst,) = sample_instances([WIDE_SHAPES["wide-oversubscribed"]], [60])
     allocation = allocate(inst, hot_path_work())
@@ -766,7 +766,7 @@ def test_a_start_the_services_cannot_leave_in_time_is_tried_a_step_later_on_the_
     # on the block two services hold at step 0, leaves demand unserved; one step later they
     # can move out. The fewest-real-time blocks at that step (the retry before) displace a
     # planned job instead, and the plan ends 7% lower.
-    from gpuplan.app import synthetic
+    from gpuplan.app.lab import synthetic
 
     inst = parse_scenario(synthetic.generate(synthetic.WIDE_SHAPES["wide-oversubscribed"], 54))
     tried: list[tuple[int, int]] = []

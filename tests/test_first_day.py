@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from contract.records import JobState
-from gpuplan.app.config import demo_config
+from gpuplan.app.core.config import demo_config
 from gpuplan.cli import build_parser
 from storage.factory import open_store
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
@@ -319,7 +319,7 @@ def test_a_users_traffic_moved_by_whole_weeks_is_logged_once(
     app = {"id": "chat", "peak_gpus": 4, "traffic": str(traffic)}
     config.write_text(yaml.safe_dump({"cluster": {"gpus": 8}, "apps": [app], "plan_budget_ms": 50}))
     db = f"sqlite:///{tmp_path / 'c.db'}"
-    with caplog.at_level(logging.WARNING, logger="gpuplan.app.seed"):
+    with caplog.at_level(logging.WARNING, logger="gpuplan.app.lab.seed"):
         for at in (T0, T0 + timedelta(hours=1)):  # the second start finds the traffic stored
             result = run_cli(
                 "daemon", "--once", "--config", config, "--db", db, "--models", models_dir, "--at", at
@@ -414,12 +414,12 @@ def test_submit_and_status_say_one_gpu_and_show_the_queue_s_gpus_and_priority(
 def test_the_review_log_rounds_the_bound(
     demo_db: str, models_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from gpuplan.app.tick import review
+    from gpuplan.app.cycle.tick import review
 
     config = replace(demo_config(models_dir=models_dir), review_time_limit_s=2.0, plan_wall_clock=False)
     store = open_store(demo_db)
     try:
-        with caplog.at_level(logging.INFO, logger="gpuplan.app.tick"):
+        with caplog.at_level(logging.INFO, logger="gpuplan.app.cycle.tick"):
             run = review(store, T0 + timedelta(minutes=20), config)
     finally:
         store.close()
@@ -432,7 +432,7 @@ def test_the_review_log_rounds_the_bound(
 def test_the_sharding_note_is_logged_once_per_retrain(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from gpuplan.app.retrain import retrain
+    from gpuplan.app.cycle.retrain import retrain
     from training_data.history import generate_history, validate_history
 
     history = validate_history(

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from contract.scenario_io import parse_scenario
-from gpuplan.app.bench import HELDOUT_DIR, heldout_instances
-from gpuplan.app.synthetic import HELDOUT_PER_SHAPE, TUNING_SEEDS, WIDE_SHAPES, generate
+from gpuplan.app.lab.bench import HELDOUT_DIR, heldout_instances
+from gpuplan.app.lab.synthetic import HELDOUT_PER_SHAPE, TUNING_SEEDS, WIDE_SHAPES, generate
 from gpuplan.cli import main
 from scheduler.check import check_plan
 from scheduler.policies import PolicyName, SolveOptions, plan

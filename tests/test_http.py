@@ -13,8 +13,8 @@ import pytest
 
 from benchmarks.served import free_port, start_daemon, wait_for_cycle
 from contract.records import JobState, Outcome
-from gpuplan.app.report_queries import idle_query
-from gpuplan.app.tokens import sha256_hex
+from gpuplan.app.core.tokens import sha256_hex
+from gpuplan.app.views.report_queries import idle_query
 from gpuplan.http.server import HttpServer
 from tests.http_fixtures import T0, Served, served, served_api
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli

@@ -1,4 +1,4 @@
-"""Finishing a job (``gpuplan.app.jobs.finish_job``): which jobs may end how, and the history row
+"""Finishing a job (``gpuplan.app.cycle.finish.finish_job``): which jobs may end how, and the history row
 a finished job appends, in the store's transaction (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import yaml
 
 from contract.errors import InputError
 from contract.records import JobState, Outcome
-from gpuplan.app.jobs import finish_job
+from gpuplan.app.cycle.finish import finish_job
 from storage.sql import SqlStore
 from tests.storage_children import HOUR, queued_job, sample_commit, sample_run
 from tests.test_storage import TRAINING_SPEC, store

@@ -96,8 +96,8 @@ def test_window_search_improves_where_the_greedy_is_weakest() -> None:
     # A sampled oversubscribed cluster where the optimum (6,435.5, proven by the full mode)
     # evicts a service from a half-used block at step 0 to start a long training job there;
     # the greedy stacks the service at the top and starts the job at step 14 (5,653).
-    from gpuplan.app.bench import sample_instances
-    from gpuplan.app.synthetic import SHAPES
+    from gpuplan.app.lab.bench import sample_instances
+    from gpuplan.app.lab.synthetic import SHAPES
 
     (inst,) = sample_instances([SHAPES["oversubscribed"]], [3])
     lns.warm_up()
@@ -110,8 +110,8 @@ def test_window_search_improves_where_the_greedy_is_weakest() -> None:
 def test_a_work_only_plan_cycle_plans_the_same_on_a_machine_that_crawls(crawl: Callable[..., None]) -> None:
     """``wall_clock=False`` with the plan cycle's budget: the heuristic counts estimated work
     and the window search CP-SAT's deterministic time, so a crawling clock changes nothing."""
-    from gpuplan.app.bench import sample_instances
-    from gpuplan.app.synthetic import SHAPES
+    from gpuplan.app.lab.bench import sample_instances
+    from gpuplan.app.lab.synthetic import SHAPES
     from scheduler import budget, cpmodel
 
     (inst,) = sample_instances([SHAPES["oversubscribed"]], [3])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 
-from gpuplan.app.metrics import Metrics
+from gpuplan.app.adapters.metrics import Metrics
 
 
 def _free_port() -> int:

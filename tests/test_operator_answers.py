@@ -20,9 +20,9 @@ import yaml
 
 from contract.records import Job, JobEstimate, JobState
 from contract.scenario import JobKind
-from gpuplan.app.config import demo_config
-from gpuplan.app.seed import ensure_service
-from gpuplan.app.tick import plan_cycle
+from gpuplan.app.core.config import demo_config
+from gpuplan.app.cycle.tick import plan_cycle
+from gpuplan.app.lab.seed import ensure_service
 from storage.factory import open_store
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 

@@ -1,5 +1,5 @@
 """The promise at submit: the plan's start, moved by the higher-priority work the recent
-arrivals say will come ahead of the job (``gpuplan.app.promises``), kept apart from the
+arrivals say will come ahead of the job (``gpuplan.app.jobs.promises``), kept apart from the
 plan's start in the submit's answer, the job's view and the store."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import pytest
 from contract.errors import InputError
 from contract.records import Cluster, Job, JobEstimate, PlanRun, RunMode
 from contract.scenario import JobKind
-from gpuplan.app.bridge import STEP, planned_places, run_record
-from gpuplan.app.config import PlanWith, PromiseTerms, ServiceConfig
-from gpuplan.app.jobs import submit
-from gpuplan.app.promises import MAX_LOAD, batch_gpus, expected_starts
-from gpuplan.app.status import job_view
+from gpuplan.app.core.bridge import STEP, planned_places, run_record
+from gpuplan.app.core.config import PlanWith, PromiseTerms, ServiceConfig
+from gpuplan.app.jobs.promises import MAX_LOAD, batch_gpus, expected_starts
+from gpuplan.app.jobs.submit import submit
+from gpuplan.app.views.status import job_view
 from storage.factory import open_store
 
 T = datetime(2026, 12, 2, 10, tzinfo=UTC)

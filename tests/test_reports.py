@@ -25,7 +25,7 @@ from contract.records import (
 )
 from contract.scenario import Instance, JobKind
 from contract.scenario_io import parse_scenario
-from gpuplan.app.reports import (
+from gpuplan.app.views.reports import (
     NeedBasis,
     ShortfallReason,
     bookable_starts,

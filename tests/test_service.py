@@ -17,15 +17,15 @@ import yaml
 from contract.errors import InputError
 from contract.records import Amendment, Assignment, Commit, JobState, Outcome, TrafficHour
 from contract.scenario_io import parse_scenario
-from gpuplan.app.bridge import column_commit, time_limit
-from gpuplan.app.config import demo_config
-from gpuplan.app.demo import demo_world
-from gpuplan.app.executors import InMemoryExecutor, JsonLinesExecutor, default_feed
-from gpuplan.app.executors.registry import make_executor
-from gpuplan.app.executors.simulated import ActualRun, SimulatedCluster
-from gpuplan.app.outbox import deliver_pending
-from gpuplan.app.seed import demo_durations, ensure_service
-from gpuplan.app.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
+from gpuplan.app.adapters.executors import InMemoryExecutor, JsonLinesExecutor, default_feed
+from gpuplan.app.adapters.executors.registry import make_executor
+from gpuplan.app.adapters.executors.simulated import ActualRun, SimulatedCluster
+from gpuplan.app.core.bridge import column_commit
+from gpuplan.app.core.config import demo_config
+from gpuplan.app.cycle.outbox import deliver_pending
+from gpuplan.app.cycle.tick import load_profile, next_unseen_hour, plan_cycle, recalibrate
+from gpuplan.app.lab.demo import demo_world
+from gpuplan.app.lab.seed import demo_durations, ensure_service
 from scheduler.check import check_plan
 from storage.factory import open_store
 from tests.service_fixtures import _in_tmp_path, models_dir, quick_config, run_cli
@@ -287,48 +287,6 @@ def test_status_json_has_the_documented_shape(tmp_path: Path, models_dir: Path) 
     assert status["last_run"]["start"] == "2026-11-30T10:00:00+00:00"
 
 
-def test_a_job_past_its_time_limit_is_shown_by_status_and_named_once_in_the_log(
-    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Without an executor that stops it, a job past its limit (its P90 hours x 2, or its
-    spec's ``time_limit_hours``) holds its GPUs: status marks it and the cycle's log names it."""
-    from gpuplan.app import tick
-    from gpuplan.app.bridge import time_limit
-    from gpuplan.app.tick import warn_overruns
-
-    monkeypatch.setattr(
-        tick, "_warned_overruns", set()
-    )  # this process's earlier cycles warned of the same ids
-    db = _db(tmp_path)
-    _once(db, models_dir, T0)
-    store = open_store(db)
-    try:
-        running = store.jobs([JobState.RUNNING])
-    finally:
-        store.close()
-    assert running
-    limits = {job.id: time_limit(job) for job in running}
-    first = min(limits, key=lambda job_id: limits[job_id])  # the first to overrun
-    late = limits[first]
-    assert late is not None and late > T0
-    before = json.loads(run_cli("status", "--db", db, "--json", "--at", (late - HOUR).isoformat()).out)
-    after = json.loads(run_cli("status", "--db", db, "--json", "--at", late.isoformat()).out)
-    overrun = {r["job"] for r in after["running"] if r.get("overrun")}
-    assert not any(r.get("overrun") for r in before["running"])
-    assert first in overrun and overrun == {j for j, limit in limits.items() if limit and limit <= late}
-    text = run_cli("status", "--db", db, "--at", late.isoformat()).out
-    assert any(first in line and "OVERRUN" in line for line in text.splitlines())
-    with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
-        assert warn_overruns(running, late - HOUR) == []
-        assert first in warn_overruns(running, late)
-        assert warn_overruns(running, late + HOUR) == []  # once
-    assert [
-        r.getMessage() for r in caplog.records if first in r.getMessage() and "time limit" in r.getMessage()
-    ]
-    limited = replace(running[0], spec={**running[0].spec, "time_limit_hours": 1.5})
-    assert time_limit(limited) == limited.started_at + timedelta(hours=1.5)
-
-
 def test_the_json_lines_executor_appends_one_line_per_job(tmp_path: Path, models_dir: Path) -> None:
     store = open_store(_db(tmp_path))
     try:
@@ -347,54 +305,6 @@ def test_the_json_lines_executor_appends_one_line_per_job(tmp_path: Path, models
         {"hour": commit.hour.isoformat(), "seq": 0, "job": a.job, "gpus": list(a.gpus)}
         for a in commit.assignments
     ]
-
-
-def test_with_overrun_stop_a_job_past_its_limit_is_stopped_through_the_executor(
-    tmp_path: Path, models_dir: Path
-) -> None:
-    """``overrun: stop`` and ``overrun_factor``: the cycle past a running job's P90 hours x the
-    factor tells the executor to stop it (the json-lines feed gets its stop line) and the job
-    ends cancelled; a job within its limit runs on, and the default only warns."""
-    store = open_store(_db(tmp_path))
-    try:
-        config = replace(quick_config(models_dir), overrun_factor=1.5)
-        ensure_service(store, config, T0)
-        feed = tmp_path / "commits.jsonl"
-        executor = JsonLinesExecutor(feed)
-        plan_cycle(store, T0, config, executor)
-        running = store.jobs([JobState.RUNNING])
-        assert running
-        limits = {job.id: time_limit(job, 1.5) for job in running}
-        first = min(limits, key=lambda job_id: limits[job_id])  # type: ignore[arg-type, return-value]
-        late = limits[first]
-        assert late is not None and late < time_limit(store.job(first), 2.0)  # type: ignore[arg-type, operator]
-        plan_cycle(store, late, config, executor)  # `overrun: warn`, the default: nothing stopped
-        assert store.job(first).state is JobState.RUNNING  # type: ignore[union-attr]
-        stopping = replace(config, overrun="stop")
-        plan_cycle(store, late, stopping, executor)
-        ended = store.job(first)
-        still = {job.id for job in store.jobs([JobState.RUNNING])}
-    finally:
-        store.close()
-    assert ended is not None and ended.state is JobState.DONE and ended.outcome is Outcome.CANCELLED
-    stops = [line for line in map(json.loads, feed.read_text().splitlines()) if line.get("stop")]
-    assert {line["job"] for line in stops} == {j for j, limit in limits.items() if limit and limit <= late}
-    assert first not in still
-
-
-def test_the_overrun_keys_of_a_config_file_are_checked(tmp_path: Path) -> None:
-    from gpuplan.app.config import load_config
-
-    path = tmp_path / "cluster.yaml"
-    path.write_text("cluster: {gpus: 8}\noverrun: stop\noverrun_factor: 3\n")
-    config = load_config(path)
-    assert (config.overrun, config.overrun_factor) == ("stop", 3.0)
-    path.write_text("cluster: {gpus: 8}\noverrun: kill\n")
-    with pytest.raises(InputError, match=r"`overrun` must be warn or stop; got 'kill'"):
-        load_config(path)
-    path.write_text("cluster: {gpus: 8}\noverrun_factor: 0.5\n")
-    with pytest.raises(InputError, match=r"`overrun_factor` must be a number in \[1, 100\]; got 0.5"):
-        load_config(path)
 
 
 def test_the_json_lines_executor_skips_what_it_already_holds(tmp_path: Path) -> None:
@@ -494,7 +404,7 @@ def test_a_missing_or_garbage_traffic_hour_is_skipped_and_logged(
                 TrafficHour(app, first + 3 * HOUR, 12.0),
             ]
         )
-        with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+        with caplog.at_level(logging.WARNING, logger="gpuplan.app.cycle.tick"):
             updated = recalibrate(store, first + 4 * HOUR, config)
         after = load_profile(store, app)
     finally:
@@ -596,7 +506,7 @@ def test_a_stored_profile_that_is_not_json_is_refused_and_refitted_never_loaded(
     finally:
         store.close()
     # The next cycle never loads it: it fits a new profile on the stored traffic instead.
-    with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+    with caplog.at_level(logging.WARNING, logger="gpuplan.app.cycle.tick"):
         _once(db, models_dir, T0 + HOUR)
     assert "It is a pickle, which gpuplan never loads" in caplog.text
     assert "The next recalibration fits a new one on the app's stored traffic" in caplog.text

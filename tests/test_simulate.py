@@ -15,7 +15,7 @@ import pytest
 from contract.errors import InputError
 from contract.records import Assignment, Commit
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
-from gpuplan.app.simulate import (
+from gpuplan.app.lab.simulate import (
     STEP,
     PolicyRun,
     Setup,
@@ -30,8 +30,8 @@ from gpuplan.app.simulate import (
     simulate,
     week_grid,
 )
-from gpuplan.app.simulate.setup import RT_PRIORITY, app_priority
-from gpuplan.app.workload import draw_workload, held_out_split, job_pool, read_workload
+from gpuplan.app.lab.simulate.setup import RT_PRIORITY, app_priority
+from gpuplan.app.lab.workload import draw_workload, held_out_split, job_pool, read_workload
 from scheduler.check import check_plan
 from tests.service_fixtures import run_cli
 from training_data.arrivals import load_pattern
@@ -382,7 +382,7 @@ def test_jobs_submitted_after_the_simulated_days_are_left_out_and_said_so(
     path = _csv(
         tmp_path, "early,3,training,50,4,2,2", "late,24,training,50,4,2,2", "later,30.5,training,50,4,2,2"
     )
-    with caplog.at_level("WARNING", logger="gpuplan.app.simulate.setup"):
+    with caplog.at_level("WARNING", logger="gpuplan.app.lab.simulate.setup"):
         setup = prepare(days=1, gpus=16, work_dir=tmp_path, workload_path=path)
     assert [job.id for job in setup.jobs] == ["early"]
     assert (
@@ -481,7 +481,7 @@ def test_a_bad_config_is_one_line_naming_the_field(
 
 
 def test_moves_per_day_count_gpus_swapped_not_the_changes_in_how_many_an_app_holds() -> None:
-    from gpuplan.app.simulate.measures import swap_moves
+    from gpuplan.app.lab.simulate.measures import swap_moves
 
     assert swap_moves([0b0011, 0b0111, 0b1111, 0b0011]) == 0  # grows and shrinks: the curve's own
     assert swap_moves([0b0011, 0b0110]) == 2  # GPU 0 out, GPU 2 in: a replica moved for nothing

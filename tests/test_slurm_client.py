@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import pytest
 
-from gpuplan.app.slurm.client import (
+from gpuplan.app.adapters.slurm.client import (
     CANCELLED,
     COMPLETED,
     FAILED,

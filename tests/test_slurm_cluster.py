@@ -10,9 +10,9 @@ import pytest
 
 from contract.errors import InputError
 from contract.records import Cluster, DownWindowRecord
-from gpuplan.app.config import load_config
-from gpuplan.app.slurm.client import BatchRequest, Placement, SlurmClient
-from gpuplan.app.slurm.cluster import GpuMap, ceil_hour, read_cluster
+from gpuplan.app.adapters.slurm.client import BatchRequest, Placement, SlurmClient
+from gpuplan.app.adapters.slurm.cluster import GpuMap, ceil_hour, read_cluster
+from gpuplan.app.core.config import load_config
 from storage.factory import open_store
 from tests.slurm import PARTITION, SlurmServer
 from tests.test_slurm_client import running, wait_for
@@ -190,7 +190,7 @@ def test_an_unknown_partition_is_refused(slurm: SlurmServer, client: SlurmClient
 
 
 def test_executor_slurm_needs_the_slurm_section(tmp_path: Path) -> None:
-    from gpuplan.app.executors.registry import make_executor
+    from gpuplan.app.adapters.executors.registry import make_executor
 
     config = tmp_path / "gpuplan.yaml"
     config.write_text("executor: slurm\ncluster:\n  gpus: 16\napps: []\n")

@@ -20,12 +20,12 @@ import pytest
 import yaml
 
 from contract.records import JobState, Outcome
-from gpuplan.app.config import load_config
-from gpuplan.app.jobs import submit
-from gpuplan.app.seed import ensure_service
-from gpuplan.app.slurm.batch import slurm_job_id
-from gpuplan.app.slurm.client import RUNNING, SlurmClient
-from gpuplan.app.slurm.cluster import read_cluster
+from gpuplan.app.adapters.slurm.batch import slurm_job_id
+from gpuplan.app.adapters.slurm.client import RUNNING, SlurmClient
+from gpuplan.app.adapters.slurm.cluster import read_cluster
+from gpuplan.app.core.config import load_config
+from gpuplan.app.jobs.submit import submit
+from gpuplan.app.lab.seed import ensure_service
 from storage.factory import open_store
 from tests.service_fixtures import models_dir, run_cli
 from tests.slurm import PARTITION, SlurmServer, pausing_bin

@@ -17,15 +17,22 @@ from typing import Any
 import pytest
 
 from contract.records import Amendment, App, Assignment, Cluster, Commit, JobState, Outcome
-from gpuplan.app.config import AppTraffic, ServiceConfig
-from gpuplan.app.executors.slurm import SlurmExecutor
-from gpuplan.app.jobs import submit
-from gpuplan.app.seed import ensure_service
+from gpuplan.app.adapters.executors.slurm import SlurmExecutor
+from gpuplan.app.adapters.slurm.batch import parse_comment
+from gpuplan.app.adapters.slurm.client import (
+    RUNNING,
+    BatchRequest,
+    Placement,
+    SlurmError,
+    SlurmJob,
+    gres_indices,
+)
+from gpuplan.app.adapters.slurm.cluster import ceil_hour
+from gpuplan.app.core.config import AppTraffic, ServiceConfig
+from gpuplan.app.cycle.tick import CycleReport, plan_cycle
+from gpuplan.app.jobs.submit import submit
+from gpuplan.app.lab.seed import ensure_service
 from gpuplan.app.service import Service, poll_once
-from gpuplan.app.slurm.batch import parse_comment
-from gpuplan.app.slurm.client import RUNNING, BatchRequest, Placement, SlurmError, SlurmJob, gres_indices
-from gpuplan.app.slurm.cluster import ceil_hour
-from gpuplan.app.tick import CycleReport, plan_cycle
 from storage.factory import open_store
 from storage.store import Store
 from tests.slurm import PARTITION, SlurmServer
@@ -559,7 +566,7 @@ def test_a_job_past_its_time_limit_is_scancelled_when_the_config_says_stop(servi
 
 @pytest.mark.slurm
 def test_a_job_cancelled_while_queued_leaves_no_held_slurm_job(service: SlurmService) -> None:
-    from gpuplan.app.jobs import cancel
+    from gpuplan.app.cycle.finish import cancel
 
     now = datetime.now(UTC)
     service.submit("unwanted", 1, 3.0, now)
@@ -573,7 +580,7 @@ def test_a_job_cancelled_while_queued_leaves_no_held_slurm_job(service: SlurmSer
 
 @pytest.mark.slurm
 def test_a_running_job_whose_stop_was_lost_is_cancelled_at_the_next_reconcile(service: SlurmService) -> None:
-    from gpuplan.app.jobs import cancel
+    from gpuplan.app.cycle.finish import cancel
 
     now = this_hour() + timedelta(minutes=1)
     service.submit("lost-stop", 1, 3.0, now)
@@ -631,7 +638,7 @@ def test_the_partitions_gpu_map_is_logged_once_and_a_count_unlike_the_configs_is
 
 @pytest.mark.slurm
 def test_a_running_jobs_since_is_slurms_start_not_its_release(service: SlurmService) -> None:
-    from gpuplan.app.status import status
+    from gpuplan.app.views.status import status
 
     now = this_hour() + timedelta(minutes=1)
     job_id = service.submit("train-0", 2, 3.0, now)

@@ -16,7 +16,7 @@ from benchmarks.small_queues import (
     scenario,
 )
 from contract.scenario_io import parse_scenario
-from gpuplan.app.synthetic import CALIBRATED_SHAPES
+from gpuplan.app.lab.synthetic import CALIBRATED_SHAPES
 from scheduler.policies import PolicyName, SolveOptions, plan
 
 

@@ -13,15 +13,15 @@ import pytest
 
 from contract.records import App, Assignment, Cluster, Job, JobEstimate, ObservedTraffic, Outcome
 from contract.scenario import JobKind
-from gpuplan.app.amend import check_amendment, occupied
-from gpuplan.app.bridge import STEP, hour_allocation, merged_assignments
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.health import Health
-from gpuplan.app.jobs import finish
+from gpuplan.app.adapters.executors import InMemoryExecutor
+from gpuplan.app.core.bridge import STEP, hour_allocation, merged_assignments
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.cycle.amend import check_amendment, occupied
+from gpuplan.app.cycle.finish import finish
+from gpuplan.app.cycle.traffic import MIN_OBSERVED_MINUTES, in_progress
 from gpuplan.app.service import Service, run_once
-from gpuplan.app.traffic import MIN_OBSERVED_MINUTES, in_progress
+from gpuplan.app.views.health import Health
 from gpuplan.http.context import ApiContext
 from storage.factory import open_store
 from storage.store import Store
@@ -203,8 +203,8 @@ def test_an_app_whose_traffic_ran_high_in_its_band_is_planned_with_the_reserve(t
     from features.traffic import load_traffic
     from forecasting.persistence import model_bytes
     from forecasting.realtime import SURGE_RISK_HOURS, RealtimeProfile
-    from gpuplan.app.bridge import AppDemand
-    from gpuplan.app.tick import app_demand, next_unseen_hour
+    from gpuplan.app.core.bridge import AppDemand
+    from gpuplan.app.cycle.tick import app_demand, next_unseen_hour
 
     traffic = load_traffic(
         Path(__file__).resolve().parent.parent

@@ -27,13 +27,8 @@ from contract.records import App, Assignment, Cluster
 from features.traffic import load_traffic
 from forecasting.realtime import RealtimeProfile
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
-from gpuplan.app.bridge import STEP, hour_allocation, merged_assignments
-from gpuplan.app.config import PrometheusSource, ServiceConfig, load_config
-from gpuplan.app.executors import InMemoryExecutor
-from gpuplan.app.service import Service, recalibrate_now, watch_once
-from gpuplan.app.tick import load_profile, next_unseen_hour
-from gpuplan.app.traffic import watch_prometheus
-from gpuplan.app.traffic_sources import (
+from gpuplan.app.adapters.executors import InMemoryExecutor
+from gpuplan.app.adapters.traffic_sources import (
     MAX_PULL_HOURS,
     PrometheusError,
     hourly_requests,
@@ -41,6 +36,11 @@ from gpuplan.app.traffic_sources import (
     requests_so_far,
     store_traffic,
 )
+from gpuplan.app.core.bridge import STEP, hour_allocation, merged_assignments
+from gpuplan.app.core.config import PrometheusSource, ServiceConfig, load_config
+from gpuplan.app.cycle.tick import load_profile, next_unseen_hour
+from gpuplan.app.cycle.traffic import watch_prometheus
+from gpuplan.app.service import Service, recalibrate_now, watch_once
 from storage.factory import open_store
 from tests.pg import free_port
 from tests.prom import PromServer, Series
@@ -200,9 +200,9 @@ def test_an_unreachable_prometheus_is_logged_and_the_other_apps_still_recalibrat
     nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     config = _config(tmp_path, "two", {"chat": prometheus.url, "lost": nowhere}, models_dir)
     _daemon_once(config, db, SEED_AT)
-    with caplog.at_level(logging.ERROR, logger="gpuplan.app.traffic_sources"):
+    with caplog.at_level(logging.ERROR, logger="gpuplan.app.adapters.traffic_sources"):
         _daemon_once(config, db, NOW)
-    errors = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.traffic_sources"]
+    errors = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.adapters.traffic_sources"]
     assert errors and errors[0].startswith(f"app lost: Prometheus at {nowhere} is unreachable")
     assert errors[0].endswith("not recalibrated this time")
     assert next_unseen_hour(_profile(db, "chat")) == NOW.replace(minute=0)
@@ -220,7 +220,7 @@ def test_hours_prometheus_has_no_point_for_are_skipped_and_logged_by_the_hourly_
     store = open_store(db)
     try:
         service = Service(store=store, config=config, executor=InMemoryExecutor(), clock=lambda: NOW)
-        with caplog.at_level(logging.WARNING, logger="gpuplan.app.tick"):
+        with caplog.at_level(logging.WARNING, logger="gpuplan.app.cycle.tick"):
             assert recalibrate_now(service) == ["gappy"]
         stored = {row.hour: row.requests for row in store.traffic("gappy", since=FIRST_PULLED)}
         profile = load_profile(store, "gappy")
@@ -435,12 +435,12 @@ def test_an_unreachable_prometheus_leaves_the_hour_in_progress_unobserved_and_lo
     )
     store = open_store(f"sqlite:///{tmp_path / 'lost.db'}")
     try:
-        with caplog.at_level(logging.ERROR, logger="gpuplan.app.traffic"):
+        with caplog.at_level(logging.ERROR, logger="gpuplan.app.cycle.traffic"):
             assert watch_prometheus(store, SURGE_HOUR + timedelta(minutes=30), config) == ()
         assert store.observed_traffic(SURGE_HOUR) == []
     finally:
         store.close()
-    (error,) = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.traffic"]
+    (error,) = [r.getMessage() for r in caplog.records if r.name == "gpuplan.app.cycle.traffic"]
     assert error.startswith(f"app chat: Prometheus at {nowhere} is unreachable")
     assert error.endswith("the hour in progress is not observed")
 

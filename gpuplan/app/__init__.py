@@ -1,9 +1,10 @@
-"""The use cases (the third floor): what the command line, the daemon and any later API call.
+"""The use cases (the third floor): what the command line, the daemon and the HTTP API call.
 
-Each module is one use case (``retrain``, ``tick``, ``jobs``, ``status``, ``reports``,
-``backtest``, ``simulate``, ``service``) or a piece they share (``bridge`` turns forecasts
-into a scenario and builds a plan run's record, ``models`` finds the fitted forecasters,
-``executors`` runs the commits). Only this floor joins forecasts to scenarios and scenarios
-to storage; the packages below it import nothing from here. Errors name the use case's own
-fields; each face shows them under its own names.
+They sit in wings, each a package, bottom first: ``core`` (config, bridge, models, tokens,
+the executor port), ``adapters`` (executors, Slurm, Prometheus, metrics), ``views`` (status,
+reports, dashboard), ``cycle`` (tick, amend, outbox, prune, retrain), ``jobs`` (submit,
+batcher, promises) and ``lab`` (simulation, bench, demo); ``service`` assembles the running
+service. A wing imports only the wings below it (docs/architecture.md). The packages below
+this floor import nothing from here. Errors name the use case's own fields; each face shows
+them under its own names.
 """

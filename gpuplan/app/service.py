@@ -19,23 +19,23 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import StoreError
 from contract.records import Job
-from gpuplan.app.amend import amend_cycle, answer_freed
-from gpuplan.app.bridge import floor_hour
-from gpuplan.app.changes import Changes
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.executors import Executor, Reconciler
-from gpuplan.app.executors.printing import PrintingExecutor
-from gpuplan.app.executors.registry import make_executor
-from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.health import Health
-from gpuplan.app.outbox import deliver_pending
-from gpuplan.app.tick import CycleReport, recalibrate
-from gpuplan.app.traffic import SurgeAnswer, answer_surge, watch_prometheus
-from gpuplan.app.traffic_sources import pull_traffic
+from gpuplan.app.adapters.executors import Executor, Reconciler
+from gpuplan.app.adapters.executors.printing import PrintingExecutor
+from gpuplan.app.adapters.executors.registry import make_executor
+from gpuplan.app.adapters.traffic_sources import pull_traffic
+from gpuplan.app.core.bridge import floor_hour
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.cycle.amend import amend_cycle, answer_freed
+from gpuplan.app.cycle.outbox import deliver_pending
+from gpuplan.app.cycle.tick import CycleReport, recalibrate
+from gpuplan.app.cycle.traffic import SurgeAnswer, answer_surge, watch_prometheus
+from gpuplan.app.jobs.changes import Changes
+from gpuplan.app.views.health import Health
 from storage.store import Store
 
 if TYPE_CHECKING:
-    from gpuplan.app.demo import DemoWorld
+    from gpuplan.app.lab.demo import DemoWorld
 
 log = logging.getLogger("gpuplan.daemon")
 
@@ -63,7 +63,7 @@ class Service:
     #: Simulated seconds per wall second of ``clock`` (the demo's --demo-speed); the daemon's
     #: periods shrink by it.
     speed: float = 1.0
-    #: The demo's cluster and traffic (gpuplan/app/demo.py), advanced before each cycle.
+    #: The demo's cluster and traffic (gpuplan/app/lab/demo.py), advanced before each cycle.
     world: DemoWorld | None = None
     #: The executor, when its cluster reports back (Slurm): reconciled before each plan, polled between.
     reconciler: Reconciler | None = None
@@ -107,12 +107,12 @@ def plan_lock(service: Service) -> Iterator[None]:
 def run_once(service: Service, now: datetime | None = None) -> CycleReport:
     """One plan cycle at ``now`` (default: the clock): recalibrate, then plan and commit, or
     within an hour already committed, plan from the next and amend this one
-    (:func:`gpuplan.app.amend.amend_cycle`: the plan's next-hour starts on GPUs idle now, and
+    (:func:`gpuplan.app.cycle.amend.amend_cycle`: the plan's next-hour starts on GPUs idle now, and
     real-time GPUs for the apps whose observed traffic of the hour outruns theirs).
 
     A second daemon on the same database waits for the first one's cycle, then plans on
     what it committed (the hour is committed once). The cycle also re-sends every commit
-    the executor has not acknowledged (:mod:`gpuplan.app.outbox`).
+    the executor has not acknowledged (:mod:`gpuplan.app.cycle.outbox`).
     """
     now = now or service.clock()
     failed = pull_traffic(service.store, now, service.config)  # network calls: before the plan lock
@@ -144,7 +144,7 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
 def observe_state(service: Service, now: datetime) -> None:
     """The metrics of what the store and the executor hold now (jobs by state, deliveries
     pending, Slurm commands failed, forecast age)."""
-    from gpuplan.app.metrics import service_state
+    from gpuplan.app.adapters.metrics import service_state
 
     if service.metrics is not None:
         client = getattr(service.reconciler, "client", None)
@@ -160,7 +160,7 @@ def observe_state(service: Service, now: datetime) -> None:
 
 def watch_once(service: Service, now: datetime | None = None) -> SurgeAnswer | None:
     """Between cycles: the Prometheus-fed apps' hour in progress, and a surge in it answered at
-    once (:func:`gpuplan.app.traffic.answer_surge`: a re-plan that amends the hour)."""
+    once (:func:`gpuplan.app.cycle.traffic.answer_surge`: a re-plan that amends the hour)."""
     now = now or service.clock()
     if not watch_prometheus(service.store, now, service.config):
         return None
@@ -189,7 +189,7 @@ def recalibrate_now(service: Service) -> list[str]:
 
 def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
     """Between plans: the executor's completions into the history (a no-op without a reconciler);
-    GPUs they free in the committed hour are used at once (:func:`gpuplan.app.amend.answer_freed`)."""
+    GPUs they free in the committed hour are used at once (:func:`gpuplan.app.cycle.amend.answer_freed`)."""
     if service.reconciler is None:
         return []
     now = now or service.clock()
@@ -242,7 +242,7 @@ def make_service(
     """The service of one daemon process; CP-SAT is loaded now, so that the plan cycle's
     budget goes to planning (the fast mode skips its CP-SAT search while it is not loaded).
 
-    With ``demo_speed`` the service runs the demo world (gpuplan/app/demo.py): commits go
+    With ``demo_speed`` the service runs the demo world (gpuplan/app/lab/demo.py): commits go
     to the simulated cluster as well as the executor, on a clock ``demo_speed`` times as fast.
     """
     from scheduler.policies import warm_up
@@ -253,7 +253,7 @@ def make_service(
     reconciler = executor if isinstance(executor, Reconciler) else None
     world = None
     if demo_speed is not None:
-        from gpuplan.app.demo import checked_demo_speed, demo_world
+        from gpuplan.app.lab.demo import checked_demo_speed, demo_world
 
         checked_demo_speed(demo_speed)
         world = demo_world(store, config, executor)
@@ -263,7 +263,7 @@ def make_service(
     log.info("commits go to %s", executor.target)
     service = Service(store=store, config=config, executor=executor, world=world, reconciler=reconciler)
     if demo_speed is not None:
-        from gpuplan.app.demo import demo_clock
+        from gpuplan.app.lab.demo import demo_clock
 
         service.clock, service.speed = demo_clock(store, demo_speed), demo_speed
     return service
@@ -280,14 +280,14 @@ def start_service(
 ) -> Service:
     """Seed an empty database (models, cluster, apps, traffic; once, under the seed lock) and
     build the service: what a daemon does before its first cycle."""
-    from gpuplan.app.seed import ensure_models, ensure_service
+    from gpuplan.app.lab.seed import ensure_models, ensure_service
 
     # Under the seed lock: two daemons started together on an empty database seed it once.
     with holding(store, "seed"):
         ensure_models(config)
         ensure_service(store, config, now, from_file=from_file)
         if not from_file:
-            from gpuplan.app.demo import feed_demo_traffic
+            from gpuplan.app.lab.demo import feed_demo_traffic
 
             # The demo's traffic goes on to now, as the live demo feeds it before each cycle:
             # a first `--once` has every hour to recalibrate on.

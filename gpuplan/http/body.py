@@ -3,7 +3,7 @@
 A body is JSON (``Content-Type: application/json``, or none given), decoded and parsed by
 :mod:`contract.files` under the rules every file follows: UTF-8, each key once in its object,
 finite numbers only (NaN, Infinity and ``1e400`` are named by their field), at most 32 levels
-deep. The use case then checks it (a job spec by :func:`gpuplan.app.jobs.check_spec`, as
+deep. The use case then checks it (a job spec by :func:`gpuplan.app.jobs.submit.check_spec`, as
 ``gpuplan submit`` does), so the API holds no second copy of those checks.
 """
 

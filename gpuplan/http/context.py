@@ -13,18 +13,19 @@ from typing import Any, TypeVar
 from starlette.concurrency import run_in_threadpool
 
 from contract.records import ApiToken, Job
-from gpuplan.app.batcher import SubmitBatcher
-from gpuplan.app.bridge import floor_hour
-from gpuplan.app.changes import Changes, FreshMarks, Mirror, ReadCache
-from gpuplan.app.config import ServiceConfig
-from gpuplan.app.dashboard import dashboard
-from gpuplan.app.executors import Executor
-from gpuplan.app.forecasters import Forecasters
-from gpuplan.app.health import Health
-from gpuplan.app.jobs import SubmitResult, cancel, checked_spec, estimated_job, submit
-from gpuplan.app.status import Beside, QueueRows, Status, read_beside, status
-from gpuplan.app.tokens import TokenCache, authenticate, sha256_hex
-from gpuplan.app.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
+from gpuplan.app.adapters.executors import Executor
+from gpuplan.app.core.bridge import floor_hour
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.core.tokens import TokenCache, authenticate, sha256_hex
+from gpuplan.app.cycle.finish import cancel
+from gpuplan.app.cycle.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
+from gpuplan.app.jobs.batcher import SubmitBatcher
+from gpuplan.app.jobs.changes import Changes, FreshMarks, Mirror, ReadCache
+from gpuplan.app.jobs.submit import SubmitResult, checked_spec, estimated_job, submit
+from gpuplan.app.views.dashboard import dashboard
+from gpuplan.app.views.health import Health
+from gpuplan.app.views.status import Beside, QueueRows, Status, read_beside, status
 from storage.store import Store, revoked_tokens
 
 T = TypeVar("T")
@@ -135,7 +136,7 @@ class ApiContext:
         return job
 
     def cached(self, key: Hashable, build: Callable[[], T], marks: tuple[int, ...] | None = None) -> T:
-        """A read rebuilt once per change (:class:`gpuplan.app.changes.ReadCache`); ``marks``:
+        """A read rebuilt once per change (:class:`gpuplan.app.jobs.changes.ReadCache`); ``marks``:
         the store's as of the request, when it has them already."""
         return self.reads.get(key, build, marks)
 

@@ -17,7 +17,7 @@ from fastapi import Depends, Request
 
 from contract.errors import InputError
 from contract.records import ApiToken, Scope
-from gpuplan.app.tokens import require
+from gpuplan.app.core.tokens import require
 from gpuplan.http.context import ApiContext
 
 
@@ -70,7 +70,7 @@ def bearer(request: Request) -> str | None:
 class Call:
     """An authorized request: the serving context, the caller's live token (holding the
     route's scope), and the store's marks as of the request, read once for it and shared
-    with the requests that arrive together (:class:`~gpuplan.app.changes.FreshMarks`): the
+    with the requests that arrive together (:class:`~gpuplan.app.jobs.changes.FreshMarks`): the
     token check and a cached read both go by them."""
 
     ctx: ApiContext

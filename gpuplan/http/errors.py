@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract.errors import InputError, StoreError
-from gpuplan.app.tokens import AccessDeniedError, NotFoundError, NotSignedInError
+from gpuplan.app.core.tokens import AccessDeniedError, NotFoundError, NotSignedInError
 from gpuplan.http.body import UnsupportedMediaError
 
 log = logging.getLogger("gpuplan.http")

@@ -16,7 +16,7 @@ class JobSpecIn(BaseModel):
     features by name (``gpuplan forecast job --schema``). Any other field is refused.
 
     This model documents the body in the OpenAPI schema only, from the same constants: the
-    body is checked by the command line's checks (:func:`gpuplan.app.jobs.check_spec`), one
+    body is checked by the command line's checks (:func:`gpuplan.app.jobs.submit.check_spec`), one
     set for every face."""
 
     model_config = ConfigDict(extra="allow")

@@ -20,8 +20,7 @@ from fastapi.templating import Jinja2Templates
 
 from contract.errors import InputError
 from contract.records import ApiToken, Scope, WebSession
-from gpuplan.app.dashboard import CLASS_NAMES
-from gpuplan.app.tokens import (
+from gpuplan.app.core.tokens import (
     SESSION_HOURS,
     AccessDeniedError,
     NotSignedInError,
@@ -33,6 +32,7 @@ from gpuplan.app.tokens import (
     session_of,
     signin_csrf,
 )
+from gpuplan.app.views.dashboard import CLASS_NAMES
 from gpuplan.http.deps import Context
 
 router = APIRouter(include_in_schema=False)

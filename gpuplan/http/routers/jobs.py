@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from contract.records import JobState
-from gpuplan.app.jobs import known_job
-from gpuplan.app.status import job_list, job_view
+from gpuplan.app.cycle.finish import known_job
+from gpuplan.app.views.status import job_list, job_view
 from gpuplan.http.body import body_schema, json_body
 from gpuplan.http.deps import Reader, Submitter
 from gpuplan.http.models import MAX_PAGE, JobSpecIn, SubmitOut, error_responses

@@ -10,8 +10,14 @@ from typing import Any
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, Response
 
-from gpuplan.app.bridge import floor_hour
-from gpuplan.app.report_queries import ROW_TYPES, commits_query, coverage_query, idle_query, utilization_query
+from gpuplan.app.core.bridge import floor_hour
+from gpuplan.app.views.report_queries import (
+    ROW_TYPES,
+    commits_query,
+    coverage_query,
+    idle_query,
+    utilization_query,
+)
 from gpuplan.http.deps import Call, Reader
 from gpuplan.http.models import error_responses
 from gpuplan.table import row_records, write_rows_csv

@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from gpuplan.app.report_queries import stored_run
-from gpuplan.app.status import run_export, run_summary
+from gpuplan.app.views.report_queries import stored_run
+from gpuplan.app.views.status import run_export, run_summary
 from gpuplan.http.deps import Reader
 from gpuplan.http.models import error_responses
 

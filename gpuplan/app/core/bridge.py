@@ -1,0 +1,597 @@
+"""From the service's state and its forecasts to a contract scenario, and from a plan back.
+
+The only place where forecasts meet the scheduler:
+
+- a batch job's estimate (GPUs, P50 or P90 hours) becomes a ``BatchJob`` of whole steps;
+- an app's P90 requests per hour become GPUs per step (``gpus_needed``), then the least
+  curve its swap cap can follow, computed over twice the horizon so that a rise just
+  after the horizon is started in time inside it;
+- running work is pinned (batch jobs on their blocks for their remaining estimate, at
+  least one step while they overrun; real-time apps on last hour's committed GPUs, so
+  the swap cap holds across runs);
+- column 0 of a plan becomes the hour's commit.
+
+Everything here is a pure function of values; the tick (:mod:`gpuplan.app.cycle.tick`) loads
+and saves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from contract.curves import swap_capped_curve
+from contract.records import (
+    Amendment,
+    App,
+    AppForecast,
+    Assignment,
+    Cluster,
+    Commit,
+    Job,
+    JobEstimate,
+    PlanRun,
+    RunMode,
+)
+from contract.scenario_io import MAX_HORIZON_STEPS, MAX_PRIORITY
+from gpuplan.app.core.config import OVERRUN_FACTOR, PlanWith, PromiseTerms
+from storage.store import EncodedJSON
+
+if TYPE_CHECKING:
+    from storage.store import Store
+
+STEP = timedelta(hours=1)
+#: The power of the wait in a queued job's aged priority (:func:`aged_priority`).
+AGING_POWER = 4
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AppDemand:
+    """One app's forecast from the plan's first hour on: requests P50/P90 per hour, the
+    requests its GPUs are planned for (``reserve``: the P90, raised in the hours at surge
+    risk; None: the P90), and the GPUs per hour those need under the swap cap (computed
+    once, over the whole forecast)."""
+
+    app: App
+    p50: Sequence[float]
+    p90: Sequence[float]
+    reserve: Sequence[float] | None = None
+    gpus: Sequence[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        planned = self.p90 if self.reserve is None else self.reserve
+        object.__setattr__(self, "gpus", gpu_demand(planned, self.app, len(planned)))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one planning run knows, as of the wall-clock hour ``start`` of its step 0."""
+
+    start: datetime
+    cluster: Cluster
+    queued: Sequence[Job]
+    running: Sequence[Job]
+    demand: Sequence[AppDemand]
+    realtime_sets: Mapping[str, tuple[int, ...]]  # app -> GPUs it held in the hour before ``start``
+
+
+def floor_hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def duration_steps(hours: float, step_minutes: int) -> int:
+    """Whole steps a run of ``hours`` holds its GPUs (at least one)."""
+    return max(1, math.ceil(hours * 60 / step_minutes - 1e-9))
+
+
+def planned_hours(estimate: JobEstimate, plan_with: PlanWith) -> float:
+    return estimate.hours_p50 if plan_with is PlanWith.P50 else estimate.hours_p90
+
+
+def time_limit(job: Job, factor: float = OVERRUN_FACTOR) -> datetime | None:
+    """When a running ``job`` overruns: its spec's ``time_limit_hours`` after its start, or its
+    P90 hours times ``factor`` (the config's ``overrun_factor``; None: not started or not
+    estimated)."""
+    if job.started_at is None:
+        return None
+    hours = job.spec.get("time_limit_hours")
+    if hours is None:
+        if job.estimate is None:
+            return None
+        hours = job.estimate.hours_p90 * factor
+    return job.started_at + float(hours) * STEP
+
+
+def gpu_demand(p90_requests: Sequence[float], app: App, horizon_steps: int) -> list[int]:
+    """GPUs per step for ``horizon_steps`` steps: need from P90, then the swap-capped curve.
+
+    ``p90_requests`` may run past the horizon; the curve is computed over all of it and
+    cut, so that rises after the horizon's end are started early enough.
+    """
+    from forecasting.gpu_mapping import gpus_needed
+
+    need = [int(n) for n in gpus_needed(p90_requests, app.requests_per_gpu_hour, app.headroom)]
+    return swap_capped_curve(need, app.swap_cap)[:horizon_steps]
+
+
+def gpus_for(app: App, requests: float) -> int:
+    """GPUs ``app`` needs for ``requests`` in an hour, its headroom included."""
+    from forecasting.gpu_mapping import gpus_needed
+
+    return int(gpus_needed([requests], app.requests_per_gpu_hour, app.headroom)[0])
+
+
+def promise_step(promised: datetime, start: datetime) -> int:
+    """A promised start as the scenario's ``promise``: steps from the plan's ``start``.
+
+    A promise further in the past than the scenario takes (``MAX_HORIZON_STEPS``, four
+    weeks of hours: a job that has waited a month, or a daemon restarted after one) is
+    carried at that edge. It is broken whatever the plan does either way, and each step of
+    delay costs the same, so the plan is the one the older promise would give; only the
+    promise's cost is counted from four weeks back, not more.
+    """
+    return max(-MAX_HORIZON_STEPS, math.floor((promised - start) / STEP))
+
+
+def aged_priority(priority: float, waited_hours: float, aging_hours: float | None, ceiling: float) -> float:
+    """A queued job's priority in the plan after ``waited_hours`` in the queue:
+    ``priority x (1 + (waited / aging_hours) ** 4)``, at most ``ceiling`` (never below its own;
+    None or 0: no aging). At the default 64 hours: x1.02 after a day, x1.32 after two, x3.4
+    after 80 hours, x6.1 after four days: the fourth power leaves the waits of the ordinary
+    queue almost as they were and lifts only the long ones."""
+    if not aging_hours or waited_hours <= 0:
+        return priority
+    grown = priority * (1 + (waited_hours / aging_hours) ** AGING_POWER)
+    return max(priority, min(ceiling, grown, MAX_PRIORITY))
+
+
+def aging_ceiling(snapshot: Snapshot) -> float:
+    """The most a queued job's priority ages to in the plan of ``snapshot``: twice the highest
+    batch priority there, and no more than what the cheapest app's unserved GPU-hour costs
+    (its priority x (1 + rt_penalty)), so that an aged job outranks any fresh one and never a
+    real-time app's need."""
+    batch = [job.priority for job in (*snapshot.queued, *snapshot.running)]
+    ceiling = 2 * max(batch, default=0.0)
+    if snapshot.demand:
+        cheapest = min(d.app.priority for d in snapshot.demand)
+        ceiling = min(ceiling, cheapest * (1 + snapshot.cluster.rt_penalty))
+    return ceiling
+
+
+def scenario_document(
+    snapshot: Snapshot,
+    plan_with: PlanWith,
+    *,
+    name: str,
+    promises: PromiseTerms | None = None,
+    aging_hours: float | None = None,
+) -> dict[str, Any]:
+    """The contract scenario (CONTRACT.md) of a snapshot: what the planner sees.
+
+    With ``promises`` of a penalty above 0, each queued job's promised start becomes its
+    ``promise`` (steps from the plan's start, negative once passed) and the scenario
+    carries the terms; without, the scenario is the contract's as it always was.
+    With ``aging_hours``, each queued job's ``priority`` is its :func:`aged_priority` for the
+    time it has waited by the plan's start, up to :func:`aging_ceiling`: a job starved by a
+    stream of higher-priority work comes to outrank it. The scenario stays the contract's.
+    """
+    terms = {} if promises is None else promises.scenario_keys(snapshot.cluster.step_minutes)
+    cluster, start = snapshot.cluster, snapshot.start
+    horizon = cluster.horizon_steps
+    jobs: list[dict[str, Any]] = []
+    running: list[dict[str, Any]] = []
+    for job in snapshot.running:
+        assert job.started_at is not None and job.first_gpu is not None and job.gpus is not None
+        assert job.estimate is not None
+        elapsed = (
+            duration_steps((start - job.started_at) / STEP, cluster.step_minutes)
+            if start > job.started_at
+            else 0
+        )
+        planned = duration_steps(planned_hours(job.estimate, plan_with), cluster.step_minutes)
+        # A job that overruns its forecast stays pinned: one more step at a time.
+        remaining = max(1, planned - elapsed)
+        jobs.append(_batch_entry(job, gpus=job.gpus, steps=elapsed + remaining, order=len(jobs)))
+        running.append(
+            {
+                "id": job.id,
+                "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
+                "remaining": remaining,
+            }
+        )
+    ceiling = aging_ceiling(snapshot) if aging_hours else 0.0
+    for job in snapshot.queued:
+        entry = queued_entry(job, plan_with, step_minutes=cluster.step_minutes, order=len(jobs))
+        aged = aged_priority(job.priority, (start - job.submitted_at) / STEP, aging_hours, ceiling)
+        if aged != job.priority:
+            entry["priority"] = aged
+        if terms and job.promised_start is not None:
+            entry["promise"] = promise_step(job.promised_start, start)
+        jobs.append(entry)
+    for demand in snapshot.demand:
+        app = demand.app
+        jobs.append(
+            {
+                "id": app.id,
+                "kind": "realtime",
+                "priority": app.priority,
+                "swap_cap": app.swap_cap,
+                # No more than the cluster: a surge far above it asks for all of it, not more.
+                "demand": [min(gpus, cluster.gpus) for gpus in demand.gpus[:horizon]],
+            }
+        )
+    down = _down_steps(cluster, start, pinned={r["id"]: r for r in running})
+    for demand in snapshot.demand:
+        held = sheddable(snapshot.realtime_sets.get(demand.app.id, ()), down, demand.app.swap_cap)
+        if held:
+            running.append({"id": demand.app.id, "gpus": held})
+    document = {
+        "name": name,
+        "gpus": cluster.gpus,
+        "horizon": horizon,
+        "step_minutes": cluster.step_minutes,
+        "decay": cluster.decay,
+        "rt_penalty": cluster.rt_penalty,
+        "jobs": jobs,
+        "running": running,
+        "down": down,
+    }
+    return {**document, **terms}
+
+
+def sheddable(held: Sequence[int], down: Sequence[Mapping[str, int]], swap_cap: int) -> list[int]:
+    """The carried-over GPUs an app can keep: the contract needs a running set to shed its
+    GPUs before they go down at ``swap_cap`` per step (N(u) <= swap_cap x (u + 1) with N(u)
+    of them down by step u). GPUs that would break that leave the set, earliest down first;
+    the others stay, so the swap cap keeps holding across runs."""
+    first_down: dict[int, int] = {}
+    for window in down:
+        first_down[window["gpu"]] = min(first_down.get(window["gpu"], window["start"]), window["start"])
+    kept = sorted(held, key=lambda gpu: first_down.get(gpu, 1 << 30))
+    while kept:
+        deadlines = sorted(first_down[gpu] for gpu in kept if gpu in first_down)
+        if all(count <= swap_cap * (step + 1) for count, step in enumerate(deadlines, start=1)):
+            break
+        kept.pop(0)
+    return sorted(kept)
+
+
+def _down_steps(
+    cluster: Cluster, start: datetime, pinned: Mapping[str, dict[str, Any]]
+) -> list[dict[str, int]]:
+    """Down windows as steps of the plan starting at ``start``.
+
+    A window that hits a running batch job's block is moved past the job's pinned run: the
+    job holds its GPUs until it is reported done (``gpuplan done``), the contract cannot pin
+    work on a GPU that is down, and the plan must stay legal (logged).
+    """
+    horizon = cluster.horizon_steps
+    end_of_plan = start + horizon * STEP
+    down = []
+    for window in cluster.down:
+        window_end = window.end or end_of_plan
+        if window_end <= start or window.start >= end_of_plan:
+            continue
+        first = max(0, math.floor((window.start - start) / STEP))
+        last = min(horizon, math.ceil((window_end - start) / STEP))
+        for job_id, entry in pinned.items():
+            if window.gpu in entry["gpus"] and first < entry["remaining"]:
+                log.warning(
+                    "GPU %d goes down under running job %s; kept up until it ends", window.gpu, job_id
+                )
+                first = entry["remaining"]
+        if first < last:
+            down.append({"gpu": window.gpu, "start": first, "end": last})
+    return down
+
+
+def queued_entry(job: Job, plan_with: PlanWith, *, step_minutes: int, order: int) -> dict[str, Any]:
+    """A queued job as the scenario's batch entry: its estimate's GPUs for its P50 or P90 hours."""
+    assert job.estimate is not None
+    steps = duration_steps(planned_hours(job.estimate, plan_with), step_minutes)
+    return _batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=order)
+
+
+def _batch_entry(job: Job, *, gpus: int, steps: int, order: int) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "priority": job.priority,
+        "gpus": gpus,
+        "duration": steps,
+        "release": 0,
+        "order": order,
+    }
+
+
+def app_forecasts(snapshot: Snapshot) -> tuple[AppForecast, ...]:
+    """The hours of each app's forecast that the plan used (its horizon)."""
+    horizon = snapshot.cluster.horizon_steps
+    rows = []
+    for demand in snapshot.demand:
+        gpus = demand.gpus
+        for t in range(horizon):
+            rows.append(
+                AppForecast(
+                    app=demand.app.id,
+                    hour=snapshot.start + t * STEP,
+                    p50=float(demand.p50[t]),
+                    p90=float(demand.p90[t]),
+                    gpus=gpus[t],
+                )
+            )
+    return tuple(rows)
+
+
+def inputs_hash(document: Mapping[str, Any]) -> str:
+    """A stable hash of a scenario (its name aside): two runs that saw the same inputs share it."""
+    return _sha256(_inputs_text(document))
+
+
+class EntryTexts:
+    """The text of each job entry of the scenario encoded last, by the entry's identity.
+
+    A submit batch's scenario is its base's with the new jobs after them: the same entry
+    objects, but for the few a promise replaced since (entries are replaced, never changed in
+    place). Encoded with these, only the new and the replaced entries are: a queue of a
+    thousand jobs took longer to encode than the batch took to plan.
+    """
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[Mapping[str, Any], str]] = {}
+
+    def text(self, entries: Sequence[Mapping[str, Any]], *, allow_nan: bool) -> str:
+        """``json.dumps(entries, sort_keys=True)``, the entries seen last time reused."""
+        texts: dict[int, tuple[Mapping[str, Any], str]] = {}
+        parts = []
+        for entry in entries:
+            kept = self._texts.get(id(entry))
+            if kept is None or kept[0] is not entry:
+                kept = (entry, json.dumps(entry, sort_keys=True, allow_nan=allow_nan))
+            texts[id(entry)] = kept
+            parts.append(kept[1])
+        self._texts = texts
+        return "[" + ", ".join(parts) + "]"
+
+
+def encoded_scenario(
+    document: Mapping[str, Any], *, entries: EntryTexts | None = None
+) -> tuple[EncodedJSON, str]:
+    """``document`` with the text the store writes for it, and its :func:`inputs_hash`, from
+    one encoding (a scenario of the whole queue takes about a millisecond to encode at 500
+    jobs): the hash's text, which leaves the name out and sorts the keys, with the name put
+    first. NaN and Infinity are refused, as the store refuses them. ``entries``: the job
+    entries' texts of the last scenario encoded, reused where the entries are the same."""
+    text = _inputs_text(document, allow_nan=False, entries=entries)
+    digest = _sha256(text)
+    if "name" in document:
+        name = json.dumps({"name": document["name"]})
+        text = name[:-1] + (", " + text[1:] if text != "{}" else "}")
+    return EncodedJSON(document, text), digest
+
+
+def _inputs_text(
+    document: Mapping[str, Any], *, allow_nan: bool = True, entries: EntryTexts | None = None
+) -> str:
+    payload = {key: value for key, value in document.items() if key != "name"}
+    if entries is None:
+        return json.dumps(payload, sort_keys=True, allow_nan=allow_nan)
+    # json.dumps(payload, sort_keys=True) written out key by key, the jobs from ``entries``
+    items = (
+        json.dumps(key)
+        + ": "
+        + (
+            entries.text(value, allow_nan=allow_nan)
+            if key == "jobs"
+            else json.dumps(value, sort_keys=True, allow_nan=allow_nan)
+        )
+        for key, value in sorted(payload.items())
+    )
+    return "{" + ", ".join(items) + "}"
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def run_record(
+    document: dict[str, Any],
+    *,
+    start: datetime,
+    created_at: datetime,
+    mode: RunMode,
+    policy: str,
+    grid: Sequence[Sequence[str | None]],
+    metrics: Mapping[str, float],
+    latency_ms: float,
+    status: str = "FEASIBLE",
+    bound: float | None = None,
+    forecasts: tuple[AppForecast, ...] = (),
+    inputs_hash_: str | None = None,
+) -> PlanRun:
+    """The one way a plan of ``document`` becomes the run to store (the cycle, the simulation's
+    baselines, the report figures and the storage benchmark all build their runs here).
+
+    The objective is the metrics' ``objective``; the inputs' hash is ``document``'s unless given.
+    """
+    return PlanRun(
+        start=start,
+        created_at=created_at,
+        mode=mode,
+        policy=policy,
+        inputs_hash=inputs_hash(document) if inputs_hash_ is None else inputs_hash_,
+        objective=float(metrics.get("objective", 0.0)),
+        bound=bound,
+        latency_ms=latency_ms,
+        status=status,
+        scenario=document,
+        grid=[list(row) for row in grid],
+        metrics=dict(metrics),
+        forecasts=forecasts,
+    )
+
+
+def column_commit(grid: Sequence[Sequence[str | None]], hour: datetime, run_id: int | None = None) -> Commit:
+    """Step 0 of a plan as the hour's commit: each job with the GPUs it holds, by job id."""
+    held: dict[str, list[int]] = {}
+    for gpu, row in enumerate(grid):
+        if row and row[0] is not None:
+            held.setdefault(row[0], []).append(gpu)
+    return Commit(
+        hour=hour,
+        run_id=run_id,
+        # In GPU order, as the store returns them: an executor walks the cluster once.
+        assignments=tuple(
+            sorted(
+                (Assignment(job, tuple(gpus)) for job, gpus in held.items()), key=lambda a: (a.gpus[0], a.job)
+            )
+        ),
+    )
+
+
+def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | None]:
+    """Where a run plans ``job_id`` first: (wall-clock start, first GPU), or (None, None)."""
+    for step in range(len(run.grid[0]) if run.grid else 0):
+        gpus = [gpu for gpu, row in enumerate(run.grid) if row[step] == job_id]
+        if gpus:
+            return run.start + step * STEP, min(gpus)
+    return None, None
+
+
+@dataclass(frozen=True)
+class _RunFacts:
+    """What :func:`no_start_reason` reads of a run, worked out once per run (a status lists
+    every queued job of one run)."""
+
+    run: PlanRun
+    sizes: Mapping[str, int]  # each batch job's GPUs, as the run planned it
+    hours: str
+    most_free_up: int  # the most GPUs up and free of real-time work at one step
+    most_free: int  # the same, down GPUs counted as up
+
+    @classmethod
+    def of(cls, run: PlanRun) -> _RunFacts:
+        jobs = run.scenario.get("jobs", [])
+        horizon = len(run.grid[0]) if run.grid else 0
+        realtime = {job["id"] for job in jobs if job.get("kind") == "realtime"}
+        down = {
+            (int(window["gpu"]), step)
+            for window in run.scenario.get("down", [])
+            for step in range(int(window.get("start", 0)), int(window.get("end", horizon)))
+        }
+
+        def most_free(count_down: bool) -> int:
+            return max(
+                (
+                    sum(
+                        1
+                        for gpu, row in enumerate(run.grid)
+                        if row[step] not in realtime and not (count_down and (gpu, step) in down)
+                    )
+                    for step in range(horizon)
+                ),
+                default=0,
+            )
+
+        return cls(
+            run,
+            {job["id"]: int(job["gpus"]) for job in jobs if job.get("kind") != "realtime"},
+            f"{horizon * int(run.scenario.get('step_minutes', 60)) / 60:g} h",
+            most_free(count_down=True),
+            most_free(count_down=False),
+        )
+
+
+_last_facts: list[_RunFacts] = []  # the last run's, kept while that run is asked about
+
+
+def _facts(run: PlanRun) -> _RunFacts:
+    if _last_facts and _last_facts[0].run is run:
+        return _last_facts[0]
+    facts = _RunFacts.of(run)
+    _last_facts[:] = [facts]
+    return facts
+
+
+def no_start_inputs(run: PlanRun, job_id: str) -> tuple[object, ...]:
+    """What :func:`no_start_reason` reads of ``run`` for ``job_id`` (beside its ``gpus``): two
+    runs with the same give it the same reason."""
+    facts = _facts(run)
+    return (
+        facts.sizes.get(job_id),
+        facts.most_free_up,
+        facts.most_free,
+        facts.hours,
+        run.scenario.get("gpus", 0),
+    )
+
+
+def no_start_reason(run: PlanRun, job_id: str, gpus: int | None) -> str:
+    """Why ``run`` gives ``job_id`` no start in its horizon, in an operator's words.
+
+    A job the run left out is explained by its estimated ``gpus`` (None: not estimated yet).
+    A job the run planned is set against what the run left to batch work: at each step, the GPUs
+    that are up and hold no real-time app. Too few of them, even at the best step, is the
+    job's own size (or, if they would do with every GPU up, the GPUs that are down);
+    enough of them means other batch work holds them.
+    """
+    facts = _facts(run)
+    planned = facts.sizes.get(job_id)
+    if planned is None:  # the run left it out
+        cluster_gpus = int(run.scenario.get("gpus", 0))
+        if gpus is None:
+            return "no estimate yet: its forecast failed (the daemon's log says why)"
+        if gpus > cluster_gpus:
+            return f"needs {gpus} GPUs; the cluster has {cluster_gpus}"
+        return "submitted after the last plan run"
+    free, within = facts.most_free_up, f"in the next {facts.hours}"
+    if planned > free:
+        if planned <= facts.most_free:
+            return f"GPUs down: needs {planned} GPUs; at most {free} are up and free at once {within}"
+        return f"needs {planned} GPUs; at most {free} are free at once {within}"
+    return "waits behind higher-priority work"
+
+
+def planned_places(run: PlanRun) -> dict[str, tuple[datetime, int]]:
+    """Where a run plans each job first, (wall-clock start, first GPU), in one pass over the grid."""
+    places: dict[str, tuple[datetime, int]] = {}
+    for step in range(len(run.grid[0]) if run.grid else 0):
+        for gpu, row in enumerate(run.grid):
+            job = row[step]
+            if job is not None and job not in places:
+                places[job] = (run.start + step * STEP, gpu)
+    return places
+
+
+def realtime_sets(commit: Commit | None, app_ids: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """The GPUs each app held in a committed hour."""
+    if commit is None:
+        return {}
+    wanted = set(app_ids)
+    return {a.job: a.gpus for a in commit.assignments if a.job in wanted}
+
+
+def merged_assignments(commit: Commit | None, amendments: Sequence[Amendment]) -> dict[str, tuple[int, ...]]:
+    """A commit with its amendments' additions: job -> GPUs held in the hour."""
+    held: dict[str, set[int]] = {}
+    for assignments in [commit.assignments if commit else ()] + [a.assignments for a in amendments]:
+        for a in assignments:
+            held.setdefault(a.job, set()).update(a.gpus)
+    return {job: tuple(sorted(gpus)) for job, gpus in held.items()}
+
+
+def hour_allocation(store: Store, hour: datetime) -> Commit | None:
+    """The hour's commit with its amendments added (None: the hour is not committed)."""
+    commit = store.commit(hour)
+    if commit is None:
+        return None
+    held = merged_assignments(commit, store.amendments(hour, hour + STEP))
+    return Commit(commit.hour, commit.run_id, tuple(Assignment(j, g) for j, g in sorted(held.items())))

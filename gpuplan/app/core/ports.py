@@ -1,0 +1,91 @@
+"""The seam to the cluster: gpuplan decides, an executor starts and stops the work.
+
+Every commit goes through the outbox (:mod:`gpuplan.app.cycle.outbox`): stored with its delivery
+pending, then handed to the executor, again and again (at start-up and every cycle) until
+the executor acknowledges it. So an executor may see one commit more than once, and must
+be idempotent: it keys what it has done by the commit's :attr:`~contract.records.Commit.key`
+(its hour and ``seq``), and a commit it already holds changes nothing. Each amendment of an
+hour (additions only: more GPUs for a real-time app, a batch job started within the hour)
+goes through the outbox the same way, after the hour's commit, keyed alike (``seq`` 1, 2,
+...). An executor also gets a stop when a running job is cancelled. The executors sit side
+by side in this package (``memory``, ``jsonl``, ``simulated``, ``slurm``) and the config
+picks one by name through the registry in ``gpuplan/app/adapters/executors/__init__.py``.
+
+An executor that runs a real cluster manager is also a :class:`Reconciler`: the cluster
+talks back. Before each plan it makes the store agree with the cluster (what is down,
+what finished, what runs where), and every ``poll_seconds`` between plans it collects
+completions. Its actions are idempotent, so a commit handed to it twice (a daemon
+restarted after its commit, a poll after a cycle) does nothing the second time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from contract.records import Amendment, Commit, Job
+
+if TYPE_CHECKING:
+    from gpuplan.app.core.config import ServiceConfig
+    from storage.store import Store
+
+
+class Executor(Protocol):
+    @property
+    def name(self) -> str:
+        """The executor's name in the registry; the outbox keeps each delivery under it."""
+
+    @property
+    def target(self) -> str:
+        """Where its commits go, for the daemon's start-up line (a file, "memory", a cluster)."""
+
+    def deliver(self, commit: Commit) -> bool:
+        """Make the cluster run ``commit``'s assignments for its hour; True once it is done.
+
+        Idempotent by ``commit.key``: a commit delivered before is acknowledged again and
+        changes nothing. False (or an exception) leaves the delivery pending, to be re-sent.
+        """
+        ...
+
+    def amend(self, amendment: Amendment) -> bool:
+        """Add ``amendment``'s assignments to its hour's, from ``made_at`` on (nothing else
+        changes); True once it is done. Idempotent by ``amendment.key``, as :meth:`deliver`."""
+        ...
+
+    def stop(self, job: str, at: datetime) -> None:
+        """Stop a running job now (it was cancelled); its GPUs free at the next commit."""
+
+
+@runtime_checkable
+class Reconciler(Protocol):
+    """An executor whose cluster reports back: its truth wins over the store's."""
+
+    @property
+    def poll_seconds(self) -> float:
+        """How often :meth:`poll` runs between plans."""
+
+    @property
+    def replicas_running(self) -> Mapping[str, int]:
+        """Running real-time replicas per app, as last seen."""
+
+    def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> object:
+        """Before a plan: the cluster's truth into the store, the current commit enacted again."""
+
+    def poll(self, store: Store, now: datetime) -> list[Job]:
+        """Between plans: finished jobs into the history; returns them."""
+
+
+def commit_lines(commit: Commit) -> list[dict[str, object]]:
+    """One row per job of a commit, as ``report commits --json`` prints it."""
+    hour = commit.hour.isoformat()
+    return [{"hour": hour, "job": a.job, "gpus": list(a.gpus)} for a in commit.assignments]
+
+
+def amendment_lines(amendment: Amendment) -> list[dict[str, object]]:
+    """One row per job of an amendment: the commit's row with its number and time."""
+    hour, at = amendment.hour.isoformat(), amendment.made_at.isoformat()
+    return [
+        {"hour": hour, "job": a.job, "gpus": list(a.gpus), "amendment": amendment.seq, "at": at}
+        for a in amendment.assignments
+    ]

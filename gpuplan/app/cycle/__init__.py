@@ -1,0 +1,1 @@
+"""The daemon's cycle: tick, amend, the traffic step, the outbox, prune and retrain."""

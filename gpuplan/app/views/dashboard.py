@@ -1,0 +1,182 @@
+"""What the dashboard shows, as plain data: the plan grid with clock times, idle windows,
+coverage per app, utilization, the queue, the last commits and the daemon's health.
+
+One row per GPU up to :data:`MAX_GPU_ROWS`; beyond it, one row per node of
+:data:`NODE_GPUS` GPUs whose cells say how many of its GPUs are busy, and with what, so
+that 256 GPUs stay readable on one screen.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from contract.errors import InputError
+from contract.records import JobState
+from gpuplan.app.core.bridge import floor_hour, hour_allocation
+from gpuplan.app.views.health import Health
+from gpuplan.app.views.report_queries import coverage_query, idle_query, stored_run, utilization_query
+from gpuplan.app.views.reports import app_needs, commit_rows, planned_counts
+from gpuplan.app.views.status import run_summary, status
+from storage.store import Store
+
+MAX_GPU_ROWS = 64
+MAX_QUEUE_ROWS = 40
+NODE_GPUS = 8
+LAST_COMMITS = 12
+LAST_HOURS = 24
+CLASS_NAMES = {"rt": "real-time", "run": "running", "plan": "planned", "idle": "idle", "down": "down"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid cell: its job (or what fills it) and its class: ``run`` (running now),
+    ``plan`` (planned), ``rt`` (real-time), ``idle`` or ``down``; ``share`` for node rows."""
+
+    text: str
+    css: str
+    title: str
+    share: float = 1.0
+    down: int = 0  # node rows: how many of its GPUs are down
+
+
+@dataclass(frozen=True)
+class GridRow:
+    label: str
+    cells: list[Cell]
+    block_start: bool  # the first row of a node: the page draws a rule above it
+
+
+def _gpu_cell(job: str | None, down: bool, running: set[str], realtime: set[str], when: str) -> Cell:
+    if down:
+        return Cell("×", "down", f"{when}: down")
+    if job is None:
+        return Cell("", "idle", f"{when}: idle")
+    css = "rt" if job in realtime else ("run" if job in running else "plan")
+    return Cell(job, css, f"{when}: {job} ({CLASS_NAMES[css]})")
+
+
+def _node_cell(column: list[Cell], when: str) -> Cell:
+    down = sum(c.css == "down" for c in column)
+    busy = [c for c in column if c.css not in ("idle", "down")]
+    marks = f" ↓{down}" if down else ""
+    if not busy:
+        all_down = down == len(column)
+        css = "down" if all_down else "idle"
+        return Cell("×" if all_down else marks.strip(), css, f"{when}: idle, {down} down", 0.0, down)
+    kinds = Counter(c.css for c in busy)
+    css = kinds.most_common(1)[0][0]
+    jobs = Counter(c.text for c in busy)
+    title = (
+        f"{when}: "
+        + ", ".join(f"{job} ×{n}" for job, n in jobs.most_common())
+        + (f"; {down} down" if down else "")
+    )
+    return Cell(f"{len(busy)}/{len(column)}{marks}", css, title, share=len(busy) / len(column), down=down)
+
+
+def grid_rows(
+    grid: list[list[str | None]],
+    down_masks: list[int],
+    times: list[datetime],
+    running: set[str],
+    realtime: set[str],
+) -> tuple[list[GridRow], bool]:
+    """Rows of the plan grid (per GPU, or per node beyond MAX_GPU_ROWS) and whether aggregated."""
+    whens = [f"{t:%a %H:%M}" for t in times]
+    per_gpu = [
+        [
+            _gpu_cell(cell, bool(down_masks[t] >> gpu & 1), running, realtime, whens[t])
+            for t, cell in enumerate(row)
+        ]
+        for gpu, row in enumerate(grid)
+    ]
+    if len(grid) <= MAX_GPU_ROWS:
+        rows = [GridRow(f"GPU {gpu}", cells, gpu % NODE_GPUS == 0) for gpu, cells in enumerate(per_gpu)]
+        return rows, False
+    rows = []
+    for first in range(0, len(grid), NODE_GPUS):
+        members = per_gpu[first : first + NODE_GPUS]
+        cells = [_node_cell([m[t] for m in members], whens[t]) for t in range(len(times))]
+        last = first + len(members) - 1
+        rows.append(GridRow(f"node {first // NODE_GPUS} (GPUs {first}-{last})", cells, True))
+    return rows, True
+
+
+def with_current_hour(
+    store: Store,
+    now: datetime,
+    grid: list[list[str | None]],
+    down_masks: list[int],
+    times: list[datetime],
+) -> tuple[list[list[str | None]], list[int], list[datetime]]:
+    """The grid with the hour in progress put in front when the plan starts after it (a cycle
+    that committed the hour plans from the next one): its commit with the amendments so far,
+    so that what runs now is in the grid, not only in the Running table."""
+    hour = floor_hour(now)
+    if not times or times[0] <= hour or times[0] - hour != timedelta(hours=1):
+        return grid, down_masks, times
+    held = hour_allocation(store, hour)
+    if held is None:
+        return grid, down_masks, times
+    owner = {gpu: a.job for a in held.assignments for gpu in a.gpus}
+    rows = [[owner.get(gpu), *row] for gpu, row in enumerate(grid)]
+    return rows, [down_masks[0] if down_masks else 0, *down_masks], [hour, *times]
+
+
+def _safe(build: Any) -> tuple[Any, str | None]:
+    """A panel's data, or the message that says why there is none yet."""
+    try:
+        return build(), None
+    except InputError as error:
+        return None, str(error)
+
+
+def dashboard(store: Store, now: datetime, health: Health) -> dict[str, Any]:
+    """Everything the page shows, built from the store as the reports build it."""
+    found, problem = _safe(lambda: stored_run(store, "latest"))
+    page: dict[str, Any] = {
+        "now": now,
+        "health": health.as_dict(),
+        "status": status(store, now).as_dict(),
+        "max_queue_rows": MAX_QUEUE_ROWS,
+        "no_run": problem,
+    }
+    if found is not None:
+        run, instance = found
+        step = timedelta(minutes=instance.step_minutes)
+        times = [run.start + t * step for t in range(instance.horizon_steps)]
+        running = {job.id for job in store.jobs([JobState.RUNNING])}
+        realtime = {job.id for job in instance.realtime_jobs}
+        grid, down, grid_times = with_current_hour(store, now, run.grid, list(instance.down_masks), times)
+        rows, aggregated = grid_rows(grid, down, grid_times, running, realtime)
+        page.update(
+            run=run_summary(run),
+            gpus=instance.gpus,
+            times=times,
+            grid_times=grid_times,
+            current_hour=len(grid_times) > len(times),
+            rows=rows,
+            aggregated=aggregated,
+            down_gpus=sorted(
+                {g for mask in instance.down_masks for g in range(instance.gpus) if mask >> g & 1}
+            ),
+        )
+        idle, page["idle_problem"] = _safe(lambda: idle_query(store, "latest"))
+        page["idle"] = None if idle is None or idle.windows is None else idle.windows
+        coverage, page["coverage_problem"] = _safe(lambda: coverage_query(store, "latest"))
+        page["coverage_rows"] = [] if coverage is None else list(coverage[1].rows)
+        needs, page["needs_problem"] = _safe(lambda: app_needs(run, instance, store.apps(), 0.9))
+        planned = planned_counts(instance, run.grid)
+        page["coverage"] = [
+            {"app": app, "need": need, "planned": planned.get(app, [0] * len(need))}
+            for app, need in (needs or {}).items()
+        ]
+    util, page["util_problem"] = _safe(lambda: utilization_query(store))
+    page["utilization"] = [] if util is None else list(util.rows)[-LAST_HOURS:]
+    page["busy_share"] = None if util is None else util.busy_share
+    commits = store.commits(now - timedelta(hours=LAST_COMMITS), None)
+    page["commits"] = commit_rows(commits)[-4 * LAST_COMMITS :]
+    return page

@@ -1,0 +1,119 @@
+"""The reports from a store that is already open: what the HTTP API and the dashboard answer.
+
+The inputs come from :mod:`gpuplan.app.views.report_inputs` (the ``*_in`` functions, the same
+reads and checks as the command line's); the rows from :mod:`gpuplan.app.views.reports`. Errors
+name the report's fields (``run_id``, ``since``, ``quantile``, ``min_gpus``, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from contract.errors import InputError
+from contract.records import PlanRun
+from contract.scenario import Instance
+from gpuplan.app.views.report_inputs import (
+    CoverageInputs,
+    commits_inputs_in,
+    coverage_inputs_in,
+    utilization_inputs_in,
+)
+from gpuplan.app.views.reports import (
+    BookableStart,
+    CommitRow,
+    CoverageReport,
+    CoverageRow,
+    IdleWindow,
+    IdleWindows,
+    UtilizationReport,
+    UtilizationRow,
+    bookable_starts,
+    commit_rows,
+    coverage_risk,
+    idle_windows,
+    run_instance,
+    utilization,
+)
+from gpuplan.app.views.status import find_run
+from storage.store import Store
+
+#: Each report's row type, by its name in the API.
+ROW_TYPES: dict[str, type] = {
+    "idle-windows": IdleWindow,
+    "bookable": BookableStart,
+    "coverage-risk": CoverageRow,
+    "utilization": UtilizationRow,
+    "commits": CommitRow,
+}
+
+
+def stored_run(store: Store, run_ref: str) -> tuple[PlanRun, Instance]:
+    """The run ``latest`` or by id (errors name ``run_id``), and its instance."""
+    found = find_run(store, run_ref)
+    return found, run_instance(found)
+
+
+@dataclass(frozen=True)
+class IdleQuery:
+    run: PlanRun
+    instance: Instance
+    windows: IdleWindows | None  # without gpus/hours
+    bookable: list[BookableStart] | None  # with gpus and hours
+
+
+def idle_query(
+    store: Store,
+    run_ref: str = "latest",
+    *,
+    min_gpus: int = 1,
+    min_hours: float = 1,
+    gpus: int | None = None,
+    hours: float | None = None,
+    limit: int | None = None,
+    names: Mapping[str, str] | None = None,
+) -> IdleQuery:
+    """Idle windows of a stored run; with ``gpus`` and ``hours``, where such a job could be booked.
+
+    ``names``: a face's names for the fields (``--gpus``), used in the errors' wording; the
+    face renames the errors' fields itself (``gpuplan.options.as_flags``)."""
+
+    def name(field: str) -> str:
+        return (names or {}).get(field, field)
+
+    found, instance = stored_run(store, run_ref)
+    if gpus is None and hours is None:
+        if limit is not None:
+            raise InputError("limit", f"given only with {name('gpus')} and {name('hours')}", limit)
+        windows = idle_windows(instance, found.grid, found.start, min_gpus, min_hours)
+        return IdleQuery(found, instance, windows, None)
+    if gpus is None or hours is None:
+        missing, other = ("hours", "gpus") if hours is None else ("gpus", "hours")
+        raise InputError(missing, f"given with {name(other)}", None)
+    rows = bookable_starts(instance, found.grid, found.start, gpus, hours, limit=limit)
+    return IdleQuery(found, instance, None, rows)
+
+
+def coverage_query(
+    store: Store, run_ref: str = "latest", *, quantile: float = 0.9, since: str | None = None
+) -> tuple[CoverageInputs, CoverageReport]:
+    """Coverage risk of a stored run: planned ahead, and realised from ``since`` to its start."""
+    inputs = coverage_inputs_in(store, run_ref, since)
+    report = coverage_risk(
+        inputs.run, inputs.apps, quantile, traffic=inputs.traffic, commits=inputs.commits, since=inputs.since
+    )
+    return inputs, report
+
+
+def utilization_query(
+    store: Store, *, since: str | None = None, team: str | None = None
+) -> UtilizationReport:
+    """GPUs of each committed hour by kind, idle and down (``team``: that team's jobs alone)."""
+    cluster, commits, kinds, down_at = utilization_inputs_in(store, since, team=team)
+    return utilization(commits, cluster, kinds, down_at)
+
+
+def commits_query(store: Store, *, since: str | None = None, team: str | None = None) -> list[CommitRow]:
+    """Every committed hour from ``since``: which job holds which GPUs (``team``'s jobs only)."""
+    commits, amendments, _, _ = commits_inputs_in(store, since, cluster=False, team=team)
+    return commit_rows(commits, amendments)

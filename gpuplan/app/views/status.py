@@ -1,0 +1,355 @@
+"""What runs now, what waits and when it is planned; and exporting a stored run offline."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from contract.errors import InputError
+from contract.records import Job, JobEstimate, JobState, PlanRun, RunMode
+from gpuplan.app.core.bridge import (
+    STEP,
+    floor_hour,
+    no_start_inputs,
+    no_start_reason,
+    planned_place,
+    planned_places,
+    realtime_sets,
+    time_limit,
+)
+from gpuplan.app.core.tokens import NotFoundError
+from storage.store import Store
+
+
+def run_summary(run: PlanRun) -> dict[str, Any]:
+    """A stored run as ``run.json`` and ``status`` show it (``start``: the wall-clock hour of step 0)."""
+    return {
+        "id": run.id,
+        "start": run.start.isoformat(),
+        "policy": run.policy,
+        "objective": round(run.objective, 3),
+        "status": run.status,
+        "mode": run.mode.value,
+        "committed": run.committed,
+        "bound": None if run.bound is None else round(run.bound, 3),
+        "latency_ms": round(run.latency_ms, 3),
+        "created_at": run.created_at.isoformat(),
+    }
+
+
+@dataclass(frozen=True)
+class Status:
+    at: datetime
+    running: list[dict[str, Any]]
+    queue: list[dict[str, Any]]
+    last_run: dict[str, Any] | None
+    leader: dict[str, Any] | None = None  # the leading daemon (PostgreSQL): host, pid
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "at": self.at.isoformat(),
+            "running": self.running,
+            "queue": self.queue,
+            "last_run": self.last_run,
+            "leader": self.leader,
+        }
+
+    def text_without_at(self, queue: QueueRows) -> str:
+        """:meth:`as_dict` less ``at``, as compact JSON, the queue's rows from ``queue``."""
+        return (
+            f'{{"running":{_compact(self.running)},"queue":{queue.text(self.queue)},'
+            f'"last_run":{_compact(self.last_run)},"leader":{_compact(self.leader)}}}'
+        )
+
+    def of_team(self, team: str | None) -> Status:
+        """This status with ``team``'s jobs only (and the real-time apps left out), as
+        :func:`status` with ``team`` builds it; ``None``: all of it."""
+        if team is None:
+            return self
+        return self.by_team.get(team) or replace(self, running=[], queue=[])
+
+    @cached_property
+    def by_team(self) -> dict[str, Status]:
+        """:meth:`of_team` of every team with a job here, from one pass over the rows (a
+        served status is filtered for each team that reads it)."""
+        running: dict[str, list[dict[str, Any]]] = {}
+        queue: dict[str, list[dict[str, Any]]] = {}
+        for rows, kept in ((self.running, running), (self.queue, queue)):
+            for row in rows:
+                if row["team"] is not None:
+                    kept.setdefault(row["team"], []).append(row)
+        return {
+            team: replace(self, running=running.get(team, []), queue=queue.get(team, []))
+            for team in running.keys() | queue.keys()
+        }
+
+
+class QueueRows:
+    """The queued jobs' status rows and their JSON texts, kept from one status to the next.
+
+    A served status is built and encoded again after every batch of submits, and most of its
+    rows are the rows before: a row changes only with its job, its planned start, or what its
+    reason reads of the plan (:func:`_reason_inputs`). At 2,000 queued jobs the rows took 6.5
+    ms to encode whole and 0.9 ms with the texts of the rows unchanged reused."""
+
+    def __init__(self) -> None:
+        # Keyed by identities: each entry holds the job (or row) it is keyed by, so while it is
+        # here no other object can have that id().
+        self._rows: dict[tuple[Any, ...], tuple[Job, dict[str, Any], str]] = {}
+        self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # by the row's identity
+
+    def rows(
+        self, jobs: Iterable[Job], newest: PlanRun | None, places: dict[str, tuple[datetime, int]]
+    ) -> list[dict[str, Any]]:
+        """:func:`_queue_row` of each job, the rows of the last call reused where unchanged."""
+        kept: dict[tuple[Any, ...], tuple[Job, dict[str, Any], str]] = {}
+        rows: list[dict[str, Any]] = []
+        texts: dict[int, tuple[dict[str, Any], str]] = {}
+        for job in jobs:
+            start = places[job.id][0] if job.id in places else None
+            key = (id(job), start, _reason_inputs(newest, job, start))
+            known = self._rows.get(key)
+            if known is None:
+                row = _queue_row(job, newest, places)
+                known = (job, row, _compact(row))
+            kept[key] = known
+            rows.append(known[1])
+            texts[id(known[1])] = known[1:]
+        self._rows, self._texts = kept, texts
+        return rows
+
+    def text(self, rows: Iterable[dict[str, Any]]) -> str:
+        """``rows`` as a compact JSON list; rows :meth:`rows` did not give last are encoded."""
+        texts = self._texts
+        return "[" + ",".join(texts[id(row)][1] if id(row) in texts else _compact(row) for row in rows) + "]"
+
+
+def _reason_inputs(newest: PlanRun | None, job: Job, start: datetime | None) -> object:
+    """What :func:`placement_reason` reads of ``newest`` for ``job`` planned at ``start``."""
+    if newest is None:
+        return "no plan"
+    if job.estimate is None:
+        return None
+    return newest.start if start is not None else no_start_inputs(newest, job.id)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def leader_of(owner: str | None) -> dict[str, Any] | None:
+    """A daemon's ``host:pid`` as status shows it."""
+    if owner is None:
+        return None
+    host, _, pid = owner.rpartition(":")
+    return {"host": host, "pid": int(pid)} if pid.isdigit() else {"host": owner, "pid": None}
+
+
+def placement_reason(
+    run: PlanRun, job_id: str, estimate: JobEstimate | None, planned_start: datetime | None
+) -> str:
+    """Why a queued job starts when ``run`` plans it, in one short line (with no start in the
+    horizon: :func:`gpuplan.app.core.bridge.no_start_reason`)."""
+    if estimate is None:
+        return "no forecast (the model cannot read its spec)"
+    block = f"{estimate.gpus}-GPU block"
+    if planned_start is None:
+        return no_start_reason(run, job_id, estimate.gpus)
+    if planned_start <= run.start:
+        return f"starts in the first open hour on a free {block}"
+    wait = (planned_start - run.start).total_seconds() / 3600
+    return f"waits {wait:g} h: busier or higher-value work holds every {block} until then"
+
+
+def _queue_row(job: Job, newest: PlanRun | None, places: dict[str, tuple[datetime, int]]) -> dict[str, Any]:
+    start = places[job.id][0] if job.id in places else None
+    return {
+        "job": job.id,
+        "team": job.team,
+        "priority": job.priority,
+        "gpus": None if job.estimate is None else job.estimate.gpus,
+        "planned_start": None if start is None else start.isoformat(),
+        "reason": "no plan yet" if newest is None else placement_reason(newest, job.id, job.estimate, start),
+    }
+
+
+def job_list(
+    store: Store, *, states: Sequence[JobState] | None, team: str | None, limit: int, offset: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """``GET /v1/jobs``: how many jobs match, and the page of them from ``offset`` (at most
+    ``limit``), in submission order, each as :func:`job_view` shows it (one read of the plan)."""
+    jobs = [job for job in store.jobs(states) if team is None or job.team == team]
+    page = jobs[offset : offset + limit]
+    newest = _newest_plan(store) if any(job.state is JobState.QUEUED for job in page) else None
+    return len(jobs), [job_view(store, job, newest=newest) for job in page]
+
+
+def job_view(store: Store, job: Job, *, newest: PlanRun | None = None) -> dict[str, Any]:
+    """One job as ``GET /v1/jobs/{id}`` shows it: state, forecast, planned or actual start, GPUs,
+    outcome (``newest``: the plan the queue follows, when the caller read it already)."""
+    planned: datetime | None = None
+    reason = None
+    if job.state is JobState.QUEUED:
+        newest = newest or _newest_plan(store)
+        if newest is not None:
+            planned = planned_place(newest, job.id)[0]
+            reason = placement_reason(newest, job.id, job.estimate, planned)
+    estimate = job.estimate
+    return {
+        "job": job.id,
+        "kind": job.kind,
+        "team": job.team,
+        "priority": job.priority,
+        "state": job.state.value,
+        "submitted_at": job.submitted_at.isoformat(),
+        "forecast": None
+        if estimate is None
+        else {"gpus": estimate.gpus, "hours_p50": estimate.hours_p50, "hours_p90": estimate.hours_p90},
+        "planned_start": None if planned is None else planned.isoformat(),
+        "promised_start": None if job.promised_start is None else job.promised_start.isoformat(),
+        "reason": reason,
+        "started_at": None if job.started_at is None else job.started_at.isoformat(),
+        "gpus": None
+        if job.first_gpu is None or job.gpus is None
+        else list(range(job.first_gpu, job.first_gpu + job.gpus)),
+        "ended_at": None if job.ended_at is None else job.ended_at.isoformat(),
+        "outcome": None if job.outcome is None else job.outcome.value,
+    }
+
+
+def _newest_plan(store: Store, last: PlanRun | None = None) -> PlanRun | None:
+    """The run whose grid is the queue's current plan: the latest plan or submit run (not a
+    review). ``last``: the latest run, when the caller has it already."""
+    last = last or store.run()
+    if last is not None and last.mode is not RunMode.REVIEW:
+        return last
+    return next(iter(store.runs(mode=RunMode.PLAN, limit=1)), None)
+
+
+@dataclass(frozen=True)
+class Beside:
+    """What the status reads from the store beside the jobs and the runs: the real-time apps'
+    rows (the GPUs the latest committed hour up to now's placed them) and the leading daemon.
+    A batch of submits moves neither, so the served status reads them once for every status
+    built from one read of the queue (:attr:`gpuplan.app.jobs.changes.Mirror.root`)."""
+
+    realtime: tuple[dict[str, Any], ...]
+    leader: dict[str, Any] | None
+
+
+def read_beside(store: Store, now: datetime) -> Beside:
+    """:class:`Beside` as the store holds it, for a status at ``now``."""
+    commit = store.last_commit(before=floor_hour(now) + STEP)
+    realtime: tuple[dict[str, Any], ...] = ()
+    if commit is not None:  # the real-time apps, as the latest committed hour placed them
+        since = commit.hour.isoformat()
+        realtime = tuple(
+            {"job": app, "kind": "realtime", "team": None, "gpus": list(gpus), "since": since}
+            for app, gpus in realtime_sets(commit, [app.id for app in store.apps()]).items()
+        )
+    return Beside(realtime, leader_of(store.leader()))
+
+
+def _limit_keys(job: Job, now: datetime) -> dict[str, Any]:
+    """A running job's time limit (``bridge.time_limit``) and whether ``now`` is past it."""
+    limit = time_limit(job)
+    return {
+        "time_limit": None if limit is None else limit.isoformat(),
+        "overrun": limit is not None and now >= limit,
+    }
+
+
+def status(
+    store: Store,
+    now: datetime,
+    *,
+    team: str | None = None,
+    known: tuple[Sequence[Job], PlanRun | None] | None = None,
+    rows: QueueRows | None = None,
+    beside: Beside | None = None,
+) -> Status:
+    """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
+    hour placed them), the queue by planned start from the latest plan with each job's reason,
+    the last run, and the leading daemon (on PostgreSQL, where a standby may wait). ``team``
+    keeps that team's jobs only (and leaves the apps out). ``known``: the queued and running
+    jobs and the latest run, when the caller holds them (:class:`gpuplan.app.jobs.changes.Mirror`);
+    ``rows``: the queue's rows of the status built before, reused where unchanged;
+    ``beside``: what the status reads beside the jobs and the runs, when the caller holds it."""
+    if known is None:
+        known = (store.jobs([JobState.QUEUED, JobState.RUNNING]), store.run())
+    jobs, last = known
+    newest = _newest_plan(store, last)
+    running = [
+        {
+            "job": job.id,
+            "kind": job.kind.value,
+            "team": job.team,
+            "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
+            "since": job.started_at.isoformat(),
+            **_limit_keys(job, now),
+        }
+        for job in jobs
+        if job.state is JobState.RUNNING
+        and job.first_gpu is not None
+        and job.gpus is not None
+        and job.started_at is not None
+    ]
+    around = read_beside(store, now) if beside is None else beside
+    running += around.realtime  # shared between statuses, as the kept queue rows are: never mutated
+    places = {} if newest is None else planned_places(newest)
+    queued = [job for job in jobs if job.state is JobState.QUEUED]
+    if rows is None:
+        queue = [_queue_row(job, newest, places) for job in queued]
+    else:
+        queue = rows.rows(queued, newest, places)
+    # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
+    queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
+    summary = None if last is None else run_summary(last)
+    return Status(now, running, queue, summary, around.leader).of_team(team)
+
+
+def find_run(store: Store, which: str) -> PlanRun:
+    """``latest`` or a run id; InputError when there is none."""
+    if which == "latest":
+        run = store.run()
+        if run is None:
+            raise NotFoundError("run_id", "a stored run (the database has none yet)", which)
+        return run
+    if not which.isdigit():
+        raise InputError("run_id", "a run id (a whole number) or `latest`", which)
+    run = store.run(int(which))
+    if run is None:
+        raise NotFoundError("run_id", "the id of a stored run", which)
+    return run
+
+
+def run_export(run: PlanRun) -> dict[str, dict[str, Any]]:
+    """A stored run as ``scenario``, ``plan`` (CONTRACT.md formats) and ``run`` documents."""
+    plan = {
+        "scenario": run.scenario.get("name"),
+        "policy": run.policy,
+        "grid": run.grid,
+        "metrics": run.metrics,
+        "solve_ms": round(run.latency_ms, 3),
+        "status": run.status,
+        "bound": run.bound,
+    }
+    return {"scenario": run.scenario, "plan": plan, "run": run_summary(run)}
+
+
+def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
+    """Write ``scenario.json``, ``plan.json`` (CONTRACT.md formats) and ``run.json`` into ``out_dir``."""
+    from contract.scenario_io import write_json_atomic
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, payload in run_export(run).items():
+        path = out_dir / f"{name}.json"
+        write_json_atomic(path, payload)
+        written.append(path)
+    return written
