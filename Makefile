@@ -99,7 +99,7 @@ bench: $(STAMP)
 # The wheel a head node installs into a venv of its own (with the systemd unit, the logrotate
 # file and the commented config that `gpuplan init` writes, as package data).
 dist: $(STAMP)
-	$(PY) -m pip wheel --quiet --no-deps -w dist .
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --no-index -w dist .
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -101,10 +101,10 @@ def test_the_logrotate_file_init_names_is_read_by_logrotate(tmp_path: Path) -> N
 
 
 def test_the_wheel_installs_and_init_finds_its_package_data(tmp_path: Path) -> None:
-    """``make dist``'s recipe builds the wheel, installed with ``--no-index`` into a folder of
+    """``make dist``'s recipe builds the wheel offline, installed with ``--no-index`` into a folder of
     its own; the installed ``gpuplan`` (not this checkout) prints its version and runs init."""
     root = Path(__file__).resolve().parents[1]
-    # make dist's recipe; the build's own setuptools comes from pip's configured indexes.
+    # make dist's recipe, offline: the venv's own setuptools and wheel build it (no index read).
     build = subprocess.run(
         [
             sys.executable,
@@ -113,6 +113,8 @@ def test_the_wheel_installs_and_init_finds_its_package_data(tmp_path: Path) -> N
             "wheel",
             "--quiet",
             "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
             "-w",
             str(tmp_path / "dist"),
             str(root),

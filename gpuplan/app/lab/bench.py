@@ -206,7 +206,7 @@ def sample_instances(shapes: Iterable[Shape], seeds: Iterable[int]) -> Iterator[
             yield parse_scenario(generate(shape, seed), source=f"{shape.name} seed {seed}")
 
 
-HELDOUT_DIR = Path(__file__).parents[2] / "benchmarks" / "heldout"
+HELDOUT_DIR = Path(__file__).parents[3] / "benchmarks" / "heldout"
 
 
 def heldout_instances(
