@@ -37,13 +37,7 @@ def scenarios(
     taken: set[int] = set()
     for i in range(draw(st.integers(0, max_jobs))):
         size = draw(st.sampled_from([s for s in (1, 2, 4, 8, 16) if s <= gpus]))
-        job = {
-            "id": f"b{i}",
-            "kind": draw(st.sampled_from(KINDS)),
-            "priority": draw(st.integers(1, 100)),
-            "gpus": size,
-            "duration": draw(st.integers(1, steps + 4)),
-        }
+        job = _batch_job(draw, i, size, steps + 4)
         if draw(st.booleans()):
             job["release"] = draw(st.integers(0, steps))
         jobs.append(job)
@@ -82,6 +76,17 @@ def scenarios(
         "jobs": draw(st.permutations(jobs)),
     }
     return _with_work(doc, running, down)
+
+
+def _batch_job(draw: st.DrawFn, index: int, gpus: int, longest: int) -> dict[str, Any]:
+    """A drawn batch job's document: its kind, priority and a duration of 1 to ``longest`` steps."""
+    return {
+        "id": f"b{index}",
+        "kind": draw(st.sampled_from(KINDS)),
+        "priority": draw(st.integers(1, 100)),
+        "gpus": gpus,
+        "duration": draw(st.integers(1, longest)),
+    }
 
 
 def _with_work(
@@ -189,13 +194,7 @@ def pooled_scenarios(
         )
         largest = max(sizes[p] for p in allowed)
         size = draw(st.sampled_from([s for s in (1, 2, 4, 8) if s <= largest]))
-        job: dict[str, Any] = {
-            "id": f"b{i}",
-            "kind": draw(st.sampled_from(KINDS)),
-            "priority": draw(st.integers(1, 100)),
-            "gpus": size,
-            "duration": draw(st.integers(1, steps + 2)),
-        }
+        job = _batch_job(draw, i, size, steps + 2)
         if draw(st.booleans()):
             job["pools"] = [names[p] for p in sorted(allowed)]
         else:
