@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 from gpuplan.options import add_at, add_db, at_of, open_db, print_json
 
 if TYPE_CHECKING:
-    from contract.records import GpuMapReading
     from gpuplan.app.views.status import Status
 
 
@@ -27,13 +26,12 @@ def run(args: argparse.Namespace) -> int:
     store = open_db(args)
     try:
         now = status(store, at_of(args), team=args.team)
-        gpu_map = store.gpu_map()
     finally:
         store.close()
     if args.at is not None:
         _check_not_before(now)
     if args.json:
-        print_json({**now.as_dict(), "gpu_map": None if gpu_map is None else _map_dict(gpu_map)})
+        print_json(now.as_dict())
         return 0
     say = sys.stdout.write
     say(f"status at {now.at.isoformat()}\n\nrunning:\n")
@@ -65,40 +63,20 @@ def run(args: argparse.Namespace) -> int:
     say("\nlast run: " + ("none" if last is None else " ".join(f"{k}={v}" for k, v in last.items())) + "\n")
     if now.leader is not None:
         say(f"leader: {now.leader['host']} pid {now.leader['pid']}\n")
+    gpu_map = now.gpu_map
     if gpu_map is not None:
         say(
-            f"\ngpu map (Slurm partition {gpu_map.partition}, read {gpu_map.read_at.isoformat()}; "
+            f"\ngpu map (Slurm partition {gpu_map['partition']}, read {gpu_map['read_at']}; "
             "GPU id = first + IDX):\n"
         )
         say(
             format_table(
                 ["node", "first", "gpus"],
-                [
-                    [node, k * gpu_map.gpus_per_node, gpu_ranges(_node_gpus(gpu_map, k))]
-                    for k, node in enumerate(gpu_map.nodes)
-                ],
+                [[n["node"], n["first"], gpu_ranges(n["gpus"])] for n in gpu_map["nodes"]],
             )
             + "\n"
         )
     return 0
-
-
-def _map_dict(reading: GpuMapReading) -> dict[str, object]:
-    """The stored GPU map as ``status --json`` shows it: each node, its first GPU id and its ids."""
-    return {
-        "partition": reading.partition,
-        "read_at": reading.read_at.isoformat(),
-        "nodes": [
-            {"node": node, "first": k * reading.gpus_per_node, "gpus": _node_gpus(reading, k)}
-            for k, node in enumerate(reading.nodes)
-        ],
-    }
-
-
-def _node_gpus(reading: GpuMapReading, k: int) -> list[int]:
-    """The GPU ids of the ``k``-th node of the map."""
-    per = reading.gpus_per_node
-    return list(range(k * per, (k + 1) * per))
 
 
 def _check_not_before(now: Status) -> None:

@@ -142,7 +142,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def save_gpu_map(self, reading: GpuMapReading) -> None:
-        """Replace the stored reading of the partition."""
+        """Replace the stored reading of the partition; :meth:`marks` move when its ``read_at``
+        differs from the stored one's by a second or more (a reading is stored when it changed,
+        stamped with the moment it was read)."""
 
     # -- jobs ----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -172,11 +174,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def marks(self) -> tuple[int, ...]:
         """A cheap token of the stored state that moves whenever a run, a job, a job's state,
-        a commit or an amendment is stored, or a token revoked (the latest run id, the jobs
-        and the running and done ones counted, the commits, amendments and revoked tokens
-        counted; the last is last): what a cache of reads, or a warm start from a stored
-        plan, compares to know that nothing moved under it, and a cache of tokens to know
-        that none it holds was revoked."""
+        a commit, an amendment or a GPU map is stored, or a token revoked (the latest run id,
+        the jobs and the running and done ones counted, the commits and amendments counted,
+        the GPU map's ``read_at`` in whole seconds, the revoked tokens counted; the last is
+        last): what a cache of reads, or a warm start from a stored plan, compares to know
+        that nothing moved under it, and a cache of tokens to know that none it holds was
+        revoked."""
 
     @abc.abstractmethod
     def set_estimate(self, job_id: str, estimate: JobEstimate) -> None: ...

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from benchmarks.served import free_port, start_daemon, wait_for_cycle
-from contract.records import JobState, Outcome
+from contract.records import GpuMapReading, JobState, Outcome
 from gpuplan.app.core.tokens import sha256_hex
 from gpuplan.app.views.report_queries import idle_query
 from gpuplan.http.server import HttpServer
@@ -220,6 +220,29 @@ def test_an_unexpected_failure_is_500_without_a_traceback(
     assert answer.status_code == 500
     assert "internal detail" not in answer.text and "Traceback" not in answer.text
     assert any("internal detail 42" in (r.exc_text or "") or r.exc_info for r in caplog.records)
+
+
+def test_status_shows_the_stored_gpu_map_and_the_next_one_saved_while_it_serves(
+    api: tuple[httpx.Client, Served], tmp_path: Path
+) -> None:
+    client, service = api
+    assert client.get("/v1/status", headers=service.auth("reader")).json()["gpu_map"] is None
+    service.store.save_gpu_map(GpuMapReading("gpu", ("node2", "node10"), 4, T0))
+    shown = client.get("/v1/status", headers=service.auth("reader")).json()["gpu_map"]
+    assert shown["partition"] == "gpu" and shown["read_at"] == T0.isoformat()
+    assert [(n["node"], n["first"], n["gpus"]) for n in shown["nodes"]] == [
+        ("node2", 0, [0, 1, 2, 3]),
+        ("node10", 4, [4, 5, 6, 7]),
+    ]
+    cli = run_cli("status", "--json", "--db", f"sqlite:///{tmp_path / 'gpuplan.db'}")
+    assert cli.code == 0 and json.loads(cli.out)["gpu_map"] == shown  # the document of `status --json`
+    # A new reading stored while the API serves (by the daemon's poll, no change this process
+    # made) is in the next status, the whole one and a team's, though no job or run moved.
+    service.store.save_gpu_map(GpuMapReading("gpu", ("node10",), 8, T0 + HOUR))
+    for path in ("/v1/status", "/v1/status?team=ml", "/v1/status?limit=1"):
+        again = client.get(path, headers=service.auth("reader")).json()["gpu_map"]
+        assert again["read_at"] == (T0 + HOUR).isoformat(), path
+        assert [(n["node"], n["first"], n["gpus"]) for n in again["nodes"]] == [("node10", 0, list(range(8)))]
 
 
 # --- jobs: look up, cancel, teams -----------------------------------------------------------

@@ -259,13 +259,21 @@ def test_the_gpu_map_is_stored_replaced_and_shown_by_status(
     build_at(db_url, EARLIER[-1])
     store = open_store(db_url)
     try:
+        marks = [store.marks()]
         first = GpuMapReading("gpu", ("node2", "node10"), 4, HOUR)
         store.save_gpu_map(first)
         assert store.gpu_map() == first
+        marks.append(store.marks())
         second = GpuMapReading("gpu", ("node10",), 8, HOUR + timedelta(hours=1))
         store.save_gpu_map(second)  # replaced whole: node2 is gone
         assert store.gpu_map() == second
+        marks.append(store.marks())
         store.save_gpu_map(first)
+        marks.append(store.marks())
+        # Each new reading moves the marks (a served status is rebuilt); the map's mark is its
+        # read_at, and the revoked tokens stay the last mark.
+        assert len(set(marks[:3])) == 3 and marks[3] != marks[2] and marks[3] == marks[1]
+        assert {m[-1] for m in marks} == {marks[0][-1]}
     finally:
         store.close()
     assert main(["status", "--db", db_url]) == 0

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import (
     Row,
     Table,
+    extract,
     func,
     insert,
     select,
@@ -30,6 +31,7 @@ from storage.tables import (
     HISTORY_COMMON,
     AmendmentRow,
     CommitRow,
+    GpuMapRow,
     HistoryRow,
     JobCountsRow,
     JobRow,
@@ -251,6 +253,9 @@ _MARKS = select(
     _kept(JobCountsRow.done),
     _count(CommitRow),
     _count(AmendmentRow),
+    # The stored GPU map's reading, in whole seconds since the epoch: a new reading replaces
+    # the rows with a later ``read_at`` (the executor's clock), so the mark moves with it.
+    select(func.coalesce(func.max(extract("epoch", GpuMapRow.read_at)), 0)).scalar_subquery(),
     _count(TokenRow, TokenRow.revoked_at.is_not(None)),
 )
 

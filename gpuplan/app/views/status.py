@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
-from contract.records import Job, JobEstimate, JobState, PlanRun, RunMode
+from contract.records import GpuMapReading, Job, JobEstimate, JobState, PlanRun, RunMode
 from gpuplan.app.core.bridge import (
     STEP,
     floor_hour,
@@ -49,6 +49,7 @@ class Status:
     queue: list[dict[str, Any]]
     last_run: dict[str, Any] | None
     leader: dict[str, Any] | None = None  # the leading daemon (PostgreSQL): host, pid
+    gpu_map: dict[str, Any] | None = None  # the partition's stored GPU map (:func:`gpu_map_view`)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -57,13 +58,15 @@ class Status:
             "queue": self.queue,
             "last_run": self.last_run,
             "leader": self.leader,
+            "gpu_map": self.gpu_map,
         }
 
     def text_without_at(self, queue: QueueRows) -> str:
         """:meth:`as_dict` less ``at``, as compact JSON, the queue's rows from ``queue``."""
         return (
             f'{{"running":{_compact(self.running)},"queue":{queue.text(self.queue)},'
-            f'"last_run":{_compact(self.last_run)},"leader":{_compact(self.leader)}}}'
+            f'"last_run":{_compact(self.last_run)},"leader":{_compact(self.leader)},'
+            f'"gpu_map":{_compact(self.gpu_map)}}}'
         )
 
     def of_team(self, team: str | None) -> Status:
@@ -150,6 +153,22 @@ def leader_of(owner: str | None) -> dict[str, Any] | None:
     return {"host": host, "pid": int(pid)} if pid.isdigit() else {"host": owner, "pid": None}
 
 
+def gpu_map_view(reading: GpuMapReading | None) -> dict[str, Any] | None:
+    """The stored GPU map as ``status`` shows it: the partition, when it was read, and each
+    node with its first GPU id and its ids (node ``nodes[k]``'s GPU ``IDX`` is ``first + IDX``)."""
+    if reading is None:
+        return None
+    per = reading.gpus_per_node
+    return {
+        "partition": reading.partition,
+        "read_at": reading.read_at.isoformat(),
+        "nodes": [
+            {"node": node, "first": k * per, "gpus": list(range(k * per, (k + 1) * per))}
+            for k, node in enumerate(reading.nodes)
+        ],
+    }
+
+
 def placement_reason(
     run: PlanRun, job_id: str, estimate: JobEstimate | None, planned_start: datetime | None
 ) -> str:
@@ -234,12 +253,14 @@ def _newest_plan(store: Store, last: PlanRun | None = None) -> PlanRun | None:
 @dataclass(frozen=True)
 class Beside:
     """What the status reads from the store beside the jobs and the runs: the real-time apps'
-    rows (the GPUs the latest committed hour up to now's placed them) and the leading daemon.
-    A batch of submits moves neither, so the served status reads them once for every status
-    built from one read of the queue (:attr:`gpuplan.app.jobs.changes.Mirror.root`)."""
+    rows (the GPUs the latest committed hour up to now's placed them), the leading daemon and
+    the partition's GPU map. A batch of submits moves none of them, so the served status reads
+    them once for every status built from one read of the queue
+    (:attr:`gpuplan.app.jobs.changes.Mirror.root`; a new GPU map moves the store's marks)."""
 
     realtime: tuple[dict[str, Any], ...]
     leader: dict[str, Any] | None
+    gpu_map: dict[str, Any] | None
 
 
 def read_beside(store: Store, now: datetime) -> Beside:
@@ -252,7 +273,7 @@ def read_beside(store: Store, now: datetime) -> Beside:
             {"job": app, "kind": "realtime", "team": None, "gpus": list(gpus), "since": since}
             for app, gpus in realtime_sets(commit, [app.id for app in store.apps()]).items()
         )
-    return Beside(realtime, leader_of(store.leader()))
+    return Beside(realtime, leader_of(store.leader()), gpu_map_view(store.gpu_map()))
 
 
 def _limit_keys(job: Job, now: datetime) -> dict[str, Any]:
@@ -275,7 +296,8 @@ def status(
 ) -> Status:
     """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
     hour placed them), the queue by planned start from the latest plan with each job's reason,
-    the last run, and the leading daemon (on PostgreSQL, where a standby may wait). ``team``
+    the last run, the leading daemon (on PostgreSQL, where a standby may wait) and the
+    partition's stored GPU map. ``team``
     keeps that team's jobs only (and leaves the apps out). ``known``: the queued and running
     jobs and the latest run, when the caller holds them (:class:`gpuplan.app.jobs.changes.Mirror`);
     ``rows``: the queue's rows of the status built before, reused where unchanged;
@@ -310,7 +332,7 @@ def status(
     # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
     queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
     summary = None if last is None else run_summary(last)
-    return Status(now, running, queue, summary, around.leader).of_team(team)
+    return Status(now, running, queue, summary, around.leader, around.gpu_map).of_team(team)
 
 
 def find_run(store: Store, which: str) -> PlanRun:
