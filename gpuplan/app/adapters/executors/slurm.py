@@ -12,9 +12,10 @@ Slurm actions that make the cluster match:
   submitted before old ones are cancelled. A job already released, a replica already
   running, is left as it is: delivering a commit twice does nothing the second time.
 - :meth:`SlurmExecutor.reconcile` (before each plan): the cluster from Slurm (GPU ids,
-  down hours, foreign work) replaces the stored one; finished jobs enter the history; a
-  job that failed to start returns to the queue; a job that vanished from Slurm with no
-  completion ends (failed if it ran, cancelled if it was held); held ``gpuplan:`` jobs are adopted;
+  down hours, foreign work) replaces the stored one; the jobs Slurm finished are returned,
+  for :mod:`gpuplan.app.cycle.reconcile` to finish, as is a job that vanished from Slurm
+  with no completion (failed if it ran, cancelled if it was held); a job that failed to
+  start returns to the queue; held ``gpuplan:`` jobs are adopted;
   drift is logged (a job running on GPUs other than planned has those GPUs pinned); the
   current hour's commit is enacted again (a daemon killed between its commit and its
   release releases at its next cycle).
