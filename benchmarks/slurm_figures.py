@@ -37,6 +37,7 @@ from gpuplan.app.adapters.executors.slurm import SlurmExecutor
 from gpuplan.app.adapters.slurm.batch import slurm_job_id
 from gpuplan.app.adapters.slurm.client import RUNNING
 from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.cycle.reconcile import poll, reconcile
 from gpuplan.app.cycle.tick import plan_cycle
 from gpuplan.app.jobs.submit import submit
 from gpuplan.app.lab.seed import ensure_service
@@ -122,7 +123,7 @@ def _round(store: Store, config: ServiceConfig, prefix: str) -> tuple[list[float
         submit(store, _spec(f"{prefix}-{n}", 1, 1.0, "sleep 5"), now, config, replan=False).job
         for n in range(ROUND_JOBS)
     ]
-    executor.reconcile(store, now, config)
+    reconcile(executor, store, now, config)
     plan_cycle(store, now, config, timed)
     (called,) = timed.called_at
     slurm_ids = {slurm_job_id(store.job(i)) for i in ids}  # type: ignore[arg-type]
@@ -138,7 +139,7 @@ def _round(store: Store, config: ServiceConfig, prefix: str) -> tuple[list[float
     recorded: dict[str, float] = {}
 
     def all_recorded() -> bool:
-        for job in executor.poll(store, datetime.now(UTC)):
+        for job in poll(executor, store, datetime.now(UTC)):
             recorded[job.id] = time.time()
         return len(recorded) == len(ids)
 
@@ -170,7 +171,7 @@ def cycle_latencies(folder: Path, config: ServiceConfig, cycles: int) -> dict[st
                 now = start + n * timedelta(minutes=30)
                 began = time.perf_counter()
                 if slurm is not None:
-                    slurm.reconcile(store, now, config)
+                    reconcile(slurm, store, now, config)
                 plan_cycle(store, now, config, slurm or memory)
                 ms.append((time.perf_counter() - began) * 1000)
             found[name] = ms

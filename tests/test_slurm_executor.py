@@ -29,6 +29,7 @@ from gpuplan.app.adapters.slurm.client import (
 )
 from gpuplan.app.adapters.slurm.cluster import ceil_hour
 from gpuplan.app.core.config import AppTraffic, ServiceConfig
+from gpuplan.app.cycle.reconcile import poll, reconcile
 from gpuplan.app.cycle.tick import CycleReport, plan_cycle
 from gpuplan.app.jobs.submit import submit
 from gpuplan.app.lab.seed import ensure_service
@@ -85,7 +86,7 @@ class SlurmService:
     slurm: SlurmServer
 
     def cycle(self, now: datetime) -> CycleReport:
-        self.executor.reconcile(self.store, now, self.config)
+        reconcile(self.executor, self.store, now, self.config)
         return plan_cycle(self.store, now, self.config, self.executor)
 
     def submit(self, job_id: str, gpus: int, hours: float, now: datetime, **slurm: Any) -> str:
@@ -183,7 +184,7 @@ def test_replicas_follow_the_committed_sets_across_three_hours(service: SlurmSer
                     lambda job=job: service.executor.client.job(job.id).state == RUNNING, "replica RUNNING"
                 )  # type: ignore[misc, union-attr]
                 assert service.shown_gpus(job.id) == (tag["gpu"],)
-        service.executor.poll(service.store, now)  # the count of running replicas, as the metric shows it
+        poll(service.executor, service.store, now)  # the count of running replicas, as the metric shows it
         assert service.executor.replicas_running == {"chat": len(wanted)}
         seen.append(wanted)
     # The planner may hold a steady set while nothing else wants the GPUs (fewer moves at equal
@@ -207,7 +208,7 @@ def test_a_dead_replica_is_restarted_on_its_gpu(service: SlurmService) -> None:
     )
     service.executor.client.cancel(victim.id)
     wait_for(lambda: service.executor.client.job(victim.id).finished, "the replica gone")  # type: ignore[union-attr]
-    service.executor.poll(service.store, now + timedelta(minutes=1))
+    poll(service.executor, service.store, now + timedelta(minutes=1))
     assert service.replicas("chat") == wanted
 
 
@@ -228,7 +229,7 @@ def test_completions_and_scancel_enter_the_history(service: SlurmService) -> Non
     short = service.slurm_job("short")
     wait_for(lambda: service.executor.client.job(short.id).finished, "the short job done")  # type: ignore[union-attr]
     wait_for(lambda: service.executor.client.job(doomed).finished, "the cancelled job done")  # type: ignore[union-attr]
-    finished = service.executor.poll(service.store, datetime.now(UTC))
+    finished = poll(service.executor, service.store, datetime.now(UTC))
     assert {j.id: j.outcome for j in finished} == {"short": Outcome.OK, "doomed": Outcome.CANCELLED}
     history = service.store.history().set_index("job_id")
     ended = service.executor.client.job(short.id)
@@ -237,7 +238,7 @@ def test_completions_and_scancel_enter_the_history(service: SlurmService) -> Non
     assert (row["start_time"].to_pydatetime(), row["end_time"].to_pydatetime()) == (ended.start, ended.end)
     assert row["outcome"] == "completed" and row["gpus"] == 1
     assert history.loc["doomed", "outcome"] == "cancelled"
-    assert service.executor.poll(service.store, datetime.now(UTC)) == []  # nothing is recorded twice
+    assert poll(service.executor, service.store, datetime.now(UTC)) == []  # nothing is recorded twice
 
 
 @pytest.mark.slurm
@@ -344,7 +345,7 @@ def test_a_job_that_vanished_from_slurm_ends_and_frees_its_gpus(
     assert report.committed and service.committed(this_hour()).keys() >= {"real", "ghost"}
     ghost("held-ghost", 987_655)  # still queued
     with caplog.at_level("WARNING"):
-        service.executor.reconcile(service.store, now + timedelta(minutes=5), service.config)
+        reconcile(service.executor, service.store, now + timedelta(minutes=5), service.config)
     for job_id, outcome in (("ghost", Outcome.FAILED), ("held-ghost", Outcome.CANCELLED)):
         ended = service.store.job(job_id)
         assert ended is not None and (ended.state, ended.outcome) == (JobState.DONE, outcome)
@@ -365,7 +366,7 @@ def test_slurmctld_stopped_during_a_cycle_fails_it_and_the_next_succeeds_with_no
     # Without a controller every command waits out its time limit: a short one here.
     service.config = replace(service.config, slurm=service.slurm.settings(timeout_s=3.0))
     service.executor = SlurmExecutor.from_config(service.config)
-    service.executor.reconcile(service.store, now, service.config)
+    reconcile(service.executor, service.store, now, service.config)
     service.slurm.stop_controller()  # between the reading and the commit's release
     with caplog.at_level("ERROR"):
         report = plan_cycle(service.store, now, service.config, service.executor)
@@ -452,12 +453,12 @@ def test_a_job_slurm_does_not_start_is_reported_and_returns_to_the_queue(
     planned = service.committed(this_hour())["stuck"]
     node = service.executor.read(None, now).gpu_map.locate(planned[0])[0]
     service.slurm.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=fan")
-    service.executor.poll(service.store, now)  # released onto a node that takes no work
+    poll(service.executor, service.store, now)  # released onto a node that takes no work
     slurm_id = service.slurm_job("stuck").id
     assert service.executor.client.job(slurm_id).state == "PENDING"  # type: ignore[union-attr]
 
     def requeued() -> bool:
-        service.executor.poll(service.store, now + timedelta(minutes=1))
+        poll(service.executor, service.store, now + timedelta(minutes=1))
         job = service.store.job("stuck")
         return job is not None and job.state is JobState.QUEUED
 
@@ -589,7 +590,7 @@ def test_a_running_job_whose_stop_was_lost_is_cancelled_at_the_next_reconcile(se
     wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
     cancel(service.store, "lost-stop", now + timedelta(minutes=2), None)  # the daemon died before scancel
     assert service.executor.client.job(slurm_id).state == RUNNING  # type: ignore[union-attr]
-    service.executor.reconcile(service.store, now + timedelta(minutes=3), service.config)
+    reconcile(service.executor, service.store, now + timedelta(minutes=3), service.config)
     wait_for(lambda: service.executor.client.job(slurm_id).state == "CANCELLED", "CANCELLED")  # type: ignore[union-attr]
     ended = service.store.job("lost-stop")
     assert ended is not None and ended.outcome is Outcome.CANCELLED  # the store's end stays
@@ -611,7 +612,7 @@ def test_an_amendment_adds_a_replica_and_the_poll_keeps_it(service: SlurmService
     after = {job.id for job in service.executor.client.jobs(PARTITION) if not job.finished}
     assert before <= after, "an amendment cancelled work the hour's commit had started"
     # The poll re-enacts the hour from the store: its commit with the amendment, so the new replica stays.
-    service.executor.poll(service.store, now + timedelta(minutes=30))
+    poll(service.executor, service.store, now + timedelta(minutes=30))
     assert service.replicas("chat") == {*committed["chat"], idle}
 
 
@@ -622,8 +623,8 @@ def test_the_partitions_gpu_map_is_logged_once_and_a_count_unlike_the_configs_is
     now = this_hour() + timedelta(minutes=5)
     service.executor.base_cluster = replace(service.executor.base_cluster, gpus=24)
     with caplog.at_level("INFO", logger="gpuplan.cluster"):
-        service.executor.reconcile(service.store, now, service.config)
-        service.executor.reconcile(service.store, now + timedelta(minutes=1), service.config)
+        reconcile(service.executor, service.store, now, service.config)
+        reconcile(service.executor, service.store, now + timedelta(minutes=1), service.config)
     readings = [r.getMessage() for r in caplog.records if r.name == "gpuplan.cluster"]
     gpu_map = service.executor.read(None, now).gpu_map
     assert gpu_map.gpus == 16
@@ -649,7 +650,7 @@ def test_a_running_jobs_since_is_slurms_start_not_its_release(service: SlurmServ
     wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
     started = service.slurm_job(job_id).start
     assert started is not None and started != now
-    service.executor.poll(service.store, now + timedelta(minutes=1))
+    poll(service.executor, service.store, now + timedelta(minutes=1))
     stored = service.store.job(job_id)
     assert stored is not None and stored.started_at == started
     running = status(service.store, now + timedelta(minutes=1)).running
@@ -659,7 +660,7 @@ def test_a_running_jobs_since_is_slurms_start_not_its_release(service: SlurmServ
 @pytest.mark.slurm
 def test_the_partitions_gpu_map_is_stored_at_each_change(service: SlurmService) -> None:
     now = this_hour() + timedelta(minutes=1)
-    service.executor.reconcile(service.store, now, service.config)
+    reconcile(service.executor, service.store, now, service.config)
     stored = service.store.gpu_map()
     gpu_map = service.executor.read(None, now).gpu_map
     assert stored is not None
@@ -670,5 +671,5 @@ def test_the_partitions_gpu_map_is_stored_at_each_change(service: SlurmService) 
     )
     assert stored.read_at == now
     # The same map read again keeps the time it was first read.
-    service.executor.reconcile(service.store, now + timedelta(minutes=5), service.config)
+    reconcile(service.executor, service.store, now + timedelta(minutes=5), service.config)
     assert service.store.gpu_map() == stored

@@ -28,6 +28,7 @@ from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.cycle.amend import amend_cycle, answer_freed
 from gpuplan.app.cycle.outbox import deliver_pending
+from gpuplan.app.cycle.reconcile import poll, reconcile
 from gpuplan.app.cycle.tick import CycleReport, recalibrate
 from gpuplan.app.cycle.traffic import SurgeAnswer, answer_surge, watch_prometheus
 from gpuplan.app.jobs.changes import Changes
@@ -121,7 +122,7 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
         if service.world is not None:
             service.world.advance(service.store, now)
         if service.reconciler is not None:  # Slurm's truth first; a failure fails the cycle
-            service.reconciler.reconcile(service.store, now, service.config)
+            reconcile(service.reconciler, service.store, now, service.config)
         recalibrate(service.store, now, service.config, skip=failed)
         report, _ = amend_cycle(
             service.store,
@@ -194,7 +195,7 @@ def poll_once(service: Service, now: datetime | None = None) -> list[Job]:
         return []
     now = now or service.clock()
     with plan_lock(service):
-        finished = service.reconciler.poll(service.store, now)
+        finished = poll(service.reconciler, service.store, now)
         if finished:
             answer_freed(
                 service.store,

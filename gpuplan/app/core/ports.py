@@ -21,10 +21,11 @@ restarted after its commit, a poll after a cycle) does nothing the second time.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from contract.records import Amendment, Commit, Job
+from contract.records import Amendment, Commit, Outcome
 
 if TYPE_CHECKING:
     from gpuplan.app.core.config import ServiceConfig
@@ -69,11 +70,30 @@ class Reconciler(Protocol):
     def replicas_running(self) -> Mapping[str, int]:
         """Running real-time replicas per app, as last seen."""
 
-    def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> object:
-        """Before a plan: the cluster's truth into the store, the current commit enacted again."""
+    def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> list[Finished]:
+        """Before a plan: the cluster's truth into the store, the current commit enacted again;
+        returns the jobs the cluster has ended, for :mod:`gpuplan.app.cycle.reconcile` to finish."""
 
-    def poll(self, store: Store, now: datetime) -> list[Job]:
-        """Between plans: finished jobs into the history; returns them."""
+    def poll(self, store: Store, now: datetime) -> list[Finished]:
+        """Between plans: the jobs the cluster has ended (finished by the same use case)."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A job the cluster has ended, as observed: it ends at ``at`` with ``outcome``.
+
+    ``started_at``: its real start, if the cluster reports one; ``cluster_id``: its id in the
+    cluster, for the log; ``reported``: the cluster's end state, or None when the job vanished
+    with no completion (then a job that cannot be finished fails the cycle; otherwise it is
+    logged and skipped).
+    """
+
+    job_id: str
+    at: datetime
+    outcome: Outcome
+    started_at: datetime | None = None
+    cluster_id: int | None = None
+    reported: str | None = None
 
 
 def commit_lines(commit: Commit) -> list[dict[str, object]]:

@@ -1,1 +1,1 @@
-"""The daemon's cycle: tick, amend, the traffic step, the outbox, prune and retrain."""
+"""The daemon's cycle: tick, amend, the traffic step, the outbox, the cluster's truth, prune and retrain."""

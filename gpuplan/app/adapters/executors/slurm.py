@@ -12,9 +12,10 @@ Slurm actions that make the cluster match:
   submitted before old ones are cancelled. A job already released, a replica already
   running, is left as it is: delivering a commit twice does nothing the second time.
 - :meth:`SlurmExecutor.reconcile` (before each plan): the cluster from Slurm (GPU ids,
-  down hours, foreign work) replaces the stored one; finished jobs enter the history; a
-  job that failed to start returns to the queue; a job that vanished from Slurm with no
-  completion ends (failed if it ran, cancelled if it was held); held ``gpuplan:`` jobs are adopted;
+  down hours, foreign work) replaces the stored one; the jobs Slurm finished are returned,
+  for :mod:`gpuplan.app.cycle.reconcile` to finish, as is a job that vanished from Slurm
+  with no completion (failed if it ran, cancelled if it was held); a job that failed to
+  start returns to the queue; held ``gpuplan:`` jobs are adopted;
   drift is logged (a job running on GPUs other than planned has those GPUs pinned); the
   current hour's commit is enacted again (a daemon killed between its commit and its
   release releases at its next cycle).
@@ -55,8 +56,8 @@ from gpuplan.app.adapters.slurm.client import (
 )
 from gpuplan.app.adapters.slurm.cluster import ClusterView, GpuMap, ceil_hour, read_cluster
 from gpuplan.app.core.bridge import floor_hour, hour_allocation, merged_assignments
+from gpuplan.app.core.ports import Finished
 from gpuplan.app.core.slurm_settings import SlurmSettings
-from gpuplan.app.cycle.finish import finish
 from gpuplan.app.jobs.submit import submit
 from storage.store import Store
 
@@ -157,8 +158,9 @@ class SlurmExecutor:
             self.client.cancel(found.id)
             log.info("job %s (Slurm %d) cancelled at %s", job, found.id, at.isoformat())
 
-    def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> ClusterView:
-        """Slurm's truth into the store before a plan (see the module's docstring)."""
+    def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> list[Finished]:
+        """Slurm's truth into the store before a plan (see the module's docstring); returns the
+        jobs Slurm has ended, which :func:`gpuplan.app.cycle.reconcile.reconcile` finishes."""
         view = self.read(store, now)
         self._log_reading(view)
         self._store_reading(store, view, now)
@@ -166,15 +168,16 @@ class SlurmExecutor:
         cluster = replace(cluster, down=cluster.down + self.drift(store, view))
         if store.cluster() != cluster:
             store.save_cluster(cluster)
-        self.collect(store, view, now)
+        finished = self.collect(store, view, now)
         self.cancel_orphans(store, view)
         self.requeue_failed_starts(store, view)
         self.adopt(store, view, now, config)
         self._enact_current(store, view, now)
-        return view
+        return finished
 
-    def poll(self, store: Store, now: datetime) -> list[Job]:
-        """Completions into the history, and the current hour's commit enacted again."""
+    def poll(self, store: Store, now: datetime) -> list[Finished]:
+        """Completions (finished by :func:`gpuplan.app.cycle.reconcile.poll`), and the current
+        hour's commit enacted again."""
         view = self.read(store, now)
         finished = self.collect(store, view, now)
         self.requeue_failed_starts(store, view)
@@ -324,9 +327,10 @@ class SlurmExecutor:
             pinned += [DownWindowRecord(gpu, hour, until) for gpu in sorted(real - planned)]
         return tuple(pinned)
 
-    def collect(self, store: Store, view: ClusterView, now: datetime) -> list[Job]:
-        """Jobs Slurm has finished enter the history through ``finish`` (as ``gpuplan done``);
-        a running job takes Slurm's start (``status`` shows it, not the release's time)."""
+    def collect(self, store: Store, view: ClusterView, now: datetime) -> list[Finished]:
+        """The jobs Slurm has finished, observed (they enter the history through ``finish``, as
+        ``gpuplan done``); a running job takes Slurm's start (``status`` shows it, not the
+        release's time)."""
         self.record_starts(store, view)
         bound = {
             i: job for job in store.jobs([JobState.QUEUED, JobState.RUNNING]) if (i := slurm_job_id(job))
@@ -347,17 +351,10 @@ class SlurmExecutor:
             at = max(end.end or now, job.submitted_at)
             if job.state is JobState.QUEUED and outcome is Outcome.OK:
                 outcome = Outcome.FAILED  # it ran outside any commit; nothing to learn from
-            try:
-                finished.append(finish(store, job.id, at, outcome, started_at=end.start))
-            except InputError as error:
-                log.warning(
-                    "job %s (Slurm %d) ended %s but was not recorded: %s", job.id, slurm_id, end.state, error
-                )
-                continue
-            log.info("job %s (Slurm %d) %s at %s", job.id, slurm_id, outcome.value, at.isoformat())
+            finished.append(Finished(job.id, at, outcome, end.start, slurm_id, end.state))
         for slurm_id in missing:
             if slurm_id not in ended:
-                finished.append(self._vanished(store, bound[slurm_id], slurm_id, now))
+                finished.append(self._vanished(bound[slurm_id], slurm_id, now))
         return finished
 
     @staticmethod
@@ -370,7 +367,7 @@ class SlurmExecutor:
                 store.set_started(job.id, found.start)
 
     @staticmethod
-    def _vanished(store: Store, job: Job, slurm_id: int, now: datetime) -> Job:
+    def _vanished(job: Job, slurm_id: int, now: datetime) -> Finished:
         """A job Slurm neither runs nor has a completion for (its state lost, purged by hand)
         is drift: Slurm's truth is that nothing runs, so it ends now, and the next plan
         starts without it. A running one ends as failed (it ran and did not finish), a
@@ -383,7 +380,7 @@ class SlurmExecutor:
             outcome.value,
             now.isoformat(),
         )
-        return finish(store, job.id, now, outcome)
+        return Finished(job.id, now, outcome, cluster_id=slurm_id)
 
     def cancel_orphans(self, store: Store, view: ClusterView) -> list[int]:
         """Live Slurm jobs of gpuplan's that the store has ended are cancelled in Slurm too:
