@@ -38,7 +38,7 @@ def _config(tmp_path: Path, cluster: dict, apps: list[dict] | None = None) -> Pa
     return path
 
 
-def test_a_two_pool_daemon_plans_each_job_inside_one_pool_and_the_app_on_its_own(
+def test_a_two_pool_daemon_plans_each_job_inside_one_pool_and_refuses_a_job_wider_than_every_pool(
     tmp_path: Path, models_dir: Path
 ) -> None:
     traffic = str(demo_config().traffic[0].path)
@@ -69,8 +69,16 @@ def test_a_two_pool_daemon_plans_each_job_inside_one_pool_and_the_app_on_its_own
         straddling = {job: pools for job, pools in held.items() if len(pools) > 1}
         assert straddling == {}
         assert held.get("chat", {"a100"}) == {"a100"}
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        yaml.safe_dump({"id": "wide", "kind": "batch_inference", "priority": 9, "gpus": 16, "hours": 2})
+    )
+    refused = run_cli("submit", spec, "--config", config, "--db", db, "--at", "2026-11-30T11:10Z")
+    assert refused.code == 2 and len(refused.err.strip().splitlines()) == 1, refused.err
+    assert "`gpus` must be at most 8, the GPUs of the largest pool (h100); got 16" in refused.err
     store = open_store(db)
     try:
+        assert store.job("wide") is None
         commits = store.commits()
         cluster = store.cluster()
     finally:
