@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.errors import InputError
 from contract.scenario_io import MAX_CLUSTER_GPUS, parse_scenario
 from gpuplan.app.core.config import demo_config, load_config
 from scheduler.check import check_plan
@@ -22,7 +23,7 @@ T0 = datetime(2026, 11, 30, 10, 5, tzinfo=UTC)
 POOLS = [{"name": "h100", "gpu_model": "h100", "gpus": 8}, {"name": "a100", "gpu_model": "a100", "gpus": 8}]
 
 
-def _config(tmp_path: Path, cluster: dict, apps: list[dict] | None = None) -> Path:
+def _config(tmp_path: Path, cluster: dict, apps: list[dict] | None = None, **top: object) -> Path:
     traffic = str(demo_config().traffic[0].path)
     app = {"id": "chat", "peak_gpus": 3, "traffic": traffic, "swap_cap": 2, "priority": 90}
     path = tmp_path / "config.yaml"
@@ -33,6 +34,7 @@ def _config(tmp_path: Path, cluster: dict, apps: list[dict] | None = None) -> Pa
         "plan_budget_ms": MIN_BUDGET_MS,
         "plan_wall_clock": False,
         "review_every_hours": None,
+        **top,
     }
     path.write_text(yaml.safe_dump(document))
     return path
@@ -140,3 +142,9 @@ def test_a_bad_pools_config_is_refused_in_one_line_and_nothing_is_stored(
         assert store.cluster() is None and store.apps() == []
     finally:
         store.close()
+
+
+def test_pools_with_a_slurm_section_are_refused(tmp_path: Path) -> None:
+    path = _config(tmp_path, {"pools": POOLS}, slurm={"partition": "gpu"})
+    with pytest.raises(InputError, match=r"`cluster.pools` must be absent with a `slurm:` section"):
+        load_config(path)

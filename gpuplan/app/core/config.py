@@ -369,6 +369,9 @@ def load_config(path: Path) -> ServiceConfig:
     apps = _Apps(base.apps, base.traffic, base.prometheus, {}, {})
     if "apps" in top:
         apps = _apps(r, top["apps"], path.parent, pools)
+    if pools and top.get("slurm") is not None:  # Slurm's reading would replace the pools' GPUs
+        expected = "absent with a `slurm:` section (pools are not read from Slurm yet)"
+        raise r.fail("cluster.pools", expected, "pools")
     retrain_at = _retrain_at(r, top.get("retrain_at"))
     review = top.get("review_every_hours", base.review_every_hours)
     plan_with = top.get("plan_with", "p90")
