@@ -104,7 +104,7 @@ def test_a_single_pool_config_writes_no_pools(tmp_path: Path) -> None:
         (
             {"pools": [POOLS[0], {"name": "a100", "gpus": 0}]},
             None,
-            "`cluster.pools[1].gpus` must be an integer in [1, ",
+            "`cluster.pools[1].gpus` must be an integer >= 1; got 0",
         ),
         (
             {"pools": [POOLS[0], {**POOLS[1], "name": "h100"}]},

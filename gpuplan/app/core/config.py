@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, time
 from enum import StrEnum
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Any
 from contract.errors import InputError
 from contract.records import App, Cluster, DownWindowRecord
 from contract.scenario import Pool
-from contract.scenario_io import ANY_POOL, MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_PROMISE_PENALTY, MAX_RT_PENALTY
+from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_PROMISE_PENALTY, MAX_RT_PENALTY
 from contract.times import parse_time
 from gpuplan.app.core.retention import checked_keep_days
 from gpuplan.app.core.slurm_settings import SlurmSettings
@@ -238,7 +238,6 @@ TOP_KEYS = {
     "slurm",
 }
 CLUSTER_KEYS = {"gpus", "pools", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
-POOL_KEYS = {"name", "gpu_model", "gpus"}
 SLURM_KEYS = {
     "partition",
     "bin_dir",
@@ -452,26 +451,21 @@ def _cluster(r: _Fields, value: object) -> tuple[Cluster, tuple[Pool, ...]]:
 
 
 def _pools(r: _Fields, value: object) -> tuple[Pool, ...]:
-    """``cluster.pools``: a list of ``{name, gpu_model, gpus}``, names once each, at least one
-    GPU each; a pool's GPUs follow the pools before it (the scenario's ``pools``, docs/contract.md)."""
-    if not isinstance(value, list) or not value:
-        raise r.fail("cluster.pools", "a list of at least one pool {name, gpu_model, gpus}", value)
-    pools: list[Pool] = []
-    for index, entry in enumerate(value):
-        name = f"cluster.pools[{index}]"
-        p = r.mapping(entry, name, POOL_KEYS)
-        if "gpus" not in p:
-            raise r.fail(f"{name}.gpus", f"an integer in [1, {MAX_CLUSTER_GPUS}]", "missing")
-        pool_name = r.text(p.get("name"), f"{name}.name")
-        if pool_name == ANY_POOL:
-            raise r.fail(f"{name}.name", f"a name other than {ANY_POOL!r} (it means every pool)", pool_name)
-        if any(pool.name == pool_name for pool in pools):
-            raise r.fail(f"{name}.name", "a name used by no other pool", pool_name)
-        gpus = r.integer(p["gpus"], f"{name}.gpus", 1, MAX_CLUSTER_GPUS)
-        model = r.text(p.get("gpu_model", pool_name), f"{name}.gpu_model")
-        first = sum(pool.gpus for pool in pools)
-        pools.append(Pool(name=pool_name, gpu_model=model, gpus=gpus, first_gpu=first))
-    return tuple(pools)
+    """``cluster.pools``: a list of ``{name, gpu_model, gpus}``, read by the scenario's own rules
+    (its ``pools``, docs/contract.md: names once each, at least one GPU each); a pool's GPUs
+    follow the pools before it."""
+    from contract.scenario_io import _parse_pools, _Reader
+
+    try:
+        pools = _parse_pools(_Reader(r.source), {"pools": value})
+    except InputError as error:
+        raise InputError(
+            f"cluster.{error.field}", error.expected, error.got, source=r.source, hint=error.hint
+        ) from None
+    placed: list[Pool] = []
+    for pool in pools:
+        placed.append(replace(pool, first_gpu=sum(p.gpus for p in placed)))
+    return tuple(placed)
 
 
 @dataclass(frozen=True, slots=True)
