@@ -39,6 +39,7 @@ from contract.records import (
     PlanRun,
     RunMode,
 )
+from contract.scenario import Pool
 from contract.scenario_io import MAX_HORIZON_STEPS, MAX_PRIORITY
 from gpuplan.app.core.config import OVERRUN_FACTOR, PlanWith, PromiseTerms
 from storage.store import EncodedJSON
@@ -173,8 +174,15 @@ def scenario_document(
     name: str,
     promises: PromiseTerms | None = None,
     aging_hours: float | None = None,
+    pools: Sequence[Pool] = (),
+    app_pools: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The contract scenario (CONTRACT.md) of a snapshot: what the planner sees.
+
+    With several ``pools`` (the config's ``cluster.pools``), the scenario has its ``pools``
+    section and each app its ``pool`` (``app_pools``, default: the first pool), and the plan
+    chooses each batch job's pool: every batch job may run on any pool, for the same hours on
+    each (its estimate is not made per GPU model yet).
 
     With ``promises`` of a penalty above 0, each queued job's promised start becomes its
     ``promise`` (steps from the plan's start, negative once passed) and the scenario
@@ -216,23 +224,35 @@ def scenario_document(
         if terms and job.promised_start is not None:
             entry["promise"] = promise_step(job.promised_start, start)
         jobs.append(entry)
+    planned_pools = tuple(pools) if len(pools) > 1 else ()
+    app_pool = {
+        demand.app.id: _app_pool(planned_pools, (app_pools or {}).get(demand.app.id))
+        for demand in snapshot.demand
+    }
     for demand in snapshot.demand:
         app = demand.app
-        jobs.append(
-            {
-                "id": app.id,
-                "kind": "realtime",
-                "priority": app.priority,
-                "swap_cap": app.swap_cap,
-                # No more than the cluster: a surge far above it asks for all of it, not more.
-                "demand": [min(gpus, cluster.gpus) for gpus in demand.gpus[:horizon]],
-            }
-        )
+        pool = app_pool[app.id]
+        most = cluster.gpus if pool is None else pool.gpus
+        entry = {
+            "id": app.id,
+            "kind": "realtime",
+            "priority": app.priority,
+            "swap_cap": app.swap_cap,
+            # No more than its pool: a surge far above it asks for all of it, not more.
+            "demand": [min(gpus, most) for gpus in demand.gpus[:horizon]],
+        }
+        if pool is not None:
+            entry["pool"] = pool.name
+        jobs.append(entry)
     down = _down_steps(cluster, start, pinned={r["id"]: r for r in running})
     for demand in snapshot.demand:
-        held = sheddable(snapshot.realtime_sets.get(demand.app.id, ()), down, demand.app.swap_cap)
-        if held:
-            running.append({"id": demand.app.id, "gpus": held})
+        pool = app_pool[demand.app.id]
+        held = snapshot.realtime_sets.get(demand.app.id, ())
+        if pool is not None:  # GPUs outside its pool (the pools changed) are let go
+            held = tuple(gpu for gpu in held if pool.first_gpu <= gpu < pool.end_gpu)
+        kept = sheddable(held, down, demand.app.swap_cap)
+        if kept:
+            running.append({"id": demand.app.id, "gpus": kept})
     document = {
         "name": name,
         "gpus": cluster.gpus,
@@ -244,7 +264,18 @@ def scenario_document(
         "running": running,
         "down": down,
     }
+    if planned_pools:
+        document["pools"] = [
+            {"name": pool.name, "gpu_model": pool.gpu_model, "gpus": pool.gpus} for pool in planned_pools
+        ]
     return {**document, **terms}
+
+
+def _app_pool(pools: Sequence[Pool], name: str | None) -> Pool | None:
+    """The pool an app serves on: the one it names, else the first (None: no pools)."""
+    if not pools:
+        return None
+    return next((pool for pool in pools if pool.name == name), pools[0])
 
 
 def sheddable(held: Sequence[int], down: Sequence[Mapping[str, int]], swap_cap: int) -> list[int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, time
 from enum import StrEnum
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import App, Cluster, DownWindowRecord
+from contract.scenario import Pool
 from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_PROMISE_PENALTY, MAX_RT_PENALTY
 from contract.times import parse_time
 from gpuplan.app.core.retention import checked_keep_days
@@ -180,6 +181,11 @@ class ServiceConfig:
     #: app -> the command one real-time replica runs on one GPU (the Slurm executor's)
     replica_commands: Mapping[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The cluster's pools (``cluster.pools``), side by side in this order; empty: one pool of
+    #: all ``cluster.gpus``. Kept here, not in the stored :class:`Cluster` record.
+    pools: tuple[Pool, ...] = ()
+    #: app -> the pool it serves on (``apps[i].pool``; default: the first pool)
+    app_pools: Mapping[str, str] = field(default_factory=dict)
 
 
 def demo_config(models_dir: Path = Path("models")) -> ServiceConfig:
@@ -231,7 +237,7 @@ TOP_KEYS = {
     "prune_keep_days",
     "slurm",
 }
-CLUSTER_KEYS = {"gpus", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
+CLUSTER_KEYS = {"gpus", "pools", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
 SLURM_KEYS = {
     "partition",
     "bin_dir",
@@ -251,6 +257,7 @@ APP_KEYS = {
     "peak_gpus",
     "replica_command",
     "prometheus",
+    "pool",
 }
 PROMETHEUS_KEYS = {"url", "query"}
 
@@ -357,10 +364,13 @@ def load_config(path: Path) -> ServiceConfig:
     r = _Fields(str(path))
     top = r.mapping(document, "", TOP_KEYS)
     base = demo_config()
-    cluster = base.cluster if "cluster" not in top else _cluster(r, top["cluster"])
-    apps = _Apps(base.apps, base.traffic, base.prometheus, {})
+    cluster, pools = (base.cluster, ()) if "cluster" not in top else _cluster(r, top["cluster"])
+    apps = _Apps(base.apps, base.traffic, base.prometheus, {}, {})
     if "apps" in top:
-        apps = _apps(r, top["apps"], path.parent)
+        apps = _apps(r, top["apps"], path.parent, pools)
+    if pools and top.get("slurm") is not None:  # Slurm's reading would replace the pools' GPUs
+        expected = "absent with a `slurm:` section (pools are not read from Slurm yet)"
+        raise r.fail("cluster.pools", expected, "pools")
     retrain_at = _retrain_at(r, top.get("retrain_at"))
     review = top.get("review_every_hours", base.review_every_hours)
     plan_with = top.get("plan_with", "p90")
@@ -400,16 +410,24 @@ def load_config(path: Path) -> ServiceConfig:
         prune_keep_days=keep_days,
         slurm=None if top.get("slurm") is None else _slurm(r, top["slurm"], path.parent),
         replica_commands=apps.replica_commands,
+        pools=pools,
+        app_pools=apps.pools,
     )
 
 
-def _cluster(r: _Fields, value: object) -> Cluster:
-    """The ``cluster:`` section: its GPUs (required), the horizon, the objective's terms and
-    the down windows."""
+def _cluster(r: _Fields, value: object) -> tuple[Cluster, tuple[Pool, ...]]:
+    """The ``cluster:`` section: its GPUs (``gpus``, or ``pools``, whose GPUs it sums), the
+    horizon, the objective's terms and the down windows."""
     raw = r.mapping(value, "cluster", CLUSTER_KEYS)
-    if "gpus" not in raw:
-        raise r.fail("cluster.gpus", f"an integer in [1, {MAX_CLUSTER_GPUS}]", "missing")
-    gpus = r.integer(raw["gpus"], "cluster.gpus", 1, MAX_CLUSTER_GPUS)
+    pools = _pools(r, raw["pools"]) if "pools" in raw else ()
+    if "gpus" not in raw and not pools:
+        raise r.fail("cluster.gpus", f"an integer in [1, {MAX_CLUSTER_GPUS}] (or cluster.pools)", "missing")
+    total = sum(pool.gpus for pool in pools)
+    if total > MAX_CLUSTER_GPUS:
+        raise r.fail("cluster.pools", f"pools of at most {MAX_CLUSTER_GPUS} GPUs in all", f"{total} GPUs")
+    gpus = r.integer(raw["gpus"], "cluster.gpus", 1, MAX_CLUSTER_GPUS) if "gpus" in raw else total
+    if pools and gpus != total:
+        raise r.fail("cluster.gpus", f"the sum of the pools' GPUs ({total}), or absent", gpus)
     down = []
     for index, window in enumerate(raw.get("down", []) or []):
         name = f"cluster.down[{index}]"
@@ -421,7 +439,7 @@ def _cluster(r: _Fields, value: object) -> Cluster:
                 end=None if w.get("end") is None else r.instant(w["end"], f"{name}.end"),
             )
         )
-    return Cluster(
+    cluster = Cluster(
         gpus=gpus,
         step_minutes=r.integer(raw.get("step_minutes", 60), "cluster.step_minutes", 60, 60),
         horizon_steps=r.integer(raw.get("horizon", 24), "cluster.horizon", 1, 168),
@@ -429,6 +447,25 @@ def _cluster(r: _Fields, value: object) -> Cluster:
         rt_penalty=r.number(raw.get("rt_penalty", 8.0), "cluster.rt_penalty", 0.0, MAX_RT_PENALTY),
         down=tuple(down),
     )
+    return cluster, pools
+
+
+def _pools(r: _Fields, value: object) -> tuple[Pool, ...]:
+    """``cluster.pools``: a list of ``{name, gpu_model, gpus}``, read by the scenario's own rules
+    (its ``pools``, docs/contract.md: names once each, at least one GPU each); a pool's GPUs
+    follow the pools before it."""
+    from contract.scenario_io import _parse_pools, _Reader
+
+    try:
+        pools = _parse_pools(_Reader(r.source), {"pools": value})
+    except InputError as error:
+        raise InputError(
+            f"cluster.{error.field}", error.expected, error.got, source=r.source, hint=error.hint
+        ) from None
+    placed: list[Pool] = []
+    for pool in pools:
+        placed.append(replace(pool, first_gpu=sum(p.gpus for p in placed)))
+    return tuple(placed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,14 +477,18 @@ class _Apps:
     traffic: tuple[AppTraffic, ...]
     prometheus: tuple[PrometheusSource, ...]
     replica_commands: dict[str, str]
+    pools: dict[str, str]  # app -> the pool it names
 
 
-def _apps(r: _Fields, value: object, folder: Path) -> _Apps:
-    """The ``apps:`` list; traffic files are read from ``folder`` (the config file's)."""
+def _apps(r: _Fields, value: object, folder: Path, pools: tuple[Pool, ...]) -> _Apps:
+    """The ``apps:`` list; traffic files are read from ``folder`` (the config file's). An app's
+    ``pool`` is one of ``pools`` (the cluster's), and only on a cluster of pools."""
     if not isinstance(value, list):
         raise r.fail("apps", "a list of apps", type(value).__name__)
     app_list, traffic_list, prometheus_list = [], [], []
     replica_commands: dict[str, str] = {}
+    app_pools: dict[str, str] = {}
+    names = [pool.name for pool in pools]
     for index, raw_app in enumerate(value):
         name = f"apps[{index}]"
         a = r.mapping(raw_app, name, APP_KEYS)
@@ -469,6 +510,12 @@ def _apps(r: _Fields, value: object, folder: Path) -> _Apps:
                 headroom=r.number(a.get("headroom", 0.0), f"{name}.headroom", 0.0, 10.0),
             )
         )
+        if "pool" in a:
+            if not pools:
+                raise r.fail(f"{name}.pool", "absent on a cluster without cluster.pools", a["pool"])
+            if a["pool"] not in names:
+                raise r.fail(f"{name}.pool", f"one of the cluster's pools {names}", a["pool"])
+            app_pools[app_id] = a["pool"]
         if "replica_command" in a:
             replica_commands[app_id] = r.text(a["replica_command"], f"{name}.replica_command")
         if "traffic" in a:
@@ -481,7 +528,7 @@ def _apps(r: _Fields, value: object, folder: Path) -> _Apps:
             )
         if "prometheus" in a:
             prometheus_list.append(_prometheus_source(r, app_id, a["prometheus"], f"{name}.prometheus"))
-    return _Apps(tuple(app_list), tuple(traffic_list), tuple(prometheus_list), replica_commands)
+    return _Apps(tuple(app_list), tuple(traffic_list), tuple(prometheus_list), replica_commands, app_pools)
 
 
 def _retrain_at(r: _Fields, value: object) -> time | None:

@@ -195,6 +195,8 @@ def load_snapshot(
     waiting = store.jobs([JobState.QUEUED])
     new_estimates = forecasters.estimates([job for job in waiting if job.estimate is None])
     queued = []
+    # A block lies inside one pool: a job larger than the largest is left out of the plan.
+    largest = max((pool.gpus for pool in config.pools), default=cluster.gpus)
     for stored in waiting:
         job = stored
         if job.estimate is None and job.id in new_estimates:
@@ -202,8 +204,10 @@ def load_snapshot(
             job = replace(job, estimate=new_estimates[job.id])
         if job.estimate is None:
             continue
-        if job.estimate.gpus <= cluster.gpus:
+        if job.estimate.gpus <= largest:
             queued.append(job)
+        elif config.pools:
+            log.warning("job %s needs more GPUs than the largest pool has (%d); left queued", job.id, largest)
         else:
             log.warning("job %s needs more GPUs than the cluster has; left queued", job.id)
     running = store.jobs([JobState.RUNNING])
@@ -285,7 +289,13 @@ def plan_snapshot(
 
     name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
     document = scenario_document(
-        snapshot, config.plan_with, name=name, promises=config.promises, aging_hours=config.aging_hours
+        snapshot,
+        config.plan_with,
+        name=name,
+        promises=config.promises,
+        aging_hours=config.aging_hours,
+        pools=config.pools,
+        app_pools=config.app_pools,
     )
     instance = parse_scenario(document, source=name)
     options = SolveOptions(

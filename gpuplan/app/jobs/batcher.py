@@ -295,7 +295,7 @@ class SubmitBatcher:
         fitting = []
         for ticket in batch:
             try:
-                check_fits(cluster, ticket.job, now, source=ticket.source)
+                check_fits(cluster, ticket.job, now, source=ticket.source, pools=self.config.pools)
             except InputError as error:
                 ticket.error = error
             else:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from contract.errors import InputError
 from contract.records import ApiToken, Cluster, Job, JobEstimate, PlanRun, RunMode, Scope
-from contract.scenario import JobKind
+from contract.scenario import JobKind, Pool
 from contract.scenario_io import MAX_PRIORITY
 from gpuplan.app.adapters.slurm.batch import read_section
 from gpuplan.app.adapters.slurm.client import SlurmClient
@@ -242,7 +242,7 @@ def submit(
     if batcher is not None and section is None and slurm_job is None:
         # The batch checks its jobs against the store together (:func:`check_fits`, the ids)
         return batcher(estimated_job(spec, now, forecasters, source=source, token=token), source=source)
-    job = checked_job(store, spec, now, forecasters, source=source, token=token)
+    job = checked_job(store, spec, now, forecasters, source=source, token=token, pools=config.pools)
     if section is not None and config.slurm is not None:
         client = SlurmClient(config.slurm)
         submitted = client.submit(section.request(job.id, config.slurm.partition))
@@ -300,15 +300,16 @@ def checked_job(
     *,
     source: str,
     token: ApiToken | None = None,
+    pools: Sequence[Pool] = (),
 ) -> Job:
     """A checked spec as the job to queue: its id free, its forecast made, its size one the
-    cluster can hold (nothing is stored)."""
+    cluster (of ``pools``, the config's) can hold (nothing is stored)."""
 
     cluster = require_cluster(store)
     if store.job(spec["id"]) is not None:  # before the forecast: a refusal costs nothing
         raise InputError("id", "an id no other job has", spec["id"], source=source)
     job = estimated_job(spec, now, forecasters, source=source, token=token)
-    check_fits(cluster, job, now, source=source)
+    check_fits(cluster, job, now, source=source, pools=pools)
     return job
 
 
@@ -377,11 +378,21 @@ def promise_reason(submitted: datetime, planned: datetime, promised: datetime) -
     )
 
 
-def check_fits(cluster: Cluster, job: Job, now: datetime, *, source: str) -> None:
+def check_fits(cluster: Cluster, job: Job, now: datetime, *, source: str, pools: Sequence[Pool] = ()) -> None:
     """Refuse a job no aligned block of the cluster can ever hold: larger than the cluster,
-    or larger than every block whose GPUs are not all down for good (a down window with no end)."""
+    than every one of its ``pools`` (a block lies inside one), or than every block whose GPUs
+    are not all down for good (a down window with no end)."""
     assert job.estimate is not None
     gpus = job.estimate.gpus
+    largest = max(pools, key=lambda pool: pool.gpus, default=None)
+    if largest is not None and gpus > largest.gpus and gpus <= cluster.gpus:
+        raise InputError(
+            "gpus",
+            f"at most {largest.gpus}, the GPUs of the largest pool ({largest.name})",
+            gpus,
+            source=source,
+            hint=f"A job runs inside one pool of the cluster's {[pool.name for pool in pools]}.",
+        )
     if gpus > cluster.gpus:
         raise InputError(
             "gpus",
