@@ -335,6 +335,12 @@ def _realtime_job(
     )
 
 
+def parse_pools(value: object, *, source: str | None) -> list[Pool]:
+    """A list of ``{name, gpu_model, gpus}`` read by the scenario's ``pools`` rules (the daemon's
+    config reads its ``cluster.pools`` with them too); :class:`InputError` names ``pools[i]...``."""
+    return _parse_pools(_Reader(source), {"pools": value})
+
+
 def _parse_pools(r: _Reader, top: Mapping[str, Any]) -> list[Pool]:
     """The optional ``pools`` section: names once each, at least one GPU each."""
     if "pools" not in top:

@@ -18,7 +18,13 @@ from typing import Any
 from contract.errors import InputError
 from contract.records import App, Cluster, DownWindowRecord
 from contract.scenario import Pool
-from contract.scenario_io import MAX_CLUSTER_GPUS, MAX_PRIORITY, MAX_PROMISE_PENALTY, MAX_RT_PENALTY
+from contract.scenario_io import (
+    MAX_CLUSTER_GPUS,
+    MAX_PRIORITY,
+    MAX_PROMISE_PENALTY,
+    MAX_RT_PENALTY,
+    parse_pools,
+)
 from contract.times import parse_time
 from gpuplan.app.core.retention import checked_keep_days
 from gpuplan.app.core.slurm_settings import SlurmSettings
@@ -454,10 +460,8 @@ def _pools(r: _Fields, value: object) -> tuple[Pool, ...]:
     """``cluster.pools``: a list of ``{name, gpu_model, gpus}``, read by the scenario's own rules
     (its ``pools``, docs/contract.md: names once each, at least one GPU each); a pool's GPUs
     follow the pools before it."""
-    from contract.scenario_io import _parse_pools, _Reader
-
     try:
-        pools = _parse_pools(_Reader(r.source), {"pools": value})
+        pools = parse_pools(value, source=r.source)
     except InputError as error:
         raise InputError(
             f"cluster.{error.field}", error.expected, error.got, source=r.source, hint=error.hint
