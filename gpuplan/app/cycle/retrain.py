@@ -19,8 +19,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
+from contract.files import check_writable_dir, replace_files
 from contract.scenario import JobKind
+from features.job_features import QUANTIZATION_SCHEMA, TRAINING_SCHEMA
+from forecasting.evaluation import (
+    TEST_FRACTION,
+    quantization_metrics,
+    slice_metrics,
+    time_split,
+    training_metrics,
+)
+from forecasting.persistence import model_files
+from forecasting.quantization_estimator import QuantizationEstimator
+from forecasting.realtime_training import fit_profiles
+from forecasting.training_estimator import (
+    MIN_TRAINING_JOBS,
+    AnalyticBaseline,
+    SizeOnlyBaseline,
+    TrainingEstimator,
+)
 from gpuplan.app.core.models import QUANTIZATION_MODEL_FILE, TRAINING_MODEL_FILE, realtime_model_file
+from training_data.history import completed_jobs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,8 +91,6 @@ def retrain(
     ``traffic_paths`` empty fits the bundled series' profiles; None fits no profile (the
     service keeps its apps' profiles in its database).
     """
-    from contract.files import check_writable_dir, replace_files
-    from forecasting.persistence import model_files
 
     check_writable_dir(models_dir, MODELS_OPTION)
     training_jobs, quantization_jobs = _checked_history(history, source)
@@ -111,10 +128,6 @@ def retrain(
 def _checked_history(history: pd.DataFrame, source: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The completed training and quantization jobs of ``history``, each enough to fit on the
     earlier share of jobs (the evaluation's) and to evaluate on the rest."""
-    from forecasting.evaluation import TEST_FRACTION, time_split
-    from forecasting.quantization_estimator import QuantizationEstimator
-    from forecasting.training_estimator import MIN_TRAINING_JOBS
-    from training_data.history import completed_jobs
 
     training_jobs = completed_jobs(history, JobKind.TRAINING)
     quantization_jobs = completed_jobs(history, JobKind.QUANTIZATION)
@@ -152,7 +165,6 @@ def _fit_profiles(
     requests_column: str | None,
 ) -> list[dict[str, object]]:
     """Each traffic series' real-time profile into ``staged``; the report's rows."""
-    from forecasting.realtime_training import fit_profiles
 
     realtime_rows = []
     fitted = [] if traffic_paths is None else fit_profiles(traffic_paths, requests_column=requests_column)
@@ -176,9 +188,6 @@ def _fit_training(
 ) -> _TrainingScores:
     """The training estimator and both baselines fitted on the earlier jobs and scored on the
     later ones, then the estimator fitted on every job into ``staged``."""
-    from features.job_features import TRAINING_SCHEMA
-    from forecasting.evaluation import slice_metrics, time_split, training_metrics
-    from forecasting.training_estimator import AnalyticBaseline, SizeOnlyBaseline, TrainingEstimator
 
     earlier, later = time_split(training_jobs)
     estimator, analytic = TrainingEstimator(), AnalyticBaseline()
@@ -210,9 +219,6 @@ def _fit_training(
 def _fit_quantization(staged: dict[str, Any], quantization_jobs: pd.DataFrame) -> list[QuantizationMetrics]:
     """The quantization estimator (if there are such jobs) scored on the later jobs, then fitted
     on every job into ``staged``."""
-    from features.job_features import QUANTIZATION_SCHEMA
-    from forecasting.evaluation import quantization_metrics, time_split
-    from forecasting.quantization_estimator import QuantizationEstimator
 
     quantization_rows: list[QuantizationMetrics] = []
     if not quantization_jobs.empty:

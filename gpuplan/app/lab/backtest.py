@@ -14,6 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from forecasting.backtest import accuracy, config_for, gpu_tradeoff, run_backtest, saving_at_served
+from forecasting.realtime import RealtimeProfile
+from forecasting.seasonal_baselines import BaselineForecaster, SeasonalBaseline
+
 if TYPE_CHECKING:
     from features.traffic import HourlyTraffic
     from forecasting.backtest import AccuracyRow, DayAheadForecaster, ForecastBacktest, GpuRow
@@ -64,8 +68,6 @@ class SeriesReport:
 
 def forecasters(*, with_mstl: bool = True) -> dict[str, tuple[Callable[[], DayAheadForecaster], bool]]:
     """Name -> (factory, is a baseline), the product's profile first."""
-    from forecasting.realtime import RealtimeProfile
-    from forecasting.seasonal_baselines import BaselineForecaster, SeasonalBaseline
 
     def baseline(kind: SeasonalBaseline) -> Callable[[], DayAheadForecaster]:
         return lambda: BaselineForecaster(kind)
@@ -84,7 +86,6 @@ def backtest_series(
     traffic: HourlyTraffic, *, series: str, swap_cap: int, with_mstl: bool = True
 ) -> SeriesReport:
     """Every forecaster's rolling-origin backtest on one hourly series."""
-    from forecasting.backtest import accuracy, config_for, gpu_tradeoff, run_backtest, saving_at_served
 
     config = config_for(len(traffic))
     requests_per_gpu_hour = max(float(traffic.requests.max()), 1.0) / PEAK_GPUS

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.scenario import Instance
-from contract.scenario_io import parse_scenario
+from contract.scenario_io import load_scenario, parse_scenario
 from gpuplan.app.lab.synthetic import Shape, generate
 from scheduler import lns
 from scheduler.bound import relaxed_bound
@@ -214,7 +214,6 @@ def heldout_instances(
 ) -> Iterator[Instance]:
     """Up to ``per_shape`` scenarios of each shape in ``names`` from the frozen held-out files
     (named ``SHAPE-SEED.json``), in seed order."""
-    from contract.scenario_io import load_scenario
 
     for name in names:
         paths = sorted(p for p in directory.glob(f"{name}-*.json") if p.stem[len(name) + 1 :].isdigit())

@@ -20,14 +20,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from contract.errors import InputError
+from contract.errors import InputError, NotFittedError
 from contract.records import JobState, TrafficHour
+from features.traffic import load_traffic
 from gpuplan.app.adapters.executors import Executor
 from gpuplan.app.adapters.executors.simulated import ActualRun, SimulatedCluster
-from gpuplan.app.core.bridge import STEP, floor_hour
+from gpuplan.app.core.bridge import STEP, floor_hour, gpus_for
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.cycle.finish import finish
+from gpuplan.app.jobs.submit import submit
+from gpuplan.app.lab.seed import demo_durations
+from gpuplan.app.lab.workload import draw_workload, held_out_split, job_pool
 from storage.store import Store
+from training_data.arrivals import load_pattern
+from training_data.history import bundled_history_path, load_history
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -96,9 +102,6 @@ class DemoArrivals:
     def week(self, k: int) -> list[tuple[datetime, SimJob]]:
         from dataclasses import replace
 
-        from gpuplan.app.lab.workload import draw_workload
-        from training_data.arrivals import load_pattern
-
         if k not in self.weeks:
             monday = floor_hour(self.began) - timedelta(days=self.began.weekday(), hours=self.began.hour)
             drawn = draw_workload(
@@ -145,7 +148,6 @@ class DemoArrivals:
         return next((job.actual_hours for _, job in self.week(int(week)) if job.id == job_id), None)
 
     def submit(self, store: Store, job: SimJob, at: datetime) -> None:
-        from gpuplan.app.jobs.submit import submit
 
         try:
             submit(store, job.spec(), at, self.config, source=f"demo arrival {job.id}", replan=False)
@@ -157,10 +159,6 @@ class DemoArrivals:
 def demo_arrivals(store: Store, config: ServiceConfig) -> DemoArrivals | None:
     """The demo's arrivals from its first submission on (None: an empty store, or no job
     estimators to draw the arrivals' sizes with; logged)."""
-    from contract.errors import NotFittedError
-    from gpuplan.app.core.bridge import gpus_for
-    from gpuplan.app.lab.workload import held_out_split, job_pool
-    from training_data.history import bundled_history_path, load_history
 
     jobs = store.jobs()
     if not jobs:
@@ -203,7 +201,6 @@ def feed_traffic(store: Store, app: str, series: HourlyTraffic, now: datetime) -
 
 def feed_demo_traffic(store: Store, config: ServiceConfig, now: datetime) -> None:
     """:func:`feed_traffic` for each of the demo's apps from its bundled series."""
-    from features.traffic import load_traffic
 
     for source in config.traffic:
         feed_traffic(store, source.app, load_traffic(source.path), now)
@@ -212,8 +209,6 @@ def feed_demo_traffic(store: Store, config: ServiceConfig, now: datetime) -> Non
 def demo_world(store: Store, config: ServiceConfig, inner: Executor | None = None) -> DemoWorld:
     """The demo's world on ``store``: its cluster (delivering to ``inner`` too), resumed with
     the jobs the store has running, and the apps' bundled traffic."""
-    from features.traffic import load_traffic
-    from gpuplan.app.lab.seed import demo_durations
 
     durations = demo_durations()
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from contract.errors import InputError
 from contract.records import App, Job, JobEstimate
 from contract.scenario import JobKind
+from features.traffic import load_traffic
 from gpuplan.app.core.bridge import STEP, floor_hour
 from gpuplan.app.core.config import AppTraffic, ServiceConfig
 from gpuplan.app.core.models import TRAINING_MODEL_FILE
@@ -52,7 +53,6 @@ def ensure_models(config: ServiceConfig) -> bool:
 def check_traffic(config: ServiceConfig) -> None:
     """Read every traffic file the config names, before a database is opened: a config that
     would fail half-way through :func:`ensure_service` fails here, with nothing written."""
-    from features.traffic import load_traffic
 
     for source in config.traffic:
         try:
@@ -112,8 +112,6 @@ def _seed_traffic(store: Store, app: App, source: AppTraffic, now: datetime, *, 
     A move of a user's traffic (not the ``demo``'s bundled series) is logged as a warning:
     the hours the profile learns from are not the hours the file names."""
     import numpy as np
-
-    from features.traffic import load_traffic
 
     traffic = load_traffic(source.path)
     last = traffic.hours[-1].astype("datetime64[s]").item().replace(tzinfo=UTC)

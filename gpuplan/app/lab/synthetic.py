@@ -24,6 +24,7 @@ from contract.scenario_io import parse_scenario
 from scheduler.baselines import fifo
 from scheduler.metrics import score
 from scheduler.model import build_grid
+from scheduler.policies import PolicyName, SolveOptions, plan
 
 # Series with a daily cycle worth scheduling around, and where each day starts (hour 0).
 TRAFFIC_SERIES = (
@@ -339,7 +340,6 @@ def _inherited(shape: Shape, seed: int) -> dict[str, Any]:
     scenario: the jobs that plan started in those hours run on with what is left, each
     service holds the GPUs of its last committed hour, the rest is queued again (releases
     shifted), demand moves on by those hours, down windows too, and a few new jobs arrive."""
-    from scheduler.policies import PolicyName, SolveOptions, plan
 
     hours = shape.inherit_hours
     horizon = 24

@@ -29,8 +29,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from contract.errors import InputError
+from contract.files import read_csv
 from contract.records import Outcome
 from contract.scenario import JobKind
+from features.job_features import SCHEMAS
+from forecasting.evaluation import time_split
+from forecasting.persistence import save_model
+from forecasting.quantization_estimator import QuantizationEstimator
+from forecasting.training_estimator import TrainingEstimator
+from gpuplan.app.core.models import MODEL_FILES, load_job_estimator
+from training_data.history import completed_jobs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -116,19 +124,12 @@ class JobPool:
 
 def held_out_split(history: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(earlier, later) jobs of a validated history, by submit time (all kinds together)."""
-    from forecasting.evaluation import time_split
 
     return time_split(history, test_fraction=HELD_OUT_FRACTION)
 
 
 def fit_held_out_models(earlier: pd.DataFrame, models_dir: Path) -> list[Path]:
     """Fit the job estimators on the earlier jobs only and save them in ``models_dir``."""
-    from features.job_features import SCHEMAS
-    from forecasting.persistence import save_model
-    from forecasting.quantization_estimator import QuantizationEstimator
-    from forecasting.training_estimator import TrainingEstimator
-    from gpuplan.app.core.models import MODEL_FILES
-    from training_data.history import completed_jobs
 
     written = []
     for kind, estimator in (("training", TrainingEstimator()), ("quantization", QuantizationEstimator())):
@@ -147,9 +148,6 @@ def fit_held_out_models(earlier: pd.DataFrame, models_dir: Path) -> list[Path]:
 def job_pool(later: pd.DataFrame, models_dir: Path, *, source: str) -> JobPool:
     """The later jobs with their actual hours and the forecasts of the models in ``models_dir``."""
     import pandas as pd
-
-    from features.job_features import SCHEMAS
-    from gpuplan.app.core.models import load_job_estimator
 
     frames = []
     for kind, schema in SCHEMAS.items():
@@ -232,9 +230,6 @@ def draw_workload(
 def read_workload(path: Path, *, cluster_gpus: int) -> list[SimJob]:
     """The jobs of a workload CSV, validated; errors name the row and the column."""
     import pandas as pd
-
-    from contract.files import read_csv
-    from features.job_features import SCHEMAS
 
     source = str(path)
     frame = read_csv(path, "--workload", dtype=str, keep_default_na=False)

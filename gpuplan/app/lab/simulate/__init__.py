@@ -54,6 +54,7 @@ from gpuplan.app.lab.simulate.measures import (
     week_grid,
 )
 from gpuplan.app.lab.simulate.setup import Setup, SimPolicy, load_realtime, prepare
+from scheduler.check import check_plan
 
 __all__ = [
     "STEP",
@@ -111,7 +112,6 @@ def simulate(
     progress: Callable[[int], object] = lambda hours: None,
 ) -> SimulationReport:
     """Every policy on the same jobs and traffic; each run's commits are checked against the contract."""
-    from scheduler.check import check_plan
 
     runs: dict[SimPolicy, PolicyRun] = {}
     metrics: dict[SimPolicy, PolicyMetrics] = {}

@@ -17,6 +17,7 @@ from contract.records import (
     PlanRun,
     RunMode,
 )
+from contract.scenario_io import parse_scenario
 from gpuplan.app.adapters.executors.simulated import SimulatedCluster
 from gpuplan.app.core.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
 from gpuplan.app.core.config import ServiceConfig
@@ -24,6 +25,7 @@ from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.cycle.amend import amend_hour, hourly_rates
 from gpuplan.app.cycle.outbox import deliver_pending
 from gpuplan.app.cycle.tick import load_snapshot, plan_cycle
+from scheduler.policies import PolicyName, plan
 
 if TYPE_CHECKING:
     from contract.scenario import Grid
@@ -70,7 +72,6 @@ def _fast_cycle(service: SimService, now: datetime, observed: Sequence[ObservedT
 
 
 def _priority_backfill_cycle(service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
-    from scheduler.policies import PolicyName
 
     plan_cycle(
         service.store,
@@ -90,8 +91,6 @@ def _fifo_cycle(service: SimService, now: datetime, observed: Sequence[ObservedT
     Within a committed hour it only plans (from the next hour, stored, not committed), so
     that a job submitted since gets FIFO's own plan as its promise.
     """
-    from contract.scenario_io import parse_scenario
-    from scheduler.policies import PolicyName, plan
 
     store, config = service.store, service.config
     hour = floor_hour(now)

@@ -26,6 +26,7 @@ from gpuplan.app.core.config import PlanWith, PromiseTerms, ServiceConfig
 from gpuplan.app.cycle.finish import finish
 from gpuplan.app.cycle.tick import recalibrate, review
 from gpuplan.app.jobs.submit import planned_starts, promise, submit
+from storage.factory import open_store
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -116,7 +117,6 @@ def run_policy(
     hooks: SimHooks | None = None,
 ) -> PolicyRun:
     """Simulate ``setup`` under ``policy``; ``progress(1)`` after each simulated hour."""
-    from storage.factory import open_store
 
     store = open_store(STORE_URL)
     try:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from contract.scenario import BatchJob, Instance, JobKind, RealtimeJob
 from gpuplan.app.core.bridge import STEP
 from gpuplan.app.core.config import PROMISE_SLACK_HOURS
 
@@ -300,7 +301,6 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
     after its submission; real-time demand is the actual need. A legal grid means no GPU
     was double-booked, every block was aligned and kept, and no swap cap was broken.
     """
-    from contract.scenario import BatchJob, Instance, JobKind, RealtimeJob
 
     grid = committed_grid(setup, run)
     committed_hours: dict[str, int] = {}

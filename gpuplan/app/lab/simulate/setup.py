@@ -22,10 +22,27 @@ from contract.records import (
     JobEstimate,
     TrafficHour,
 )
+from features.traffic import load_traffic
+from forecasting.gpu_mapping import gpus_needed
+from forecasting.persistence import model_bytes
+from forecasting.realtime import RealtimeProfile
+from forecasting.realtime_training import bundled_traffic_paths
 from gpuplan.app.core.bridge import STEP
 from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.core.models import load_job_estimator
 from gpuplan.app.jobs.submit import check_spec, estimate_spec
-from gpuplan.app.lab.workload import SimJob
+from gpuplan.app.lab.seed import derived_capacity
+from gpuplan.app.lab.workload import (
+    PRIORITY_RANGES,
+    SimJob,
+    draw_workload,
+    fit_held_out_models,
+    held_out_split,
+    job_pool,
+    read_workload,
+)
+from training_data.arrivals import load_pattern
+from training_data.history import bundled_history_path, load_history
 
 if TYPE_CHECKING:
     from features.traffic import HourlyTraffic
@@ -82,7 +99,6 @@ class RealtimeSeries:
     @cached_property
     def demand_gpus(self) -> IntArray:
         """GPUs the actual traffic needed, every hour of the series (no headroom)."""
-        from forecasting.gpu_mapping import gpus_needed
 
         return gpus_needed(self.requests, self.app.requests_per_gpu_hour)
 
@@ -105,8 +121,6 @@ def load_realtime(
     An app's capacity is set so that its history's peak needs an equal share of
     :data:`RT_PEAK_SHARE` of the cluster.
     """
-    from features.traffic import load_traffic
-    from forecasting.realtime_training import bundled_traffic_paths
 
     simulated = days * HOURS_PER_DAY
     needed = simulated + HISTORY_HOURS
@@ -173,8 +187,6 @@ def config_realtime(config: ServiceConfig, *, days: int, source: str) -> list[Re
     An app without ``requests_per_gpu_hour`` gets the daemon's derived one
     (:func:`gpuplan.app.lab.seed.derived_capacity`), from its history's peak.
     """
-    from features.traffic import load_traffic
-    from gpuplan.app.lab.seed import derived_capacity
 
     simulated = days * HOURS_PER_DAY
     needed = simulated + HISTORY_HOURS
@@ -212,7 +224,6 @@ def app_priority(batch_priorities: Sequence[float]) -> float:
     in the drawn workload's range (20-90), in this workload's range (lowest to highest). A
     workload on another scale (1-1,000, say) keeps the apps above its batch work as the drawn one
     does, so that the penalty, not the scale, decides what an unmet hour is worth."""
-    from gpuplan.app.lab.workload import PRIORITY_RANGES
 
     low = min(low for low, _ in PRIORITY_RANGES.values())
     high = max(high for _, high in PRIORITY_RANGES.values())
@@ -223,8 +234,6 @@ def app_priority(batch_priorities: Sequence[float]) -> float:
 
 def fit_profile(series: RealtimeSeries) -> bytes:
     """The app's demand profile fitted on its history only, as the store keeps it (JSON)."""
-    from forecasting.persistence import model_bytes
-    from forecasting.realtime import RealtimeProfile
 
     history = slice(0, series.history_hours)
     profile = RealtimeProfile().fit(series.hours[history], series.requests[history])
@@ -313,15 +322,6 @@ def prepare(
     ``work_dir`` (unless every job states its hours), so that the default workload's jobs,
     drawn from the later 20%, are forecast by models that never saw them.
     """
-    from gpuplan.app.lab.workload import (
-        draw_workload,
-        fit_held_out_models,
-        held_out_split,
-        job_pool,
-        read_workload,
-    )
-    from training_data.arrivals import load_pattern
-    from training_data.history import bundled_history_path, load_history
 
     if days < 1:
         raise InputError("days", "an integer >= 1", days)
@@ -410,8 +410,6 @@ def _feature_key(kind: str, features: Mapping[str, object]) -> FeatureKey:
 def forecast_jobs(jobs: Sequence[SimJob], models_dir: Path) -> dict[FeatureKey, JobForecast]:
     """Every job's forecast from its features, one batch per kind (the same models, the same numbers)."""
     import pandas as pd
-
-    from gpuplan.app.core.models import load_job_estimator
 
     by_kind: dict[str, list[SimJob]] = {}
     for job in jobs:
