@@ -335,7 +335,7 @@ WING_EXCEPTIONS = {
     ): "the Slurm executor still reports adopted jobs through jobs.submit",
 }
 #: Function-local imports of the project in gpuplan/app/ (a ceiling: lower it, never raise it).
-MAX_LOCAL_IMPORTS = 62
+MAX_LOCAL_IMPORTS = 17
 
 
 def _wing(module: str) -> str | None:

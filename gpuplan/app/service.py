@@ -22,6 +22,7 @@ from contract.records import Job
 from gpuplan.app.adapters.executors import Executor, Reconciler
 from gpuplan.app.adapters.executors.printing import PrintingExecutor
 from gpuplan.app.adapters.executors.registry import make_executor
+from gpuplan.app.adapters.metrics import service_state
 from gpuplan.app.adapters.traffic_sources import pull_traffic
 from gpuplan.app.core.bridge import floor_hour
 from gpuplan.app.core.config import ServiceConfig
@@ -32,7 +33,9 @@ from gpuplan.app.cycle.reconcile import poll, reconcile
 from gpuplan.app.cycle.tick import CycleReport, recalibrate
 from gpuplan.app.cycle.traffic import SurgeAnswer, answer_surge, watch_prometheus
 from gpuplan.app.jobs.changes import Changes
+from gpuplan.app.lab.seed import ensure_models, ensure_service
 from gpuplan.app.views.health import Health
+from scheduler.policies import warm_up
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -145,7 +148,6 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
 def observe_state(service: Service, now: datetime) -> None:
     """The metrics of what the store and the executor hold now (jobs by state, deliveries
     pending, Slurm commands failed, forecast age)."""
-    from gpuplan.app.adapters.metrics import service_state
 
     if service.metrics is not None:
         client = getattr(service.reconciler, "client", None)
@@ -246,7 +248,6 @@ def make_service(
     With ``demo_speed`` the service runs the demo world (gpuplan/app/lab/demo.py): commits go
     to the simulated cluster as well as the executor, on a clock ``demo_speed`` times as fast.
     """
-    from scheduler.policies import warm_up
 
     warm_up()
 
@@ -281,7 +282,6 @@ def start_service(
 ) -> Service:
     """Seed an empty database (models, cluster, apps, traffic; once, under the seed lock) and
     build the service: what a daemon does before its first cycle."""
-    from gpuplan.app.lab.seed import ensure_models, ensure_service
 
     # Under the seed lock: two daemons started together on an empty database seed it once.
     with holding(store, "seed"):

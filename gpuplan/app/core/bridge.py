@@ -41,6 +41,7 @@ from contract.records import (
 )
 from contract.scenario import Pool
 from contract.scenario_io import MAX_HORIZON_STEPS, MAX_PRIORITY
+from forecasting.gpu_mapping import gpus_needed
 from gpuplan.app.core.config import OVERRUN_FACTOR, PlanWith, PromiseTerms
 from storage.store import EncodedJSON
 
@@ -117,7 +118,6 @@ def gpu_demand(p90_requests: Sequence[float], app: App, horizon_steps: int) -> l
     ``p90_requests`` may run past the horizon; the curve is computed over all of it and
     cut, so that rises after the horizon's end are started early enough.
     """
-    from forecasting.gpu_mapping import gpus_needed
 
     need = [int(n) for n in gpus_needed(p90_requests, app.requests_per_gpu_hour, app.headroom)]
     return swap_capped_curve(need, app.swap_cap)[:horizon_steps]
@@ -125,7 +125,6 @@ def gpu_demand(p90_requests: Sequence[float], app: App, horizon_steps: int) -> l
 
 def gpus_for(app: App, requests: float) -> int:
     """GPUs ``app`` needs for ``requests`` in an hour, its headroom included."""
-    from forecasting.gpu_mapping import gpus_needed
 
     return int(gpus_needed([requests], app.requests_per_gpu_hour, app.headroom)[0])
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import InputError
+from contract.files import read_mapping
 from contract.records import App, Cluster, DownWindowRecord
 from contract.scenario import Pool
 from contract.scenario_io import (
@@ -26,6 +27,7 @@ from contract.scenario_io import (
     parse_pools,
 )
 from contract.times import parse_time
+from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
 from gpuplan.app.core.retention import checked_keep_days
 from gpuplan.app.core.slurm_settings import SlurmSettings
 from scheduler.model import HOT_PATH_BUDGET_MS, checked_budget_ms, fast_budget_ms
@@ -196,7 +198,6 @@ class ServiceConfig:
 
 def demo_config(models_dir: Path = Path("models")) -> ServiceConfig:
     """16 GPUs, two real-time apps on bundled traffic, a queue from the bundled job history."""
-    from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
 
     apps = tuple(
         App(id=app_id, priority=priority, swap_cap=cap, requests_per_gpu_hour=0.0, headroom=0.1)
@@ -364,7 +365,6 @@ def _slurm(r: _Fields, raw: object, base: Path) -> SlurmSettings:
 
 def load_config(path: Path) -> ServiceConfig:
     """Read and check a YAML config; missing keys take the demo's defaults."""
-    from contract.files import read_mapping
 
     document = read_mapping(path, "--config", expected="a mapping of settings (cluster, apps, ...)")
     r = _Fields(str(path))

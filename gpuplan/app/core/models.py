@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from contract.errors import InputError
+from forecasting.persistence import FORMAT_VERSION, RETRAIN_HINT, load_model
 
 if TYPE_CHECKING:
     from forecasting.quantization_estimator import QuantizationEstimator
@@ -24,7 +25,6 @@ def realtime_model_file(series: str) -> str:
 
 def load_job_estimator(models_dir: Path, kind: str) -> TrainingEstimator | QuantizationEstimator:
     """The fitted estimator for ``kind`` from ``models_dir``; a clear error when none is there."""
-    from forecasting.persistence import FORMAT_VERSION, RETRAIN_HINT, load_model
     from forecasting.quantization_estimator import QuantizationEstimator
     from forecasting.training_estimator import TrainingEstimator
 

@@ -33,6 +33,7 @@ from contract.errors import InputError
 from contract.records import Amendment, App, Assignment, JobState, ObservedTraffic
 from gpuplan.app.core.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
 from gpuplan.app.cycle.outbox import deliver_pending
+from gpuplan.app.cycle.tick import down_gpus, plan_cycle, require_cluster
 
 if TYPE_CHECKING:
     from gpuplan.app.adapters.executors import Executor
@@ -115,7 +116,6 @@ def amend(
     Refused (:class:`InputError`, nothing stored) when the hour is not committed, a later
     hour is, or an addition is illegal (:func:`check_amendment`). No additions: None.
     """
-    from gpuplan.app.cycle.tick import down_gpus, require_cluster
 
     hour = floor_hour(now)
     if not additions:
@@ -243,7 +243,6 @@ def amend_cycle(
     observed: Sequence[ObservedTraffic] = (),
 ) -> tuple[CycleReport, Amendment | None]:
     """The plan cycle (the hour's traffic so far feeds the nowcast), then :func:`amend_hour`."""
-    from gpuplan.app.cycle.tick import plan_cycle
 
     report = plan_cycle(
         store, now, config, executor, forecasters=forecasters, partial_rates=hourly_rates(observed, now)
@@ -305,7 +304,6 @@ def amend_hour(
     to this hour what :func:`propose` finds: GPUs for apps whose ``observed`` traffic
     outruns their committed GPUs, and the plan's next-hour starts whose blocks are idle now.
     """
-    from gpuplan.app.cycle.tick import down_gpus, require_cluster
 
     hour = floor_hour(now)
     if report.start != hour + STEP or store.commit(hour) is None or report.run_id is None:

@@ -24,6 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from contract.records import App, Cluster, Job, JobState, PlanRun, RunMode, TrafficHour
+from contract.scenario_io import parse_scenario
+from forecasting.gpu_mapping import AppCapacity
+from forecasting.persistence import model_bytes, model_from_bytes
+from forecasting.realtime import KEPT_HOURS, RealtimeProfile
 from gpuplan.app.adapters.traffic_sources import store_traffic
 from gpuplan.app.core.bridge import (
     STEP,
@@ -44,6 +48,8 @@ from gpuplan.app.core.ports import Executor
 from gpuplan.app.core.tokens import NotFoundError
 from gpuplan.app.cycle.finish import cancel
 from gpuplan.app.cycle.outbox import deliver_pending
+from scheduler.model import SolveOptions
+from scheduler.policies import PolicyName, plan
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -105,8 +111,6 @@ class CycleReport:
 
 
 def load_profile(store: Store, app: str) -> RealtimeProfile | None:
-    from forecasting.persistence import model_from_bytes
-    from forecasting.realtime import RealtimeProfile
 
     blob = store.profile(app)
     if blob is None:
@@ -135,8 +139,6 @@ def app_demand(
     that starts at the hour in progress, before its commit, forecasts it as fitted).
     """
     import numpy as np
-
-    from forecasting.gpu_mapping import AppCapacity
 
     profile = load_profile(store, app.id)
     if profile is None:
@@ -283,9 +285,6 @@ def plan_snapshot(
     time_limit_s: float = 10.0,
 ) -> tuple[dict[str, Any], Plan]:
     """The snapshot's scenario and its checked plan."""
-    from contract.scenario_io import parse_scenario
-    from scheduler.model import SolveOptions
-    from scheduler.policies import plan
 
     name = f"gpuplan-{snapshot.start:%Y%m%dT%H%M}"
     document = scenario_document(
@@ -372,7 +371,6 @@ def fresh_run(
 ) -> tuple[Snapshot, PlanRun]:
     """The queue planned from the first open hour (the fast mode unless ``policy``), and the
     run that holds the plan, not stored."""
-    from scheduler.policies import PolicyName
 
     started = time.perf_counter()
     snapshot = load_snapshot(
@@ -456,7 +454,6 @@ def review(
     store: Store, now: datetime, config: ServiceConfig, *, forecasters: Forecasters | None = None
 ) -> PlanRun:
     """A time-limited full-mode plan of what the next plan cycle will see, stored beside it."""
-    from scheduler.policies import PolicyName
 
     started = time.perf_counter()
     forecasters = forecasters or Forecasters(config.models_dir)
@@ -497,8 +494,6 @@ def recalibrate(
     this time) are left for the next recalibration. Returns the apps whose profile moved.
     """
     import numpy as np
-
-    from forecasting.persistence import model_bytes
 
     updated = []
     through = floor_hour(now)  # hours before this one are complete
@@ -548,8 +543,6 @@ def recalibrate(
 
 def fit_profile(store: Store, app: str, hours: HourArray, requests: FloatArray) -> RealtimeProfile:
     """Fit the app's demand profile on a contiguous hourly series and store it."""
-    from forecasting.persistence import model_bytes
-    from forecasting.realtime import RealtimeProfile
 
     profile = RealtimeProfile().fit(hours, requests)
     store.save_profile(app, model_bytes(profile), through=next_unseen_hour(profile) - STEP)
@@ -559,8 +552,6 @@ def fit_profile(store: Store, app: str, hours: HourArray, requests: FloatArray) 
 def _first_profile(store: Store, app: str, through: datetime) -> RealtimeProfile | None:
     """A first profile on the app's latest stored hours without a gap, if they make a day."""
     import numpy as np
-
-    from forecasting.realtime import KEPT_HOURS
 
     rows = store.traffic(app, since=through - KEPT_HOURS * STEP, until=through)
     run: list[TrafficHour] = []

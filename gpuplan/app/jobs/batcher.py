@@ -45,6 +45,7 @@ from datetime import datetime, timedelta
 from contract.errors import InputError
 from contract.records import Cluster, Job, PlanRun, RunMode
 from contract.scenario import BatchJob, Instance
+from contract.scenario_io import parse_scenario
 from gpuplan.app.core.bridge import (
     STEP,
     EntryTexts,
@@ -56,11 +57,15 @@ from gpuplan.app.core.bridge import (
 )
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.cycle.tick import first_open_hour, fresh_run, require_cluster
 from gpuplan.app.jobs.changes import Changes, CyclePlan
 from gpuplan.app.jobs.promises import arrivals_since, batch_gpus, promised_starts, recent_arrivals
 from gpuplan.app.jobs.submit import SubmitResult, answer, check_fits, hot_path_plan, promise
-from scheduler.model import Allocation, Placement
-from scheduler.warm import Refuted
+from scheduler.budget import Budget
+from scheduler.check import check_plan
+from scheduler.metrics import score
+from scheduler.model import Allocation, Placement, build_grid
+from scheduler.warm import Refuted, insert, read_allocation, trimmed_realtime
 from storage.store import Store, marks_after_submits
 
 log = logging.getLogger(__name__)
@@ -176,7 +181,6 @@ class SubmitBatcher:
         commits the hour leaves a plan that starts in it, which no batch can extend (a plan made
         now starts an hour later). Nothing is made when a base holds or when planning fails
         (logged: that batch plans afresh)."""
-        from gpuplan.app.cycle.tick import fresh_run
 
         try:
             with self.plan_lock():
@@ -223,7 +227,6 @@ class SubmitBatcher:
         return self._waiting
 
     def _answer(self, submitted: list[_Ticket]) -> None:
-        from gpuplan.app.cycle.tick import require_cluster
 
         try:
             with self.plan_lock():
@@ -395,7 +398,6 @@ class SubmitBatcher:
         """The cycle's plan as the base, unless it starts in the hour it committed (a plan made
         now starts an hour later; a batch's plan starts, by construction, where one made at
         its marks would)."""
-        from gpuplan.app.cycle.tick import first_open_hour
 
         if cycle.run.start != first_open_hour(self.store, now):
             return None
@@ -428,8 +430,6 @@ class SubmitBatcher:
         each service holding its need, not more (:func:`scheduler.warm.trimmed_realtime`): a
         submit between cycles is placed in the room the next cycle's plan would have, not
         behind GPUs a service held over its need (a daily peak held all day on a quiet queue)."""
-        from contract.scenario_io import parse_scenario
-        from scheduler.warm import read_allocation, trimmed_realtime
 
         instance = parse_scenario(run.scenario, source=f"run {run.id}")
         allocation = read_allocation(instance, run.grid)
@@ -443,12 +443,6 @@ class SubmitBatcher:
 
         Each job is promised once it is in, and the next is inserted into a plan that weighs
         that promise: the plan and the promises are those of the submits one by one."""
-        from contract.scenario_io import parse_scenario
-        from scheduler.budget import Budget
-        from scheduler.check import check_plan
-        from scheduler.metrics import score
-        from scheduler.model import build_grid
-        from scheduler.warm import insert
 
         started = time.perf_counter()
         scenario = base.run.scenario

@@ -13,7 +13,13 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from contract.errors import InputError, StoreError
+from gpuplan.app.adapters.slurm.client import SlurmClient, SlurmError
+from gpuplan.app.adapters.slurm.cluster import read_cluster
+from gpuplan.app.adapters.traffic_sources import PrometheusError, instant_value
 from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.models import MODEL_FILES, load_job_estimator
+from storage import maintenance
+from storage.factory import open_store
 from storage.store import Store
 
 #: A job forecaster fitted longer ago than this is stale (the nightly retrain keeps it fresh).
@@ -74,8 +80,6 @@ def _summary(config: ServiceConfig) -> str:
 
 # -- the database ---------------------------------------------------------------------------------
 def _database(url: str, now: datetime, config: ServiceConfig | None = None) -> Iterator[Check]:
-    from storage import maintenance
-    from storage.factory import open_store
 
     try:
         state = maintenance.schema_state(url)
@@ -143,7 +147,6 @@ def _profiles(store: Store, config: ServiceConfig, now: datetime) -> Iterator[Ch
 
 # -- the models -----------------------------------------------------------------------------------
 def _models(config: ServiceConfig, now: datetime) -> Iterator[Check]:
-    from gpuplan.app.core.models import MODEL_FILES, load_job_estimator
 
     folder = config.models_dir
     for kind, file_name in MODEL_FILES.items():
@@ -196,8 +199,6 @@ def _executor(config: ServiceConfig, now: datetime) -> Iterator[Check]:
         target = config.commits_file or "the database's own feed"
         yield Check("executor", Verdict.OK, f"{config.executor or 'jsonl'}: commits go to {target}")
         return
-    from gpuplan.app.adapters.slurm.client import SlurmClient, SlurmError
-    from gpuplan.app.adapters.slurm.cluster import read_cluster
 
     settings = config.slurm
     client = SlurmClient(settings)
@@ -248,7 +249,6 @@ def _executor(config: ServiceConfig, now: datetime) -> Iterator[Check]:
 
 # -- Prometheus and the clocks ----------------------------------------------------------------------
 def _prometheus(config: ServiceConfig) -> Iterator[Check]:
-    from gpuplan.app.adapters.traffic_sources import PrometheusError, instant_value
 
     clocks: set[str] = set()
     for source in config.prometheus:

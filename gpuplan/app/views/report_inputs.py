@@ -18,7 +18,10 @@ from datetime import datetime, timedelta
 from contract.errors import InputError, StoreError
 from contract.records import Amendment, App, Assignment, Cluster, Commit, PlanRun, TrafficHour
 from contract.scenario import Instance, JobKind
+from contract.times import parse_time
 from gpuplan.app.core.bridge import merged_assignments
+from gpuplan.app.views.reports import run_instance
+from gpuplan.app.views.status import find_run
 from storage.factory import open_store, sqlite_file
 from storage.store import Store
 
@@ -87,14 +90,12 @@ def job_kinds(store: Store) -> dict[str, JobKind]:
 
 def parse_since(since: str | None) -> datetime | None:
     """A report's ``since``: a user's time (contract/times.py), or None."""
-    from contract.times import parse_time
 
     return parse_time(since, "since") if since else None
 
 
 def load_run(url: str, run_ref: str) -> PlanRun:
     """The run ``run_ref`` names (an id or ``latest``) in the store at ``url``."""
-    from gpuplan.app.views.status import find_run
 
     store = open_existing_store(url)
     try:
@@ -125,8 +126,6 @@ def coverage_inputs(url: str, run_ref: str, since: str | None) -> CoverageInputs
 
 
 def coverage_inputs_in(store: Store, run_ref: str, since: str | None) -> CoverageInputs:
-    from gpuplan.app.views.reports import run_instance
-    from gpuplan.app.views.status import find_run
 
     since_at = parse_since(since)
     run = find_run(store, run_ref)

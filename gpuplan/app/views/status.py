@@ -12,6 +12,7 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import GpuMapReading, Job, JobEstimate, JobState, PlanRun, RunMode
+from contract.scenario_io import write_json_atomic
 from gpuplan.app.core.bridge import (
     STEP,
     floor_hour,
@@ -366,7 +367,6 @@ def run_export(run: PlanRun) -> dict[str, dict[str, Any]]:
 
 def export_run(run: PlanRun, out_dir: Path) -> list[Path]:
     """Write ``scenario.json``, ``plan.json`` (CONTRACT.md formats) and ``run.json`` into ``out_dir``."""
-    from contract.scenario_io import write_json_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
