@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -37,6 +36,7 @@ from scheduler.model import HOT_PATH_BUDGET_MS
 from storage.store import Store
 from tests.http_fixtures import T0, Served, served
 from tests.service_fixtures import _in_tmp_path, models_dir, quick_config
+from tests.waiting import wait_until
 
 __all__ = ["_in_tmp_path", "models_dir"]
 
@@ -79,13 +79,6 @@ def _token(service: Served, role: str = "admin") -> ApiToken:
     return authenticate(service.store, service.tokens[role])
 
 
-def _wait_until(condition: Callable[[], bool], timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
 def _submit_together(service: Served, specs: list[dict[str, Any]]) -> list[SubmitResult | BaseException]:
     """Submit ``specs`` from one thread each while the plan lock is held, so that the first
     waits for the lock and the rest wait for it: two batches, the first one job, then the rest."""
@@ -102,11 +95,11 @@ def _submit_together(service: Served, specs: list[dict[str, Any]]) -> list[Submi
     with ctx.plan_lock():
         threads = [threading.Thread(target=one, args=(0,))]
         threads[0].start()
-        _wait_until(lambda: ctx.batcher._running and not ctx.batcher._waiting)  # the first taken
+        wait_until(lambda: ctx.batcher._running and not ctx.batcher._waiting)  # the first taken
         for i in range(1, len(specs)):  # one at a time: the batch keeps their order
             threads.append(threading.Thread(target=one, args=(i,)))
             threads[-1].start()
-            _wait_until(lambda i=i: len(ctx.batcher._waiting) == i)
+            wait_until(lambda i=i: len(ctx.batcher._waiting) == i)
     for thread in threads:
         thread.join(60)
     return answers
@@ -155,7 +148,7 @@ def test_the_callers_a_batch_answered_go_together_in_the_next_and_a_lone_one_nev
         for i in range(CALLERS - 1):  # the nine come back one at a time
             spec = _spec(100 + i)
             answers.append(pool.submit(ctx.submit, token, spec, source="test"))
-            _wait_until(lambda i=i: len(ctx.batcher._waiting) == i + 1 or ctx.batcher.stats.batches > 4)
+            wait_until(lambda i=i: len(ctx.batcher._waiting) == i + 1 or ctx.batcher.stats.batches > 4)
         assert all(isinstance(a.result(timeout=30), SubmitResult) for a in answers)
         pool.shutdown()
         assert ctx.batcher.stats.sizes == [1, 1, 1, CALLERS - 1, CALLERS - 1]

@@ -30,6 +30,7 @@ from scheduler.check import check_plan
 from storage.factory import open_store
 from tests.pg import PgServer, free_port
 from tests.service_fixtures import _in_tmp_path, models_dir, quick_config
+from tests.waiting import wait_until
 
 __all__ = ["_in_tmp_path", "models_dir"]
 
@@ -303,10 +304,7 @@ def test_a_leader_whose_lock_is_gone_stops_acting_and_leads_again_once_it_holds_
 
 
 def _wait(condition: Callable[[], object], what: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.2)
+    wait_until(condition, what, timeout_s, every_s=0.2)
 
 
 def test_metrics_are_served_while_the_daemon_runs(tmp_path: Path, models_dir: Path) -> None:

@@ -5,7 +5,6 @@ tests/test_storage.py)."""
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -25,6 +24,7 @@ from tests.storage_children import (
     sample_run,
     spawn,
 )
+from tests.waiting import wait_until
 
 # --- two stores, two processes, kill -9 ---------------------------------------------------
 
@@ -51,13 +51,13 @@ def test_the_cycle_lock_of_a_killed_process_is_free_again(db_url: str) -> None:
     assert child.exitcode == -9  # it died holding the lock
     store = SqlStore.open(db_url)
     try:
-        deadline = time.monotonic() + 10  # PostgreSQL ends the dead client's session asynchronously
-        while True:
+
+        def free() -> bool:
             with store.cycle_lock("plan") as held:
-                if held or time.monotonic() > deadline:
-                    break
-            time.sleep(0.05)
-        assert held
+                return held
+
+        # PostgreSQL ends the dead client's session asynchronously.
+        wait_until(free, "the dead process's lock is free", timeout_s=10, every_s=0.05)
     finally:
         store.close()
 
@@ -124,9 +124,12 @@ def test_the_hour_key_stops_a_commit_that_checked_before_the_other_committed(
         second.start()
         if loser.dialect == "postgresql":
             server = request.getfixturevalue("pg_server")
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not server.waiting_on_locks(db_url):
-                time.sleep(0.02)
+            wait_until(
+                lambda: server.waiting_on_locks(db_url),
+                "the loser waits on the winner's lock",
+                30,
+                every_s=0.02,
+            )
         else:
             assert asking.wait(60)
         resume.set()
