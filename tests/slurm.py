@@ -7,6 +7,10 @@ the daemons, each in its own session with its output in the folder, and waits un
 node is idle. Each GPU is its own typed GRES (``gpu:g0:1,...,gpu:g7:1``), so that a job can
 ask for exact GPUs; the node's feature names the GPU model. Several ``slurmd`` run on one
 host as ``slurmd -N NAME``, each node with its own ``Port=``. ``stop()`` ends them by PID.
+
+A cluster of two models (``models=("a100", "h100")``, one model per node) has both ways a
+mixed cluster is laid out in Slurm at once: partition ``main`` holds every node, each with
+its model as its feature, and partition ``gpu-MODEL`` holds the nodes of each model.
 The configuration is the one measured in ``docs/slurm.md``.
 """
 
@@ -75,7 +79,8 @@ EnforcePartLimits=ALL
 SlurmdParameters=config_overrides
 {nodes}
 PartitionName={partition} Nodes={node_names} Default=YES MaxTime=7-00:00:00 State=UP
-"""
+{partitions}"""
+MODEL_PARTITION = "PartitionName=gpu-{model} Nodes={node_names} MaxTime=7-00:00:00 State=UP\n"
 
 
 def missing_programs() -> list[str]:
@@ -99,20 +104,28 @@ def _free_ports(count: int) -> list[int]:
 
 @dataclass
 class SlurmServer:
-    """A running cluster: ``nodes`` of ``gpus_per_node`` fake GPUs each, in partition ``main``."""
+    """A running cluster: ``nodes`` of ``gpus_per_node`` fake GPUs each, in partition ``main``;
+    node ``nodes[k]``'s model (its feature) is ``models[k]``."""
 
     root: Path
     nodes: tuple[str, ...]
     gpus_per_node: int
-    model: str
+    models: tuple[str, ...]
     extra: str = ""  # more slurm.conf lines
     controller: subprocess.Popen[bytes] | None = None
     slurmds: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @classmethod
     def start(
-        cls, *, nodes: int = 2, gpus_per_node: int = 8, model: str = "h100", extra: str = ""
+        cls,
+        *,
+        nodes: int = 2,
+        gpus_per_node: int = 8,
+        model: str = "h100",
+        extra: str = "",
+        models: tuple[str, ...] | None = None,
     ) -> SlurmServer:
+        """``models``: one model per node (``nodes`` is then its length); default ``model`` on each."""
         missing = missing_programs()
         if missing:
             pytest.fail(MISSING.format(missing=", ".join(missing)), pytrace=False)
@@ -120,7 +133,8 @@ class SlurmServer:
             pytest.fail("The Slurm fixture runs slurmd as root (it starts jobs as any user).", pytrace=False)
         root = Path(tempfile.mkdtemp(prefix="gpuplan-slurm-"))
         root.chmod(0o755)  # munged checks every folder above its socket
-        server = cls(root, tuple(f"node{k}" for k in range(nodes)), gpus_per_node, model, extra)
+        per_node = models or (model,) * nodes
+        server = cls(root, tuple(f"node{k}" for k in range(len(per_node))), gpus_per_node, per_node, extra)
         try:
             server._write_config()
             server._start_munge()
@@ -133,6 +147,14 @@ class SlurmServer:
             server.stop()
             pytest.fail(f"the Slurm fixture did not start:\n{log}", pytrace=False)
         return server
+
+    @property
+    def model(self) -> str:
+        """The first node's model (a cluster of one model: its model)."""
+        return self.models[0]
+
+    def nodes_of(self, model: str) -> tuple[str, ...]:
+        return tuple(n for n, m in zip(self.nodes, self.models, strict=True) if m == model)
 
     # -- paths and the environment ---------------------------------------------------------
     @property
@@ -173,9 +195,14 @@ class SlurmServer:
         ctld_port, *node_ports = _free_ports(1 + len(self.nodes))
         gres = ",".join(f"gpu:g{n}:1" for n in range(self.gpus_per_node))
         lines = [
-            NODE_LINE.format(name=name, host=host, port=port, gres=gres, model=self.model)
-            for name, port in zip(self.nodes, node_ports, strict=True)
+            NODE_LINE.format(name=name, host=host, port=port, gres=gres, model=model)
+            for name, port, model in zip(self.nodes, node_ports, self.models, strict=True)
         ]
+        distinct = list(dict.fromkeys(self.models))
+        partitions = "".join(
+            MODEL_PARTITION.format(model=m, node_names=",".join(self.nodes_of(m)))
+            for m in (distinct if len(distinct) > 1 else [])
+        )
         self.conf.write_text(
             CONF.format(
                 host=host,
@@ -186,6 +213,7 @@ class SlurmServer:
                 partition=PARTITION,
                 node_names=",".join(self.nodes),
                 extra=self.extra,
+                partitions=partitions,
             )
         )
         for n in range(self.gpus_per_node):
@@ -248,8 +276,9 @@ class SlurmServer:
         """Until every node answers IDLE (ReturnToService brings a restarted node back)."""
 
         def idle() -> bool:
-            states = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).split()
-            return len(states) == 2 * len(self.nodes) and all(s == "idle" for s in states[1::2])
+            words = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False).split()
+            states = dict(zip(words[::2], words[1::2], strict=False))  # a node once per partition
+            return len(states) == len(self.nodes) and all(s == "idle" for s in states.values())
 
         self._wait_for(idle, "idle nodes", timeout_s)
 
@@ -269,9 +298,9 @@ class SlurmServer:
             if line.startswith("ReservationName="):
                 name = line.split()[0].partition("=")[2]
                 self.run("scontrol", "delete", f"ReservationName={name}", check=False)
-        for name in self.nodes:
+        for name, model in zip(self.nodes, self.models, strict=True):
             self.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
-            features = (f"AvailableFeatures={self.model}", f"ActiveFeatures={self.model}")
+            features = (f"AvailableFeatures={model}", f"ActiveFeatures={model}")
             self.run("scontrol", "update", f"NodeName={name}", *features, check=False)
         self.wait_idle()
 

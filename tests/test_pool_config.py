@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from contract.errors import InputError
 from contract.scenario_io import MAX_CLUSTER_GPUS, parse_scenario
 from gpuplan.app.core.config import demo_config, load_config
 from scheduler.check import check_plan
@@ -142,9 +141,3 @@ def test_a_bad_pools_config_is_refused_in_one_line_and_nothing_is_stored(
         assert store.cluster() is None and store.apps() == []
     finally:
         store.close()
-
-
-def test_pools_with_a_slurm_section_are_refused(tmp_path: Path) -> None:
-    path = _config(tmp_path, {"pools": POOLS}, slurm={"partition": "gpu"})
-    with pytest.raises(InputError, match=r"`cluster.pools` must be absent with a `slurm:` section"):
-        load_config(path)

@@ -29,7 +29,7 @@ from contract.scenario_io import (
 from contract.times import parse_time
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
 from gpuplan.app.core.retention import checked_keep_days
-from gpuplan.app.core.slurm_settings import SlurmSettings
+from gpuplan.app.core.slurm_settings import SlurmPool, SlurmSettings
 from scheduler.model import HOT_PATH_BUDGET_MS, checked_budget_ms, fast_budget_ms
 
 #: The bundled real-time traffic the demo cluster's two apps follow.
@@ -245,6 +245,8 @@ TOP_KEYS = {
     "slurm",
 }
 CLUSTER_KEYS = {"gpus", "pools", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
+#: A pool's keys beside the scenario's (``name``, ``gpu_model``, ``gpus``): where it lies in Slurm.
+POOL_SLURM_KEYS = ("partition", "feature")
 SLURM_KEYS = {
     "partition",
     "bin_dir",
@@ -339,11 +341,14 @@ class _Fields:
             raise self.fail(name, error.expected, value) from error
 
 
-def _slurm(r: _Fields, raw: object, base: Path) -> SlurmSettings:
-    """The ``slurm:`` section; relative paths are read from the config file's folder."""
+def _slurm(r: _Fields, raw: object, base: Path, pools: tuple[SlurmPool, ...] = ()) -> SlurmSettings:
+    """The ``slurm:`` section; relative paths are read from the config file's folder. With
+    ``pools``, its partition is theirs (joined by commas)."""
     s = r.mapping(raw, "slurm", SLURM_KEYS)
-    if "partition" not in s:
+    if "partition" not in s and not pools:
         raise r.fail("slurm.partition", "the name of the Slurm partition gpuplan plans", "missing")
+    partition = ",".join(dict.fromkeys(p.partition for p in pools))
+    partition = partition or r.text(s["partition"], "slurm.partition")
     models = s.get("gpu_models", [])
     if not isinstance(models, list) or not all(isinstance(m, str) and m for m in models):
         raise r.fail("slurm.gpu_models", "a list of node features that name GPU models", models)
@@ -353,14 +358,53 @@ def _slurm(r: _Fields, raw: object, base: Path) -> SlurmSettings:
         return None if value is None else (base / r.text(value, f"slurm.{key}")).resolve()
 
     return SlurmSettings(
-        partition=r.text(s["partition"], "slurm.partition"),
+        partition=partition,
         bin_dir=path("bin_dir"),
         slurm_conf=path("slurm_conf"),
         timeout_s=r.number(s.get("timeout_s", 30.0), "slurm.timeout_s", 0.1, 600),
         poll_seconds=r.number(s.get("poll_seconds", 60.0), "slurm.poll_seconds", 1, 3600),
         gpu_models=tuple(models),
         start_grace_s=r.number(s.get("start_grace_s", 120.0), "slurm.start_grace_s", 0, 86_400),
+        pools=pools,
     )
+
+
+#: Each pool's ``partition`` and ``feature`` as the config gives them (None: not given).
+_Places = tuple[tuple[str | None, str | None], ...]
+
+
+def _slurm_pools(r: _Fields, pools: tuple[Pool, ...], places: _Places, raw: object) -> tuple[SlurmPool, ...]:
+    """Where each of ``cluster.pools`` lies in Slurm: its ``partition`` (default:
+    ``slurm.partition``) and its ``feature`` (default, on a partition that several pools
+    share: the pool's ``gpu_model``). Two pools on the same nodes are refused."""
+    if not pools:
+        return ()
+    shared = raw.get("partition") if isinstance(raw, Mapping) else None
+    named = [part if part is not None else shared for part, _ in places]
+    found: list[SlurmPool] = []
+    for index, (pool, given, (_, given_feature)) in enumerate(zip(pools, named, places, strict=True)):
+        field_name = f"cluster.pools[{index}]"
+        if given is None:
+            expected = "the Slurm partition of the pool (or slurm.partition, shared by the pools)"
+            raise r.fail(f"{field_name}.partition", expected, "missing")
+        partition = r.text(given, f"{field_name}.partition" if places[index][0] else "slurm.partition")
+        feature = given_feature
+        if feature is None and named.count(partition) > 1:
+            feature = pool.gpu_model  # pools that share a partition are told apart by a feature
+        twin = next((p for p in found if p.partition == partition and p.feature in (None, feature)), None)
+        if twin is not None or (feature is None and any(p.partition == partition for p in found)):
+            expected = f"a node feature of partition {partition!r} that no other pool uses"
+            raise r.fail(f"{field_name}.feature", expected, feature)
+        found.append(SlurmPool(pool.name, partition, feature, pool.gpus))
+    return tuple(found)
+
+
+def _no_slurm_places(r: _Fields, places: _Places) -> None:
+    """A pool's ``partition`` or ``feature`` means nothing without a ``slurm:`` section."""
+    for index, place in enumerate(places):
+        for key, value in zip(POOL_SLURM_KEYS, place, strict=True):
+            if value is not None:
+                raise r.fail(f"cluster.pools[{index}].{key}", "absent without a `slurm:` section", value)
 
 
 def load_config(path: Path) -> ServiceConfig:
@@ -370,13 +414,15 @@ def load_config(path: Path) -> ServiceConfig:
     r = _Fields(str(path))
     top = r.mapping(document, "", TOP_KEYS)
     base = demo_config()
-    cluster, pools = (base.cluster, ()) if "cluster" not in top else _cluster(r, top["cluster"])
+    cluster, pools, places = (base.cluster, (), ()) if "cluster" not in top else _cluster(r, top["cluster"])
     apps = _Apps(base.apps, base.traffic, base.prometheus, {}, {})
     if "apps" in top:
         apps = _apps(r, top["apps"], path.parent, pools)
-    if pools and top.get("slurm") is not None:  # Slurm's reading would replace the pools' GPUs
-        expected = "absent with a `slurm:` section (pools are not read from Slurm yet)"
-        raise r.fail("cluster.pools", expected, "pools")
+    slurm = None
+    if top.get("slurm") is not None:
+        slurm = _slurm(r, top["slurm"], path.parent, _slurm_pools(r, pools, places, top["slurm"]))
+    else:
+        _no_slurm_places(r, places)
     retrain_at = _retrain_at(r, top.get("retrain_at"))
     review = top.get("review_every_hours", base.review_every_hours)
     plan_with = top.get("plan_with", "p90")
@@ -414,18 +460,18 @@ def load_config(path: Path) -> ServiceConfig:
         executor=None if top.get("executor") is None else r.text(top["executor"], "executor"),
         demo_queue=bool(top.get("demo_queue", "cluster" not in top and "apps" not in top)),
         prune_keep_days=keep_days,
-        slurm=None if top.get("slurm") is None else _slurm(r, top["slurm"], path.parent),
+        slurm=slurm,
         replica_commands=apps.replica_commands,
         pools=pools,
         app_pools=apps.pools,
     )
 
 
-def _cluster(r: _Fields, value: object) -> tuple[Cluster, tuple[Pool, ...]]:
+def _cluster(r: _Fields, value: object) -> tuple[Cluster, tuple[Pool, ...], _Places]:
     """The ``cluster:`` section: its GPUs (``gpus``, or ``pools``, whose GPUs it sums), the
-    horizon, the objective's terms and the down windows."""
+    horizon, the objective's terms and the down windows; and where each pool lies in Slurm."""
     raw = r.mapping(value, "cluster", CLUSTER_KEYS)
-    pools = _pools(r, raw["pools"]) if "pools" in raw else ()
+    pools, places = _pools(r, raw["pools"]) if "pools" in raw else ((), ())
     if "gpus" not in raw and not pools:
         raise r.fail("cluster.gpus", f"an integer in [1, {MAX_CLUSTER_GPUS}] (or cluster.pools)", "missing")
     total = sum(pool.gpus for pool in pools)
@@ -453,15 +499,31 @@ def _cluster(r: _Fields, value: object) -> tuple[Cluster, tuple[Pool, ...]]:
         rt_penalty=r.number(raw.get("rt_penalty", 8.0), "cluster.rt_penalty", 0.0, MAX_RT_PENALTY),
         down=tuple(down),
     )
-    return cluster, pools
+    return cluster, pools, places
 
 
-def _pools(r: _Fields, value: object) -> tuple[Pool, ...]:
+def _pools(r: _Fields, value: object) -> tuple[tuple[Pool, ...], _Places]:
     """``cluster.pools``: a list of ``{name, gpu_model, gpus}``, read by the scenario's own rules
     (its ``pools``, docs/contract.md: names once each, at least one GPU each); a pool's GPUs
-    follow the pools before it."""
+    follow the pools before it. A pool's ``partition`` and ``feature`` (where it lies in
+    Slurm) are set aside for the ``slurm:`` section."""
+    places: list[tuple[str | None, str | None]] = []
+    entries: object = value
+    if isinstance(value, list):
+        listed: list[object] = []
+        entries = listed
+        for index, entry in enumerate(value):
+            if not isinstance(entry, Mapping):
+                listed.append(entry)  # the scenario's rules refuse it
+                continue
+            given = [entry.get(key) for key in POOL_SLURM_KEYS]
+            for key, got in zip(POOL_SLURM_KEYS, given, strict=True):
+                if got is not None:
+                    r.text(got, f"cluster.pools[{index}].{key}")
+            places.append((given[0], given[1]))
+            listed.append({k: v for k, v in entry.items() if k not in POOL_SLURM_KEYS})
     try:
-        pools = parse_pools(value, source=r.source)
+        pools = parse_pools(entries, source=r.source)
     except InputError as error:
         raise InputError(
             f"cluster.{error.field}", error.expected, error.got, source=r.source, hint=error.hint
@@ -469,7 +531,7 @@ def _pools(r: _Fields, value: object) -> tuple[Pool, ...]:
     placed: list[Pool] = []
     for pool in pools:
         placed.append(replace(pool, first_gpu=sum(p.gpus for p in placed)))
-    return tuple(placed)
+    return tuple(placed), tuple(places)
 
 
 @dataclass(frozen=True, slots=True)

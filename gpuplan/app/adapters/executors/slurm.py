@@ -54,7 +54,7 @@ from gpuplan.app.adapters.slurm.client import (
     SlurmClient,
     SlurmJob,
 )
-from gpuplan.app.adapters.slurm.cluster import ClusterView, GpuMap, ceil_hour, read_cluster
+from gpuplan.app.adapters.slurm.cluster import ClusterView, GpuMap, PooledMap, ceil_hour, read_cluster
 from gpuplan.app.core.bridge import floor_hour, hour_allocation, merged_assignments
 from gpuplan.app.core.ports import Finished
 from gpuplan.app.core.slurm_settings import SlurmSettings
@@ -100,7 +100,7 @@ class SlurmExecutor:
     _refused: set[int] = field(default_factory=set, init=False)  # held jobs whose comment is not a spec
     _newest: datetime | None = field(default=None, init=False)  # the newest commit's hour delivered
     _delivered: dict[datetime, Commit] = field(default_factory=dict, init=False)  # hour -> allocation
-    _map_seen: GpuMap | None = field(default=None, init=False)  # the GPU map last logged
+    _map_seen: GpuMap | PooledMap | None = field(default=None, init=False)  # the GPU map last logged
 
     def __post_init__(self) -> None:
         self.client = SlurmClient(self.settings)
@@ -122,6 +122,8 @@ class SlurmExecutor:
 
     @property
     def target(self) -> str:
+        if self.settings.pools:
+            return f"Slurm partitions {self.settings.partition} ({len(self.settings.pools)} pools)"
         return f"Slurm partition {self.settings.partition}"
 
     # -- the entry points ---------------------------------------------------------------------
@@ -216,7 +218,10 @@ class SlurmExecutor:
 
     def _store_reading(self, store: Store, view: ClusterView, now: datetime) -> None:
         """The partition's GPU map into the store for ``gpuplan status``, when it differs from
-        the one stored (``read_at``: when this map was first read)."""
+        the one stored (``read_at``: when this map was first read). Pools whose nodes have
+        different GPU counts have no such map (the log line above describes them)."""
+        if not view.gpu_map.gpus_per_node:
+            return
         stored = store.gpu_map()
         reading = (self.settings.partition, view.gpu_map.nodes, view.gpu_map.gpus_per_node)
         if stored is None or (stored.partition, stored.nodes, stored.gpus_per_node) != reading:

@@ -112,7 +112,8 @@ def slurm_job_id(job: Job) -> int | None:
 
 
 def replica_request(app: str, gpu: int, command: str, partition: str, placement: Placement) -> BatchRequest:
-    """One real-time replica: ``command`` on exactly one GPU, started at once."""
+    """One real-time replica: ``command`` on exactly one GPU, started at once (in its pool's
+    partition and with its constraint, when the placement names them)."""
     return BatchRequest(
         name=f"gpuplan-{app}-{gpu}",
         partition=partition,

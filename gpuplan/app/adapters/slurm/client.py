@@ -73,11 +73,14 @@ class SlurmError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a job runs: GPU indices on one node (typed GRES ``gpu:gN:1`` each), or whole nodes."""
+    """Where a job runs: GPU indices on one node (typed GRES ``gpu:gN:1`` each), or whole nodes;
+    in a cluster of pools, in its pool's ``partition`` with ``--constraint=constraint``."""
 
     nodes: tuple[str, ...]
     gpus: tuple[int, ...] = ()  # indices on ``nodes[0]``; empty: every GPU of every node
     gpus_per_node: int = 0  # for whole nodes
+    partition: str | None = None  # None: the request's own
+    constraint: str | None = None  # a node feature (the pool's model on a shared partition)
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -120,7 +123,8 @@ class BatchRequest:
             raise ValueError("a batch request needs exactly one of a command and a script")
 
     def arguments(self) -> list[str]:
-        args = ["--parsable", f"--job-name={self.name}", f"--partition={self.partition}"]
+        partition = (self.placement.partition if self.placement else None) or self.partition
+        args = ["--parsable", f"--job-name={self.name}", f"--partition={partition}"]
         args.append(f"--output={self.output}")
         if self.hold:
             args.append("--hold")
@@ -145,6 +149,8 @@ def placement_arguments(placement: Placement) -> list[str]:
     """``sbatch``'s options for a placement."""
     args = [f"--nodelist={','.join(placement.nodes)}", f"--nodes={len(placement.nodes)}"]
     args.append(f"--gres={placement.gres()}")
+    if placement.constraint:
+        args.append(f"--constraint={placement.constraint}")
     if placement.whole_nodes:
         args.append("--exclusive")
     return args
@@ -286,6 +292,10 @@ class SlurmClient:
             f"ReqNodeList={','.join(placement.nodes)}",
             f"TresPerNode=gres:{placement.gres().replace(',', ',gres:')}",
         ]
+        if placement.partition:
+            fields.append(f"Partition={placement.partition}")
+        if placement.constraint:
+            fields.append(f"Features={placement.constraint}")
         if placement.whole_nodes:
             fields.append("OverSubscribe=no")
         self.run("scontrol", "update", *fields)
@@ -308,11 +318,14 @@ class SlurmClient:
             self.run("scancel", *map(str, job_ids))
 
     def jobs(self, partition: str | None = None) -> list[SlurmJob]:
-        """Every job ``slurmctld`` still knows (finished ones for ``MinJobAge``), by id."""
+        """Every job ``slurmctld`` still knows (finished ones for ``MinJobAge``), by id; of
+        ``partition`` (partitions joined by commas: of any of them, a job pending on several too)."""
         args = ["--json"] + ([f"--partition={partition}"] if partition else [])
         document = self._json("squeue", *args)
         jobs = [_job(raw) for raw in document.get("jobs", [])]
-        return sorted((j for j in jobs if partition is None or j.partition == partition), key=lambda j: j.id)
+        wanted = set(_words(partition))
+        found = (j for j in jobs if not wanted or wanted & set(_words(j.partition)))
+        return sorted(found, key=lambda j: j.id)
 
     def job(self, job_id: int) -> SlurmJob | None:
         """One job, or None once ``slurmctld`` has forgotten it."""
@@ -320,12 +333,13 @@ class SlurmClient:
 
     # -- nodes and reservations ---------------------------------------------------------
     def nodes(self, partition: str | None = None) -> list[SlurmNode]:
-        """Nodes (of ``partition``), in name order."""
+        """Nodes (of ``partition``; partitions joined by commas: of any of them), in name order."""
         document = self._json("sinfo", "--json")
         found: dict[str, SlurmNode] = {}
+        wanted = set(_words(partition))
         for raw in document.get("nodes", []):
             node = _node(raw)
-            if partition is None or partition in node.partitions:
+            if not wanted or wanted & set(node.partitions):
                 found[node.name] = node
         return [found[name] for name in sorted(found, key=node_sort_key)]
 
