@@ -34,9 +34,12 @@ from gpuplan.app.jobs.submit import submit
 from gpuplan.app.lab.seed import ensure_service
 from storage.factory import open_store
 from storage.store import Store
+from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 from tests.slurm import SlurmServer
 from tests.test_slurm_executor import FEATURES
 from tests.waiting import wait_until
+
+__all__ = ["_in_tmp_path", "models_dir"]
 
 HOUR = timedelta(hours=1)
 #: How each layout names the pools' places in Slurm: the pools' keys, and the slurm section's.
@@ -393,3 +396,38 @@ def test_a_pool_slurm_does_not_have_is_one_line_and_nothing_is_stored(
         assert store.commit(at.replace(minute=0, second=0, microsecond=0)) is None
     finally:
         store.close()
+
+
+@pytest.mark.slurm
+def test_the_daemon_runs_a_pooled_slurm_cycle_and_refuses_a_count_unlike_slurms(
+    mixed: SlurmServer, tmp_path: Path, models_dir: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'gpuplan.db'}"
+    config = write_config(tmp_path, mixed, FEATURES_OF_MAIN)
+    store = open_store(db)
+    try:
+        at = now()
+        ensure_service(store, load_config(config), at, from_file=True)
+        spec = {"id": "train-a", "kind": "training", "priority": 50, "gpus": 4, "hours": 3.0, **FEATURES}
+        submit(store, {**spec, "slurm": {"command": "sleep 300"}}, at, load_config(config), replan=False)
+    finally:
+        store.close()
+    once = ("daemon", "--once", "--config", config, "--db", db, "--models", models_dir)
+    result = run_cli(*once)
+    assert result.code == 0, result.err
+    store = open_store(db)
+    try:
+        job = store.job("train-a")
+        assert job is not None and job.state is JobState.RUNNING and job.first_gpu in (0, 4)
+        slurm_id = job.spec["slurm"]["job_id"]
+    finally:
+        store.close()
+    pool, node = ("h100", "node1") if job.first_gpu == 0 else ("a100", "node0")
+    shown = mixed.run("scontrol", "show", "job", "-d", "--oneliner", str(slurm_id))
+    assert f" Features={pool} " in shown and f" ReqNodeList={node} " in shown
+    # The same database on a config whose H100 pool Slurm does not have 8 GPUs of: one line, exit 1.
+    wrong = write_config(tmp_path, mixed, FEATURES_OF_MAIN, pools=[{**POOLS[0], "gpus": 8}, POOLS[1]])
+    refused = run_cli(*once[:3], wrong, *once[4:])
+    assert refused.code != 0
+    errors = [line for line in refused.err.splitlines() if "cluster.pools" in line]
+    assert len(errors) == 1 and errors[0].endswith(COUNT_UNLIKE_SLURMS.format("'main' with feature 'h100'"))

@@ -122,9 +122,11 @@ class SlurmExecutor:
 
     @property
     def target(self) -> str:
+        partitions = "partitions" if len(self.settings.partitions) > 1 else "partition"
         if self.settings.pools:
-            return f"Slurm partitions {self.settings.partition} ({len(self.settings.pools)} pools)"
-        return f"Slurm partition {self.settings.partition}"
+            pools = ", ".join(p.pool for p in self.settings.pools)
+            return f"Slurm {partitions} {self.settings.partition} (pools {pools})"
+        return f"Slurm {partitions} {self.settings.partition}"
 
     # -- the entry points ---------------------------------------------------------------------
     def deliver(self, commit: Commit) -> bool:
