@@ -11,6 +11,7 @@ the shared partition.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -304,8 +305,9 @@ def expected_slurm(layout: str, pool: str) -> dict[str, str]:
 
 @pytest.mark.slurm
 def test_a_pooled_cycle_releases_each_job_on_its_pools_gpus_and_the_replica_on_its_apps_pool(
-    pooled: PooledService, layout: str
+    pooled: PooledService, layout: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gpuplan.cluster")
     at = now().replace(second=0, microsecond=0)
     hour = at.replace(minute=0)
     spec = {"kind": "training", "priority": 50, "gpus": 2, "hours": 3.0, **FEATURES}
@@ -313,6 +315,16 @@ def test_a_pooled_cycle_releases_each_job_on_its_pools_gpus_and_the_replica_on_i
         job = {**spec, "id": job_id, "slurm": {"command": "sleep 300"}}
         submit(pooled.store, job, at, pooled.config, replan=False)
     pooled.cycle(at)
+    where = {"h100": "gpu-h100", "a100": "gpu-a100"}
+    if layout == FEATURES_OF_MAIN:
+        where = {pool: f"main, feature {pool}" for pool in where}
+    partition = pooled.executor.settings.partition
+    assert [r.getMessage() for r in caplog.records if r.name == "gpuplan.cluster"] == [
+        (
+            f"Slurm partition {partition}: 8 GPUs (h100+a100), GPU id = node's first + IDX: "
+            f"pool h100 ({where['h100']}): node1 0-3; pool a100 ({where['a100']}): node0 4-7"
+        )
+    ]
     committed = pooled.committed(hour)
     chat = committed["chat"]
     assert chat and all(4 <= gpu < 8 for gpu in chat)  # the app serves on its pool, the A100s
