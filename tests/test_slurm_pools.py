@@ -26,7 +26,7 @@ from contract.errors import InputError
 from contract.records import Cluster, JobState
 from gpuplan.app.adapters.executors.slurm import SlurmExecutor
 from gpuplan.app.adapters.slurm.batch import parse_comment
-from gpuplan.app.adapters.slurm.client import RUNNING, Placement, SlurmJob, gres_indices
+from gpuplan.app.adapters.slurm.client import RUNNING, BatchRequest, Placement, SlurmJob, gres_indices
 from gpuplan.app.adapters.slurm.cluster import GpuMap, PooledMap, read_cluster
 from gpuplan.app.core.config import ServiceConfig, load_config
 from gpuplan.app.cycle.reconcile import reconcile
@@ -238,6 +238,22 @@ def test_the_pools_are_read_from_slurm_in_the_configs_order(
         assert (placement.partition, placement.constraint) == ("gpu-a100", None)
     else:
         assert (placement.partition, placement.constraint) == ("main", "a100")
+    # Work gpuplan did not start is pinned on the global ids of its pool's GPUs.
+    for node, device, partition in (("node1", 2, "gpu-h100"), ("node0", 1, "gpu-a100")):
+        shared = "main" if layout == FEATURES_OF_MAIN else partition
+        request = BatchRequest(
+            name="theirs", partition=shared, command="sleep 60", hold=False, time_limit_minutes=90,
+            placement=Placement(nodes=(node,), gpus=(device,)),
+        )  # fmt: skip
+        executor.client.submit(request)
+
+    def both_running() -> bool:
+        jobs = executor.client.jobs(config.slurm.partition)  # type: ignore[union-attr]
+        return sum(job.state == RUNNING for job in jobs) == 2
+
+    wait_until(both_running, "the two foreign jobs RUNNING", timeout_s=30.0, every_s=0.1)
+    foreign = read_cluster(executor.client, config.slurm, now()).foreign
+    assert sorted(work.gpus for work in foreign) == [(2,), (5,)]  # node1's IDX 2, node0's IDX 1
 
 
 @dataclass
@@ -325,6 +341,8 @@ def test_a_pooled_cycle_releases_each_job_on_its_pools_gpus_and_the_replica_on_i
             f"pool h100 ({where['h100']}): node1 0-3; pool a100 ({where['a100']}): node0 4-7"
         )
     ]
+    stored_map = pooled.store.gpu_map()  # status's map: node k of the pools' order holds k*4 onwards
+    assert stored_map is not None and (stored_map.nodes, stored_map.gpus_per_node) == (("node1", "node0"), 4)
     committed = pooled.committed(hour)
     chat = committed["chat"]
     assert chat and all(4 <= gpu < 8 for gpu in chat)  # the app serves on its pool, the A100s
@@ -362,7 +380,7 @@ COUNT_UNLIKE_SLURMS = (
     "`cluster.pools[0].gpus` must be Slurm's count of pool h100: 4 (1 node x 4, partition {}); got 8."
 )
 #: (layout, edits of the two pools, the one line): a pool that Slurm does not have as configured.
-MISTAKES = {
+MISTAKES: dict[str, tuple[str, list[dict[str, Any]], str]] = {
     "a partition Slurm lacks": (
         PARTITIONS,
         [{}, {"partition": "gpu-l40s"}],
