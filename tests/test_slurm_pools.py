@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,18 +25,16 @@ from contract.errors import InputError
 from contract.records import Cluster, JobState
 from gpuplan.app.adapters.executors.slurm import SlurmExecutor
 from gpuplan.app.adapters.slurm.batch import parse_comment
-from gpuplan.app.adapters.slurm.client import RUNNING, BatchRequest, Placement, SlurmJob, gres_indices
+from gpuplan.app.adapters.slurm.client import RUNNING, BatchRequest, Placement, gres_indices
 from gpuplan.app.adapters.slurm.cluster import GpuMap, PooledMap, read_cluster
 from gpuplan.app.core.config import ServiceConfig, load_config
 from gpuplan.app.cycle.reconcile import reconcile
-from gpuplan.app.cycle.tick import plan_cycle
 from gpuplan.app.jobs.submit import submit
 from gpuplan.app.lab.seed import ensure_service
 from storage.factory import open_store
-from storage.store import Store
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 from tests.slurm import SlurmServer
-from tests.test_slurm_executor import FEATURES
+from tests.test_slurm_executor import FEATURES, SlurmService
 from tests.waiting import wait_until
 
 __all__ = ["_in_tmp_path", "models_dir"]
@@ -256,43 +253,24 @@ def test_the_pools_are_read_from_slurm_in_the_configs_order(
     assert sorted(work.gpus for work in foreign) == [(2,), (5,)]  # node1's IDX 2, node0's IDX 1
 
 
-@dataclass
-class PooledService:
-    store: Store
-    config: ServiceConfig
-    executor: SlurmExecutor
-    slurm: SlurmServer
+def wait_running(service: SlurmService, slurm_id: int) -> None:
+    def started() -> bool:
+        job = service.executor.client.job(slurm_id)
+        return job is not None and job.state == RUNNING
 
-    def cycle(self, at: datetime) -> None:
-        reconcile(self.executor, self.store, at, self.config)
-        plan_cycle(self.store, at, self.config, self.executor)
+    wait_until(started, f"Slurm job {slurm_id} RUNNING", timeout_s=30.0, every_s=0.1)
 
-    def committed(self, hour: datetime) -> dict[str, tuple[int, ...]]:
-        commit = self.store.commit(hour)
-        assert commit is not None
-        return {a.job: a.gpus for a in commit.assignments}
 
-    def running(self, slurm_id: int) -> SlurmJob:
-        found: list[SlurmJob] = []
-
-        def started() -> bool:
-            job = self.executor.client.job(slurm_id)
-            found[:] = [job] if job is not None else []
-            return job is not None and job.state == RUNNING
-
-        wait_until(started, f"Slurm job {slurm_id} RUNNING", timeout_s=30.0, every_s=0.1)
-        return found[0]
-
-    def shown(self, slurm_id: int) -> dict[str, str]:
-        """``scontrol show job -d``'s partition, features and per-node GRES of one job."""
-        text = self.slurm.run("scontrol", "show", "job", "-d", "--oneliner", str(slurm_id))
-        fields = dict(re.findall(r"\b(Partition|Features|NodeList)=(\S+)", text))
-        (detail,) = re.findall(r"\bNodes=node\d+ CPU_IDs=\S+ Mem=\S+ GRES=(\S+)", text)
-        return {**fields, "GRES": detail}
+def shown(service: SlurmService, slurm_id: int) -> dict[str, str]:
+    """``scontrol show job -d``'s partition, features, node list and per-node GRES of one job."""
+    text = service.slurm.run("scontrol", "show", "job", "-d", "--oneliner", str(slurm_id))
+    fields = dict(re.findall(r"\b(Partition|Features|NodeList)=(\S+)", text))
+    (detail,) = re.findall(r"\bNodes=node\d+ CPU_IDs=\S+ Mem=\S+ GRES=(\S+)", text)
+    return {**fields, "GRES": detail}
 
 
 @pytest.fixture
-def pooled(mixed: SlurmServer, sqlite_url: str, tmp_path: Path, layout: str) -> Iterator[PooledService]:
+def pooled(mixed: SlurmServer, sqlite_url: str, tmp_path: Path, layout: str) -> Iterator[SlurmService]:
     traffic = tmp_path / "chat.csv"
     end = now().replace(minute=0, second=0, microsecond=0)
     hours = [end - k * HOUR for k in range(28 * 24, 0, -1)]
@@ -307,7 +285,7 @@ def pooled(mixed: SlurmServer, sqlite_url: str, tmp_path: Path, layout: str) -> 
         ensure_service(store, config, end - HOUR, from_file=True)
         executor = SlurmExecutor.from_config(config)
         executor.replica_start_wait_s = 10.0
-        yield PooledService(store, config, executor, mixed)
+        yield SlurmService(store, config, executor, mixed)
     finally:
         store.close()
 
@@ -321,7 +299,7 @@ def expected_slurm(layout: str, pool: str) -> dict[str, str]:
 
 @pytest.mark.slurm
 def test_a_pooled_cycle_releases_each_job_on_its_pools_gpus_and_the_replica_on_its_apps_pool(
-    pooled: PooledService, layout: str, caplog: pytest.LogCaptureFixture
+    pooled: SlurmService, layout: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="gpuplan.cluster")
     at = now().replace(second=0, microsecond=0)
@@ -356,11 +334,12 @@ def test_a_pooled_cycle_releases_each_job_on_its_pools_gpus_and_the_replica_on_i
         assert stored is not None and stored.state is JobState.RUNNING
         pool, node, first = ("h100", "node1", 0) if max(gpus) < 4 else ("a100", "node0", 4)
         pools_used.add(pool)
-        pooled.running(stored.spec["slurm"]["job_id"])
-        shown = pooled.shown(stored.spec["slurm"]["job_id"])
-        assert {k: shown[k] for k in ("Partition", "Features")} == expected_slurm(layout, pool), job_id
-        assert shown["NodeList"] == node
-        assert gres_indices(shown["GRES"]) == tuple(g - first for g in gpus), job_id
+        wait_running(pooled, stored.spec["slurm"]["job_id"])
+        seen = shown(pooled, stored.spec["slurm"]["job_id"])
+        assert {k: seen[k] for k in ("Partition", "Features")} == expected_slurm(layout, pool), job_id
+        assert seen["NodeList"] == node
+        assert gres_indices(seen["GRES"]) == tuple(g - first for g in gpus), job_id
+        assert pooled.shown_gpus(stored.spec["slurm"]["job_id"]) == gpus  # read back as global ids
     assert pools_used == {"h100", "a100"}
     replicas = {
         int(tag["gpu"]): job.id
@@ -369,10 +348,10 @@ def test_a_pooled_cycle_releases_each_job_on_its_pools_gpus_and_the_replica_on_i
     }
     assert sorted(replicas) == sorted(chat)
     for gpu, slurm_id in replicas.items():
-        pooled.running(slurm_id)
-        shown = pooled.shown(slurm_id)
-        assert {k: shown[k] for k in ("Partition", "Features")} == expected_slurm(layout, "a100")
-        assert (shown["NodeList"], gres_indices(shown["GRES"])) == ("node0", (gpu - 4,))
+        wait_running(pooled, slurm_id)
+        seen = shown(pooled, slurm_id)
+        assert {k: seen[k] for k in ("Partition", "Features")} == expected_slurm(layout, "a100")
+        assert (seen["NodeList"], gres_indices(seen["GRES"])) == ("node0", (gpu - 4,))
 
 
 PARTITIONS, FEATURES_OF_MAIN = sorted(LAYOUTS, reverse=True)
