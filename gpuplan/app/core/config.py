@@ -391,8 +391,7 @@ def _slurm_pools(r: _Fields, pools: tuple[Pool, ...], places: _Places, raw: obje
         feature = given_feature
         if feature is None and named.count(partition) > 1:
             feature = pool.gpu_model  # pools that share a partition are told apart by a feature
-        twin = next((p for p in found if p.partition == partition and p.feature in (None, feature)), None)
-        if twin is not None or (feature is None and any(p.partition == partition for p in found)):
+        if any(p.partition == partition and p.feature == feature for p in found):
             expected = f"a node feature of partition {partition!r} that no other pool uses"
             raise r.fail(f"{field_name}.feature", expected, feature)
         found.append(SlurmPool(pool.name, partition, feature, pool.gpus))
