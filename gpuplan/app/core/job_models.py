@@ -130,7 +130,7 @@ def estimate_on_pools(
     choice = forecasters.forecast_on_models(kind, features, models, source=source)
     for model, why in choice.left_out.items():
         log.info("%s: not on %s (%s)", source, model, why)
-    by_model = {model: (hours.p50, hours.p90) for model, hours in choice.hours.items()}
+    by_model = {model: (float(hours.p50), float(hours.p90)) for model, hours in choice.hours.items()}
     first = next(iter(by_model.values()))
     return JobEstimate(choice.gpus, first[0], first[1], by_model)
 
