@@ -285,3 +285,26 @@ def test_a_bad_model_list_through_the_api_is_422_and_stores_nothing(tmp_path: Pa
         stored = service.store.job("good")
         assert stored is not None and stored.estimate is not None and stored.estimate.by_model is not None
         assert list(stored.estimate.by_model) == ["a100-40gb"]
+
+
+def test_forecast_job_on_a_pooled_config_shows_the_hours_on_each_model(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    spec = tmp_path / "big.yaml"
+    spec.write_text(yaml.safe_dump({k: v for k, v in _full_13b().items() if k != "id"}))
+    config = _pooled_config(tmp_path)
+    shown = run_cli("forecast", "job", spec, "--config", config, "--models", models_dir)
+    assert shown.code == 0, shown.err
+    lines = shown.out.splitlines()
+    assert any(line.startswith("    h100-80gb (pool h100): hours P50 ") for line in lines), shown.out
+    assert any(
+        line.startswith("    a100-40gb (pool a100): left out: does not fit on 4 GPUs: ") for line in lines
+    ), shown.out
+    answer = json.loads(
+        run_cli("forecast", "job", spec, "--config", config, "--models", models_dir, "--json").out
+    )
+    assert list(answer["on_models"]["hours"]) == ["h100-80gb"] and list(answer["on_models"]["left_out"]) == [
+        "a100-40gb"
+    ]
+    alone = json.loads(run_cli("forecast", "job", spec, "--models", models_dir, "--json").out)
+    assert "on_models" not in alone and alone["hours"] == answer["hours"]  # without --config: as before
