@@ -4,14 +4,11 @@ places each where its hours are best (docs/pools.md, "What a job may say")."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -24,12 +21,12 @@ from gpuplan.app.core.config import load_config
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.job_models import allowed_models, estimate_on_pools, job_pools, stated_on_models
 from gpuplan.app.core.models import load_job_estimator
-from gpuplan.http.server import HttpServer
 from scheduler.check import check_plan
 from scheduler.lns import MIN_BUDGET_MS
 from storage.factory import open_store
-from tests.http_fixtures import served
+from tests.http_fixtures import served_api
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
+from tests.test_training_estimator import SPEC_13B_FULL
 
 __all__ = ["_in_tmp_path", "models_dir"]
 
@@ -46,18 +43,8 @@ def _training(**changes: object) -> dict[str, Any]:
 def _full_13b(**changes: object) -> dict[str, Any]:
     """A 13B full fine-tune with ZeRO-3: on 4 GPUs its states need 52 GB each, more than a
     40 GB A100 holds and less than an 80 GB H100 does."""
-    full = {
-        "variant": "full_sft",
-        "params_billion": 13,
-        "num_layers": 40,
-        "hidden_size": 5120,
-        "lora_rank": 0,
-        "sharding": "zero3",
-        "micro_batch_size": 1,
-        "dataset_tokens_million": 400,
-        "epochs": 1,
-    }
-    return _training(**{**full, **changes})
+    full = {**SPEC_13B_FULL, "micro_batch_size": 1, "dataset_tokens_million": 400, "epochs": 1}
+    return {"id": "train-1", "kind": "training", **full, **changes}
 
 
 # --- the model table and the per-model hours ------------------------------------------------
@@ -250,20 +237,9 @@ def test_a_bad_model_list_on_the_command_line_is_one_line_and_stores_nothing(
         store.close()
 
 
-@contextmanager
-def _pooled_api(tmp_path: Path, models: Path) -> Iterator[tuple[httpx.Client, Any]]:
-    config = replace(load_config(_pooled_config(tmp_path)), models_dir=models)
-    with served(f"sqlite:///{tmp_path / 'gpuplan.db'}", models, config=config) as service:
-        server = HttpServer(service.context, "127.0.0.1", 0).start()
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{server.bound_port}", timeout=60) as client:
-                yield client, service
-        finally:
-            server.stop()
-
-
 def test_a_bad_model_list_through_the_api_is_422_and_stores_nothing(tmp_path: Path, models_dir: Path) -> None:
-    with _pooled_api(tmp_path, models_dir) as (client, service):
+    config = replace(load_config(_pooled_config(tmp_path)), models_dir=models_dir)
+    with served_api(f"sqlite:///{tmp_path / 'gpuplan.db'}", models_dir, config) as (client, service):
         before = len(service.store.jobs())
         for change, field, received in BAD:
             body = {"id": "bad", "kind": "batch_inference", "priority": 5, "gpus": 4, "hours": 3, **change}
