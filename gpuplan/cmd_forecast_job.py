@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from features.job_features import SCHEMAS
     from gpuplan.app.core.config import load_config
     from gpuplan.app.core.forecasters import kind_and_features
-    from gpuplan.app.core.job_models import allowed_models, model_key
+    from gpuplan.app.core.job_models import allowed_models, model_key, with_model_features
     from gpuplan.app.core.models import load_job_estimator
     from gpuplan.app.jobs.jobspec import parse_job_spec
     from gpuplan.app.jobs.submit import check_spec
@@ -81,17 +81,19 @@ def run(args: argparse.Namespace) -> int:
     # (id, priority, gpus, hours) are checked as `submit` checks them.
     source = str(args.spec)
     document = read_mapping(args.spec, "JOB", expected="a mapping of feature names to values")
+    pools = load_config(args.config).pools if args.config is not None else ()
+    filled = with_model_features(document, pools)
+    document = dict(filled) if isinstance(filled, dict) else document
     kind, features = parse_job_spec(kind_and_features(document), source=source)
     check_spec(document, source=source, default_id=args.spec.stem)
     estimator = load_job_estimator(args.models, kind)
     forecast = estimator.forecast_spec(features, source=source)
-    pools = load_config(args.config).pools if args.config is not None else ()
     on_models = None
     if len(pools) > 1:
         models = allowed_models(document, pools, source=source)
         on_models = estimator.forecast_on_models(features, models, source=source)
     if args.json:
-        answer = forecast.to_json()
+        answer: dict[str, object] = dict(forecast.to_json())
         if on_models is not None:
             answer["on_models"] = {
                 "gpus": on_models.gpus,
@@ -107,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         _say(f"  GPU-hours: P50 {forecast.gpu_hours.p50:.2f}  P90 {forecast.gpu_hours.p90:g}")
     if on_models is not None:
         _say(f"  on the cluster's GPU models, at {on_models.gpus} GPUs:")
-        names = {model_key(pool.gpu_model): [] for pool in pools}
+        names: dict[str, list[str]] = {model_key(pool.gpu_model): [] for pool in pools}
         for pool in pools:
             names[model_key(pool.gpu_model)].append(pool.name)
         for model, pool_names in names.items():

@@ -284,3 +284,27 @@ def test_forecast_job_on_a_pooled_config_shows_the_hours_on_each_model(
     ]
     alone = json.loads(run_cli("forecast", "job", spec, "--models", models_dir, "--json").out)
     assert "on_models" not in alone and alone["hours"] == answer["hours"]  # without --config: as before
+
+
+def test_on_a_pooled_cluster_a_spec_may_leave_the_gpu_features_to_its_models(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    config = _pooled_config(tmp_path)
+    db = f"sqlite:///{tmp_path / 'gpuplan.db'}"
+    _plan(tmp_path, config, db, models_dir, T0)
+    bare = {k: v for k, v in _training(id="bare").items() if k not in {"gpu_type", "gpu_memory_gb"}}
+    answer = _submit(tmp_path, config, db, bare, at=T0, models=models_dir)
+    assert answer.code == 0, answer.err
+    store = open_store(db)
+    try:
+        job = store.job("bare")
+        assert job is not None and job.estimate is not None and job.estimate.by_model is not None
+        assert set(job.estimate.by_model) == {"a100-40gb", "h100-80gb"}
+        assert (job.spec["gpu_type"], job.spec["gpu_memory_gb"]) == ("a100-40gb", 40.0)  # the first pool's
+    finally:
+        store.close()
+    # Without pools the spec must say its GPU model, as before.
+    flat = tmp_path / "flat.yaml"
+    flat.write_text(yaml.safe_dump({"cluster": {"gpus": 16}, "apps": []}))
+    refused = _submit(tmp_path, flat, db, {**bare, "id": "b2"}, at=T0, models=models_dir)
+    assert refused.code == 2 and "`gpu_type` must be one of" in refused.err, refused.err

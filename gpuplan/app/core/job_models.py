@@ -160,3 +160,25 @@ def job_pools(estimate: JobEstimate, pools: Sequence[Pool]) -> list[tuple[Pool, 
         if hours is not None:
             found.append((pool, hours))
     return found
+
+
+def with_model_features(document: object, pools: Sequence[Pool]) -> object:
+    """A spec document for the cluster of ``pools``: on several, a spec to forecast that leaves
+    out ``gpu_type`` (and, for training, ``gpu_memory_gb``) takes them from the first model
+    it may run on that gpuplan knows, since they are set per model anyway; any other document
+    is returned as it is (a wrong one is refused by the checks that follow, naming its field)."""
+    if len(pools) <= 1 or not isinstance(document, Mapping) or "gpu_type" in document:
+        return document
+    if document.get("kind") not in {kind.value for kind in JobKind.forecast()} or "hours" in document:
+        return document
+    try:
+        models = allowed_models(document, pools, source="spec")
+    except InputError:
+        return document
+    first = next((model for model in models if model in GPU_SPECS), None)
+    if first is None:
+        return document
+    filled = {**document, "gpu_type": first}
+    if document["kind"] == JobKind.TRAINING and "gpu_memory_gb" not in document:
+        filled["gpu_memory_gb"] = GPU_SPECS[first].memory_gb
+    return filled

@@ -26,7 +26,7 @@ from gpuplan.app.adapters.slurm.client import SlurmClient
 from gpuplan.app.core.bridge import STEP, planned_place
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import SPEC_KEYS, Forecasters, kind_and_features
-from gpuplan.app.core.job_models import check_gpu_models, estimate_on_pools, job_pools
+from gpuplan.app.core.job_models import check_gpu_models, estimate_on_pools, job_pools, with_model_features
 from gpuplan.app.core.models import MODEL_FILES
 from gpuplan.app.core.tokens import require, require_priority
 from gpuplan.app.cycle.finish import MAX_HOURS
@@ -273,7 +273,8 @@ def checked_spec(
     section is not read)."""
     if token is not None:
         require(token, Scope.SUBMIT)
-    spec = check_spec(spec_document, source=source, default_id=default_id)
+    document = with_model_features(spec_document, config.pools)
+    spec = check_spec(document, source=source, default_id=default_id)
     if token is not None:
         require_priority(token, float(spec.get("priority", 1)))
     if "slurm" not in spec or adopted:
