@@ -240,6 +240,8 @@ def test_a_bad_model_list_on_the_command_line_is_one_line_and_stores_nothing(
 def test_a_bad_model_list_through_the_api_is_422_and_stores_nothing(tmp_path: Path, models_dir: Path) -> None:
     config = replace(load_config(_pooled_config(tmp_path)), models_dir=models_dir)
     with served_api(f"sqlite:///{tmp_path / 'gpuplan.db'}", models_dir, config) as (client, service):
+        schema = client.get("/v1/openapi.json").json()["paths"]["/v1/jobs"]["post"]["requestBody"]
+        assert "gpu_models" in schema["content"]["application/json"]["schema"]["properties"]
         before = len(service.store.jobs())
         for change, field, received in BAD:
             body = {"id": "bad", "kind": "batch_inference", "priority": 5, "gpus": 4, "hours": 3, **change}
