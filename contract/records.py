@@ -6,6 +6,7 @@ hour (``minute == second == 0``). GPU sets are tuples of GPU ids, ascending.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -80,11 +81,24 @@ class App:
 
 @dataclass(frozen=True, slots=True)
 class JobEstimate:
-    """A batch job's forecast as the plan uses it (GPUs, P50 and P90 hours)."""
+    """A batch job's forecast as the plan uses it (GPUs, P50 and P90 hours).
+
+    On a cluster of several pools, ``by_model`` holds its P50 and P90 hours on each GPU model
+    it may run on (the model's datasheet name, or a pool's own ``gpu_model`` where gpuplan
+    does not know it); it runs on pools of those models only, and ``hours_p50``/``hours_p90``
+    are its hours on the first of them in the cluster's order. None: every pool, at those hours.
+    """
 
     gpus: int
     hours_p50: float
     hours_p90: float
+    by_model: Mapping[str, tuple[float, float]] | None = field(default=None, hash=False)
+
+    def hours_on(self, model: str) -> tuple[float, float] | None:
+        """(P50, P90) hours on ``model``; None where the job may not run on it."""
+        if self.by_model is None:
+            return self.hours_p50, self.hours_p90
+        return self.by_model.get(model)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,8 @@ import numpy.typing as npt
 import pandas as pd
 
 from contract.errors import InputError
-from features.job_features import GPU_MEMORY_GB, describe_rows, is_lora, technique_of
+from features.gpu_models import GPU_SPECS as GPU_SPECS  # noqa: PLC0414  # re-exported: the datasheet's readers keep one name
+from features.job_features import describe_rows, is_lora, technique_of
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -57,23 +58,6 @@ NOMINAL_MFU = 0.4
 DECODE_BATCH_SEQUENCES = 64.0
 DECODE_BANDWIDTH_EFFICIENCY = 0.6
 
-
-@dataclass(frozen=True, slots=True)
-class GpuSpec:
-    memory_gb: float
-    peak_bf16_tflops: float  # dense tensor-core peak
-    peak_fp8_tflops: float | None  # None: no FP8 tensor cores, FP8 runs at the BF16 rate
-    hbm_tb_per_s: float
-
-
-GPU_SPECS: dict[str, GpuSpec] = {
-    "a100-40gb": GpuSpec(40.0, 312.0, None, 1.555),
-    "a100-80gb": GpuSpec(80.0, 312.0, None, 2.039),
-    "h100-80gb": GpuSpec(80.0, 989.0, 1979.0, 3.35),  # SXM
-    "h200-141gb": GpuSpec(141.0, 989.0, 1979.0, 4.8),
-    "l40s-48gb": GpuSpec(48.0, 362.0, 733.0, 0.864),
-}
-assert set(GPU_SPECS) == set(GPU_MEMORY_GB), "one datasheet per GPU type of the schema"
 
 # Optimizer state bytes per trained parameter in mixed precision (fp32 master copy
 # included): Adam 4+4+4 (ZeRO paper's K=12), 8-bit Adam 4+1+1, Adafactor ~4 (factored

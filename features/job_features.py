@@ -18,6 +18,7 @@ import pandas as pd
 
 from contract.errors import InputError
 from contract.scenario import JobKind
+from features.gpu_models import GPU_SPECS
 
 # How many offending rows an error message lists before it says "+N more".
 _MAX_ROWS_SHOWN = 8
@@ -55,15 +56,8 @@ def split_variant(variant: str) -> tuple[Strategy, Technique]:
     return Strategy(strategy), Technique(technique)
 
 
-# GPU types the cluster knows, with the memory each has. The cost model in
-# features/job_costs.py holds the rest of each datasheet.
-GPU_MEMORY_GB: dict[str, float] = {
-    "a100-40gb": 40.0,
-    "a100-80gb": 80.0,
-    "h100-80gb": 80.0,
-    "h200-141gb": 141.0,
-    "l40s-48gb": 48.0,
-}
+# GPU types the cluster knows, with the memory each has (the datasheet: features/gpu_models.py).
+GPU_MEMORY_GB: dict[str, float] = {name: spec.memory_gb for name, spec in GPU_SPECS.items()}
 
 
 class QuantAlgorithm(StrEnum):

@@ -31,6 +31,7 @@ from contract.errors import InputError
 from contract.scenario import JobKind
 from features.job_costs import GPU_SPECS
 from features.job_features import QUANTIZATION_SCHEMA, QuantAlgorithm
+from forecasting.by_model import ModelHours, forecast_by_model
 from forecasting.job_forecast import (
     P50P90,
     FloatArray,
@@ -313,3 +314,10 @@ class QuantizationEstimator(BaseEstimator):  # type: ignore[misc]  # sklearn is 
     def forecast_spec(self, spec: Mapping[str, object], *, source: str) -> JobForecast:
         """The forecast for one job spec (feature name -> value)."""
         return self.forecast(QUANTIZATION_SCHEMA.validate_record(spec, source=source))[0]
+
+    def forecast_on_models(
+        self, spec: Mapping[str, object], models: Mapping[str, int], *, source: str
+    ) -> ModelHours:
+        """One job spec forecast on each of ``models`` (:func:`forecasting.by_model.forecast_by_model`)."""
+        features = QUANTIZATION_SCHEMA.validate_record(spec, source=source)
+        return forecast_by_model(self, JobKind.QUANTIZATION, features, models, source=source)

@@ -50,6 +50,7 @@ from contract.errors import InputError
 from contract.scenario import JobKind
 from features import job_costs
 from features.job_features import TRAINING_SCHEMA, FeatureType, is_lora, technique_of
+from forecasting.by_model import ModelHours, forecast_by_model
 from forecasting.job_forecast import (
     P50P90,
     FloatArray,
@@ -581,6 +582,13 @@ class TrainingEstimator(_JobEstimatorMixin, BaseEstimator):  # type: ignore[misc
         raw = self._predict_raw(features, self.gpu_models_, self.hours_models_)
         predicted = self._finish(raw, self.p90_shift_)
         return predicted.astype({"gpus_p50": int, "gpus_p90": int}).set_axis(x.index)
+
+    def forecast_on_models(
+        self, spec: Mapping[str, object], models: Mapping[str, int], *, source: str
+    ) -> ModelHours:
+        """One job spec forecast on each of ``models`` (:func:`forecasting.by_model.forecast_by_model`)."""
+        features = TRAINING_SCHEMA.validate_record(spec, source=source)
+        return forecast_by_model(self, JobKind.TRAINING, features, models, source=source)
 
     def forecast_spec(self, spec: Mapping[str, object], *, source: str) -> JobForecast:
         """The forecast for one job spec; a spec that fits in no GPU memory is refused

@@ -6,6 +6,11 @@ quantization), the feature values by name, and optionally the queue's ``id`` and
 (default ./models); when none is there the command stops and says to run ``gpuplan
 train`` rather than training silently: a forecast should come from a model whose
 provenance the user chose.
+
+With ``--config`` naming a cluster of several pools (``cluster.pools``), the forecast is also
+made on each GPU model the spec's ``gpu_models`` allows, at the one GPU count the job would
+be queued with (docs/pools.md, "What a job may say"): its hours on each, and why a model is
+left out.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kind", choices=KINDS, help="schema to print with --schema (default training; a spec names its own)"
     )
     parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="the daemon's config: on a cluster of several pools, the hours on each GPU model too",
+    )
+    parser.add_argument(
         "--models",
         type=Path,
         default=DEFAULT_MODELS_DIR,
@@ -45,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
     from contract.files import read_mapping
     from contract.scenario import JobKind
     from features.job_features import SCHEMAS
+    from gpuplan.app.core.config import load_config
     from gpuplan.app.core.forecasters import kind_and_features
+    from gpuplan.app.core.job_models import allowed_models, model_key, with_model_features
     from gpuplan.app.core.models import load_job_estimator
     from gpuplan.app.jobs.jobspec import parse_job_spec
     from gpuplan.app.jobs.submit import check_spec
@@ -68,16 +81,42 @@ def run(args: argparse.Namespace) -> int:
     # (id, priority, gpus, hours) are checked as `submit` checks them.
     source = str(args.spec)
     document = read_mapping(args.spec, "JOB", expected="a mapping of feature names to values")
+    pools = load_config(args.config).pools if args.config is not None else ()
+    filled = with_model_features(document, pools)
+    document = dict(filled) if isinstance(filled, dict) else document
     kind, features = parse_job_spec(kind_and_features(document), source=source)
     check_spec(document, source=source, default_id=args.spec.stem)
     estimator = load_job_estimator(args.models, kind)
     forecast = estimator.forecast_spec(features, source=source)
+    on_models = None
+    if len(pools) > 1:
+        models = allowed_models(document, pools, source=source)
+        on_models = estimator.forecast_on_models(features, models, source=source)
     if args.json:
-        _say(json.dumps(forecast.to_json()))
+        answer: dict[str, object] = dict(forecast.to_json())
+        if on_models is not None:
+            answer["on_models"] = {
+                "gpus": on_models.gpus,
+                "hours": {model: hours.to_json() for model, hours in on_models.hours.items()},
+                "left_out": dict(on_models.left_out),
+            }
+        _say(json.dumps(answer))
         return 0
     _say(f"{args.spec.name} ({kind}), model fitted {estimator.provenance_.fitted_at}:")
     _say(f"  GPUs:  P50 {forecast.gpus.p50:g}  P90 {forecast.gpus.p90:g}")
     _say(f"  hours: P50 {forecast.duration_hours.p50:.2f}  P90 {forecast.duration_hours.p90:.2f}")
     if forecast.gpu_hours is not None:
         _say(f"  GPU-hours: P50 {forecast.gpu_hours.p50:.2f}  P90 {forecast.gpu_hours.p90:g}")
+    if on_models is not None:
+        _say(f"  on the cluster's GPU models, at {on_models.gpus} GPUs:")
+        names: dict[str, list[str]] = {model_key(pool.gpu_model): [] for pool in pools}
+        for pool in pools:
+            names[model_key(pool.gpu_model)].append(pool.name)
+        for model, pool_names in names.items():
+            where = f"{model} (pool {', '.join(pool_names)})"
+            if model in on_models.hours:
+                hours = on_models.hours[model]
+                _say(f"    {where}: hours P50 {hours.p50:.2f}  P90 {hours.p90:.2f}")
+            else:
+                _say(f"    {where}: left out: {on_models.left_out.get(model, 'not in its gpu_models')}")
     return 0

@@ -43,7 +43,7 @@ NAMING_CONVENTION = {
 
 # The newest migration in storage/migrations/versions (a test keeps the two equal): a
 # database already there opens without loading Alembic, which every command would pay for.
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 ID_LENGTH = 200  # job and app ids; the scenario format puts no limit, a column must
 
 
@@ -172,6 +172,8 @@ class JobRow(Base):
     estimate_gpus: Mapped[int | None]
     estimate_hours_p50: Mapped[float | None] = mapped_column(Float)
     estimate_hours_p90: Mapped[float | None] = mapped_column(Float)
+    #: GPU model -> [P50, P90] hours (migration 0008); NULL: every pool at the hours above.
+    estimate_by_model: Mapped[dict[str, Any] | None]
     first_gpu: Mapped[int | None]
     gpus: Mapped[int | None]
     started_at: Mapped[datetime | None]

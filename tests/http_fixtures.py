@@ -107,11 +107,14 @@ def served(
 
 
 @contextmanager
-def served_api(db_url: str, models_dir: Path) -> Iterator[tuple[httpx.Client, Served]]:
-    """The API of :func:`served` on uvicorn at a free loopback port, and an HTTP client for it."""
+def served_api(
+    db_url: str, models_dir: Path, config: ServiceConfig | None = None
+) -> Iterator[tuple[httpx.Client, Served]]:
+    """The API of :func:`served` (on ``config``) on uvicorn at a free loopback port, and an HTTP
+    client for it."""
     from gpuplan.http.server import HttpServer
 
-    with served(db_url, models_dir) as service:
+    with served(db_url, models_dir, config=config) as service:
         server = HttpServer(service.context, "127.0.0.1", 0).start()
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{server.bound_port}", timeout=60) as client:

@@ -158,3 +158,18 @@ def test_the_check_finds_a_figure_that_moved(tmp_path: Path) -> None:
     [(_, name, body)] = marked_blocks([page])
     assert name == "train"
     assert missing_lines(body, "kept line\nlog-MAE 6.9x lower\n") == ["log-MAE 6.6x lower"]
+
+
+def test_the_per_model_forecast_in_pools_md_is_what_forecast_job_prints(
+    models: Path, train_output: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "pools.yaml"
+    config.write_text(
+        "cluster:\n  pools:\n    - {name: h100, gpu_model: h100, gpus: 32}\n"
+        "    - {name: a100, gpu_model: a100, gpus: 32}\n"
+    )
+    result = run_cli("forecast", "job", JOB, "--config", config, "--models", models)
+    assert result.code == 0, result.err
+    page = (ROOT / "docs" / "pools.md").read_text()
+    lines = result.out.splitlines()[1:]  # the first names the fit's time
+    assert len(lines) == 5 and all(line in page for line in lines), result.out

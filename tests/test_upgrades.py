@@ -20,7 +20,8 @@ import pytest
 from alembic import command
 from sqlalchemy import MetaData, create_engine, inspect, text
 
-from contract.records import GpuMapReading, JobState, Outcome, TrafficHour
+from contract.records import GpuMapReading, Job, JobEstimate, JobState, Outcome, TrafficHour
+from contract.scenario import JobKind
 from gpuplan.cli import main
 from storage import maintenance
 from storage.factory import open_store
@@ -249,6 +250,35 @@ def check_kept(url: str, revision: str) -> None:
         store.finish_job("running-1", HOUR + timedelta(hours=1), Outcome.OK, lambda _job: None)
         assert store.marks()[1:4] == (3, 0, 2)
         assert store.gpu_map() is None  # 0007: no reading of a partition yet
+        assert queued.estimate is not None and queued.estimate.by_model is None  # 0008: every pool
+    finally:
+        store.close()
+
+
+def test_a_jobs_hours_per_gpu_model_are_kept_after_the_upgrade_that_adds_them(db_url: str) -> None:
+    build_at(db_url, "0007")
+    store = open_store(db_url)
+    try:
+        by_model = {"h100-80gb": (1.5, 2.0), "a100-40gb": (3.25, 4.0)}
+        store.set_estimate("queued-1", JobEstimate(2, 1.5, 2.0, by_model))
+        queued = store.job("queued-1")
+        assert queued is not None and queued.estimate == JobEstimate(2, 1.5, 2.0, by_model)
+        store.set_estimate("queued-1", JobEstimate(2, 3.0, 3.0))  # back to every pool
+        again = store.job("queued-1")
+        assert again is not None and again.estimate is not None and again.estimate.by_model is None
+    finally:
+        store.close()
+
+
+def test_a_new_job_is_stored_with_its_hours_per_gpu_model(db_url: str) -> None:
+    store = open_store(db_url)
+    try:
+        estimate = JobEstimate(4, 2.0, 2.0, {"a100-40gb": (4.3, 4.3)})
+        store.add_job(
+            Job("new-1", JobKind.BATCH_INFERENCE, 5.0, {"kind": "batch_inference"}, HOUR, estimate=estimate)
+        )
+        stored = store.job("new-1")
+        assert stored is not None and stored.estimate == estimate
     finally:
         store.close()
 

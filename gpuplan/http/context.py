@@ -107,7 +107,7 @@ class ApiContext:
         )
         if section is not None:
             return await run_in_threadpool(self.submit, token, document, source=source)
-        job = estimated_job(spec, now, self.forecasters, source=source, token=token)
+        job = estimated_job(spec, now, self.forecasters, source=source, token=token, pools=self.config.pools)
         return await asyncio.wrap_future(self.batcher.queue(job, source=source))
 
     def push_traffic(

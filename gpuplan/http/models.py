@@ -28,6 +28,11 @@ class JobSpecIn(BaseModel):
         None, strict=True, ge=1, description="a power of two; with `hours`, skips the forecast"
     )
     hours: float | None = Field(None, strict=True, gt=0, allow_inf_nan=False)
+    gpu_models: str | list[str] | None = Field(
+        None,
+        description="on a cluster of several pools: 'any' (the default) or the GPU models the job may "
+        "run on (docs/pools.md)",
+    )
 
 
 class SubmitOut(BaseModel):

@@ -59,7 +59,10 @@ class JobStore(SqlBase):
         estimate = None
         if row.estimate_gpus is not None and row.estimate_hours_p50 is not None:
             estimate = JobEstimate(
-                row.estimate_gpus, row.estimate_hours_p50, row.estimate_hours_p90 or row.estimate_hours_p50
+                row.estimate_gpus,
+                row.estimate_hours_p50,
+                row.estimate_hours_p90 or row.estimate_hours_p50,
+                _by_model(row.estimate_by_model),
             )
         return Job(
             id=row.id,
@@ -127,6 +130,7 @@ class JobStore(SqlBase):
             row.estimate_gpus = estimate.gpus
             row.estimate_hours_p50 = estimate.hours_p50
             row.estimate_hours_p90 = estimate.hours_p90
+            row.estimate_by_model = _by_model_json(estimate)
 
     def set_started(self, job_id: str, at: datetime) -> None:
         with self._session() as session:
@@ -298,6 +302,7 @@ def _job_values(job: Job) -> dict[str, object]:
         "estimate_gpus": None if estimate is None else estimate.gpus,
         "estimate_hours_p50": None if estimate is None else estimate.hours_p50,
         "estimate_hours_p90": None if estimate is None else estimate.hours_p90,
+        "estimate_by_model": None if estimate is None else _by_model_json(estimate),
         "first_gpu": job.first_gpu,
         "gpus": job.gpus,
         "started_at": job.started_at,
@@ -306,3 +311,16 @@ def _job_values(job: Job) -> dict[str, object]:
         "promised_start": job.promised_start,
         "team": job.team,
     }
+
+
+def _by_model_json(estimate: JobEstimate) -> dict[str, list[float]] | None:
+    """A job's hours per GPU model as the column stores them: model -> [P50, P90]."""
+    if estimate.by_model is None:
+        return None
+    return {model: [float(p50), float(p90)] for model, (p50, p90) in estimate.by_model.items()}
+
+
+def _by_model(stored: Mapping[str, Any] | None) -> dict[str, tuple[float, float]] | None:
+    if stored is None:
+        return None
+    return {str(model): (float(hours[0]), float(hours[1])) for model, hours in stored.items()}

@@ -43,6 +43,7 @@ from contract.scenario import Pool
 from contract.scenario_io import MAX_HORIZON_STEPS, MAX_PRIORITY
 from forecasting.gpu_mapping import gpus_needed
 from gpuplan.app.core.config import OVERRUN_FACTOR, PlanWith, PromiseTerms
+from gpuplan.app.core.job_models import job_pools, model_key
 from storage.store import EncodedJSON
 
 if TYPE_CHECKING:
@@ -94,21 +95,31 @@ def duration_steps(hours: float, step_minutes: int) -> int:
     return max(1, math.ceil(hours * 60 / step_minutes - 1e-9))
 
 
-def planned_hours(estimate: JobEstimate, plan_with: PlanWith) -> float:
-    return estimate.hours_p50 if plan_with is PlanWith.P50 else estimate.hours_p90
+def planned_hours(estimate: JobEstimate, plan_with: PlanWith, pool: Pool | None = None) -> float:
+    """The hours the plan gives ``estimate`` (P50 or P90), on ``pool`` when given (its GPU
+    model's hours, where the estimate has them)."""
+    p50, p90 = estimate.hours_p50, estimate.hours_p90
+    if pool is not None:
+        p50, p90 = estimate.hours_on(model_key(pool.gpu_model)) or (p50, p90)
+    return p50 if plan_with is PlanWith.P50 else p90
 
 
-def time_limit(job: Job, factor: float = OVERRUN_FACTOR) -> datetime | None:
+def pool_of(pools: Sequence[Pool], gpu: int | None) -> Pool | None:
+    """The pool of ``pools`` (the config's, their ``first_gpu`` set) that holds ``gpu``."""
+    return next((pool for pool in pools if gpu is not None and pool.first_gpu <= gpu < pool.end_gpu), None)
+
+
+def time_limit(job: Job, factor: float = OVERRUN_FACTOR, pools: Sequence[Pool] = ()) -> datetime | None:
     """When a running ``job`` overruns: its spec's ``time_limit_hours`` after its start, or its
-    P90 hours times ``factor`` (the config's ``overrun_factor``; None: not started or not
-    estimated)."""
+    P90 hours (on its pool of ``pools``, the config's) times ``factor`` (the config's
+    ``overrun_factor``; None: not started or not estimated)."""
     if job.started_at is None:
         return None
     hours = job.spec.get("time_limit_hours")
     if hours is None:
         if job.estimate is None:
             return None
-        hours = job.estimate.hours_p90 * factor
+        hours = planned_hours(job.estimate, PlanWith.P90, pool_of(pools, job.first_gpu)) * factor
     return job.started_at + float(hours) * STEP
 
 
@@ -180,8 +191,10 @@ def scenario_document(
 
     With several ``pools`` (the config's ``cluster.pools``), the scenario has its ``pools``
     section and each app its ``pool`` (``app_pools``, default: the first pool), and the plan
-    chooses each batch job's pool: every batch job may run on any pool, for the same hours on
-    each (its estimate is not made per GPU model yet).
+    chooses each batch job's pool: a job whose estimate has hours per GPU model
+    (``JobEstimate.by_model``) may run on the pools of those models that can hold it, for its
+    hours on each (its ``pools`` and ``duration_by_pool``); one without, on every pool for the
+    same hours. A running job is pinned in its pool for that pool's hours.
 
     With ``promises`` of a penalty above 0, each queued job's promised start becomes its
     ``promise`` (steps from the plan's start, negative once passed) and the scenario
@@ -192,6 +205,7 @@ def scenario_document(
     """
     terms = {} if promises is None else promises.scenario_keys(snapshot.cluster.step_minutes)
     cluster, start = snapshot.cluster, snapshot.start
+    planned_pools = tuple(pools) if len(pools) > 1 else ()
     horizon = cluster.horizon_steps
     jobs: list[dict[str, Any]] = []
     running: list[dict[str, Any]] = []
@@ -203,10 +217,14 @@ def scenario_document(
             if start > job.started_at
             else 0
         )
-        planned = duration_steps(planned_hours(job.estimate, plan_with), cluster.step_minutes)
+        pool = pool_of(planned_pools, job.first_gpu)
+        planned = duration_steps(planned_hours(job.estimate, plan_with, pool), cluster.step_minutes)
         # A job that overruns its forecast stays pinned: one more step at a time.
         remaining = max(1, planned - elapsed)
-        jobs.append(_batch_entry(job, gpus=job.gpus, steps=elapsed + remaining, order=len(jobs)))
+        entry = _batch_entry(job, gpus=job.gpus, steps=elapsed + remaining, order=len(jobs))
+        if pool is not None and job.estimate.by_model is not None:
+            entry["pools"] = [pool.name]
+        jobs.append(entry)
         running.append(
             {
                 "id": job.id,
@@ -217,13 +235,14 @@ def scenario_document(
     ceiling = aging_ceiling(snapshot) if aging_hours else 0.0
     for job in snapshot.queued:
         entry = queued_entry(job, plan_with, step_minutes=cluster.step_minutes, order=len(jobs))
+        if not _place_in_pools(entry, job, plan_with, planned_pools, cluster.step_minutes):
+            continue
         aged = aged_priority(job.priority, (start - job.submitted_at) / STEP, aging_hours, ceiling)
         if aged != job.priority:
             entry["priority"] = aged
         if terms and job.promised_start is not None:
             entry["promise"] = promise_step(job.promised_start, start)
         jobs.append(entry)
-    planned_pools = tuple(pools) if len(pools) > 1 else ()
     app_pool = {
         demand.app.id: _app_pool(planned_pools, (app_pools or {}).get(demand.app.id))
         for demand in snapshot.demand
@@ -328,6 +347,29 @@ def queued_entry(job: Job, plan_with: PlanWith, *, step_minutes: int, order: int
     assert job.estimate is not None
     steps = duration_steps(planned_hours(job.estimate, plan_with), step_minutes)
     return _batch_entry(job, gpus=job.estimate.gpus, steps=steps, order=order)
+
+
+def _place_in_pools(
+    entry: dict[str, Any], job: Job, plan_with: PlanWith, pools: Sequence[Pool], step_minutes: int
+) -> bool:
+    """A queued job's entry given the pools it may run on and its steps on each (``pools``,
+    ``duration_by_pool``: its hours per GPU model among ``pools``, those that can hold it);
+    False when none of them can (logged: the job stays queued)."""
+    assert job.estimate is not None
+    if not pools or job.estimate.by_model is None:
+        return True
+    steps = {
+        pool.name: duration_steps(p50 if plan_with is PlanWith.P50 else p90, step_minutes)
+        for pool, (p50, p90) in job_pools(job.estimate, pools)
+        if pool.gpus >= job.estimate.gpus
+    }
+    if not steps:
+        log.warning("job %s fits in none of the pools its GPU models allow; left queued", job.id)
+        return False
+    entry["pools"] = list(steps)
+    entry["duration_by_pool"] = steps
+    entry["duration"] = next(iter(steps.values()))
+    return True
 
 
 def _batch_entry(job: Job, *, gpus: int, steps: int, order: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from contract.records import Job, JobEstimate
 from gpuplan.app.core.models import MODEL_FILES, load_job_estimator
 
 if TYPE_CHECKING:
+    from forecasting.by_model import ModelHours
     from forecasting.job_forecast import JobForecast
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,14 @@ class Forecasters:
         """P50/P90 GPUs and hours for one spec; InputError when the spec or the model is wrong."""
         forecast: JobForecast = self._estimator(kind).forecast_spec(features, source=source)
         return forecast
+
+    def forecast_on_models(
+        self, kind: str, features: dict[str, object], models: Mapping[str, int], *, source: str
+    ) -> ModelHours:
+        """One spec's GPUs and hours on each of ``models`` (model -> the GPUs of its largest
+        pool): :mod:`forecasting.by_model`."""
+        choice: ModelHours = self._estimator(kind).forecast_on_models(features, models, source=source)
+        return choice
 
     def _estimator(self, kind: str) -> Any:
         if kind not in self._loaded:
@@ -65,7 +74,7 @@ class Forecasters:
 
 
 #: Keys of a job spec that are not forecaster features.
-SPEC_KEYS = frozenset({"id", "kind", "priority", "gpus", "hours", "time_limit_hours", "slurm"})
+SPEC_KEYS = frozenset({"id", "kind", "priority", "gpus", "hours", "time_limit_hours", "slurm", "gpu_models"})
 
 
 def kind_and_features(spec: Mapping[str, Any]) -> dict[str, Any]:

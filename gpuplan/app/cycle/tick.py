@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from contract.records import App, Cluster, Job, JobState, PlanRun, RunMode, TrafficHour
+from contract.scenario import Pool
 from contract.scenario_io import parse_scenario
 from forecasting.gpu_mapping import AppCapacity
 from forecasting.persistence import model_bytes, model_from_bytes
@@ -44,6 +45,7 @@ from gpuplan.app.core.bridge import (
 )
 from gpuplan.app.core.config import OVERRUN_FACTOR, ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.core.job_models import estimates_on_pools
 from gpuplan.app.core.ports import Executor
 from gpuplan.app.core.tokens import NotFoundError
 from gpuplan.app.cycle.finish import cancel
@@ -195,7 +197,9 @@ def load_snapshot(
     """
     cluster = require_cluster(store)
     waiting = store.jobs([JobState.QUEUED])
-    new_estimates = forecasters.estimates([job for job in waiting if job.estimate is None])
+    new_estimates = estimates_on_pools(
+        forecasters, [job for job in waiting if job.estimate is None], config.pools
+    )
     queued = []
     # A block lies inside one pool: a job larger than the largest is left out of the plan.
     largest = max((pool.gpus for pool in config.pools), default=cluster.gpus)
@@ -213,7 +217,7 @@ def load_snapshot(
         else:
             log.warning("job %s needs more GPUs than the cluster has; left queued", job.id)
     running = store.jobs([JobState.RUNNING])
-    warn_overruns(running, start, config.overrun_factor)
+    warn_overruns(running, start, config.overrun_factor, config.pools)
     apps = store.apps()
     previous = hour_allocation(store, start - STEP)
     held = realtime_sets(previous, [a.id for a in apps]) if previous else {}
@@ -231,13 +235,16 @@ def load_snapshot(
 _warned_overruns: set[str] = set()
 
 
-def warn_overruns(running: Collection[Job], now: datetime, factor: float = OVERRUN_FACTOR) -> list[str]:
+def warn_overruns(
+    running: Collection[Job], now: datetime, factor: float = OVERRUN_FACTOR, pools: Sequence[Pool] = ()
+) -> list[str]:
     """Log a warning, once per job, for each running job past its time limit
-    (``bridge.time_limit`` with the config's ``overrun_factor``): without an executor that
-    stops it, it holds its GPUs until it is reported done. Returns the jobs warned of now."""
+    (``bridge.time_limit`` with the config's ``overrun_factor``, on its pool of ``pools``):
+    without an executor that stops it, it holds its GPUs until it is reported done. Returns the
+    jobs warned of now."""
     warned = []
     for job in running:
-        limit = time_limit(job, factor)
+        limit = time_limit(job, factor, pools)
         if limit is not None and now >= limit and job.id not in _warned_overruns:
             _warned_overruns.add(job.id)
             warned.append(job.id)
@@ -261,7 +268,7 @@ def stop_overruns(store: Store, now: datetime, config: ServiceConfig, executor: 
         return []
     stopped = []
     for job in store.jobs([JobState.RUNNING]):
-        limit = time_limit(job, config.overrun_factor)
+        limit = time_limit(job, config.overrun_factor, config.pools)
         if limit is not None and now >= limit:
             cancel(store, job.id, now, executor)
             stopped.append(job.id)

@@ -25,13 +25,8 @@ from gpuplan.app.adapters.slurm.batch import read_section
 from gpuplan.app.adapters.slurm.client import SlurmClient
 from gpuplan.app.core.bridge import STEP, planned_place
 from gpuplan.app.core.config import ServiceConfig
-from gpuplan.app.core.forecasters import (
-    SPEC_KEYS,
-    Forecasters,
-    estimate_of,
-    explicit_estimate,
-    kind_and_features,
-)
+from gpuplan.app.core.forecasters import SPEC_KEYS, Forecasters, kind_and_features
+from gpuplan.app.core.job_models import check_gpu_models, estimate_on_pools, job_pools, with_model_features
 from gpuplan.app.core.models import MODEL_FILES
 from gpuplan.app.core.tokens import require, require_priority
 from gpuplan.app.cycle.finish import MAX_HOURS
@@ -118,6 +113,8 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
             source=source,
             hint=f"Unknown keys: {', '.join(unknown)}.",
         )
+    if "gpu_models" in spec:
+        check_gpu_models(spec["gpu_models"], source=source)
     if "gpus" in spec:
         gpus = spec["gpus"]
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1 or gpus & (gpus - 1):
@@ -187,12 +184,12 @@ def feature_names(kind: str) -> frozenset[str]:
     return frozenset(() if schema is None else schema.names)
 
 
-def estimate_spec(spec: dict[str, Any], forecasters: Forecasters, *, source: str) -> JobEstimate:
-    explicit = explicit_estimate(spec)
-    if explicit is not None:
-        return explicit
-    features = {k: v for k, v in spec.items() if k not in SPEC_KEYS}
-    return estimate_of(forecasters.forecast(str(spec["kind"]), features, source=source))
+def estimate_spec(
+    spec: dict[str, Any], forecasters: Forecasters, *, source: str, pools: Sequence[Pool] = ()
+) -> JobEstimate:
+    """A checked spec's estimate on the cluster of ``pools`` (the config's; on several, per GPU
+    model: :mod:`gpuplan.app.core.job_models`)."""
+    return estimate_on_pools(spec, forecasters, pools, source=source)
 
 
 class Batcher(Protocol):
@@ -241,7 +238,8 @@ def submit(
     forecasters = forecasters or Forecasters(config.models_dir)
     if batcher is not None and section is None and slurm_job is None:
         # The batch checks its jobs against the store together (:func:`check_fits`, the ids)
-        return batcher(estimated_job(spec, now, forecasters, source=source, token=token), source=source)
+        job = estimated_job(spec, now, forecasters, source=source, token=token, pools=config.pools)
+        return batcher(job, source=source)
     job = checked_job(store, spec, now, forecasters, source=source, token=token, pools=config.pools)
     if section is not None and config.slurm is not None:
         client = SlurmClient(config.slurm)
@@ -275,7 +273,8 @@ def checked_spec(
     section is not read)."""
     if token is not None:
         require(token, Scope.SUBMIT)
-    spec = check_spec(spec_document, source=source, default_id=default_id)
+    document = with_model_features(spec_document, config.pools)
+    spec = check_spec(document, source=source, default_id=default_id)
     if token is not None:
         require_priority(token, float(spec.get("priority", 1)))
     if "slurm" not in spec or adopted:
@@ -308,7 +307,7 @@ def checked_job(
     cluster = require_cluster(store)
     if store.job(spec["id"]) is not None:  # before the forecast: a refusal costs nothing
         raise InputError("id", "an id no other job has", spec["id"], source=source)
-    job = estimated_job(spec, now, forecasters, source=source, token=token)
+    job = estimated_job(spec, now, forecasters, source=source, token=token, pools=pools)
     check_fits(cluster, job, now, source=source, pools=pools)
     return job
 
@@ -320,16 +319,17 @@ def estimated_job(
     *,
     source: str,
     token: ApiToken | None = None,
+    pools: Sequence[Pool] = (),
 ) -> Job:
-    """A checked spec as a job with its forecast, before any check against the store (its id
-    free, :func:`check_fits`)."""
+    """A checked spec as a job with its forecast on the cluster of ``pools`` (the config's),
+    before any check against the store (its id free, :func:`check_fits`)."""
     return Job(
         id=spec["id"],
         kind=JobKind(spec["kind"]),
         priority=float(spec.get("priority", 1)),
         spec=spec,
         submitted_at=now,
-        estimate=estimate_spec(spec, forecasters, source=source),
+        estimate=estimate_spec(spec, forecasters, source=source, pools=pools),
         team=None if token is None else token.team,
     )
 
@@ -384,14 +384,17 @@ def check_fits(cluster: Cluster, job: Job, now: datetime, *, source: str, pools:
     are not all down for good (a down window with no end)."""
     assert job.estimate is not None
     gpus = job.estimate.gpus
-    largest = max(pools, key=lambda pool: pool.gpus, default=None)
-    if largest is not None and gpus > largest.gpus and gpus <= cluster.gpus:
+    allowed = [pool for pool, _ in job_pools(job.estimate, pools)]
+    largest = max(allowed, key=lambda pool: pool.gpus, default=None)
+    if largest is not None and gpus > largest.gpus and (gpus <= cluster.gpus or len(allowed) < len(pools)):
+        which = "pool" if len(allowed) == len(pools) else "pool of its gpu_models"
         raise InputError(
             "gpus",
-            f"at most {largest.gpus}, the GPUs of the largest pool ({largest.name})",
+            f"at most {largest.gpus}, the GPUs of the largest {which} ({largest.name})",
             gpus,
             source=source,
-            hint=f"A job runs inside one pool of the cluster's {[pool.name for pool in pools]}.",
+            hint=f"A job runs inside one pool of the cluster's {[pool.name for pool in pools]}"
+            + ("." if len(allowed) == len(pools) else f"; it may run on {[pool.name for pool in allowed]}."),
         )
     if gpus > cluster.gpus:
         raise InputError(
