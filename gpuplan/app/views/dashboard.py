@@ -206,8 +206,14 @@ def dashboard(store: Store, now: datetime, health: Health, pools: Sequence[Pool]
         page["coverage_rows"] = [] if coverage is None else list(coverage[1].rows)
         needs, page["needs_problem"] = _safe(lambda: app_needs(run, instance, store.apps(), 0.9))
         planned = planned_counts(instance, run.grid)
+        pool_of = {job.id: instance.realtime_pool(job).name for job in instance.realtime_jobs}
         page["coverage"] = [
-            {"app": app, "need": need, "planned": planned.get(app, [0] * len(need))}
+            {
+                "app": app,
+                "need": need,
+                "planned": planned.get(app, [0] * len(need)),
+                "pool": pool_of.get(app) if instance.pooled else None,
+            }
             for app, need in (needs or {}).items()
         ]
     util, page["util_problem"] = _safe(lambda: utilization_query(store))
