@@ -240,7 +240,7 @@ def test_the_api_shows_each_pool_in_status_a_submits_pool_and_the_reports_per_po
         assert bad.json()["errors"] == [
             {"field": "pool", "expected": "one of the plan's pools ['h100', 'a100']", "received": "l40s"}
         ]
-    schema = client.get("/openapi.json").json()["components"]["schemas"]["SubmitOut"]["properties"]
+    schema = client.get("/v1/openapi.json").json()["components"]["schemas"]["SubmitOut"]["properties"]
     assert "pool" in schema
 
 
