@@ -358,7 +358,7 @@ def _run_heading(run_value: PlanRun, instance: Instance, pool: str | None = None
     """The run, its grid and, on a cluster of several pools, its pools (``pool``: the one shown)."""
     pools = ""
     if instance.pooled:
-        listed = ", ".join(f"{p.name} {p.gpu_model} x{p.gpus}" for p in instance.pools)
+        listed = ", ".join(f"{p.name} ({p.gpu_model}, {p.gpus} GPUs)" for p in instance.pools)
         pools = f" in pools {listed}" + ("" if pool is None else f"; pool {pool} shown")
     return (
         f"run {run_value.id} ({run_value.mode.value}, {run_value.policy}): {instance.gpus} GPUs x "

@@ -275,7 +275,7 @@ def test_the_command_line_shows_the_pools_in_status_and_the_reports(
     rows = list(csv.DictReader(io.StringIO(report.out)))
     assert rows and {r["pool"] for r in rows} == {"a100"}
     table = run_cli("report", "idle-windows", "--db", db, "--png", tmp_path / "idle.png")
-    assert table.code == 0 and "in pools h100 h100 x8, a100 a100 x8" in table.out
+    assert table.code == 0 and "in pools h100 (h100, 8 GPUs), a100 (a100, 8 GPUs)" in table.out
     assert (tmp_path / "idle.png").stat().st_size > 10_000
     risk = run_cli("report", "coverage-risk", "--db", db, "--pool", "a100", "--png", tmp_path / "risk.png")
     assert risk.code == 0, risk.err
