@@ -22,6 +22,7 @@ from contract.records import Job, JobEstimate, PlanRun, RunMode
 from contract.scenario import Instance, JobKind, Pool
 from gpuplan.app.core.config import ServiceConfig, demo_config, load_config
 from gpuplan.app.jobs.submit import answer
+from gpuplan.app.views.dashboard import grid_rows
 from gpuplan.app.views.reports import (
     IdleWindow,
     ShortfallReason,
@@ -135,6 +136,28 @@ def test_coverage_risk_counts_an_app_against_its_own_pool() -> None:
         (ShortfallReason.CAPACITY, "a100", 1)
     ] * 2
     assert coverage_risk(_run(pooled, grid), [], pool="h100").rows == ()
+
+
+def test_the_dashboards_grid_is_one_band_per_pool_its_nodes_counted_from_the_pools_first_gpu() -> None:
+    times = [START + timedelta(hours=h) for h in range(2)]
+    pools = (Pool("h100", "h100", 36), Pool("a100", "a100", 44, 36))
+    grid: list[list[str | None]] = [["job", None] if g in (35, 36) else [None, None] for g in range(80)]
+    rows, aggregated = grid_rows(grid, [0, 0], times, set(), set(), pools=pools)
+    assert aggregated and [r.label for r in rows][4:6] == [
+        "h100 node 4 (GPUs 32-35)",
+        "a100 node 0 (GPUs 36-43)",
+    ]
+    assert [r.cells[0].text for r in rows][4:6] == ["1/4", "1/8"]  # no node holds GPUs of two pools
+    assert [(r.pool, r.pool_heading) for r in rows if r.pool_heading] == [
+        ("h100", "pool h100: h100, 36 GPUs (0-35)"),
+        ("a100", "pool a100: a100, 44 GPUs (36-79)"),
+    ]
+    small, _ = grid_rows(
+        grid[:16], [0, 0], times, set(), set(), pools=(Pool("a", "a", 12), Pool("b", "b", 4, 12))
+    )
+    assert [(r.label, r.block_start) for r in small][11:13] == [("GPU 11", False), ("GPU 12", True)]
+    one, _ = grid_rows(grid[:16], [0, 0], times, set(), set(), pools=(Pool("a", "a", 16),))
+    assert all(r.pool is None and r.pool_heading is None for r in one)
 
 
 # ---------------------------------------------------------------------------------------
