@@ -198,6 +198,11 @@ class Pool:
         )
 
 
+def pool_at(pools: Sequence[Pool], gpu: int) -> Pool | None:
+    """The pool of ``pools`` (placed: their ``first_gpu`` set) that holds GPU ``gpu``, or None."""
+    return next((pool for pool in pools if pool.first_gpu <= gpu < pool.end_gpu), None)
+
+
 @dataclass(frozen=True)
 class Instance:
     """One scenario, validated (see :mod:`contract.scenario_io`)."""
@@ -247,10 +252,10 @@ class Instance:
         return {pool.name: pool for pool in self.pools}
 
     def pool_of_gpu(self, gpu: int) -> Pool:
-        for pool in self.pools:
-            if pool.first_gpu <= gpu < pool.end_gpu:
-                return pool
-        raise IndexError(gpu)
+        pool = pool_at(self.pools, gpu)
+        if pool is None:
+            raise IndexError(gpu)
+        return pool
 
     def allowed_pools(self, job: BatchJob) -> tuple[Pool, ...]:
         """The pools ``job`` may run on and fits in, in the cluster's order."""

@@ -60,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     idle.add_argument("--gpus", type=int, metavar="G", help="bookable starts for a G-GPU job (with --hours)")
     idle.add_argument("--hours", type=float, metavar="H", help="the job's hours (with --gpus)")
     idle.add_argument("--limit", type=int, metavar="N", help="with --gpus: the first N starts only")
+    _add_pool(idle, "only the windows (or bookable blocks) in this pool of the plan's")
 
     risk = add(
         "coverage-risk",
@@ -73,6 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     risk.add_argument(
         "--since", metavar="TIME", help="realised coverage from TIME to the run's start (default: one day)"
     )
+    _add_pool(risk, "only the apps that serve on this pool of the plan's")
 
     util = add("utilization", "GPUs of each committed hour by job kind, idle and down", _utilization)
     util.add_argument("--since", metavar="TIME", help="committed hours from TIME on (default all)")
@@ -96,6 +98,10 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_pool(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--pool", metavar="NAME", help=f"{what} (a cluster of several pools)")
+
+
 def run(args: argparse.Namespace) -> int:
     runner: Callable[[argparse.Namespace], int] = args.report_run
     return runner(args)
@@ -112,6 +118,7 @@ IDLE_FLAGS = {
     "gpus": "--gpus",
     "hours": "--hours",
     "limit": "--limit",
+    "pool": "--pool",
 }
 
 
@@ -144,11 +151,12 @@ def _idle_windows(args: argparse.Namespace) -> int:
                 hours=args.hours,
                 limit=args.limit,
                 names=IDLE_FLAGS,
+                pool=args.pool,
             )
     finally:
         store.close()
     run_value, instance = query.run, query.instance
-    heading = _run_heading(run_value, instance)
+    heading = _run_heading(run_value, instance, args.pool)
     if query.windows is not None:
         report = query.windows
         asked = f">= {count_of(min_gpus, 'GPU')} for >= {min_hours:g} h"
@@ -218,11 +226,17 @@ def _coverage_risk(args: argparse.Namespace) -> int:
     inputs = coverage_inputs(args.db, args.run_ref, args.since)
     run_value, instance, apps, window_since = inputs.run, inputs.instance, inputs.apps, inputs.since
     commits, traffic = inputs.commits, inputs.traffic
-    with as_flags({"quantile": "--quantile"}):
+    with as_flags({"quantile": "--quantile", "pool": "--pool"}):
         report = coverage_risk(
-            run_value, apps, args.quantile, traffic=traffic, commits=commits, since=window_since
+            run_value,
+            apps,
+            args.quantile,
+            traffic=traffic,
+            commits=commits,
+            since=window_since,
+            pool=args.pool,
         )
-    heading = _run_heading(run_value, instance)
+    heading = _run_heading(run_value, instance, args.pool)
     percentile = f"P{args.quantile * 100:g}"
     footer = [
         f"realised {cell_text(r.since)} to {cell_text(r.until)}: {r.app} served {r.served_share:.1%} of "
@@ -243,14 +257,21 @@ def _coverage_risk(args: argparse.Namespace) -> int:
     if args.png:
         from gpuplan.report_plots import draw_coverage
 
+        shown = {  # the apps of the pool asked for (--pool), else all
+            job.id
+            for job in instance.realtime_jobs
+            if args.pool is None or instance.realtime_pool(job).name == args.pool
+        }
         needs = {
             app: {args.quantile: need}
             for app, need in app_needs(run_value, instance, apps, args.quantile).items()
+            if app in shown
         }
         for quantile in (0.5, 0.9):
             try:
                 for app, need in app_needs(run_value, instance, apps, quantile).items():
-                    needs[app][quantile] = need
+                    if app in needs:
+                        needs[app][quantile] = need
             except InputError:
                 continue  # no stored forecast (or capacity) to derive this quantile from
         draw_coverage(
@@ -333,10 +354,16 @@ def _commits(args: argparse.Namespace) -> int:
 # Loading and output
 
 
-def _run_heading(run_value: PlanRun, instance: Instance) -> str:
+def _run_heading(run_value: PlanRun, instance: Instance, pool: str | None = None) -> str:
+    """The run, its grid and, on a cluster of several pools, its pools (``pool``: the one shown)."""
+    pools = ""
+    if instance.pooled:
+        listed = ", ".join(f"{p.name} ({p.gpu_model}, {p.gpus} GPUs)" for p in instance.pools)
+        pools = f" in pools {listed}" + ("" if pool is None else f"; pool {pool} shown")
     return (
         f"run {run_value.id} ({run_value.mode.value}, {run_value.policy}): {instance.gpus} GPUs x "
         f"{instance.horizon_steps} steps of {instance.step_minutes} min from {cell_text(run_value.start)} UTC"
+        + pools
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuplan.options import add_at, add_db, at_of, open_db, print_json
@@ -16,16 +17,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_db(parser)
     add_at(parser, "the time to report as")
     parser.add_argument("--team", metavar="TEAM", help="only the jobs this team submitted")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="the daemon's config: with cluster.pools, each pool's GPUs and each job's pool",
+    )
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpuplan.app.core.config import load_config
     from gpuplan.app.views.status import status
     from gpuplan.table import format_table, gpu_ranges
 
+    pools = () if args.config is None else load_config(args.config).pools
     store = open_db(args)
     try:
-        now = status(store, at_of(args), team=args.team)
+        now = status(store, at_of(args), team=args.team, pools=pools)
     finally:
         store.close()
     if args.at is not None:
@@ -34,21 +43,35 @@ def run(args: argparse.Namespace) -> int:
         print_json(now.as_dict())
         return 0
     say = sys.stdout.write
-    say(f"status at {now.at.isoformat()}\n\nrunning:\n")
+    say(f"status at {now.at.isoformat()}\n\n")
+    if now.pools is not None:
+        say("pools:\n")
+        columns = ["pool", "gpu_model", "gpus", "batch", "realtime", "down", "free"]
+        say(format_table(columns, [[p[c] for c in columns] for p in now.pools]) + "\n\n")
+    pooled = ["pool"] if now.pools is not None else []
+
+    def pool_of(row: dict[str, object]) -> list[object]:
+        return [row["pool"] or "-"] if pooled else []
+
+    say("running:\n")
     say(
         format_table(
-            ["job", "kind", "gpus", "since", "time limit"],
-            [[r["job"], r["kind"], gpu_ranges(r["gpus"]), r["since"], _limit_text(r)] for r in now.running],
+            ["job", "kind", *pooled, "gpus", "since", "time limit"],
+            [
+                [r["job"], r["kind"], *pool_of(r), gpu_ranges(r["gpus"]), r["since"], _limit_text(r)]
+                for r in now.running
+            ],
         )
         + "\n"
     )
     say("\nqueue:\n")
     say(
         format_table(
-            ["job", "gpus", "priority", "planned_start", "reason"],
+            ["job", *pooled, "gpus", "priority", "planned_start", "reason"],
             [
                 [
                     q["job"],
+                    *pool_of(q),
                     "-" if q["gpus"] is None else q["gpus"],
                     f"{q['priority']:g}",
                     q["planned_start"] or "-",

@@ -99,6 +99,26 @@ def _grid_figure(instance: Instance, rows: int) -> tuple[Any, Any]:
     return plt.subplots(figsize=(13, height), constrained_layout=True)
 
 
+def _pool_bands(ax: Any, instance: Instance) -> None:
+    """On a cluster of several pools: a rule between two pools and each pool's name, model
+    and GPUs at the left of its rows (a block never crosses a rule)."""
+    if not instance.pooled:
+        return
+    for pool in instance.pools:
+        if pool.first_gpu:
+            ax.axhline(pool.first_gpu, color="black", lw=2.2, zorder=4)
+        ax.annotate(
+            f" pool {pool.name} ({pool.gpu_model} x{pool.gpus})",
+            (0, pool.first_gpu),
+            xycoords="data",
+            fontsize=8,
+            fontweight="bold",
+            va="top",
+            zorder=5,
+            bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1},
+        )
+
+
 def draw_idle_windows(
     instance: Instance,
     grid: Sequence[Sequence[Cell]],
@@ -128,18 +148,24 @@ def draw_idle_windows(
             Rectangle((s, w.first_gpu), e - s, w.gpus, fill=False, edgecolor=OUTLINE, lw=1.8, zorder=3)
         )
         listed |= {(g, t) for g in range(w.first_gpu, w.first_gpu + w.gpus) for t in range(int(s), int(e))}
-    # Free cells no listed window covers, so that nothing idle is hidden (idle windows only).
+    # Free cells no listed window covers, so that nothing idle is hidden (idle windows only;
+    # with a pool asked for, in that pool).
+    shown = (
+        instance.pools if report is None or report.pool is None else (instance.pools_by_name[report.pool],)
+    )
     unlisted = [
         (t + 0.5, g + 0.5)
         for g, row in enumerate(grid)
         for t, cell in enumerate(row)
         if report is not None
+        and any(p.first_gpu <= g < p.end_gpu for p in shown)
         and cell is None
         and not instance.down_masks[t] >> g & 1
         and (g, t) not in listed
     ]
     if unlisted:
         ax.scatter(*zip(*unlisted, strict=True), s=6, color="0.35", zorder=3)
+    _pool_bands(ax, instance)
     _label_columns(ax, [start + t * step for t in range(instance.horizon_steps)])
     ax.set_title(_wrapped(title), fontsize=10)
     handles = legend_handles(job_ids, colours, realtime_ids)
@@ -168,12 +194,14 @@ def draw_coverage(
     title: str,
     path: Path,
 ) -> Path:
-    """Per app: planned GPUs against its P50 and P90 need, shortfall hours shaded.
+    """Per app (of ``needs``): planned GPUs against its P50 and P90 need, shortfall hours
+    shaded; on a cluster of several pools each panel names the app's pool.
 
     ``needs[app][q]``: the need per step at quantile q. Past committed hours
     (``report.past``) are drawn left of the plan's start against their actual need.
     """
-    apps = [job.id for job in instance.realtime_jobs]
+    shown = {job.id: job for job in instance.realtime_jobs if job.id in needs}
+    apps = list(shown)
     panels = max(1, len(apps))
     fig, axes = plt.subplots(
         panels, 1, figsize=(13, 2.8 * panels + 0.6), squeeze=False, constrained_layout=True
@@ -204,8 +232,10 @@ def draw_coverage(
             shade = SHORT_PLANNED if row.basis is NeedBasis.FORECAST else SHORT_PAST
             ax.axvspan(x, x + width, lw=0, **shade)
         reasons = sorted({r.reason.value for r in shortfall})
+        pool = instance.realtime_pool(shown[app]) if instance.pooled else None
         ax.set_title(
-            f"{app}: {count_of(len(shortfall), 'short hour')} at P{round(report.quantile * 100)}"
+            ("" if pool is None else f"pool {pool.name} ({pool.gpu_model} x{pool.gpus}): ")
+            + f"{app}: {count_of(len(shortfall), 'short hour')} at P{round(report.quantile * 100)}"
             + (f" ({', '.join(reasons)})" if reasons else ""),
             fontsize=9,
         )

@@ -85,10 +85,20 @@ def comparison_table(plans: Sequence[Plan]) -> str:
 # -- rows that are frozen dataclasses: their fields are the columns -------------------------
 
 
+def row_columns(row_type: type, rows: Sequence[Any]) -> list[str]:
+    """The columns of dataclass rows: their fields, less a ``when_set`` field (metadata) that
+    no row sets (a report's ``pool`` on a cluster of one pool)."""
+    return [
+        f.name
+        for f in fields(row_type)
+        if not f.metadata.get("when_set") or any(getattr(row, f.name) is not None for row in rows)
+    ]
+
+
 def rows_table(row_type: type, rows: Sequence[Any]) -> str:
     """An aligned table of dataclass rows (times as ``YYYY-MM-DD HH:MM``, GPU lists as ranges,
     a ``*_share`` column in percent, a missing value as ``-``)."""
-    columns = [f.name for f in fields(row_type)]
+    columns = row_columns(row_type, rows)
     return format_table(columns, [[_column_text(c, getattr(row, c)) for c in columns] for row in rows])
 
 
@@ -100,13 +110,13 @@ def _column_text(column: str, value: object) -> object:
 
 def row_records(row_type: type, rows: Sequence[Any]) -> list[dict[str, object]]:
     """Dataclass rows as JSON objects: times in ISO 8601, enums by value, tuples as lists."""
-    columns = [f.name for f in fields(row_type)]
+    columns = row_columns(row_type, rows)
     return [{c: _json_value(getattr(row, c)) for c in columns} for row in rows]
 
 
 def write_rows_csv(row_type: type, rows: Sequence[Any], out: TextIO) -> None:
     """Dataclass rows as CSV with a header (GPU lists space-separated)."""
-    columns = [f.name for f in fields(row_type)]
+    columns = row_columns(row_type, rows)
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
     writer.writerows([_csv_value(getattr(row, c)) for c in columns] for row in rows)

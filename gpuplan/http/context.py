@@ -194,7 +194,9 @@ class ApiContext:
             mirror = self.changes.mirror_at(self.store, marks)
             beside = self._beside_of(mirror, now)
             known = (mirror.jobs, mirror.run)
-            return status(self.store, now, known=known, rows=self.queue_rows, beside=beside)
+            return status(
+                self.store, now, known=known, rows=self.queue_rows, beside=beside, pools=self.config.pools
+            )
 
         return self.cached(("whole status", floor_hour(now)), build, marks)
 
@@ -205,13 +207,15 @@ class ApiContext:
         key = (mirror.root, floor_hour(now))
         kept = self._beside
         if kept is None or kept[0] != key:
-            kept = self._beside = (key, read_beside(self.store, now))
+            kept = self._beside = (key, read_beside(self.store, now, self.config.pools))
         return kept[1]
 
     def dashboard(self) -> dict[str, Any]:
         """The dashboard's data as of the last change, with the clock and health of now."""
         now = self.clock()
-        page = self.cached(("dashboard", floor_hour(now)), lambda: dashboard(self.store, now, self.health))
+        page = self.cached(
+            ("dashboard", floor_hour(now)), lambda: dashboard(self.store, now, self.health, self.config.pools)
+        )
         return {**page, "now": now, "health": self.health.as_dict()}
 
 

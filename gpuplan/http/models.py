@@ -48,6 +48,11 @@ class SubmitOut(BaseModel):
     )
     first_gpu: int | None
     reason: str
+    pool: str | None = Field(
+        None,
+        description="on a cluster of several pools only: the pool of the planned block (null: not "
+        "planned); absent on a cluster of one pool",
+    )
 
 
 class TrafficHourIn(BaseModel):

@@ -263,7 +263,7 @@ class SubmitBatcher:
                     inserted = starts is not None
                     promised = promise(self.store, run, waiting, now, self.config, starts=starts)
                 for ticket in stored:
-                    ticket.result = answer(run, ticket.job, promised.get(ticket.job.id))
+                    ticket.result = answer(run, ticket.job, promised.get(ticket.job.id), self.config.pools)
                 # The next batch's base: this run, while nothing moves. After one transaction the
                 # marks are known without a read: a change by another process meanwhile leaves the
                 # store's others, and the next batch plans afresh.

@@ -32,7 +32,7 @@ from gpuplan.app.core.tokens import require, require_priority
 from gpuplan.app.cycle.finish import MAX_HOURS
 from gpuplan.app.cycle.tick import plan_cycle, require_cluster
 from gpuplan.app.jobs.promises import promised_starts
-from gpuplan.app.views.status import placement_reason
+from gpuplan.app.views.status import placement_reason, pool_name
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -52,9 +52,13 @@ class SubmitResult:
     reason: str
     #: The start promised (the plan's, moved by the work expected to arrive ahead of the job).
     promised_start: datetime | None = None
+    #: On a cluster of several pools, the pool of the planned block (None: not planned);
+    #: ``pooled`` False: one pool, and the answer has no ``pool``.
+    pool: str | None = None
+    pooled: bool = False
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        answer: dict[str, object] = {
             "job": self.job,
             "gpus": self.gpus,
             "hours_p50": round(self.hours_p50, 4),
@@ -64,6 +68,9 @@ class SubmitResult:
             "first_gpu": self.first_gpu,
             "reason": self.reason,
         }
+        if self.pooled:
+            answer["pool"] = self.pool
+        return answer
 
 
 def check_spec(spec: object, *, source: str, default_id: str | None = None) -> dict[str, Any]:
@@ -255,8 +262,8 @@ def submit(
         store.add_job(job)
     run = hot_path_plan(store, now, config, forecasters) if replan else None
     if run is None:
-        return answer(run, job)
-    return answer(run, job, promise(store, run, [job], now, config).get(job.id))
+        return answer(run, job, pools=config.pools)
+    return answer(run, job, promise(store, run, [job], now, config).get(job.id), config.pools)
 
 
 def checked_spec(
@@ -334,11 +341,15 @@ def estimated_job(
     )
 
 
-def answer(run: PlanRun | None, job: Job, promised_start: datetime | None = None) -> SubmitResult:
+def answer(
+    run: PlanRun | None, job: Job, promised_start: datetime | None = None, pools: Sequence[Pool] = ()
+) -> SubmitResult:
     """The submit's answer from the plan that placed ``job`` (None: no plan was made), with
-    the start promised to it."""
+    the start promised to it; on a cluster of several ``pools`` (the config's), with the pool
+    of its planned block."""
     assert job.estimate is not None
     estimate = job.estimate
+    pooled = len(pools) > 1
     if run is None:
         return SubmitResult(
             job.id,
@@ -348,6 +359,7 @@ def answer(run: PlanRun | None, job: Job, promised_start: datetime | None = None
             None,
             None,
             "queued; the next plan cycle places it",
+            pooled=pooled,
         )
     planned_start, first_gpu = planned_place(run, job.id)
     reason = placement_reason(run, job.id, estimate, planned_start)
@@ -362,6 +374,8 @@ def answer(run: PlanRun | None, job: Job, promised_start: datetime | None = None
         first_gpu,
         reason,
         promised_start,
+        pool_name(pools, first_gpu) if pooled else None,
+        pooled,
     )
 
 

@@ -3,18 +3,22 @@ coverage per app, utilization, the queue, the last commits and the daemon's heal
 
 One row per GPU up to :data:`MAX_GPU_ROWS`; beyond it, one row per node of
 :data:`NODE_GPUS` GPUs whose cells say how many of its GPUs are busy, and with what, so
-that 256 GPUs stay readable on one screen.
+that 256 GPUs stay readable on one screen. On a cluster of several pools the grid is one
+band per pool, each opened by a heading row (its name, GPU model and GPUs), its nodes counted
+from the pool's first GPU.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from contract.errors import InputError
 from contract.records import JobState
+from contract.scenario import Pool
 from gpuplan.app.core.bridge import floor_hour, hour_allocation
 from gpuplan.app.views.health import Health
 from gpuplan.app.views.report_queries import coverage_query, idle_query, stored_run, utilization_query
@@ -47,6 +51,13 @@ class GridRow:
     label: str
     cells: list[Cell]
     block_start: bool  # the first row of a node: the page draws a rule above it
+    pool: str | None = None  # its pool's name, on a cluster of several pools
+    pool_heading: str | None = None  # the first row of a pool's band: the band's heading
+
+
+def _pool_heading(pool: Pool) -> str:
+    last = pool.end_gpu - 1
+    return f"pool {pool.name}: {pool.gpu_model}, {pool.gpus} GPUs ({pool.first_gpu}-{last})"
 
 
 def _gpu_cell(job: str | None, down: bool, running: set[str], realtime: set[str], when: str) -> Cell:
@@ -83,8 +94,11 @@ def grid_rows(
     times: list[datetime],
     running: set[str],
     realtime: set[str],
+    *,
+    pools: Sequence[Pool] = (),
 ) -> tuple[list[GridRow], bool]:
-    """Rows of the plan grid (per GPU, or per node beyond MAX_GPU_ROWS) and whether aggregated."""
+    """Rows of the plan grid (per GPU, or per node beyond MAX_GPU_ROWS) and whether aggregated;
+    on several ``pools`` (the plan's), one band of rows per pool."""
     whens = [f"{t:%a %H:%M}" for t in times]
     per_gpu = [
         [
@@ -93,16 +107,36 @@ def grid_rows(
         ]
         for gpu, row in enumerate(grid)
     ]
-    if len(grid) <= MAX_GPU_ROWS:
-        rows = [GridRow(f"GPU {gpu}", cells, gpu % NODE_GPUS == 0) for gpu, cells in enumerate(per_gpu)]
-        return rows, False
+    bands = list(pools) if len(pools) > 1 else [Pool("", "", len(grid))]
+    aggregated = len(grid) > MAX_GPU_ROWS
+    rows = [row for band in bands for row in _band_rows(band, per_gpu, whens, aggregated=aggregated)]
+    return rows, aggregated
+
+
+def _band_rows(band: Pool, per_gpu: list[list[Cell]], whens: list[str], *, aggregated: bool) -> list[GridRow]:
+    """The rows of one pool's GPUs (a nameless band: the whole grid of a one-pool cluster),
+    its first row carrying the band's heading."""
+    name = band.name or None
+    heading = None if name is None else _pool_heading(band)
+    if not aggregated:
+        return [
+            GridRow(
+                f"GPU {gpu}",
+                per_gpu[gpu],
+                (gpu - band.first_gpu) % NODE_GPUS == 0,
+                name,
+                heading if gpu == band.first_gpu else None,
+            )
+            for gpu in range(band.first_gpu, band.end_gpu)
+        ]
     rows = []
-    for first in range(0, len(grid), NODE_GPUS):
-        members = per_gpu[first : first + NODE_GPUS]
-        cells = [_node_cell([m[t] for m in members], whens[t]) for t in range(len(times))]
-        last = first + len(members) - 1
-        rows.append(GridRow(f"node {first // NODE_GPUS} (GPUs {first}-{last})", cells, True))
-    return rows, True
+    for first in range(band.first_gpu, band.end_gpu, NODE_GPUS):
+        members = per_gpu[first : min(first + NODE_GPUS, band.end_gpu)]
+        cells = [_node_cell([m[t] for m in members], when) for t, when in enumerate(whens)]
+        label = f"node {(first - band.first_gpu) // NODE_GPUS} (GPUs {first}-{first + len(members) - 1})"
+        label = label if name is None else f"{name} {label}"
+        rows.append(GridRow(label, cells, True, name, heading if first == band.first_gpu else None))
+    return rows
 
 
 def with_current_hour(
@@ -134,13 +168,14 @@ def _safe(build: Any) -> tuple[Any, str | None]:
         return None, str(error)
 
 
-def dashboard(store: Store, now: datetime, health: Health) -> dict[str, Any]:
-    """Everything the page shows, built from the store as the reports build it."""
+def dashboard(store: Store, now: datetime, health: Health, pools: Sequence[Pool] = ()) -> dict[str, Any]:
+    """Everything the page shows, built from the store as the reports build it (``pools``: the
+    config's, for the status; the grid and the idle windows show the plan's own pools)."""
     found, problem = _safe(lambda: stored_run(store, "latest"))
     page: dict[str, Any] = {
         "now": now,
         "health": health.as_dict(),
-        "status": status(store, now).as_dict(),
+        "status": status(store, now, pools=pools).as_dict(),
         "max_queue_rows": MAX_QUEUE_ROWS,
         "no_run": problem,
     }
@@ -151,7 +186,7 @@ def dashboard(store: Store, now: datetime, health: Health) -> dict[str, Any]:
         running = {job.id for job in store.jobs([JobState.RUNNING])}
         realtime = {job.id for job in instance.realtime_jobs}
         grid, down, grid_times = with_current_hour(store, now, run.grid, list(instance.down_masks), times)
-        rows, aggregated = grid_rows(grid, down, grid_times, running, realtime)
+        rows, aggregated = grid_rows(grid, down, grid_times, running, realtime, pools=instance.pools)
         page.update(
             run=run_summary(run),
             gpus=instance.gpus,
@@ -160,6 +195,7 @@ def dashboard(store: Store, now: datetime, health: Health) -> dict[str, Any]:
             current_hour=len(grid_times) > len(times),
             rows=rows,
             aggregated=aggregated,
+            pooled=instance.pooled,
             down_gpus=sorted(
                 {g for mask in instance.down_masks for g in range(instance.gpus) if mask >> g & 1}
             ),
@@ -170,8 +206,14 @@ def dashboard(store: Store, now: datetime, health: Health) -> dict[str, Any]:
         page["coverage_rows"] = [] if coverage is None else list(coverage[1].rows)
         needs, page["needs_problem"] = _safe(lambda: app_needs(run, instance, store.apps(), 0.9))
         planned = planned_counts(instance, run.grid)
+        pool_of = {job.id: instance.realtime_pool(job).name for job in instance.realtime_jobs}
         page["coverage"] = [
-            {"app": app, "need": need, "planned": planned.get(app, [0] * len(need))}
+            {
+                "app": app,
+                "need": need,
+                "planned": planned.get(app, [0] * len(need)),
+                "pool": pool_of.get(app) if instance.pooled else None,
+            }
             for app, need in (needs or {}).items()
         ]
     util, page["util_problem"] = _safe(lambda: utilization_query(store))

@@ -72,8 +72,10 @@ def idle_query(
     hours: float | None = None,
     limit: int | None = None,
     names: Mapping[str, str] | None = None,
+    pool: str | None = None,
 ) -> IdleQuery:
-    """Idle windows of a stored run; with ``gpus`` and ``hours``, where such a job could be booked.
+    """Idle windows of a stored run; with ``gpus`` and ``hours``, where such a job could be booked
+    (``pool``: in that pool of the run's only).
 
     ``names``: a face's names for the fields (``--gpus``), used in the errors' wording; the
     face renames the errors' fields itself (``gpuplan.options.as_flags``)."""
@@ -85,22 +87,34 @@ def idle_query(
     if gpus is None and hours is None:
         if limit is not None:
             raise InputError("limit", f"given only with {name('gpus')} and {name('hours')}", limit)
-        windows = idle_windows(instance, found.grid, found.start, min_gpus, min_hours)
+        windows = idle_windows(instance, found.grid, found.start, min_gpus, min_hours, pool=pool)
         return IdleQuery(found, instance, windows, None)
     if gpus is None or hours is None:
         missing, other = ("hours", "gpus") if hours is None else ("gpus", "hours")
         raise InputError(missing, f"given with {name(other)}", None)
-    rows = bookable_starts(instance, found.grid, found.start, gpus, hours, limit=limit)
+    rows = bookable_starts(instance, found.grid, found.start, gpus, hours, limit=limit, pool=pool)
     return IdleQuery(found, instance, None, rows)
 
 
 def coverage_query(
-    store: Store, run_ref: str = "latest", *, quantile: float = 0.9, since: str | None = None
+    store: Store,
+    run_ref: str = "latest",
+    *,
+    quantile: float = 0.9,
+    since: str | None = None,
+    pool: str | None = None,
 ) -> tuple[CoverageInputs, CoverageReport]:
-    """Coverage risk of a stored run: planned ahead, and realised from ``since`` to its start."""
+    """Coverage risk of a stored run: planned ahead, and realised from ``since`` to its start
+    (``pool``: the apps of that pool of the run's only)."""
     inputs = coverage_inputs_in(store, run_ref, since)
     report = coverage_risk(
-        inputs.run, inputs.apps, quantile, traffic=inputs.traffic, commits=inputs.commits, since=inputs.since
+        inputs.run,
+        inputs.apps,
+        quantile,
+        traffic=inputs.traffic,
+        commits=inputs.commits,
+        since=inputs.since,
+        pool=pool,
     )
     return inputs, report
 

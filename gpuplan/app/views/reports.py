@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from statistics import NormalDist
+from typing import Any
 
 from contract.curves import swap_capped_curve
 from contract.errors import InputError
 from contract.records import Amendment, App, Cluster, Commit, PlanRun, TrafficHour
-from contract.scenario import Cell, Instance, JobKind, gpus_of
+from contract.scenario import Cell, Instance, JobKind, Pool, gpus_of
 from contract.scenario_io import parse_scenario
 from forecasting.gpu_mapping import gpus_needed
 from gpuplan.app.core.bridge import gpu_demand
@@ -31,6 +32,40 @@ from scheduler.board import free_block_starts
 
 #: The quantile whose GPUs a run's forecast stores (``AppForecast.gpus``) and plans for.
 PLANNED_QUANTILE = 0.9
+
+
+def pool_column() -> Any:
+    """A row's ``pool``: the pool of its GPUs on a cluster of several pools, None on one pool,
+    where the faces leave the column out (``gpuplan.table``: a ``when_set`` column)."""
+    return field(default=None, metadata={"when_set": True})
+
+
+def report_pools(instance: Instance, pool: str | None) -> tuple[Pool, ...]:
+    """The pools a report on ``instance`` covers: all of them, or the one ``pool`` names (the
+    faces' ``--pool``/``?pool=``; InputError naming ``pool`` when the plan has no such pool)."""
+    if pool is None:
+        return instance.pools
+    if pool not in instance.pools_by_name:
+        names = [p.name for p in instance.pools] if instance.pooled else []
+        expected = f"one of the plan's pools {names}" if names else "absent: the plan is over one pool"
+        raise InputError("pool", expected, pool)
+    return (instance.pools_by_name[pool],)
+
+
+def _pool_name(instance: Instance, pool: Pool) -> str | None:
+    """A row's ``pool`` value: the pool's name on a cluster of several pools, else None."""
+    return pool.name if instance.pooled else None
+
+
+def pool_block_starts(free: int, pool: Pool, block_gpus: int) -> int:
+    """Bit ``a`` set iff the block ``[a, a + block_gpus)`` lies inside ``free`` and inside
+    ``pool``, aligned from the pool's first GPU (a block never straddles two pools; on one
+    pool this is :func:`scheduler.board.free_block_starts`)."""
+    if block_gpus > pool.gpus:
+        return 0
+    inside = free >> pool.first_gpu & ((1 << pool.gpus) - 1)
+    return free_block_starts(inside, pool.gpus, block_gpus) << pool.first_gpu
+
 
 # ---------------------------------------------------------------------------------------
 # The grid's free cells
@@ -123,6 +158,7 @@ class IdleWindow:
     hours: float
     gpu_hours: float
     reaches_horizon: bool
+    pool: str | None = pool_column()
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +171,8 @@ class IdleWindows:
     unlisted_gpu_hours: float
     min_gpus: int
     min_hours: float
+    #: The pool the windows were looked for in (``pool``); None: every pool.
+    pool: str | None = None
 
 
 def idle_windows(
@@ -143,6 +181,8 @@ def idle_windows(
     start: datetime,
     min_gpus: int = 1,
     min_hours: float = 1,
+    *,
+    pool: str | None = None,
 ) -> IdleWindows:
     """The maximal free aligned windows of at least ``min_gpus`` GPUs for ``min_hours``.
 
@@ -162,33 +202,25 @@ def idle_windows(
     lies inside a listed one (a window is inside some maximal window, which is at least as
     wide and as long). Free cells covered by no listed window are summed in
     ``unlisted_gpu_hours``.
+
+    On a cluster of several pools a block lies inside one pool, aligned from its first GPU
+    (the parent of a pool's whole block is none): windows never straddle two pools, and each
+    row names its pool. ``pool``: that pool's windows and free GPU-hours only.
     """
     if min_gpus < 1:
         raise InputError("min_gpus", "an integer >= 1", min_gpus)
     min_steps = _steps_of_hours(min_hours, instance.step_minutes, "min_hours")
+    pools = report_pools(instance, pool)
     clock = _step_times(start, instance.step_minutes)
     horizon = instance.horizon_steps
-    free = free_masks(instance, grid)
-    # free_starts[b][t]: bit a set iff the aligned block [a, a + b) is free at step t.
-    sizes = _block_sizes(instance.gpus)
-    free_starts = {b: [free_block_starts(f, instance.gpus, b) for f in free] for b in sizes}
-    found: list[tuple[int, int, int, int]] = []  # (s, e, a, b)
-    for b in _block_sizes(instance.gpus, min_gpus):
-        parent = free_starts.get(2 * b)
-        ever = 0
-        for mask in free_starts[b]:
-            ever |= mask
-        for a in gpus_of(ever):
-            parent_first = a - a % (2 * b)
-            for s, e in _runs(free_starts[b], a):
-                if e - s < min_steps:
-                    continue
-                if parent is not None and all(parent[t] >> parent_first & 1 for t in range(s, e)):
-                    continue  # the parent block is free over the same interval: wider window
-                found.append((s, e, a, b))
+    shown = sum(p.mask for p in pools)
+    free = [f & shown for f in free_masks(instance, grid)]
+    found: list[tuple[int, int, int, int, Pool]] = []  # (s, e, a, b, pool)
+    for where in pools:
+        found += _pool_windows(free, where, min_gpus, min_steps)
     found.sort(key=lambda w: (w[0], w[2], -w[3], w[1]))
     covered = [0] * horizon
-    for s, e, a, b in found:
+    for s, e, a, b, _ in found:
         for t in range(s, e):
             covered[t] |= ((1 << b) - 1) << a
     free_cells = sum(f.bit_count() for f in free)
@@ -203,8 +235,9 @@ def idle_windows(
             hours=(e - s) * per_step,
             gpu_hours=(e - s) * b * per_step,
             reaches_horizon=e == horizon,
+            pool=_pool_name(instance, where),
         )
-        for s, e, a, b in found
+        for s, e, a, b, where in found
     )
     return IdleWindows(
         rows=rows,
@@ -212,7 +245,31 @@ def idle_windows(
         unlisted_gpu_hours=unlisted_cells * per_step,
         min_gpus=min_gpus,
         min_hours=min_hours,
+        pool=pool,
     )
+
+
+def _pool_windows(
+    free: Sequence[int], pool: Pool, min_gpus: int, min_steps: int
+) -> list[tuple[int, int, int, int, Pool]]:
+    """:func:`idle_windows`' maximal windows inside ``pool``: ``(s, e, a, b, pool)``."""
+    # free_starts[b][t]: bit a set iff the block [a, a + b) of the pool is free at step t.
+    free_starts = {b: [pool_block_starts(f, pool, b) for f in free] for b in _block_sizes(pool.gpus)}
+    found: list[tuple[int, int, int, int, Pool]] = []
+    for b in _block_sizes(pool.gpus, min_gpus):
+        parent = free_starts.get(2 * b)
+        ever = 0
+        for mask in free_starts[b]:
+            ever |= mask
+        for a in gpus_of(ever):
+            parent_first = a - (a - pool.first_gpu) % (2 * b)
+            for s, e in _runs(free_starts[b], a):
+                if e - s < min_steps:
+                    continue
+                if parent is not None and all(parent[t] >> parent_first & 1 for t in range(s, e)):
+                    continue  # the parent block is free over the same interval: wider window
+                found.append((s, e, a, b, pool))
+    return found
 
 
 def _runs(masks: Sequence[int], bit: int) -> Iterable[tuple[int, int]]:
@@ -246,6 +303,7 @@ class BookableStart:
     first_gpu: int
     gpus: int
     unplanned_hours: float
+    pool: str | None = pool_column()
 
 
 def bookable_starts(
@@ -256,6 +314,7 @@ def bookable_starts(
     hours: float,
     *,
     limit: int | None = None,
+    pool: str | None = None,
 ) -> list[BookableStart]:
     """Per aligned block, the earliest start at which a ``gpus``-GPU job of ``hours`` fits.
 
@@ -265,15 +324,25 @@ def bookable_starts(
     batch job and leaves every app its need. Each aligned block that fits somewhere appears
     once, at its earliest start; rows are sorted by start, then first GPU, so the first
     row is the earliest start of all. ``limit`` keeps the first rows only.
+
+    On a cluster of several pools a block lies inside one pool (:func:`pool_block_starts`)
+    and each row names its pool; ``pool``: that pool's blocks only.
     """
-    if gpus < 1 or gpus & (gpus - 1) or gpus > instance.gpus:
-        raise InputError("gpus", f"a power of two (1, 2, 4, ...) up to the cluster's {instance.gpus}", gpus)
+    pools = report_pools(instance, pool)
+    largest = max(pools, key=lambda p: p.gpus)
+    if gpus < 1 or gpus & (gpus - 1) or gpus > largest.gpus:
+        where = (
+            f"the cluster's {instance.gpus}"
+            if not instance.pooled
+            else f"{largest.gpus}, the GPUs of the {'' if pool else 'largest '}pool {largest.name}"
+        )
+        raise InputError("gpus", f"a power of two (1, 2, 4, ...) up to {where}", gpus)
     if limit is not None and limit < 1:
         raise InputError("limit", "an integer >= 1", limit)
     duration = _steps_of_hours(hours, instance.step_minutes, "hours")
     clock = _step_times(start, instance.step_minutes)
     horizon = instance.horizon_steps
-    fits_at = [free_block_starts(f, instance.gpus, gpus) for f in free_masks(instance, grid)]
+    fits_at = [sum(pool_block_starts(f, where, gpus) for where in pools) for f in free_masks(instance, grid)]
     seen = 0
     rows: list[BookableStart] = []
     for s in range(horizon):
@@ -287,6 +356,7 @@ def bookable_starts(
                 first_gpu=a,
                 gpus=gpus,
                 unplanned_hours=max(0, s + duration - horizon) * clock.hours_per_step,
+                pool=_pool_name(instance, instance.pool_of_gpu(a)),
             )
             for a in gpus_of(fits & ~seen)
         ]
@@ -326,6 +396,7 @@ class CoverageRow:
     shortfall_gpus: int
     reason: ShortfallReason
     basis: NeedBasis
+    pool: str | None = pool_column()
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,6 +506,7 @@ def coverage_risk(
     traffic: Sequence[TrafficHour] | None = None,
     commits: Sequence[Commit] | None = None,
     since: datetime | None = None,
+    pool: str | None = None,
 ) -> CoverageReport:
     """Hours where an app holds fewer GPUs than it needs: ahead from the plan, behind from commits.
 
@@ -462,20 +534,31 @@ def coverage_risk(
     each short hour and, per app, the share of GPU-demand the committed hours served
     (served = min(committed, needed)). Hours without a commit or without traffic are not
     counted.
+
+    On a cluster of several pools an app serves on its pool: ``gpus``, ``down``, the running
+    batch work and the other apps are its pool's, and each row names the pool. ``pool``: the
+    apps of that pool only.
     """
     instance = run_instance(run)
+    covered = {p.name for p in report_pools(instance, pool)}
     clock = _step_times(run.start, instance.step_minutes)
     needs = app_needs(run, instance, apps, quantile)
     counts = planned_counts(instance, run.grid)
     horizon = instance.horizon_steps
-    realtime_ids = {job.id for job in instance.realtime_jobs}
-    rt_total = [sum(counts.get(k, [0] * horizon)[t] for k in realtime_ids) for t in range(horizon)]
-    down = [mask.bit_count() for mask in instance.down_masks]
-    pinned = [mask.bit_count() for mask in instance.running_masks]
+    app_pool = {job.id: instance.realtime_pool(job) for job in instance.realtime_jobs}
     rows: list[CoverageRow] = []
     for job in instance.realtime_jobs:
+        where = app_pool[job.id]
+        if where.name not in covered:
+            continue
         planned = counts.get(job.id, [0] * horizon)
-        avail = [instance.gpus - down[t] - pinned[t] - (rt_total[t] - planned[t]) for t in range(horizon)]
+        rt_total = [
+            sum(counts.get(k, [0] * horizon)[t] for k, p in app_pool.items() if p == where)
+            for t in range(horizon)
+        ]
+        down = [(mask & where.mask).bit_count() for mask in instance.down_masks]
+        pinned = [(mask & where.mask).bit_count() for mask in instance.running_masks]
+        avail = [where.gpus - down[t] - pinned[t] - (rt_total[t] - planned[t]) for t in range(horizon)]
         running = instance.running_realtime.get(job.id)
         for t, need in enumerate(needs[job.id]):
             if planned[t] >= need:
@@ -492,11 +575,18 @@ def coverage_risk(
                 reason = ShortfallReason.UNKNOWN
             rows.append(
                 CoverageRow(
-                    clock.at(t), job.id, planned[t], need, need - planned[t], reason, NeedBasis.FORECAST
+                    clock.at(t),
+                    job.id,
+                    planned[t],
+                    need,
+                    need - planned[t],
+                    reason,
+                    NeedBasis.FORECAST,
+                    _pool_name(instance, where),
                 )
             )
     past_since = since if since is not None else clock.at(-horizon)
-    app_ids = [job.id for job in instance.realtime_jobs]
+    app_ids = [job.id for job in instance.realtime_jobs if app_pool[job.id].name in covered]
     past = realised_hours(
         apps, traffic or (), commits or (), since=past_since, until=run.start, app_ids=app_ids
     )
@@ -509,6 +599,7 @@ def coverage_risk(
             h.needed_gpus - h.committed_gpus,
             ShortfallReason.REALISED,
             NeedBasis.ACTUAL,
+            _pool_name(instance, app_pool[h.app]),
         )
         for h in past
         if h.committed_gpus < h.needed_gpus

@@ -12,6 +12,7 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import GpuMapReading, Job, JobEstimate, JobState, PlanRun, RunMode
+from contract.scenario import Pool, pool_at
 from contract.scenario_io import write_json_atomic
 from gpuplan.app.core.bridge import (
     STEP,
@@ -24,6 +25,7 @@ from gpuplan.app.core.bridge import (
     time_limit,
 )
 from gpuplan.app.core.tokens import NotFoundError
+from gpuplan.app.views.reports import down_gpus_at
 from storage.store import Store
 
 
@@ -51,9 +53,12 @@ class Status:
     last_run: dict[str, Any] | None
     leader: dict[str, Any] | None = None  # the leading daemon (PostgreSQL): host, pid
     gpu_map: dict[str, Any] | None = None  # the partition's stored GPU map (:func:`gpu_map_view`)
+    #: On a cluster of several pools, each pool's GPUs now (:func:`pool_rows`); None: one pool,
+    #: and the document is a one-pool cluster's (no ``pools``, no row's ``pool``).
+    pools: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        document = {
             "at": self.at.isoformat(),
             "running": self.running,
             "queue": self.queue,
@@ -61,13 +66,17 @@ class Status:
             "leader": self.leader,
             "gpu_map": self.gpu_map,
         }
+        if self.pools is not None:
+            document["pools"] = self.pools
+        return document
 
     def text_without_at(self, queue: QueueRows) -> str:
         """:meth:`as_dict` less ``at``, as compact JSON, the queue's rows from ``queue``."""
+        pools = "" if self.pools is None else f',"pools":{_compact(self.pools)}'
         return (
             f'{{"running":{_compact(self.running)},"queue":{queue.text(self.queue)},'
             f'"last_run":{_compact(self.last_run)},"leader":{_compact(self.leader)},'
-            f'"gpu_map":{_compact(self.gpu_map)}}}'
+            f'"gpu_map":{_compact(self.gpu_map)}{pools}}}'
         )
 
     def of_team(self, team: str | None) -> Status:
@@ -108,18 +117,24 @@ class QueueRows:
         self._texts: dict[int, tuple[dict[str, Any], str]] = {}  # by the row's identity
 
     def rows(
-        self, jobs: Iterable[Job], newest: PlanRun | None, places: dict[str, tuple[datetime, int]]
+        self,
+        jobs: Iterable[Job],
+        newest: PlanRun | None,
+        places: dict[str, tuple[datetime, int]],
+        pools: Sequence[Pool] = (),
     ) -> list[dict[str, Any]]:
         """:func:`_queue_row` of each job, the rows of the last call reused where unchanged."""
         kept: dict[tuple[Any, ...], tuple[Job, dict[str, Any], str]] = {}
         rows: list[dict[str, Any]] = []
         texts: dict[int, tuple[dict[str, Any], str]] = {}
         for job in jobs:
-            start = places[job.id][0] if job.id in places else None
-            key = (id(job), start, _reason_inputs(newest, job, start))
+            place = places.get(job.id)
+            start = None if place is None else place[0]
+            pool = _planned_pool(pools, place)
+            key = (id(job), start, pool, _reason_inputs(newest, job, start))
             known = self._rows.get(key)
             if known is None:
-                row = _queue_row(job, newest, places)
+                row = _queue_row(job, newest, places, pools)
                 known = (job, row, _compact(row))
             kept[key] = known
             rows.append(known[1])
@@ -186,9 +201,14 @@ def placement_reason(
     return f"waits {wait:g} h: busier or higher-value work holds every {block} until then"
 
 
-def _queue_row(job: Job, newest: PlanRun | None, places: dict[str, tuple[datetime, int]]) -> dict[str, Any]:
-    start = places[job.id][0] if job.id in places else None
-    return {
+def _queue_row(
+    job: Job, newest: PlanRun | None, places: dict[str, tuple[datetime, int]], pools: Sequence[Pool] = ()
+) -> dict[str, Any]:
+    """A queued job's status row; on a cluster of several ``pools``, with the pool of its
+    planned block (None: not planned)."""
+    place = places.get(job.id)
+    start = None if place is None else place[0]
+    row = {
         "job": job.id,
         "team": job.team,
         "priority": job.priority,
@@ -196,6 +216,52 @@ def _queue_row(job: Job, newest: PlanRun | None, places: dict[str, tuple[datetim
         "planned_start": None if start is None else start.isoformat(),
         "reason": "no plan yet" if newest is None else placement_reason(newest, job.id, job.estimate, start),
     }
+    if len(pools) > 1:
+        row["pool"] = _planned_pool(pools, place)
+    return row
+
+
+def pool_name(pools: Sequence[Pool], gpu: int | None) -> str | None:
+    """The name of the pool of ``pools`` (the config's ``cluster.pools``) that holds GPU
+    ``gpu``; None for no GPU, or one outside every pool."""
+    pool = None if gpu is None else pool_at(pools, gpu)
+    return None if pool is None else pool.name
+
+
+def _planned_pool(pools: Sequence[Pool], place: tuple[datetime | None, int | None] | None) -> str | None:
+    """The pool of a planned block (``planned_place``'s start and first GPU), on several pools."""
+    return pool_name(pools, None if place is None else place[1]) if len(pools) > 1 else None
+
+
+def pool_rows(
+    pools: Sequence[Pool], running: Sequence[dict[str, Any]], down: Iterable[int]
+) -> list[dict[str, Any]] | None:
+    """Each pool's GPUs now: its GPUs, those the running batch jobs and the real-time apps hold,
+    those down (and held by nothing), and the rest, free. None on a cluster of one pool."""
+    if len(pools) <= 1:
+        return None
+    held: dict[str, set[int]] = {"batch": set(), "realtime": set()}
+    for row in running:
+        held["realtime" if row["kind"] == "realtime" else "batch"].update(row["gpus"])
+    busy = held["batch"] | held["realtime"]
+    rows = []
+    for pool in pools:
+        inside = set(range(pool.first_gpu, pool.end_gpu))
+        batch, realtime = len(held["batch"] & inside), len(held["realtime"] & inside)
+        off = len((set(down) & inside) - busy)
+        rows.append(
+            {
+                "pool": pool.name,
+                "gpu_model": pool.gpu_model,
+                "gpus": pool.gpus,
+                "first_gpu": pool.first_gpu,
+                "batch": batch,
+                "realtime": realtime,
+                "down": off,
+                "free": pool.gpus - batch - realtime - off,
+            }
+        )
+    return rows
 
 
 def job_list(
@@ -262,19 +328,30 @@ class Beside:
     realtime: tuple[dict[str, Any], ...]
     leader: dict[str, Any] | None
     gpu_map: dict[str, Any] | None
+    #: The GPUs down in the hour of now (read for a cluster of several pools only).
+    down: frozenset[int] = frozenset()
 
 
-def read_beside(store: Store, now: datetime) -> Beside:
-    """:class:`Beside` as the store holds it, for a status at ``now``."""
+def read_beside(store: Store, now: datetime, pools: Sequence[Pool] = ()) -> Beside:
+    """:class:`Beside` as the store holds it, for a status at ``now`` (on several ``pools``,
+    with the GPUs down in its hour)."""
     commit = store.last_commit(before=floor_hour(now) + STEP)
     realtime: tuple[dict[str, Any], ...] = ()
     if commit is not None:  # the real-time apps, as the latest committed hour placed them
         since = commit.hour.isoformat()
         realtime = tuple(
             {"job": app, "kind": "realtime", "team": None, "gpus": list(gpus), "since": since}
+            | _pool_key(pools, min(gpus, default=None))
             for app, gpus in realtime_sets(commit, [app.id for app in store.apps()]).items()
         )
-    return Beside(realtime, leader_of(store.leader()), gpu_map_view(store.gpu_map()))
+    cluster = store.cluster() if len(pools) > 1 else None
+    down = frozenset() if cluster is None else frozenset(down_gpus_at(cluster, floor_hour(now)))
+    return Beside(realtime, leader_of(store.leader()), gpu_map_view(store.gpu_map()), down)
+
+
+def _pool_key(pools: Sequence[Pool], gpu: int | None) -> dict[str, Any]:
+    """A running row's ``pool`` (of its first GPU), on a cluster of several pools; else none."""
+    return {"pool": pool_name(pools, gpu)} if len(pools) > 1 else {}
 
 
 def _limit_keys(job: Job, now: datetime) -> dict[str, Any]:
@@ -294,6 +371,7 @@ def status(
     known: tuple[Sequence[Job], PlanRun | None] | None = None,
     rows: QueueRows | None = None,
     beside: Beside | None = None,
+    pools: Sequence[Pool] = (),
 ) -> Status:
     """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
     hour placed them), the queue by planned start from the latest plan with each job's reason,
@@ -302,7 +380,9 @@ def status(
     keeps that team's jobs only (and leaves the apps out). ``known``: the queued and running
     jobs and the latest run, when the caller holds them (:class:`gpuplan.app.jobs.changes.Mirror`);
     ``rows``: the queue's rows of the status built before, reused where unchanged;
-    ``beside``: what the status reads beside the jobs and the runs, when the caller holds it."""
+    ``beside``: what the status reads beside the jobs and the runs, when the caller holds it.
+    ``pools``: the config's ``cluster.pools``; on several, each pool's GPUs now and each row's
+    pool (a running job's, of its GPUs; a queued job's, of its planned block)."""
     if known is None:
         known = (store.jobs([JobState.QUEUED, JobState.RUNNING]), store.run())
     jobs, last = known
@@ -315,6 +395,7 @@ def status(
             "gpus": list(range(job.first_gpu, job.first_gpu + job.gpus)),
             "since": job.started_at.isoformat(),
             **_limit_keys(job, now),
+            **_pool_key(pools, job.first_gpu),
         }
         for job in jobs
         if job.state is JobState.RUNNING
@@ -322,18 +403,20 @@ def status(
         and job.gpus is not None
         and job.started_at is not None
     ]
-    around = read_beside(store, now) if beside is None else beside
+    around = read_beside(store, now, pools) if beside is None else beside
     running += around.realtime  # shared between statuses, as the kept queue rows are: never mutated
     places = {} if newest is None else planned_places(newest)
     queued = [job for job in jobs if job.state is JobState.QUEUED]
     if rows is None:
-        queue = [_queue_row(job, newest, places) for job in queued]
+        queue = [_queue_row(job, newest, places, pools) for job in queued]
     else:
-        queue = rows.rows(queued, newest, places)
+        queue = rows.rows(queued, newest, places, pools)
     # Planned starts first, earliest first (ISO times in one zone sort as text); unplanned last.
     queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
     summary = None if last is None else run_summary(last)
-    return Status(now, running, queue, summary, around.leader, around.gpu_map).of_team(team)
+    return Status(
+        now, running, queue, summary, around.leader, around.gpu_map, pool_rows(pools, running, around.down)
+    ).of_team(team)
 
 
 def find_run(store: Store, which: str) -> PlanRun:

@@ -22,6 +22,7 @@ FOUND = error_responses(404)
     "",
     status_code=201,
     response_model=SubmitOut,
+    response_model_exclude_unset=True,  # ``pool`` only on a cluster of several pools
     responses=ERRORS,
     openapi_extra=body_schema(JobSpecIn, description="the spec of `gpuplan submit JOB.json`"),
 )

@@ -57,9 +57,11 @@ def get_idle_windows(
     gpus: int | None = None,
     hours: float | None = Query(None, allow_inf_nan=False),
     limit: int | None = Query(None, ge=1),
+    pool: str | None = Query(None, description="that pool of the plan's only (a cluster of several pools)"),
     format: Format = Format.JSON,
 ) -> Response:
-    """Free aligned GPU blocks of a stored plan; with ``gpus`` and ``hours``, bookable starts."""
+    """Free aligned GPU blocks of a stored plan; with ``gpus`` and ``hours``, bookable starts.
+    On a cluster of several pools a block lies in one pool, and each row names it (``pool``)."""
 
     def build() -> tuple[bytes, str]:
         query = idle_query(
@@ -70,12 +72,15 @@ def get_idle_windows(
             gpus=gpus,
             hours=hours,
             limit=limit,
+            pool=pool,
         )
         if query.windows is not None:
             return _rows("idle-windows", query.windows.rows, format)
         return _rows("bookable", query.bookable or [], format)
 
-    return _cached(call, ("idle-windows", run_id, min_gpus, min_hours, gpus, hours, limit, format), build)
+    return _cached(
+        call, ("idle-windows", run_id, min_gpus, min_hours, gpus, hours, limit, pool, format), build
+    )
 
 
 @router.get("/coverage-risk", responses=FOUND)
@@ -85,15 +90,17 @@ def get_coverage_risk(
     run_id: str = "latest",
     quantile: float = Query(0.9, gt=0, lt=1, allow_inf_nan=False),
     since: str | None = None,
+    pool: str | None = Query(None, description="the apps of that pool of the plan's only"),
     format: Format = Format.JSON,
 ) -> Response:
-    """Hours where a real-time app holds fewer GPUs than it needs."""
+    """Hours where a real-time app holds fewer GPUs than it needs (each row's ``pool``: the
+    app's, on a cluster of several pools)."""
 
     def build() -> tuple[bytes, str]:
-        _, report = coverage_query(call.ctx.store, run_id, quantile=quantile, since=since)
+        _, report = coverage_query(call.ctx.store, run_id, quantile=quantile, since=since, pool=pool)
         return _rows("coverage-risk", report.rows, format)
 
-    return _cached(call, ("coverage-risk", run_id, quantile, since, format), build)
+    return _cached(call, ("coverage-risk", run_id, quantile, since, pool, format), build)
 
 
 @router.get("/utilization", responses=error_responses())
