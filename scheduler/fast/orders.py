@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from contract.scenario import BatchJob, Instance
 from scheduler.board import Board
 from scheduler.budget import Budget, WorkCosts
-from scheduler.fast.batch import _best_block, batch_value
+from scheduler.fast.batch import batch_value, greedy_placement
 from scheduler.fast.candidate import EPSILON, _Candidate, _with_batch
 from scheduler.model import Placement
 
@@ -86,13 +86,12 @@ class _OrderSearch:
         board.busy = busy
         found = []
         for job in jobs:
-            run = board.earliest_run(job, job.release_step)
-            if run is None:
+            placed = greedy_placement(board, job)
+            if placed is None:
                 continue
-            start, end, starts = run
-            first_gpu = _best_block(board, job.gpus, start, end, starts)
-            value = job.priority * job.gpus * sum(weights[start:end])
-            found.append((value, job, Placement(start_step=start, first_gpu=first_gpu), end))
+            placement, end = placed
+            value = job.priority * job.gpus * sum(weights[placement.start_step : end])
+            found.append((value, job, placement, end))
         found.sort(key=lambda child: -child[0])
         return found
 
