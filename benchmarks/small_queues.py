@@ -247,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20, help="timed runs of the hot path's latency median")
     parser.add_argument("--references", type=Path, help="JSON file of best objectives: read, and updated")
     parser.add_argument("--json", type=Path, help="write every scenario's objectives to this file")
+    parser.add_argument(
+        "--against", type=Path, help="an earlier run's --json: per budget, scenarios better and worse than it"
+    )
     parser.add_argument("--write-heldout", type=Path, metavar="DIR", help="write the frozen split and stop")
     args = parser.parse_args(argv)
     if args.write_heldout:
@@ -331,7 +334,44 @@ def _measure(args: argparse.Namespace) -> int:
         header += [f"{key} mean", f"{key} worst", "worst case"]
     header += ["hot ms (median)", "below a baseline"]
     sys.stdout.write(format_table(header, table) + "\n")
+    if args.against:
+        sys.stdout.write(_against(json.loads(args.against.read_text()), rows, keys, known) + "\n")
     return 0
+
+
+def _against(
+    earlier: list[dict[str, Any]], rows: list[dict[str, Any]], keys: list[str], best: dict[str, float]
+) -> str:
+    """Per budget, this run against an earlier one on the scenarios both ran, both against the
+    best objective either found: scenarios better and worse, and the mean, worst and count
+    below 0.90 of each."""
+    from benchmarks.adversarial import _ratio
+
+    before = {row["name"]: row["objective"] for row in earlier}
+    table = []
+    for key in keys:
+        pairs = [
+            (before[name][key], r["objective"][key], max(best[name], *before[name].values()))
+            for r in rows
+            if (name := r["name"]) in before
+        ]
+        if not pairs:
+            continue
+        old = [_ratio(x, ref) for x, _, ref in pairs]
+        new = [_ratio(y, ref) for _, y, ref in pairs]
+        table.append(
+            [
+                key,
+                len(pairs),
+                sum(y > x + 1e-6 for x, y, _ in pairs),
+                sum(y < x - 1e-6 for x, y, _ in pairs),
+                f"{statistics.mean(old):.4f} -> {statistics.mean(new):.4f}",
+                f"{min(old):.4f} -> {min(new):.4f}",
+                f"{sum(x < 0.9 for x in old)} -> {sum(x < 0.9 for x in new)}",
+            ]
+        )
+    header = ["budget", "n", "better", "worse", "mean", "worst", "below 0.90"]
+    return format_table(header, table)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ FINISH_RESERVE_MS = 0.2
 # The most the wall-clock pace may stretch what is kept back for after the searches (a machine
 # this many times slower than the estimates, or busier).
 MAX_PACE = 4.0
+# A node of the small queues' order search against a job's share of a pack: the board's copy
+# and the ranking of the children besides the placement (measured on the small queues).
+PLACE_FACTOR = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,13 @@ class WorkCosts:
     slots: float = 0.0
     delays: float = 0.0
     jobs: int = 0
+    per_job: float = 0.0  # one job's share of a pack
+
+    @property
+    def place(self) -> float:
+        """One job placed on a board copied for it (a node of the small queues' order search,
+        :mod:`scheduler.fast.orders`)."""
+        return PLACE_FACTOR * self.per_job
 
     @classmethod
     def of(cls, instance: Instance) -> WorkCosts:
@@ -63,6 +73,7 @@ class WorkCosts:
             slots=10.0 + 0.75 * instance.gpus,
             delays=5.0 + 4.0 * len(instance.queued_jobs),
             jobs=len(instance.queued_jobs),
+            per_job=per_job,
         )
 
     @property

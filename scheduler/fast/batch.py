@@ -78,14 +78,23 @@ def place_batch(board: Board, jobs: Sequence[BatchJob]) -> dict[str, Placement]:
     """Each job in turn at its earliest feasible start, on the best-fitting free block."""
     placements: dict[str, Placement] = {}
     for job in jobs:
-        run = board.earliest_run(job, job.release_step)
-        if run is None:
+        placed = greedy_placement(board, job)
+        if placed is None:
             continue
-        start, end, starts = run
-        first_gpu = _best_block(board, job.gpus, start, end, starts)
-        board.occupy_block(first_gpu, job.gpus, start, end)
-        placements[job.id] = Placement(start_step=start, first_gpu=first_gpu)
+        placement, end = placed
+        board.occupy_block(placement.first_gpu, job.gpus, placement.start_step, end)
+        placements[job.id] = placement
     return placements
+
+
+def greedy_placement(board: Board, job: BatchJob) -> tuple[Placement, int] | None:
+    """``job`` at its earliest feasible start on ``board``, on the best-fitting free block, with
+    its run's end step; None where it fits nowhere. The board is left as it is."""
+    run = board.earliest_run(job, job.release_step)
+    if run is None:
+        return None
+    start, end, starts = run
+    return Placement(start_step=start, first_gpu=_best_block(board, job.gpus, start, end, starts)), end
 
 
 def _best_block(board: Board, block_gpus: int, start: int, end: int, starts: int) -> int:

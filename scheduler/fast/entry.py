@@ -21,6 +21,7 @@ from scheduler.fast.candidate import (
 )
 from scheduler.fast.gains import ServicesLoss, _by_priority, expected_gains, most_gain
 from scheduler.fast.mirror import _unmirror, mirrored
+from scheduler.fast.orders import best_order
 from scheduler.fast.promote import PROMISE_OFFSETS, _promote
 from scheduler.fast.search import _far_moves, _first_pass, _other_orders, _reorder, _search
 from scheduler.metrics import moves, realtime_objective
@@ -70,20 +71,27 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
         return _by_priority(instance, candidate.allocation)
 
     orders = _job_orders(instance, worth)
+    promotion = costs.delays + costs.slots + costs.check + costs.replan(len(instance.realtime_jobs))
+    flipped = mirrored(instance)
     first = _first_pass(instance, orders[:1], budget, costs)
+    # A small queue's best order on the first pass's holdings (scheduler.fast.orders), leaving
+    # the budget the steps after it would have had: the first pass's other orders and one
+    # promotion, and the mirror image's first pass where it was afforded beside them.
+    keep = (FIRST_ORDERS - 1) * costs.pack + promotion
+    if flipped is not None and budget.affords(keep + costs.build + costs.pack):
+        keep += costs.build + costs.pack
+    first = best_order(instance, first, budget, costs, keep=keep)
     # A promotion expected to gain much goes first (EARLY_GAIN). Where the budget does not afford
     # it and the first pass's other orders both (1 ms, or a slower machine), before those orders:
     # a job no packing places (as wide as a cluster the services never leave) gets in only by a
     # promotion, and the other orders still pack the plan without it, the better kept. Else after
     # the mirror image's first pass where the budget affords both: a large gain found early beats
     # a better orientation found late (docs/allocator.md, "Tuning evidence").
-    promotion = costs.delays + costs.slots + costs.check + costs.replan(len(instance.realtime_jobs))
     before_orders = not budget.affords((FIRST_ORDERS - 1) * costs.pack + promotion)
     promoted = _early_promotions(instance, first, budget, costs, worth, loss=loss) if before_orders else first
     first = _other_orders(instance, first, orders[1:FIRST_ORDERS], budget, costs)
     settled = not _trade_settling(budget, costs, orders_left=len(orders) - FIRST_ORDERS)
     starts = [(instance, orders, max(first, promoted, key=lambda candidate: candidate.objective))]
-    flipped = mirrored(instance)
     mirror_first = flipped is not None and budget.affords(costs.build + costs.pack + promotion)
     if not mirror_first and not before_orders:
         starts[0] = (
