@@ -123,7 +123,7 @@ def _round(store: Store, config: ServiceConfig, prefix: str) -> tuple[list[float
         submit(store, _spec(f"{prefix}-{n}", 1, 1.0, "sleep 5"), now, config, replan=False).job
         for n in range(ROUND_JOBS)
     ]
-    reconcile(executor, store, now, config)
+    reconcile(executor, store, now)
     plan_cycle(store, now, config, timed)
     (called,) = timed.called_at
     slurm_ids = {slurm_job_id(store.job(i)) for i in ids}  # type: ignore[arg-type]
@@ -171,7 +171,7 @@ def cycle_latencies(folder: Path, config: ServiceConfig, cycles: int) -> dict[st
                 now = start + n * timedelta(minutes=30)
                 began = time.perf_counter()
                 if slurm is not None:
-                    reconcile(slurm, store, now, config)
+                    reconcile(slurm, store, now)
                 plan_cycle(store, now, config, slurm or memory)
                 ms.append((time.perf_counter() - began) * 1000)
             found[name] = ms

@@ -327,13 +327,6 @@ WINGS: dict[str, set[str]] = {
     f"gpuplan.app.{wing}": {f"gpuplan.app.{w}" for w in WING_ORDER[: i + 1]}
     for i, wing in enumerate(WING_ORDER)
 }
-#: Arrows against the order, each with its reason (to be removed, not added to).
-WING_EXCEPTIONS = {
-    (
-        "gpuplan.app.adapters.executors.slurm",
-        "gpuplan.app.jobs.submit",
-    ): "the Slurm executor still reports adopted jobs through jobs.submit",
-}
 #: Function-local imports of the project in gpuplan/app/ (a ceiling: lower it, never raise it).
 MAX_LOCAL_IMPORTS = 17
 
@@ -348,8 +341,6 @@ def _wing_breaks(imports: Iterable[Import]) -> list[str]:
     for imp in imports:
         source = _wing(imp.source)
         if source is None or not imp.target.startswith("gpuplan.app"):
-            continue
-        if (imp.source, imp.target) in WING_EXCEPTIONS:
             continue
         target = _wing(imp.target)
         if target is None or target not in WINGS[source]:

@@ -1,7 +1,7 @@
 """The Slurm executor end to end on the fixture: plan cycles driven by the test, Slurm's real answers.
 
 Each test builds a service on a SQLite file whose cluster is the fixture's partition (two
-nodes of 8 GPUs), runs the cycle's two steps itself (``reconcile`` then ``plan_cycle``) at
+nodes of 8 GPUs), runs the cycle's steps itself (``reconcile``, ``adopt``, then ``plan_cycle``) at
 hours it chooses, and reads what Slurm runs with ``scontrol show job -d``.
 """
 
@@ -31,6 +31,7 @@ from gpuplan.app.adapters.slurm.cluster import ceil_hour
 from gpuplan.app.core.config import AppTraffic, ServiceConfig
 from gpuplan.app.cycle.reconcile import poll, reconcile
 from gpuplan.app.cycle.tick import CycleReport, plan_cycle
+from gpuplan.app.jobs.adopt import adopt
 from gpuplan.app.jobs.submit import submit
 from gpuplan.app.lab.seed import ensure_service
 from gpuplan.app.service import Service, poll_once
@@ -86,7 +87,7 @@ class SlurmService:
     slurm: SlurmServer
 
     def cycle(self, now: datetime) -> CycleReport:
-        reconcile(self.executor, self.store, now, self.config)
+        adopt(self.executor, self.store, reconcile(self.executor, self.store, now), now, self.config)
         return plan_cycle(self.store, now, self.config, self.executor)
 
     def submit(self, job_id: str, gpus: int, hours: float, now: datetime, **slurm: Any) -> str:
@@ -345,7 +346,7 @@ def test_a_job_that_vanished_from_slurm_ends_and_frees_its_gpus(
     assert report.committed and service.committed(this_hour()).keys() >= {"real", "ghost"}
     ghost("held-ghost", 987_655)  # still queued
     with caplog.at_level("WARNING"):
-        reconcile(service.executor, service.store, now + timedelta(minutes=5), service.config)
+        reconcile(service.executor, service.store, now + timedelta(minutes=5))
     for job_id, outcome in (("ghost", Outcome.FAILED), ("held-ghost", Outcome.CANCELLED)):
         ended = service.store.job(job_id)
         assert ended is not None and (ended.state, ended.outcome) == (JobState.DONE, outcome)
@@ -366,7 +367,7 @@ def test_slurmctld_stopped_during_a_cycle_fails_it_and_the_next_succeeds_with_no
     # Without a controller every command waits out its time limit: a short one here.
     service.config = replace(service.config, slurm=service.slurm.settings(timeout_s=3.0))
     service.executor = SlurmExecutor.from_config(service.config)
-    reconcile(service.executor, service.store, now, service.config)
+    reconcile(service.executor, service.store, now)
     service.slurm.stop_controller()  # between the reading and the commit's release
     with caplog.at_level("ERROR"):
         report = plan_cycle(service.store, now, service.config, service.executor)
@@ -590,7 +591,7 @@ def test_a_running_job_whose_stop_was_lost_is_cancelled_at_the_next_reconcile(se
     wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]
     cancel(service.store, "lost-stop", now + timedelta(minutes=2), None)  # the daemon died before scancel
     assert service.executor.client.job(slurm_id).state == RUNNING  # type: ignore[union-attr]
-    reconcile(service.executor, service.store, now + timedelta(minutes=3), service.config)
+    reconcile(service.executor, service.store, now + timedelta(minutes=3))
     wait_for(lambda: service.executor.client.job(slurm_id).state == "CANCELLED", "CANCELLED")  # type: ignore[union-attr]
     ended = service.store.job("lost-stop")
     assert ended is not None and ended.outcome is Outcome.CANCELLED  # the store's end stays
@@ -623,8 +624,8 @@ def test_the_partitions_gpu_map_is_logged_once_and_a_count_unlike_the_configs_is
     now = this_hour() + timedelta(minutes=5)
     service.executor.base_cluster = replace(service.executor.base_cluster, gpus=24)
     with caplog.at_level("INFO", logger="gpuplan.cluster"):
-        reconcile(service.executor, service.store, now, service.config)
-        reconcile(service.executor, service.store, now + timedelta(minutes=1), service.config)
+        reconcile(service.executor, service.store, now)
+        reconcile(service.executor, service.store, now + timedelta(minutes=1))
     readings = [r.getMessage() for r in caplog.records if r.name == "gpuplan.cluster"]
     gpu_map = service.executor.read(None, now).gpu_map
     assert gpu_map.gpus == 16
@@ -660,7 +661,7 @@ def test_a_running_jobs_since_is_slurms_start_not_its_release(service: SlurmServ
 @pytest.mark.slurm
 def test_the_partitions_gpu_map_is_stored_at_each_change(service: SlurmService) -> None:
     now = this_hour() + timedelta(minutes=1)
-    reconcile(service.executor, service.store, now, service.config)
+    reconcile(service.executor, service.store, now)
     stored = service.store.gpu_map()
     gpu_map = service.executor.read(None, now).gpu_map
     assert stored is not None
@@ -671,5 +672,5 @@ def test_the_partitions_gpu_map_is_stored_at_each_change(service: SlurmService) 
     )
     assert stored.read_at == now
     # The same map read again keeps the time it was first read.
-    reconcile(service.executor, service.store, now + timedelta(minutes=5), service.config)
+    reconcile(service.executor, service.store, now + timedelta(minutes=5))
     assert service.store.gpu_map() == stored

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from contract.records import Amendment, Commit, Outcome
 
 if TYPE_CHECKING:
-    from gpuplan.app.core.config import ServiceConfig
     from storage.store import Store
 
 
@@ -70,12 +69,19 @@ class Reconciler(Protocol):
     def replicas_running(self) -> Mapping[str, int]:
         """Running real-time replicas per app, as last seen."""
 
-    def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> list[Finished]:
+    def reconcile(self, store: Store, now: datetime) -> Observed:
         """Before a plan: the cluster's truth into the store, the current commit enacted again;
-        returns the jobs the cluster has ended, for :mod:`gpuplan.app.cycle.reconcile` to finish."""
+        returns the jobs the cluster has ended, for :mod:`gpuplan.app.cycle.reconcile` to finish,
+        and the held jobs that ask to be planned, for :mod:`gpuplan.app.jobs.adopt` to submit."""
 
     def poll(self, store: Store, now: datetime) -> list[Finished]:
         """Between plans: the jobs the cluster has ended (finished by the same use case)."""
+
+    def adopted(self, cluster_id: int, job_id: str) -> None:
+        """The held cluster job ``cluster_id`` is gpuplan's job ``job_id`` now."""
+
+    def refused(self, cluster_id: int) -> None:
+        """The held cluster job's spec was refused: it is not offered for adoption again."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,23 @@ class Finished:
     started_at: datetime | None = None
     cluster_id: int | None = None
     reported: str | None = None
+
+
+@dataclass(frozen=True)
+class Adoptable:
+    """A job waiting held in the cluster whose submitter asks gpuplan to plan it: its id in
+    the cluster and its spec as written (Slurm: ``--comment 'gpuplan:{...spec...}'``)."""
+
+    cluster_id: int
+    spec: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a reconciler saw before a plan: the jobs the cluster ended, the held jobs to adopt."""
+
+    finished: list[Finished]
+    adoptable: list[Adoptable]
 
 
 def commit_lines(commit: Commit) -> list[dict[str, object]]:
