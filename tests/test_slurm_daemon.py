@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from contract.records import JobState, Outcome
+from gpuplan.app.adapters.executors.registry import held_queue
 from gpuplan.app.adapters.slurm.batch import slurm_job_id
 from gpuplan.app.adapters.slurm.client import RUNNING, SlurmClient
 from gpuplan.app.adapters.slurm.cluster import read_cluster
@@ -87,7 +88,8 @@ def seed(db: str, config_path: Path, jobs: dict[str, int], command: str = "sleep
         ensure_service(store, config, now, from_file=True)
         for job_id, gpus in jobs.items():
             spec = {"id": job_id, "kind": "training", "priority": 50, "gpus": gpus, "hours": 3.0, **FEATURES}
-            submit(store, {**spec, "slurm": {"command": command}}, now, config, replan=False)
+            slurm = {"slurm": {"command": command}}
+            submit(store, {**spec, **slurm}, now, config, replan=False, held=held_queue(config))
     finally:
         store.close()
 

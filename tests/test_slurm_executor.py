@@ -93,7 +93,7 @@ class SlurmService:
     def submit(self, job_id: str, gpus: int, hours: float, now: datetime, **slurm: Any) -> str:
         spec = {"id": job_id, "kind": "training", "priority": 50, "gpus": gpus, "hours": hours, **FEATURES}
         spec["slurm"] = {"command": "sleep 300", **slurm}
-        return submit(self.store, spec, now, self.config, replan=False).job
+        return submit(self.store, spec, now, self.config, replan=False, held=self.executor).job
 
     def slurm_job(self, job_id: str) -> SlurmJob:
         stored = self.store.job(job_id)
@@ -546,7 +546,7 @@ def test_a_job_past_its_time_limit_is_scancelled_when_the_config_says_stop(servi
     now = this_hour() + timedelta(minutes=1)
     spec = {"id": "overrun", "kind": "training", "priority": 50, "gpus": 1, "hours": 3.0, **FEATURES}
     spec |= {"time_limit_hours": 0.25, "slurm": {"command": "sleep 300"}}
-    submit(service.store, spec, now, service.config, replan=False)
+    submit(service.store, spec, now, service.config, replan=False, held=service.executor)
     service.cycle(now)
     slurm_id = service.slurm_job("overrun").id
     wait_for(lambda: service.executor.client.job(slurm_id).state == RUNNING, "RUNNING")  # type: ignore[union-attr]

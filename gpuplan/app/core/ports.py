@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from contract.records import Amendment, Commit, Outcome
 
 if TYPE_CHECKING:
+    from gpuplan.app.core.slurm_settings import BatchSection
     from storage.store import Store
 
 
@@ -55,6 +56,18 @@ class Executor(Protocol):
 
     def stop(self, job: str, at: datetime) -> None:
         """Stop a running job now (it was cancelled); its GPUs free at the next commit."""
+
+
+class HeldQueue(Protocol):
+    """A cluster that takes a job at its submission, held until a commit releases it (Slurm:
+    ``sbatch --hold``, for a spec with a ``slurm:`` section)."""
+
+    def hold(self, job_id: str, section: BatchSection) -> int:
+        """Submit job ``job_id`` held, to run what ``section`` says; returns its id in the cluster."""
+        ...
+
+    def withdraw(self, cluster_id: int) -> None:
+        """Cancel a job :meth:`hold` submitted (its submission was not stored)."""
 
 
 @runtime_checkable

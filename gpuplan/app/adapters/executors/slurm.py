@@ -45,7 +45,13 @@ from contract.records import (
     JobState,
     Outcome,
 )
-from gpuplan.app.adapters.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
+from gpuplan.app.adapters.slurm.batch import (
+    comment_of,
+    held_request,
+    parse_comment,
+    replica_request,
+    slurm_job_id,
+)
 from gpuplan.app.adapters.slurm.client import (
     CANCELLED,
     COMPLETED,
@@ -58,7 +64,7 @@ from gpuplan.app.adapters.slurm.client import (
 from gpuplan.app.adapters.slurm.cluster import ClusterView, GpuMap, ceil_hour, read_cluster
 from gpuplan.app.core.bridge import floor_hour, hour_allocation, merged_assignments
 from gpuplan.app.core.ports import Adoptable, Finished, Observed
-from gpuplan.app.core.slurm_settings import SlurmSettings
+from gpuplan.app.core.slurm_settings import BatchSection, SlurmSettings
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -157,6 +163,13 @@ class SlurmExecutor:
         if found is not None:
             self.client.cancel(found.id)
             log.info("job %s (Slurm %d) cancelled at %s", job, found.id, at.isoformat())
+
+    def hold(self, job_id: str, section: BatchSection) -> int:
+        """A submitted job with a ``slurm:`` section, into Slurm held (``sbatch --hold``)."""
+        return self.client.submit(held_request(section, job_id, self.settings.partition))
+
+    def withdraw(self, cluster_id: int) -> None:
+        self.client.cancel(cluster_id)
 
     def reconcile(self, store: Store, now: datetime) -> Observed:
         """Slurm's truth into the store before a plan (see the module's docstring); returns the
