@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from contract.records import JobState, Outcome
-from gpuplan.app.adapters.executors.registry import held_queue
+from gpuplan.app.adapters.executors.registry import slurm_partition
 from gpuplan.app.adapters.slurm.batch import slurm_job_id
 from gpuplan.app.adapters.slurm.client import RUNNING, SlurmClient
 from gpuplan.app.adapters.slurm.cluster import read_cluster
@@ -89,7 +89,7 @@ def seed(db: str, config_path: Path, jobs: dict[str, int], command: str = "sleep
         for job_id, gpus in jobs.items():
             spec = {"id": job_id, "kind": "training", "priority": 50, "gpus": gpus, "hours": 3.0, **FEATURES}
             slurm = {"slurm": {"command": command}}
-            submit(store, {**spec, **slurm}, now, config, replan=False, held=held_queue(config))
+            submit(store, {**spec, **slurm}, now, config, replan=False, held=slurm_partition(config))
     finally:
         store.close()
 

@@ -20,9 +20,10 @@ restarted after its commit, a poll after a cycle) does nothing the second time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from contract.records import Amendment, Commit, Outcome
@@ -68,6 +69,33 @@ class HeldQueue(Protocol):
 
     def withdraw(self, cluster_id: int) -> None:
         """Cancel a job :meth:`hold` submitted (its submission was not stored)."""
+
+
+class Verdict(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One of ``gpuplan doctor``'s lines: ``ok``, ``warn`` (it runs, but an operator should look)
+    or ``fail`` (the daemon would not do its work), and why."""
+
+    name: str
+    verdict: Verdict
+    why: str
+
+    def line(self) -> str:
+        return f"{self.verdict.value:<4} {self.name}: {' '.join(self.why.split())}"  # one line a check
+
+
+class Checkable(Protocol):
+    """A cluster that can be asked, writing nothing, whether the daemon could run it."""
+
+    def checks(self, now: datetime) -> Iterator[Check]:
+        """Its :class:`Check` lines, in the order an operator fixes them."""
+        ...
 
 
 @runtime_checkable

@@ -1,13 +1,26 @@
 """How gpuplan reaches a Slurm cluster: the ``slurm:`` section of the daemon's config
-(:class:`SlurmSettings`), and a job spec's (:class:`BatchSection`, what the job runs)."""
+(:class:`SlurmSettings`), a job spec's (:class:`BatchSection`, what the job runs), and the
+error a Slurm command gives (:class:`SlurmError`, which the command line reports)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from contract.errors import InputError
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed, timed out or answered what could not be read."""
+
+    def __init__(self, command: Sequence[str], message: str, returncode: int | None = None) -> None:
+        self.command = tuple(command)
+        self.slurm_message = message.strip()
+        self.returncode = returncode
+        status = "" if returncode is None else f" (exit {returncode})"
+        super().__init__(f"`{' '.join(self.command)}` failed{status}: {self.slurm_message or 'no message'}")
+
 
 #: The comment prefix of the jobs gpuplan owns: ``--comment 'gpuplan:{...spec...}'``.
 COMMENT_PREFIX = "gpuplan:"

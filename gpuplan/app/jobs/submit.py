@@ -225,7 +225,7 @@ def submit(
     priority; the job records the token's team.
 
     A spec with a ``slurm:`` section is submitted to the cluster ``held`` (the config's Slurm
-    partition: :func:`gpuplan.app.adapters.executors.registry.held_queue`; None refuses such a
+    partition: :func:`gpuplan.app.adapters.executors.registry.slurm_partition`; None refuses such a
     spec), after every check, before it is stored; a refused ``sbatch`` raises ``SlurmError``
     and nothing is stored.
     ``slurm_job``: the Slurm job of a spec adopted from Slurm (already submitted, held).

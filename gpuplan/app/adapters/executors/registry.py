@@ -13,13 +13,13 @@ from contract.errors import InputError
 from gpuplan.app.adapters.executors.jsonl import JsonLinesExecutor, default_feed
 from gpuplan.app.adapters.executors.memory import InMemoryExecutor
 from gpuplan.app.adapters.executors.slurm import SlurmExecutor
-from gpuplan.app.core.ports import Executor, HeldQueue
+from gpuplan.app.core.ports import Executor
 
 if TYPE_CHECKING:
     from gpuplan.app.core.config import ServiceConfig
     from storage.store import Store
 
-__all__ = ["EXECUTORS", "held_queue", "make_executor"]
+__all__ = ["EXECUTORS", "make_executor", "slurm_partition"]
 
 
 def _jsonl(config: ServiceConfig, store: Store) -> Executor:
@@ -50,7 +50,8 @@ def make_executor(config: ServiceConfig, store: Store) -> Executor:
     return EXECUTORS[name](config, store)
 
 
-def held_queue(config: ServiceConfig) -> HeldQueue | None:
-    """Where a spec with a ``slurm:`` section is submitted held: the partition of the config's
-    ``slurm:`` section (None without one: such a spec is refused)."""
+def slurm_partition(config: ServiceConfig) -> SlurmExecutor | None:
+    """The partition of the config's ``slurm:`` section (None without one): where a spec with a
+    ``slurm:`` section is submitted held (a ``HeldQueue``; None: such a spec is refused), and
+    what ``gpuplan doctor`` asks (a ``Checkable``)."""
     return None if config.slurm is None else SlurmExecutor.from_config(config)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ClassVar
@@ -63,8 +63,8 @@ from gpuplan.app.adapters.slurm.client import (
 )
 from gpuplan.app.adapters.slurm.cluster import ClusterView, GpuMap, ceil_hour, read_cluster
 from gpuplan.app.core.bridge import floor_hour, hour_allocation, merged_assignments
-from gpuplan.app.core.ports import Adoptable, Finished, Observed
-from gpuplan.app.core.slurm_settings import BatchSection, SlurmSettings
+from gpuplan.app.core.ports import Adoptable, Check, Finished, Observed, Verdict
+from gpuplan.app.core.slurm_settings import BatchSection, SlurmError, SlurmSettings
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -129,6 +129,57 @@ class SlurmExecutor:
     @property
     def target(self) -> str:
         return f"Slurm partition {self.settings.partition}"
+
+    def checks(self, now: datetime) -> Iterator[Check]:
+        """``gpuplan doctor``'s lines for the partition, writing nothing: slurmctld answers, the
+        partition reads as GPUs (its size against the config's), and this account may submit
+        to it (``sbatch --test-only``, which queues nothing)."""
+        settings, client = self.settings, self.client
+        try:
+            client.run("scontrol", "ping")
+        except SlurmError as error:
+            yield Check("executor.slurm", Verdict.FAIL, f"slurmctld is unreachable: {error}")
+            return
+        yield Check("executor.slurm", Verdict.OK, "slurmctld answers (scontrol ping)")
+        try:
+            view = self.read(None, now)
+        except (InputError, SlurmError) as error:
+            yield Check("executor.partition", Verdict.FAIL, str(error))
+        else:
+            gpu_map = view.gpu_map
+            layout = (
+                f"partition {settings.partition}: {len(gpu_map.nodes)} nodes x {gpu_map.gpus_per_node} "
+                f"{view.model} GPUs = {gpu_map.gpus}, one typed GRES per GPU"
+            )
+            if gpu_map.gpus != self.base_cluster.gpus:
+                yield Check(
+                    "executor.partition",
+                    Verdict.WARN,
+                    f"{layout}; the config says cluster.gpus {self.base_cluster.gpus}: "
+                    f"the daemon plans Slurm's {gpu_map.gpus}",
+                )
+            else:
+                yield Check("executor.partition", Verdict.OK, layout)
+        try:
+            answer = client.run(
+                "sbatch",
+                "--test-only",
+                "--hold",
+                f"--partition={settings.partition}",
+                "--job-name=gpuplan-doctor",
+                "--wrap=true",
+            )
+        except SlurmError as error:
+            yield Check(
+                "executor.rights",
+                Verdict.FAIL,
+                f"this account may not submit to {settings.partition}: {error}",
+            )
+        else:
+            shown = answer.strip().splitlines()[0] if answer.strip() else "sbatch --test-only accepted"
+            yield Check(
+                "executor.rights", Verdict.OK, f"this account may submit to {settings.partition} ({shown})"
+            )
 
     # -- the entry points ---------------------------------------------------------------------
     def deliver(self, commit: Commit) -> bool:
