@@ -8,8 +8,8 @@ be idempotent: it keys what it has done by the commit's :attr:`~contract.records
 hour (additions only: more GPUs for a real-time app, a batch job started within the hour)
 goes through the outbox the same way, after the hour's commit, keyed alike (``seq`` 1, 2,
 ...). An executor also gets a stop when a running job is cancelled. The executors sit side
-by side in this package (``memory``, ``jsonl``, ``simulated``, ``slurm``) and the config
-picks one by name through the registry in ``gpuplan/app/adapters/executors/__init__.py``.
+by side in ``gpuplan/app/adapters/executors/`` (``memory``, ``jsonl``, ``simulated``,
+``slurm``) and the config picks one by name through the registry there (``registry.py``).
 
 An executor that runs a real cluster manager is also a :class:`Reconciler`: the cluster
 talks back. Before each plan it makes the store agree with the cluster (what is down,
