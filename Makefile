@@ -89,9 +89,9 @@ service-tools:
 test: lint typecheck unit
 
 # The docs' figures against the commands that print them (`gpuplan train`, the tour's submit),
-# and every link of the docs: tests/test_doc_figures.py and tests/test_docs.py, about 10 s.
+# and every link of the docs: tests/docs/test_doc_figures.py and tests/docs/test_docs.py, about 10 s.
 docs-check: $(STAMP)
-	$(VENV)/bin/pytest -q tests/test_doc_figures.py tests/test_docs.py
+	$(VENV)/bin/pytest -q tests/docs/test_doc_figures.py tests/docs/test_docs.py
 
 bench: $(STAMP)
 	$(VENV)/bin/gpuplan bench

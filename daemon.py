@@ -54,6 +54,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from gpuplan.app.adapters.executors.registry import slurm_partition
 from gpuplan.app.core.config import ServiceConfig, demo_config, load_config
 from gpuplan.app.cycle.prune import DEFAULT_KEEP_DAYS, prune
 from gpuplan.app.cycle.tick import retrain_from_store, review
@@ -208,6 +209,7 @@ def http_server(service: Service, host: str, port: int) -> Any:
         plan_lock=lambda: plan_lock(service),
         health=service.health,
         changes=service.changes,
+        held=slurm_partition(service.config),
     )
     return HttpServer(context, host, port)
 

@@ -120,10 +120,10 @@ def _round(store: Store, config: ServiceConfig, prefix: str) -> tuple[list[float
     timed = TimedExecutor(executor)
     now = datetime.now(UTC)
     ids = [
-        submit(store, _spec(f"{prefix}-{n}", 1, 1.0, "sleep 5"), now, config, replan=False).job
+        submit(store, _spec(f"{prefix}-{n}", 1, 1.0, "sleep 5"), now, config, replan=False, held=executor).job
         for n in range(ROUND_JOBS)
     ]
-    reconcile(executor, store, now, config)
+    reconcile(executor, store, now)
     plan_cycle(store, now, config, timed)
     (called,) = timed.called_at
     slurm_ids = {slurm_job_id(store.job(i)) for i in ids}  # type: ignore[arg-type]
@@ -161,17 +161,17 @@ def cycle_latencies(folder: Path, config: ServiceConfig, cycles: int) -> dict[st
         try:
             ensure_service(store, config, start)
             command = "sleep 3600" if name == "slurm" else None
+            slurm = SlurmExecutor.from_config(config) if name == "slurm" else None
             for n in range(12):
                 spec = _spec(f"c{n}", (1, 2, 4)[n % 3], 1.0 + n % 4, command)
-                submit(store, spec, start, config, replan=False)
-            slurm = SlurmExecutor.from_config(config) if name == "slurm" else None
+                submit(store, spec, start, config, replan=False, held=slurm)
             memory = InMemoryExecutor()
             ms = []
             for n in range(cycles):
                 now = start + n * timedelta(minutes=30)
                 began = time.perf_counter()
                 if slurm is not None:
-                    reconcile(slurm, store, now, config)
+                    reconcile(slurm, store, now)
                 plan_cycle(store, now, config, slurm or memory)
                 ms.append((time.perf_counter() - began) * 1000)
             found[name] = ms

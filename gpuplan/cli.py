@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from contract.errors import InputError, StoreError
 from contract.files import describe_os_error
-from gpuplan.app.adapters.slurm.client import SlurmError
+from gpuplan.app.core.slurm_settings import SlurmError
 from gpuplan.options import FIELD_FLAGS
 
 # command name -> (module, one-line help)

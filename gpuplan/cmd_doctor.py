@@ -23,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from contract.errors import InputError
+    from gpuplan.app.adapters.executors.registry import slurm_partition
     from gpuplan.app.core.config import ServiceConfig, demo_config, load_config
     from gpuplan.app.lab.seed import check_traffic
     from gpuplan.app.views.doctor import diagnose, failed
@@ -37,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if config is not None and args.models is not None:
         config = replace(config, models_dir=args.models)
     source = str(args.config) if args.config else "no --config: the demo's defaults"
-    checks = diagnose(config, error, source, args.db, datetime.now(UTC))
+    cluster = None if config is None else slurm_partition(config)
+    checks = diagnose(config, error, source, args.db, datetime.now(UTC), cluster=cluster)
     for check in checks:
         sys.stdout.write(check.line() + "\n")
     return 1 if failed(checks) else 0

@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from contract.files import read_mapping
+    from gpuplan.app.adapters.executors.registry import slurm_partition
     from gpuplan.app.core.config import demo_config, load_config
     from gpuplan.app.jobs.submit import submit
     from gpuplan.table import count_of, gpu_ranges
@@ -36,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     store = open_db(args)
     try:
         default_id = f"{args.spec.stem}-{now:%Y%m%dT%H%M%S}"  # when the spec names none
-        result = submit(store, document, now, config, source=str(args.spec), default_id=default_id)
+        held = slurm_partition(config)  # a spec with a slurm: section is submitted to Slurm held
+        result = submit(store, document, now, config, source=str(args.spec), default_id=default_id, held=held)
     finally:
         store.close()
     if args.json:

@@ -32,6 +32,7 @@ from gpuplan.app.cycle.outbox import deliver_pending
 from gpuplan.app.cycle.reconcile import poll, reconcile
 from gpuplan.app.cycle.tick import CycleReport, recalibrate
 from gpuplan.app.cycle.traffic import SurgeAnswer, answer_surge, watch_prometheus
+from gpuplan.app.jobs.adopt import adopt
 from gpuplan.app.jobs.changes import Changes
 from gpuplan.app.lab.seed import ensure_models, ensure_service
 from gpuplan.app.views.health import Health
@@ -125,7 +126,8 @@ def run_once(service: Service, now: datetime | None = None) -> CycleReport:
         if service.world is not None:
             service.world.advance(service.store, now)
         if service.reconciler is not None:  # Slurm's truth first; a failure fails the cycle
-            reconcile(service.reconciler, service.store, now, service.config)
+            found = reconcile(service.reconciler, service.store, now)
+            adopt(service.reconciler, service.store, found, now, service.config)
         recalibrate(service.store, now, service.config, skip=failed)
         report, _ = amend_cycle(
             service.store,

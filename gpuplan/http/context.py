@@ -17,6 +17,7 @@ from gpuplan.app.adapters.executors import Executor
 from gpuplan.app.core.bridge import floor_hour
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.core.ports import HeldQueue
 from gpuplan.app.core.tokens import TokenCache, authenticate, sha256_hex
 from gpuplan.app.cycle.finish import cancel
 from gpuplan.app.cycle.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
@@ -45,6 +46,8 @@ class ApiContext:
     plan_lock: Callable[[], AbstractContextManager[None]]
     health: Health
     changes: Changes = field(default_factory=Changes)
+    #: Where a spec with a ``slurm:`` section is submitted held (None: such a spec is refused).
+    held: HeldQueue | None = None
     max_body_bytes: int = 64 * 1024
     batcher: SubmitBatcher = field(init=False)
     marks: FreshMarks = field(init=False)
@@ -95,6 +98,7 @@ class ApiContext:
             forecasters=self.forecasters,
             token=token,
             batcher=self.batcher.submit,
+            held=self.held,
         )
 
     async def served_submit(self, token: ApiToken, document: object, *, source: str) -> SubmitResult:
@@ -103,7 +107,7 @@ class ApiContext:
         thread (``sbatch``)."""
         now = self.clock()
         spec, section = checked_spec(
-            document, self.config, source=source, default_id=_default_id(token, now), token=token
+            document, self.held, source=source, default_id=_default_id(token, now), token=token
         )
         if section is not None:
             return await run_in_threadpool(self.submit, token, document, source=source)

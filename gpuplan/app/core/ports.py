@@ -8,8 +8,8 @@ be idempotent: it keys what it has done by the commit's :attr:`~contract.records
 hour (additions only: more GPUs for a real-time app, a batch job started within the hour)
 goes through the outbox the same way, after the hour's commit, keyed alike (``seq`` 1, 2,
 ...). An executor also gets a stop when a running job is cancelled. The executors sit side
-by side in this package (``memory``, ``jsonl``, ``simulated``, ``slurm``) and the config
-picks one by name through the registry in ``gpuplan/app/adapters/executors/__init__.py``.
+by side in ``gpuplan/app/adapters/executors/`` (``memory``, ``jsonl``, ``simulated``,
+``slurm``) and the config picks one by name through the registry there (``registry.py``).
 
 An executor that runs a real cluster manager is also a :class:`Reconciler`: the cluster
 talks back. Before each plan it makes the store agree with the cluster (what is down,
@@ -20,15 +20,16 @@ restarted after its commit, a poll after a cycle) does nothing the second time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from contract.records import Amendment, Commit, Outcome
 
 if TYPE_CHECKING:
-    from gpuplan.app.core.config import ServiceConfig
+    from gpuplan.app.core.slurm_settings import BatchSection
     from storage.store import Store
 
 
@@ -58,6 +59,45 @@ class Executor(Protocol):
         """Stop a running job now (it was cancelled); its GPUs free at the next commit."""
 
 
+class HeldQueue(Protocol):
+    """A cluster that takes a job at its submission, held until a commit releases it (Slurm:
+    ``sbatch --hold``, for a spec with a ``slurm:`` section)."""
+
+    def hold(self, job_id: str, section: BatchSection) -> int:
+        """Submit job ``job_id`` held, to run what ``section`` says; returns its id in the cluster."""
+        ...
+
+    def withdraw(self, cluster_id: int) -> None:
+        """Cancel a job :meth:`hold` submitted (its submission was not stored)."""
+
+
+class Verdict(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One of ``gpuplan doctor``'s lines: ``ok``, ``warn`` (it runs, but an operator should look)
+    or ``fail`` (the daemon would not do its work), and why."""
+
+    name: str
+    verdict: Verdict
+    why: str
+
+    def line(self) -> str:
+        return f"{self.verdict.value:<4} {self.name}: {' '.join(self.why.split())}"  # one line a check
+
+
+class Checkable(Protocol):
+    """A cluster that can be asked, writing nothing, whether the daemon could run it."""
+
+    def checks(self, now: datetime) -> Iterator[Check]:
+        """Its :class:`Check` lines, in the order an operator fixes them."""
+        ...
+
+
 @runtime_checkable
 class Reconciler(Protocol):
     """An executor whose cluster reports back: its truth wins over the store's."""
@@ -70,12 +110,19 @@ class Reconciler(Protocol):
     def replicas_running(self) -> Mapping[str, int]:
         """Running real-time replicas per app, as last seen."""
 
-    def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> list[Finished]:
+    def reconcile(self, store: Store, now: datetime) -> Observed:
         """Before a plan: the cluster's truth into the store, the current commit enacted again;
-        returns the jobs the cluster has ended, for :mod:`gpuplan.app.cycle.reconcile` to finish."""
+        returns the jobs the cluster has ended, for :mod:`gpuplan.app.cycle.reconcile` to finish,
+        and the held jobs that ask to be planned, for :mod:`gpuplan.app.jobs.adopt` to submit."""
 
     def poll(self, store: Store, now: datetime) -> list[Finished]:
         """Between plans: the jobs the cluster has ended (finished by the same use case)."""
+
+    def adopted(self, cluster_id: int, job_id: str) -> None:
+        """The held cluster job ``cluster_id`` is gpuplan's job ``job_id`` now."""
+
+    def refused(self, cluster_id: int) -> None:
+        """The held cluster job's spec was refused: it is not offered for adoption again."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +141,23 @@ class Finished:
     started_at: datetime | None = None
     cluster_id: int | None = None
     reported: str | None = None
+
+
+@dataclass(frozen=True)
+class Adoptable:
+    """A job waiting held in the cluster whose submitter asks gpuplan to plan it: its id in
+    the cluster and its spec as written (Slurm: ``--comment 'gpuplan:{...spec...}'``)."""
+
+    cluster_id: int
+    spec: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a reconciler saw before a plan: the jobs the cluster ended, the held jobs to adopt."""
+
+    finished: list[Finished]
+    adoptable: list[Adoptable]
 
 
 def commit_lines(commit: Commit) -> list[dict[str, object]]:

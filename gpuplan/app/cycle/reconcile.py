@@ -2,7 +2,8 @@
 observed as ended are finished (:func:`gpuplan.app.cycle.finish.finish`, as ``gpuplan done``).
 
 The reconciler reads its cluster and reports what it saw; the use case here changes the
-job history, before each plan (:func:`reconcile`) and between plans (:func:`poll`).
+job history, before each plan (:func:`reconcile`) and between plans (:func:`poll`). The held
+jobs it found that ask to be planned are adopted a wing up, by :mod:`gpuplan.app.jobs.adopt`.
 """
 
 from __future__ import annotations
@@ -10,23 +11,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from contract.records import Job
-from gpuplan.app.core.ports import Finished, Reconciler
+from gpuplan.app.core.ports import Adoptable, Finished, Reconciler
 from gpuplan.app.cycle.finish import finish
 from storage.store import Store
-
-if TYPE_CHECKING:
-    from gpuplan.app.core.config import ServiceConfig
 
 log = logging.getLogger("gpuplan.slurm")
 
 
-def reconcile(reconciler: Reconciler, store: Store, now: datetime, config: ServiceConfig) -> list[Job]:
-    """Before a plan: the cluster's truth into the store, and the jobs it ended finished."""
-    return finish_observed(store, reconciler.reconcile(store, now, config))
+def reconcile(reconciler: Reconciler, store: Store, now: datetime) -> list[Adoptable]:
+    """Before a plan: the cluster's truth into the store, and the jobs it ended finished;
+    returns the held jobs it found that ask to be planned (:func:`gpuplan.app.jobs.adopt.adopt`
+    submits them)."""
+    observed = reconciler.reconcile(store, now)
+    finish_observed(store, observed.finished)
+    return observed.adoptable
 
 
 def poll(reconciler: Reconciler, store: Store, now: datetime) -> list[Job]:

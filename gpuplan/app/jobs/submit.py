@@ -15,28 +15,25 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from contract.errors import InputError
 from contract.records import ApiToken, Cluster, Job, JobEstimate, PlanRun, RunMode, Scope
 from contract.scenario import JobKind, Pool
 from contract.scenario_io import MAX_PRIORITY
-from gpuplan.app.adapters.slurm.batch import read_section
-from gpuplan.app.adapters.slurm.client import SlurmClient
 from gpuplan.app.core.bridge import STEP, planned_place
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import SPEC_KEYS, Forecasters, kind_and_features
 from gpuplan.app.core.job_models import check_gpu_models, estimate_on_pools, job_pools, with_model_features
 from gpuplan.app.core.models import MODEL_FILES
+from gpuplan.app.core.ports import HeldQueue
+from gpuplan.app.core.slurm_settings import BatchSection, read_section
 from gpuplan.app.core.tokens import require, require_priority
 from gpuplan.app.cycle.finish import MAX_HOURS
 from gpuplan.app.cycle.tick import plan_cycle, require_cluster
 from gpuplan.app.jobs.promises import promised_starts
 from gpuplan.app.views.status import placement_reason, pool_name
 from storage.store import Store
-
-if TYPE_CHECKING:
-    from gpuplan.app.adapters.slurm.batch import BatchSection
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
@@ -219,6 +216,7 @@ def submit(
     token: ApiToken | None = None,
     batcher: Batcher | None = None,
     slurm_job: int | None = None,
+    held: HeldQueue | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
@@ -230,13 +228,15 @@ def submit(
     A ``token`` (the API's caller) must hold ``submit`` and a cap at or above the job's
     priority; the job records the token's team.
 
-    A spec with a ``slurm:`` section is submitted to Slurm held (after every check, before
-    it is stored; a refused ``sbatch`` raises ``SlurmError`` and nothing is stored).
+    A spec with a ``slurm:`` section is submitted to the cluster ``held`` (the config's Slurm
+    partition: :func:`gpuplan.app.adapters.executors.registry.slurm_partition`; None refuses such a
+    spec), after every check, before it is stored; a refused ``sbatch`` raises ``SlurmError``
+    and nothing is stored.
     ``slurm_job``: the Slurm job of a spec adopted from Slurm (already submitted, held).
     """
     spec, section = checked_spec(
         spec_document,
-        config,
+        held,
         source=source,
         default_id=default_id,
         token=token,
@@ -248,13 +248,12 @@ def submit(
         job = estimated_job(spec, now, forecasters, source=source, token=token, pools=config.pools)
         return batcher(job, source=source)
     job = checked_job(store, spec, now, forecasters, source=source, token=token, pools=config.pools)
-    if section is not None and config.slurm is not None:
-        client = SlurmClient(config.slurm)
-        submitted = client.submit(section.request(job.id, config.slurm.partition))
+    if section is not None and held is not None:  # (checked_spec refuses a section with no held queue)
+        submitted = held.hold(job.id, section)
         try:
             store.add_job(replace(job, spec={**spec, "slurm": {**spec["slurm"], "job_id": submitted}}))
         except BaseException:
-            client.cancel(submitted)  # nothing is left in Slurm that the store does not know
+            held.withdraw(submitted)  # nothing is left in Slurm that the store does not know
             raise
     elif slurm_job is not None:
         store.add_job(replace(job, spec={**spec, "slurm": {"job_id": slurm_job}}))
@@ -268,7 +267,7 @@ def submit(
 
 def checked_spec(
     spec_document: object,
-    config: ServiceConfig,
+    held: HeldQueue | None,
     *,
     source: str,
     default_id: str | None = None,
@@ -276,8 +275,8 @@ def checked_spec(
     adopted: bool = False,
 ) -> tuple[dict[str, Any], BatchSection | None]:
     """The checks of :func:`submit` that read nothing: the token's scope and priority cap, the
-    spec, and its ``slurm:`` section (``adopted``: the spec of a job already in Slurm, whose
-    section is not read)."""
+    spec, and its ``slurm:`` section, refused when no cluster takes held jobs (``held`` is None;
+    ``adopted``: the spec of a job already in Slurm, whose section is not read)."""
     if token is not None:
         require(token, Scope.SUBMIT)
     document = with_model_features(spec_document, config.pools)
@@ -288,7 +287,7 @@ def checked_spec(
         return spec, None
 
     section = read_section(spec["slurm"], source=source)
-    if config.slurm is None:
+    if held is None:
         raise InputError(
             "slurm",
             "a section only for a cluster that Slurm runs (the daemon's config, --config, has none)",

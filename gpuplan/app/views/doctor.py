@@ -8,16 +8,13 @@ never upgraded; Slurm is asked with ``sbatch --test-only``, which queues nothing
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 
 from contract.errors import InputError, StoreError
-from gpuplan.app.adapters.slurm.client import SlurmClient, SlurmError
-from gpuplan.app.adapters.slurm.cluster import read_cluster
 from gpuplan.app.adapters.traffic_sources import PrometheusError, instant_value
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.models import MODEL_FILES, load_job_estimator
+from gpuplan.app.core.ports import Check, Checkable, Verdict
 from storage import maintenance
 from storage.factory import open_store
 from storage.store import Store
@@ -31,37 +28,25 @@ CLOCK_WARN_S = 5.0
 CLOCK_FAIL_S = 300.0
 
 
-class Verdict(StrEnum):
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    verdict: Verdict
-    why: str
-
-    def line(self) -> str:
-        return f"{self.verdict.value:<4} {self.name}: {' '.join(self.why.split())}"  # one line a check
-
-
 def diagnose(
     config: ServiceConfig | None,
     config_error: str | None,
     config_source: str,
     db_url: str,
     now: datetime,
+    *,
+    cluster: Checkable | None = None,
 ) -> list[Check]:
     """Every check, in the order an operator fixes them. ``config`` is None when it did not load
-    (``config_error`` says why); the checks that need it are then left out."""
+    (``config_error`` says why); the checks that need it are then left out. ``cluster``: the
+    config's Slurm partition, asked through the port
+    (:func:`gpuplan.app.adapters.executors.registry.slurm_partition`; None: no ``slurm:`` section)."""
     if config is None:
         return [Check("config", Verdict.FAIL, f"{config_source}: {config_error}"), *_database(db_url, now)]
     checks = [Check("config", Verdict.OK, f"{config_source}: {_summary(config)}")]
     checks += _database(db_url, now, config)
     checks += _models(config, now)
-    checks += _executor(config, now)
+    checks += _executor(config, now, cluster)
     checks += _prometheus(config)
     return checks
 
@@ -194,57 +179,12 @@ def _fitted_at(provenance: object) -> datetime | None:
 
 
 # -- the executor ---------------------------------------------------------------------------------
-def _executor(config: ServiceConfig, now: datetime) -> Iterator[Check]:
-    if config.slurm is None:
+def _executor(config: ServiceConfig, now: datetime, cluster: Checkable | None) -> Iterator[Check]:
+    if cluster is None:
         target = config.commits_file or "the database's own feed"
         yield Check("executor", Verdict.OK, f"{config.executor or 'jsonl'}: commits go to {target}")
         return
-
-    settings = config.slurm
-    client = SlurmClient(settings)
-    try:
-        client.run("scontrol", "ping")
-    except SlurmError as error:
-        yield Check("executor.slurm", Verdict.FAIL, f"slurmctld is unreachable: {error}")
-        return
-    yield Check("executor.slurm", Verdict.OK, "slurmctld answers (scontrol ping)")
-    try:
-        view = read_cluster(client, settings, now)
-    except (InputError, SlurmError) as error:
-        yield Check("executor.partition", Verdict.FAIL, str(error))
-    else:
-        gpu_map = view.gpu_map
-        layout = (
-            f"partition {settings.partition}: {len(gpu_map.nodes)} nodes x {gpu_map.gpus_per_node} "
-            f"{view.model} GPUs = {gpu_map.gpus}, one typed GRES per GPU"
-        )
-        if gpu_map.gpus != config.cluster.gpus:
-            yield Check(
-                "executor.partition",
-                Verdict.WARN,
-                f"{layout}; the config says cluster.gpus {config.cluster.gpus}: "
-                f"the daemon plans Slurm's {gpu_map.gpus}",
-            )
-        else:
-            yield Check("executor.partition", Verdict.OK, layout)
-    try:
-        answer = client.run(
-            "sbatch",
-            "--test-only",
-            "--hold",
-            f"--partition={settings.partition}",
-            "--job-name=gpuplan-doctor",
-            "--wrap=true",
-        )
-    except SlurmError as error:
-        yield Check(
-            "executor.rights", Verdict.FAIL, f"this account may not submit to {settings.partition}: {error}"
-        )
-    else:
-        shown = answer.strip().splitlines()[0] if answer.strip() else "sbatch --test-only accepted"
-        yield Check(
-            "executor.rights", Verdict.OK, f"this account may submit to {settings.partition} ({shown})"
-        )
+    yield from cluster.checks(now)
 
 
 # -- Prometheus and the clocks ----------------------------------------------------------------------

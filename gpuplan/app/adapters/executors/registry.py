@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gpuplan.app.core.config import ServiceConfig
     from storage.store import Store
 
-__all__ = ["EXECUTORS", "make_executor"]
+__all__ = ["EXECUTORS", "make_executor", "slurm_partition"]
 
 
 def _jsonl(config: ServiceConfig, store: Store) -> Executor:
@@ -48,3 +48,10 @@ def make_executor(config: ServiceConfig, store: Store) -> Executor:
     if name not in EXECUTORS:
         raise InputError("executor", f"one of {sorted(EXECUTORS)}", name)
     return EXECUTORS[name](config, store)
+
+
+def slurm_partition(config: ServiceConfig) -> SlurmExecutor | None:
+    """The partition of the config's ``slurm:`` section (None without one): where a spec with a
+    ``slurm:`` section is submitted held (a ``HeldQueue``; None: such a spec is refused), and
+    what ``gpuplan doctor`` asks (a ``Checkable``)."""
+    return None if config.slurm is None else SlurmExecutor.from_config(config)

@@ -15,7 +15,8 @@ Slurm actions that make the cluster match:
   down hours, foreign work) replaces the stored one; the jobs Slurm finished are returned,
   for :mod:`gpuplan.app.cycle.reconcile` to finish, as is a job that vanished from Slurm
   with no completion (failed if it ran, cancelled if it was held); a job that failed to
-  start returns to the queue; held ``gpuplan:`` jobs are adopted;
+  start returns to the queue; held ``gpuplan:`` jobs are returned, for
+  :mod:`gpuplan.app.jobs.adopt` to submit;
   drift is logged (a job running on GPUs other than planned has those GPUs pinned); the
   current hour's commit is enacted again (a daemon killed between its commit and its
   release releases at its next cycle).
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ClassVar
@@ -44,7 +45,13 @@ from contract.records import (
     JobState,
     Outcome,
 )
-from gpuplan.app.adapters.slurm.batch import comment_of, parse_comment, replica_request, slurm_job_id
+from gpuplan.app.adapters.slurm.batch import (
+    comment_of,
+    held_request,
+    parse_comment,
+    replica_request,
+    slurm_job_id,
+)
 from gpuplan.app.adapters.slurm.client import (
     CANCELLED,
     COMPLETED,
@@ -56,9 +63,8 @@ from gpuplan.app.adapters.slurm.client import (
 )
 from gpuplan.app.adapters.slurm.cluster import ClusterView, GpuMap, PooledMap, ceil_hour, read_cluster
 from gpuplan.app.core.bridge import floor_hour, hour_allocation, merged_assignments
-from gpuplan.app.core.ports import Finished
-from gpuplan.app.core.slurm_settings import SlurmSettings
-from gpuplan.app.jobs.submit import submit
+from gpuplan.app.core.ports import Adoptable, Check, Finished, Observed, Verdict
+from gpuplan.app.core.slurm_settings import BatchSection, SlurmError, SlurmSettings
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -128,6 +134,57 @@ class SlurmExecutor:
             return f"Slurm {partitions} {self.settings.partition} (pools {pools})"
         return f"Slurm {partitions} {self.settings.partition}"
 
+    def checks(self, now: datetime) -> Iterator[Check]:
+        """``gpuplan doctor``'s lines for the partition, writing nothing: slurmctld answers, the
+        partition reads as GPUs (its size against the config's), and this account may submit
+        to it (``sbatch --test-only``, which queues nothing)."""
+        settings, client = self.settings, self.client
+        try:
+            client.run("scontrol", "ping")
+        except SlurmError as error:
+            yield Check("executor.slurm", Verdict.FAIL, f"slurmctld is unreachable: {error}")
+            return
+        yield Check("executor.slurm", Verdict.OK, "slurmctld answers (scontrol ping)")
+        try:
+            view = self.read(None, now)
+        except (InputError, SlurmError) as error:
+            yield Check("executor.partition", Verdict.FAIL, str(error))
+        else:
+            gpu_map = view.gpu_map
+            layout = (
+                f"partition {settings.partition}: {len(gpu_map.nodes)} nodes x {gpu_map.gpus_per_node} "
+                f"{view.model} GPUs = {gpu_map.gpus}, one typed GRES per GPU"
+            )
+            if gpu_map.gpus != self.base_cluster.gpus:
+                yield Check(
+                    "executor.partition",
+                    Verdict.WARN,
+                    f"{layout}; the config says cluster.gpus {self.base_cluster.gpus}: "
+                    f"the daemon plans Slurm's {gpu_map.gpus}",
+                )
+            else:
+                yield Check("executor.partition", Verdict.OK, layout)
+        try:
+            answer = client.run(
+                "sbatch",
+                "--test-only",
+                "--hold",
+                f"--partition={settings.partition}",
+                "--job-name=gpuplan-doctor",
+                "--wrap=true",
+            )
+        except SlurmError as error:
+            yield Check(
+                "executor.rights",
+                Verdict.FAIL,
+                f"this account may not submit to {settings.partition}: {error}",
+            )
+        else:
+            shown = answer.strip().splitlines()[0] if answer.strip() else "sbatch --test-only accepted"
+            yield Check(
+                "executor.rights", Verdict.OK, f"this account may submit to {settings.partition} ({shown})"
+            )
+
     # -- the entry points ---------------------------------------------------------------------
     def deliver(self, commit: Commit) -> bool:
         """Enact ``commit``; True once Slurm took every action (a commit enacted before changes
@@ -162,9 +219,17 @@ class SlurmExecutor:
             self.client.cancel(found.id)
             log.info("job %s (Slurm %d) cancelled at %s", job, found.id, at.isoformat())
 
-    def reconcile(self, store: Store, now: datetime, config: ServiceConfig) -> list[Finished]:
+    def hold(self, job_id: str, section: BatchSection) -> int:
+        """A submitted job with a ``slurm:`` section, into Slurm held (``sbatch --hold``)."""
+        return self.client.submit(held_request(section, job_id, self.settings.partition))
+
+    def withdraw(self, cluster_id: int) -> None:
+        self.client.cancel(cluster_id)
+
+    def reconcile(self, store: Store, now: datetime) -> Observed:
         """Slurm's truth into the store before a plan (see the module's docstring); returns the
-        jobs Slurm has ended, which :func:`gpuplan.app.cycle.reconcile.reconcile` finishes."""
+        jobs Slurm has ended, which :func:`gpuplan.app.cycle.reconcile.reconcile` finishes, and
+        the held jobs to adopt, which :func:`gpuplan.app.jobs.adopt.adopt` submits."""
         view = self.read(store, now)
         self._log_reading(view)
         self._store_reading(store, view, now)
@@ -175,9 +240,9 @@ class SlurmExecutor:
         finished = self.collect(store, view, now)
         self.cancel_orphans(store, view)
         self.requeue_failed_starts(store, view)
-        self.adopt(store, view, now, config)
+        adoptable = self.adoptable(store, view)
         self._enact_current(store, view, now)
-        return finished
+        return Observed(finished, adoptable)
 
     def poll(self, store: Store, now: datetime) -> list[Finished]:
         """Completions (finished by :func:`gpuplan.app.cycle.reconcile.poll`), and the current
@@ -426,34 +491,24 @@ class SlurmExecutor:
             failed.append(job.id)
         return failed
 
-    def adopt(self, store: Store, view: ClusterView, now: datetime, config: ServiceConfig) -> list[str]:
-        """Held jobs submitted with ``--comment 'gpuplan:{...spec...}'`` join the queue."""
+    def adoptable(self, store: Store, view: ClusterView) -> list[Adoptable]:
+        """Held jobs submitted with ``--comment 'gpuplan:{...spec...}'`` that no stored job is
+        bound to and whose spec was not refused before: each asks to join the queue."""
         known = {i for job in store.jobs() if (i := slurm_job_id(job)) is not None}
-        adopted = []
+        found = []
         for job in view.jobs:
             spec = parse_comment(job.comment)
-            if (
-                not job.held
-                or job.id in known
-                or job.id in self._refused
-                or spec is None
-                or "kind" not in spec
-            ):
-                continue
-            try:
-                source = f"Slurm job {job.id}'s comment"
-                result = submit(
-                    store, spec, now, config, source=source, default_id=f"slurm-{job.id}", slurm_job=job.id,
-                    replan=False,
-                )  # fmt: skip
-            except InputError as error:
-                self._refused.add(job.id)
-                log.warning("held Slurm job %d not adopted: %s", job.id, error)
-                continue
-            self.client.update(job.id, Comment=comment_of({"id": result.job}))
-            adopted.append(result.job)
-            log.info("adopted Slurm job %d as %s", job.id, result.job)
-        return adopted
+            if job.held and job.id not in known | self._refused and spec is not None and "kind" in spec:
+                found.append(Adoptable(job.id, spec))
+        return found
+
+    def adopted(self, cluster_id: int, job_id: str) -> None:
+        """The held Slurm job is gpuplan's ``job_id`` now: its comment names it (no longer a spec)."""
+        self.client.update(cluster_id, Comment=comment_of({"id": job_id}))
+
+    def refused(self, cluster_id: int) -> None:
+        """The held Slurm job's spec was refused: it is not offered again."""
+        self._refused.add(cluster_id)
 
 
 def _ours(jobs: Sequence[SlurmJob]) -> tuple[dict[str, SlurmJob], dict[tuple[str, int], int]]:

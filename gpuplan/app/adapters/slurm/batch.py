@@ -1,6 +1,7 @@
-"""A batch job's ``slurm:`` section, and the comment that ties a Slurm job to gpuplan.
+"""A batch job's held ``sbatch``, and the comment that ties a Slurm job to gpuplan.
 
-A job spec may carry::
+A job spec may carry a ``slurm:`` section (read by
+:func:`gpuplan.app.core.slurm_settings.read_section`)::
 
     slurm:
       command: python train.py --config c.yaml     # or  script: /path/to/job.sbatch
@@ -21,71 +22,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from contract.errors import InputError
 from contract.records import Job
 from gpuplan.app.adapters.slurm.client import BatchRequest, Placement
-from gpuplan.app.core.slurm_settings import COMMENT_PREFIX
-
-SECTION_KEYS = frozenset({"command", "script", "account", "qos", "time_limit_minutes", "job_id"})
-MAX_TIME_LIMIT_MINUTES = 365 * 24 * 60
+from gpuplan.app.core.slurm_settings import COMMENT_PREFIX, BatchSection
 
 
-@dataclass(frozen=True, slots=True)
-class BatchSection:
-    command: str | None = None
-    script: Path | None = None
-    account: str | None = None
-    qos: str | None = None
-    time_limit_minutes: int | None = None
-
-    def request(self, job_id: str, partition: str) -> BatchRequest:
-        """The held ``sbatch`` of job ``job_id``, placed later (at its commit)."""
-        return BatchRequest(
-            name=job_id,
-            partition=partition,
-            command=self.command,
-            script=self.script,
-            comment=comment_of({"id": job_id}),
-            hold=True,
-            account=self.account,
-            qos=self.qos,
-            time_limit_minutes=self.time_limit_minutes,
-        )
-
-
-def read_section(raw: object, *, source: str) -> BatchSection:
-    """The spec's ``slurm:`` section, checked; each error names ``slurm.FIELD``."""
-    if not isinstance(raw, Mapping):
-        raise InputError("slurm", "a mapping (command or script, account, qos, ...)", raw, source=source)
-    unknown = sorted(set(map(str, raw)) - SECTION_KEYS)
-    if unknown:
-        expected = f"one of {sorted(SECTION_KEYS)}"
-        raise InputError(f"slurm.{unknown[0]}", expected, "unknown key", source=source)
-    command, script = raw.get("command"), raw.get("script")
-    if (command is None) == (script is None):
-        expected = "a command to run, or `slurm.script` (a batch script), not both"
-        raise InputError("slurm.command", expected, command, source=source)
-    for key in ("command", "script", "account", "qos"):
-        value = raw.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise InputError(f"slurm.{key}", "a non-empty string", value, source=source)
-    limit = raw.get("time_limit_minutes")
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_TIME_LIMIT_MINUTES
-    ):
-        raise InputError(
-            "slurm.time_limit_minutes", f"an integer in [1, {MAX_TIME_LIMIT_MINUTES}]", limit, source=source
-        )
-    return BatchSection(
-        command=command,
-        script=None if script is None else Path(script),
-        account=raw.get("account"),
-        qos=raw.get("qos"),
-        time_limit_minutes=limit,
+def held_request(section: BatchSection, job_id: str, partition: str) -> BatchRequest:
+    """The held ``sbatch`` of job ``job_id`` from its spec's ``slurm:`` section, placed later
+    (at its commit)."""
+    return BatchRequest(
+        name=job_id,
+        partition=partition,
+        command=section.command,
+        script=section.script,
+        comment=comment_of({"id": job_id}),
+        hold=True,
+        account=section.account,
+        qos=section.qos,
+        time_limit_minutes=section.time_limit_minutes,
     )
 
 

@@ -22,13 +22,13 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuplan.app.core.slurm_settings import SlurmSettings
+from gpuplan.app.core.slurm_settings import SlurmError, SlurmSettings
 
 #: Slurm's job states gpuplan tells apart (``squeue``'s ``job_state``, ``sacct``'s ``State``).
 PENDING, RUNNING = "PENDING", "RUNNING"
@@ -55,17 +55,6 @@ UNAVAILABLE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILIN
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 _IDX = re.compile(r"\(IDX:([^)]*)\)")
 _ONELINER_KEY = re.compile(r"(?:^|\s)(?=[A-Za-z][\w/:]*=)")
-
-
-class SlurmError(RuntimeError):
-    """A Slurm command failed, timed out or answered what could not be read."""
-
-    def __init__(self, command: Sequence[str], message: str, returncode: int | None = None) -> None:
-        self.command = tuple(command)
-        self.slurm_message = message.strip()
-        self.returncode = returncode
-        status = "" if returncode is None else f" (exit {returncode})"
-        super().__init__(f"`{' '.join(self.command)}` failed{status}: {self.slurm_message or 'no message'}")
 
 
 # -- values --------------------------------------------------------------------------------------
