@@ -107,7 +107,12 @@ class ApiContext:
         thread (``sbatch``)."""
         now = self.clock()
         spec, section = checked_spec(
-            document, self.held, source=source, default_id=_default_id(token, now), token=token
+            document,
+            self.held,
+            source=source,
+            default_id=_default_id(token, now),
+            token=token,
+            pools=self.config.pools,
         )
         if section is not None:
             return await run_in_threadpool(self.submit, token, document, source=source)

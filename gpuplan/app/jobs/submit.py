@@ -241,6 +241,7 @@ def submit(
         default_id=default_id,
         token=token,
         adopted=slurm_job is not None,
+        pools=config.pools,
     )
     forecasters = forecasters or Forecasters(config.models_dir)
     if batcher is not None and section is None and slurm_job is None:
@@ -273,13 +274,15 @@ def checked_spec(
     default_id: str | None = None,
     token: ApiToken | None = None,
     adopted: bool = False,
+    pools: Sequence[Pool] = (),
 ) -> tuple[dict[str, Any], BatchSection | None]:
     """The checks of :func:`submit` that read nothing: the token's scope and priority cap, the
     spec, and its ``slurm:`` section, refused when no cluster takes held jobs (``held`` is None;
-    ``adopted``: the spec of a job already in Slurm, whose section is not read)."""
+    ``adopted``: the spec of a job already in Slurm, whose section is not read; ``pools``: the
+    cluster's, whose models fill a spec's GPU features)."""
     if token is not None:
         require(token, Scope.SUBMIT)
-    document = with_model_features(spec_document, config.pools)
+    document = with_model_features(spec_document, pools)
     spec = check_spec(document, source=source, default_id=default_id)
     if token is not None:
         require_priority(token, float(spec.get("priority", 1)))

@@ -32,9 +32,9 @@ from gpuplan.app.cycle.reconcile import reconcile
 from gpuplan.app.jobs.submit import submit
 from gpuplan.app.lab.seed import ensure_service
 from storage.factory import open_store
+from tests.app.adapters.test_slurm_executor import FEATURES, SlurmService
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 from tests.slurm import SlurmServer
-from tests.app.adapters.test_slurm_executor import FEATURES, SlurmService
 from tests.waiting import wait_until
 
 __all__ = ["_in_tmp_path", "models_dir"]

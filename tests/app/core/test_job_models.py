@@ -24,9 +24,9 @@ from gpuplan.app.core.models import load_job_estimator
 from scheduler.check import check_plan
 from scheduler.lns import MIN_BUDGET_MS
 from storage.factory import open_store
+from tests.forecasting.test_training_estimator import SPEC_13B_FULL
 from tests.http_fixtures import served_api
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
-from tests.forecasting.test_training_estimator import SPEC_13B_FULL
 
 __all__ = ["_in_tmp_path", "models_dir"]
 
