@@ -305,9 +305,10 @@ def test_a_pooled_cycle_releases_each_job_on_its_pools_gpus_and_the_replica_on_i
     at = now().replace(second=0, microsecond=0)
     hour = at.replace(minute=0)
     spec = {"kind": "training", "priority": 50, "gpus": 2, "hours": 3.0, **FEATURES}
-    for job_id in ("train-a", "train-b", "train-c", "train-d"):
-        job = {**spec, "id": job_id, "slurm": {"command": "sleep 300"}}
-        submit(pooled.store, job, at, pooled.config, replan=False)
+    # Two jobs per model: left to choose, all four would wait for the faster H100s.
+    for job_id, model in (("train-a", "h100"), ("train-b", "h100"), ("train-c", "a100"), ("train-d", "a100")):
+        job = {**spec, "id": job_id, "gpu_models": [model], "slurm": {"command": "sleep 300"}}
+        submit(pooled.store, job, at, pooled.config, replan=False, held=pooled.executor)
     pooled.cycle(at)
     where = {"h100": "gpu-h100", "a100": "gpu-a100"}
     if layout == FEATURES_OF_MAIN:
@@ -399,7 +400,7 @@ def test_a_pool_slurm_does_not_have_is_one_line_and_nothing_is_stored(
         ensure_service(store, config, at - HOUR, from_file=True)
         before = store.cluster()
         with pytest.raises(InputError) as raised:
-            reconcile(SlurmExecutor.from_config(config), store, at, config)
+            reconcile(SlurmExecutor.from_config(config), store, at)
         assert str(raised.value) == message
         assert store.cluster() == before and store.gpu_map() is None  # nothing of the reading stored
         assert store.commit(at.replace(minute=0, second=0, microsecond=0)) is None
@@ -418,7 +419,9 @@ def test_the_daemon_runs_a_pooled_slurm_cycle_and_refuses_a_count_unlike_slurms(
         at = now()
         ensure_service(store, load_config(config), at, from_file=True)
         spec = {"id": "train-a", "kind": "training", "priority": 50, "gpus": 4, "hours": 3.0, **FEATURES}
-        submit(store, {**spec, "slurm": {"command": "sleep 300"}}, at, load_config(config), replan=False)
+        loaded = load_config(config)
+        held = SlurmExecutor.from_config(loaded)
+        submit(store, {**spec, "slurm": {"command": "sleep 300"}}, at, loaded, replan=False, held=held)
     finally:
         store.close()
     once = ("daemon", "--once", "--config", config, "--db", db, "--models", models_dir)
