@@ -34,7 +34,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.scenario import BatchJob, Instance, RealtimeJob, block_mask
+from contract.scenario import BatchJob, Instance, RealtimeJob, block_mask, iter_gpus
+from scheduler.lending import ModelFrame, bucket_of, frames
 from scheduler.model import Allocation, Placement, batch_masks
 
 # Objective weights are multiplied by this before rounding up to integers.
@@ -145,6 +146,9 @@ def build_model(
     _one_job_per_cell(model, v, on_time)  # constraint 1
     _one_run_per_job(model, v)  # constraints 2, 3, 5
     _swap_cap(model, v, instance, frame, on_time)  # constraint 4
+    if instance.teams:
+        for model_frame in frames(instance):
+            _lend_within_quotas(model, v, instance, frame, lent=model_frame, on_time=on_time)  # constraint 7
     constant = _objective(model, v, instance, frame, on_time)
     return v, constant
 
@@ -295,6 +299,7 @@ def _objective(
     fixed, and the penalty if nothing in the window were served)."""
     horizon, weights, jobs = instance.horizon_steps, instance.weights, instance.jobs_by_id
     rate = instance.output_rate  # a GPU-step's worth on its pool (1 on a cluster of one pool)
+    share = instance.share_factor  # and its team's fair-share factor (1 without teams)
     terms: list[Any] = []
     coefficients: list[int] = []
     for key, option in v.options.items():
@@ -308,6 +313,7 @@ def _objective(
                 * job.gpus
                 * rate(job, option.first_gpu)
                 * sum(weights[option.start : option.end])
+                * share(job)
                 + promise
             )
         )
@@ -319,13 +325,13 @@ def _objective(
         steps = min(running_job.remaining_steps, horizon)
         running_batch = jobs[running_job.job_id]
         assert isinstance(running_batch, BatchJob)
-        worth = running_batch.priority * rate(running_batch, running_job.first_gpu)
+        worth = running_batch.priority * rate(running_batch, running_job.first_gpu) * share(running_batch)
         constant += worth * running_job.gpus * sum(weights[:steps])
     for job_id, placement in frame.fixed_batch.items():
         fixed = jobs[job_id]
         assert isinstance(fixed, BatchJob)
         end = instance.run_end(fixed, placement.start_step, placement.first_gpu)
-        worth = fixed.priority * rate(fixed, placement.first_gpu)
+        worth = fixed.priority * rate(fixed, placement.first_gpu) * share(fixed)
         constant += worth * fixed.gpus * sum(weights[placement.start_step : end])
     for rt in instance.realtime_jobs:
         for t in range(horizon):
@@ -345,6 +351,93 @@ def _objective(
     on_time()
     _maximize(model, terms, coefficients)
     return constant
+
+
+def _lend_within_quotas(
+    model: Any,
+    v: Variables,
+    instance: Instance,
+    frame: _Frame,
+    *,
+    lent: ModelFrame,
+    on_time: Callable[[], None],
+) -> None:
+    """Constraint 7 on one GPU model (scheduler/lending.py's counts): at each step, what queued
+    work holds beyond its teams' caps (each run to its P90 end) is at most what the quotas'
+    owners do not need then, with the model's unowned GPUs."""
+    horizon, jobs = instance.horizon_steps, instance.jobs_by_id
+    held = {bucket: list(lent.running[bucket]) for bucket in lent.quota}  # fixed cells, per step
+    for job_id, placed in frame.fixed_batch.items():
+        job = jobs[job_id]
+        assert isinstance(job, BatchJob)
+        if lent.mask >> placed.first_gpu & 1:
+            block = block_mask(placed.first_gpu, job.gpus)
+            for t in range(placed.start_step, instance.p90_end(job, placed.start_step, placed.first_gpu)):
+                held[bucket_of(job.team)][t] |= block
+    cover: dict[tuple[str, int, int], list[Any]] = {}  # (bucket, gpu, step) -> place vars reaching it
+    started: dict[str, list[tuple[int, Any]]] = {}  # job -> (start, place var)
+    for key, option in v.options.items():
+        on_time()
+        started.setdefault(option.job.id, []).append((option.start, v.place[key]))
+        if not lent.mask >> option.first_gpu & 1:
+            continue
+        bucket, block = bucket_of(option.job.team), block_mask(option.first_gpu, option.job.gpus)
+        for t in range(option.start, instance.p90_end(option.job, option.start, option.first_gpu)):
+            for g in iter_gpus(block & ~held[bucket][t]):
+                cover.setdefault((bucket, g, t), []).append(v.place[key])
+    holds: dict[tuple[str, int], list[Any]] = {}  # (bucket, step) -> one 0/1 term per GPU held
+    for (bucket, g, t), reaching in cover.items():
+        cell = reaching[0]
+        if len(reaching) > 1:  # the union: several runs' P90 ends may reach one cell
+            cell = model.new_bool_var(f"holds(team={bucket}, gpu={g}, step={t})")
+            for var in reaching:
+                model.add_implication(var, cell)
+        holds.setdefault((bucket, t), []).append(cell)
+    for t in range(horizon):
+        on_time()
+        borrowed: list[Any] = []
+        needed: list[Any] = []
+        for bucket, quota in lent.quota.items():
+            fixed = held[bucket][t].bit_count() + lent.demand[bucket][t]
+            cells = holds.get((bucket, t), [])
+            if cells:
+                ceiling = len(cells) + max(0, fixed - lent.cap(bucket, t))
+                over = model.new_int_var(0, ceiling, f"borrowed(team={bucket}, step={t})")
+                model.add(over >= fixed + sum(cells) - lent.cap(bucket, t))
+                borrowed.append(over)
+            waiting, starts = 0, list[tuple[int, Any]]()
+            for job in lent.eligible[bucket]:
+                if job.release_step > t:
+                    continue
+                fixed_at = frame.fixed_batch.get(job.id)
+                if fixed_at is not None:
+                    waiting += job.gpus * (fixed_at.start_step > t)
+                    continue
+                waiting += job.gpus
+                starts += [(job.gpus, var) for start, var in started.get(job.id, []) if start <= t]
+            const = fixed + waiting + lent.forecast[bucket][t]
+            if not cells and not starts:
+                needed.append(min(quota, const))
+                continue
+            low, high = const - sum(g for g, _ in starts), const + len(cells)
+            total = model.new_int_var(low, high, f"claim(team={bucket}, step={t})")
+            model.add(total == const + sum(cells) - sum(g * var for g, var in starts))
+            need = model.new_int_var(min(0, low), quota, f"need(team={bucket}, step={t})")
+            model.add_min_equality(need, [total, quota])
+            needed.append(need)
+        if not borrowed:
+            continue  # nothing of the window holds beyond a cap: the fixed plan decides
+        base = lent.lendable_base(t)
+        if all(isinstance(n, int) for n in needed):
+            model.add(sum(borrowed) <= max(0, base - sum(needed)))
+            continue
+        spare = model.new_int_var(
+            base - sum(lent.quota.values()), base, f"spare(model={lent.model}, step={t})"
+        )
+        model.add(spare == base - sum(needed))
+        lendable = model.new_int_var(0, max(0, base), f"lendable(model={lent.model}, step={t})")
+        model.add_max_equality(lendable, [spare, 0])
+        model.add(sum(borrowed) <= lendable)
 
 
 def build_churn_model(

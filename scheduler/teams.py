@@ -1,0 +1,100 @@
+"""Teams in the fast mode and the baselines: plan as without teams, at each job's fair-share
+worth, then make the plan keep constraint 7 (:mod:`scheduler.lending`) by construction.
+
+1. :func:`weighted`: the instance without its teams, each batch job's priority times its team's
+   fair-share factor (:meth:`~contract.scenario.Instance.share_factor`), so the objective the
+   planner maximises is the teams' (docs/teams.md, "Fair share").
+2. :func:`legalise`: while some step breaches constraint 7, the least valuable queued job over
+   its team's cap there leaves the plan (taking a job out never breaks constraints 1-6, and
+   never raises what any team holds beyond its cap); then each job taken out, the most valuable
+   first, goes back at the earliest start and lowest aligned block of its pools that is free and
+   keeps constraint 7.
+
+Without teams nothing here runs: the callers plan as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from contract.scenario import BatchJob, Instance, block_mask
+from scheduler.lending import ModelFrame, excesses, frames
+from scheduler.model import Allocation, Placement, batch_masks
+
+#: At most this many (start, block) trials per job put back (each counts constraint 7 anew).
+MAX_TRIALS_PER_JOB = 256
+
+
+def weighted(instance: Instance) -> Instance:
+    """``instance`` without teams, each batch job's priority times its team's fair-share factor."""
+    return replace(
+        instance,
+        teams=(),
+        batch_jobs=tuple(
+            replace(job, priority=job.priority * instance.share_factor(job)) for job in instance.batch_jobs
+        ),
+    )
+
+
+def planned(instance: Instance, plan: Callable[[Instance], Allocation]) -> Allocation:
+    """``plan`` (a policy that knows no teams) on the :func:`weighted` instance, made legal."""
+    return legalise(instance, plan(weighted(instance)))
+
+
+def legalise(instance: Instance, allocation: Allocation) -> Allocation:
+    """``allocation`` keeping constraint 7: jobs over their team's cap taken out where lending
+    does not allow them, then put back where it does."""
+    models = frames(instance)
+    if not models:
+        return allocation
+    batch = dict(allocation.batch)
+    taken_out: list[BatchJob] = []
+    while True:
+        breaches = excesses(instance, batch, models)
+        if not breaches:
+            break
+        candidates = [job for job in instance.queued_jobs if job.id in breaches[0].jobs and job.id in batch]
+        victim = min(
+            candidates, key=lambda job: (_worth(instance, job), -batch[job.id].start_step, job.order)
+        )
+        del batch[victim.id]
+        taken_out.append(victim)
+    for job in sorted(taken_out, key=lambda j: (-_worth(instance, j), j.order)):
+        placement = _first_legal(instance, allocation, batch, job, models)
+        if placement is not None:
+            batch[job.id] = placement
+    return Allocation(batch=batch, realtime=allocation.realtime)
+
+
+def _worth(instance: Instance, job: BatchJob) -> float:
+    return job.priority * instance.share_factor(job) * job.gpus
+
+
+def _first_legal(
+    instance: Instance,
+    allocation: Allocation,
+    batch: dict[str, Placement],
+    job: BatchJob,
+    models: list[ModelFrame],
+) -> Placement | None:
+    """The earliest start, then lowest aligned block of ``job``'s pools, free of everything in the
+    plan and keeping constraint 7; None when there is none (within :data:`MAX_TRIALS_PER_JOB`)."""
+    busy = batch_masks(instance, batch)
+    for held in allocation.realtime.values():
+        busy = [b | m for b, m in zip(busy, held, strict=True)]
+    trials = 0
+    for start in range(job.release_step, instance.horizon_steps):
+        for pool in instance.allowed_pools(job):
+            for first in range(pool.first_gpu, pool.end_gpu - job.gpus + 1, job.gpus):
+                block = block_mask(first, job.gpus)
+                end = instance.run_end(job, start, first)
+                if any(busy[t] & block for t in range(start, end)):
+                    continue
+                trials += 1
+                placement = Placement(start_step=start, first_gpu=first)
+                if not excesses(instance, {**batch, job.id: placement}, models):
+                    return placement
+                if trials >= MAX_TRIALS_PER_JOB:
+                    return None
+    return None
