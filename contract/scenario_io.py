@@ -370,6 +370,11 @@ def parse_teams(value: object, *, models: Mapping[str, int], source: str | None)
     return teams_of(_Reader(source), value, models, None)
 
 
+def parse_half_life(value: object, *, source: str | None) -> float:
+    """``fair_share`` (``{half_life_days}``) read by the scenario's rules: its half-life in days."""
+    return read_half_life(_Reader(source), {"fair_share": value})
+
+
 def _parse_pools(r: _Reader, top: Mapping[str, Any]) -> list[Pool]:
     """The optional ``pools`` section: names once each, at least one GPU each."""
     if "pools" not in top:
