@@ -155,6 +155,7 @@ def excesses(
             ):
                 held[bucket][t] |= block
                 covering[bucket][t].append(job_id)
+        waiting = {bucket: _waiting(frame.eligible[bucket], placements, horizon) for bucket in frame.quota}
         for t in range(horizon):
             borrowed, needed, over = 0, 0, []
             for bucket, quota in frame.quota.items():
@@ -163,14 +164,24 @@ def excesses(
                 if excess:
                     borrowed += excess
                     over += covering[bucket][t]
-                waiting = sum(
-                    job.gpus
-                    for job in frame.eligible[bucket]
-                    if job.release_step <= t
-                    and (job.id not in placements or placements[job.id].start_step > t)
-                )
-                needed += min(quota, holds + waiting + frame.forecast[bucket][t])
+                needed += min(quota, holds + waiting[bucket][t] + frame.forecast[bucket][t])
             lendable = max(0, frame.lendable_base(t) - needed)
             if borrowed > lendable:
                 out.append(Excess(frame.model, t, borrowed, lendable, tuple(over)))
+    return out
+
+
+def _waiting(jobs: tuple[BatchJob, ...], placements: Mapping[str, Placement], horizon: int) -> list[int]:
+    """Per step ``t``, the GPUs of ``jobs`` released by ``t`` and not started by ``t``."""
+    change = [0] * (horizon + 1)
+    for job in jobs:
+        placed = placements.get(job.id)
+        until = horizon if placed is None else min(placed.start_step, horizon)
+        if job.release_step < until:
+            change[job.release_step] += job.gpus
+            change[until] -= job.gpus
+    out, total = [], 0
+    for t in range(horizon):
+        total += change[t]
+        out.append(total)
     return out

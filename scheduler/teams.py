@@ -22,8 +22,8 @@ from contract.scenario import BatchJob, Instance, block_mask
 from scheduler.lending import ModelFrame, excesses, frames
 from scheduler.model import Allocation, Placement, batch_masks
 
-#: At most this many (start, block) trials per job put back (each counts constraint 7 anew).
-MAX_TRIALS_PER_JOB = 256
+#: At most this many (start, pool) trials per job put back (each counts constraint 7 anew).
+MAX_TRIALS_PER_JOB = 128
 
 
 def weighted(instance: Instance) -> Instance:
@@ -86,15 +86,24 @@ def _first_legal(
     trials = 0
     for start in range(job.release_step, instance.horizon_steps):
         for pool in instance.allowed_pools(job):
-            for first in range(pool.first_gpu, pool.end_gpu - job.gpus + 1, job.gpus):
-                block = block_mask(first, job.gpus)
-                end = instance.run_end(job, start, first)
-                if any(busy[t] & block for t in range(start, end)):
-                    continue
-                trials += 1
-                placement = Placement(start_step=start, first_gpu=first)
-                if not excesses(instance, {**batch, job.id: placement}, models):
-                    return placement
-                if trials >= MAX_TRIALS_PER_JOB:
-                    return None
+            # The lowest free block only: constraint 7 counts a pool's GPUs, not which ones.
+            first = next(
+                (
+                    first
+                    for first in range(pool.first_gpu, pool.end_gpu - job.gpus + 1, job.gpus)
+                    if not any(
+                        busy[t] & block_mask(first, job.gpus)
+                        for t in range(start, instance.run_end(job, start, first))
+                    )
+                ),
+                None,
+            )
+            if first is None:
+                continue
+            trials += 1
+            placement = Placement(start_step=start, first_gpu=first)
+            if not excesses(instance, {**batch, job.id: placement}, models):
+                return placement
+            if trials >= MAX_TRIALS_PER_JOB:
+                return None
     return None
