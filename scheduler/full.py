@@ -186,15 +186,11 @@ def _hint(instance: Instance, budget: Budget) -> Allocation:
     """The fast plan the model is hinted with (on a cluster of pools, :mod:`scheduler.pools`'; with
     teams, made to keep constraint 7 by :mod:`scheduler.teams`)."""
     if instance.teams:
-        # The hot path's plan too: the repair may keep less of a longer search's plan, and the
-        # full mode never answers below the fast mode.
+        # The hot path's plan and the floors too: the repair may keep less of a longer search's
+        # plan, and the full mode never answers below the fast mode.
         hot = budget.sibling(HOT_PATH_BUDGET_MS)
-        return _best_of(
-            instance,
-            [
-                teams.planned(instance, lambda plain: _hint(plain, budget)),
-                teams.planned(instance, lambda plain: _hint(plain, hot)),
-            ],
+        return teams.planned_best(
+            instance, [lambda plain: _hint(plain, budget), lambda plain: _hint(plain, hot)]
         )
     if instance.pooled:
         return pools.allocate(instance, budget, allocate_at_least_hot_path, objective)

@@ -46,17 +46,17 @@ class ModelFrame:
     unowned: tuple[int, ...]  # per step, up GPUs beyond the quotas' sum
     eligible: Mapping[str, tuple[BatchJob, ...]]  # bucket -> jobs whose wait counts in W
 
-    def base(self, bucket: str, t: int) -> int:
-        return self.running[bucket][t].bit_count() + self.demand[bucket][t]
+    #: bucket -> per step, what it may hold without borrowing: its quota, or more if its fixed
+    #: work (running batch GPUs, services' demand) holds more
+    caps: Mapping[str, tuple[int, ...]]
+    #: per step, ``unowned(t) + sum(Q)`` less the fixed work's excess over quotas: ``L(t)`` before ``sum(N)``
+    lend_base: tuple[int, ...]
 
     def cap(self, bucket: str, t: int) -> int:
-        """What the bucket may hold without borrowing: its quota, or more if its fixed work holds more."""
-        return max(self.quota[bucket], self.base(bucket, t))
+        return self.caps[bucket][t]
 
     def lendable_base(self, t: int) -> int:
-        """``unowned(t) + sum(Q)`` less the fixed work's excess over quotas: ``L(t)`` before ``sum(N)``."""
-        over = sum(max(0, self.base(b, t) - q) for b, q in self.quota.items())
-        return self.unowned[t] + sum(self.quota.values()) - over
+        return self.lend_base[t]
 
 
 def bucket_of(job_team: str | None) -> str:
@@ -106,8 +106,16 @@ def frames(instance: Instance) -> list[ModelFrame]:
             )
             for bucket, q in quota.items()
         }
+        fixed = {b: [running[b][t].bit_count() + demand[b][t] for t in range(horizon)] for b in quota}
+        caps = {b: tuple(max(q, f) for f in fixed[b]) for b, q in quota.items()}
+        lend_base = tuple(
+            unowned[t] + total - sum(max(0, fixed[b][t] - q) for b, q in quota.items())
+            for t in range(horizon)
+        )
         out.append(
             ModelFrame(
+                caps=caps,
+                lend_base=lend_base,
                 model=model,
                 mask=mask,
                 pools=names,

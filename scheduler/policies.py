@@ -103,7 +103,7 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
     (:func:`scheduler.lns.warm_up`), or the first search pays about a second for it.
     """
     if instance.teams:  # planned at the teams' worth, then made to keep constraint 7
-        return Solution(teams.planned(instance, lambda plain: _fast(plain, options).allocation))
+        return Solution(teams.planned_best(instance, [lambda plain: _fast(plain, options).allocation]))
     budget = Budget.of(options.budget_ms, wall_clock=options.wall_clock)
     if instance.pooled:
         return _fast_pools(instance, options, budget)

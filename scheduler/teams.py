@@ -19,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from contract.scenario import BatchJob, Instance, block_mask
+from scheduler import baselines
 from scheduler.lending import ModelFrame, excesses, frames
-from scheduler.model import Allocation, Placement, batch_masks
+from scheduler.metrics import score
+from scheduler.model import Allocation, Placement, batch_masks, build_grid
 
 #: At most this many (start, pool) trials per job put back (each counts constraint 7 anew).
 MAX_TRIALS_PER_JOB = 128
@@ -40,6 +42,31 @@ def weighted(instance: Instance) -> Instance:
 def planned(instance: Instance, plan: Callable[[Instance], Allocation]) -> Allocation:
     """``plan`` (a policy that knows no teams) on the :func:`weighted` instance, made legal."""
     return legalise(instance, plan(weighted(instance)))
+
+
+#: The baselines no fast plan scores below; with teams each is repaired as the fast plan is
+#: (the repair may keep less of one plan than of another).
+FLOORS: tuple[Callable[[Instance], Allocation], ...] = (
+    baselines.fifo,
+    baselines.fifo_backfill,
+    baselines.priority_backfill,
+)
+
+
+def planned_best(instance: Instance, plans: list[Callable[[Instance], Allocation]]) -> Allocation:
+    """The best (:func:`best_of`, the first at a tie) of ``plans`` and :data:`FLOORS`, each
+    :func:`planned`."""
+    return best_of(instance, [planned(instance, plan) for plan in [*plans, *FLOORS]])
+
+
+def best_of(instance: Instance, allocations: list[Allocation]) -> Allocation:
+    """The first of ``allocations`` unless a later one scores higher (by more than rounding)."""
+    scored = [score(instance, build_grid(instance, a)).objective for a in allocations]
+    best = 0
+    for index, objective in enumerate(scored):
+        if objective > scored[best] + 1e-9 * max(1.0, abs(scored[best])):
+            best = index
+    return allocations[best]
 
 
 def legalise(instance: Instance, allocation: Allocation) -> Allocation:

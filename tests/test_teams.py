@@ -343,6 +343,15 @@ def test_no_plan_lends_a_quota_its_owner_could_use(doc: dict[str, Any]) -> None:
         assert owners_room(instance, grid) == [], policy
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=team_scenarios())
+def test_the_fast_mode_with_teams_never_scores_below_a_baseline(doc: dict[str, Any]) -> None:
+    instance = instance_of(doc)
+    fast = plan(instance, PolicyName.FAST, WORK).metrics.objective
+    for policy in (PolicyName.FIFO, PolicyName.FIFO_BACKFILL, PolicyName.PRIORITY_BACKFILL):
+        assert fast >= plan(instance, policy, WORK).metrics.objective - 1e-6, policy
+
+
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=team_scenarios())
 def test_the_full_mode_keeps_constraint_7_and_never_scores_below_fast(doc: dict[str, Any]) -> None:
