@@ -5,7 +5,9 @@ unchanged."""
 from __future__ import annotations
 
 import copy
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 from contract.errors import InputError
 from contract.scenario import BatchJob, Instance
+from gpuplan.cli import main
 from scheduler.check import check_plan
 from scheduler.metrics import score
 from scheduler.policies import PolicyName, SolveOptions, plan
@@ -22,6 +25,12 @@ from tests.strategies import instance_of, pooled_scenarios, scenarios
 WORK = SolveOptions(wall_clock=False, time_limit_s=0.5, workers=1)
 BASELINES = (PolicyName.FIFO, PolicyName.FIFO_BACKFILL, PolicyName.PRIORITY_BACKFILL, PolicyName.FASTEST_FREE)
 TEAMS = ("red", "blue", "green")
+#: The checker's line for `b1` of :func:`lender_and_borrower` (P90 5) holding `a`'s quota at step 4.
+REFUSED_LOAN = (
+    "constraint 7 (teams: GPUs beyond a team's quota only where lent, to P90 ends before the "
+    "owner's need): job b1, GPU -, step 4: on GPU model default queued work holds 4 GPUs beyond "
+    "its teams' quotas (to its P90 ends); the quotas' owners can lend 0 then"
+)
 
 
 def lender_and_borrower(p90: int) -> dict[str, Any]:
@@ -70,11 +79,7 @@ def test_the_checker_refuses_a_loan_whose_p90_outlasts_the_owners_return() -> No
     instance = instance_of(lender_and_borrower(p90=5))
     violations = check_plan(instance, grid_with(instance, {"b1": (0, 0), "a1": (0, 4)}))
     assert [(v.constraint, v.job, v.step) for v in violations] == [(7, "b1", 4)]
-    assert str(violations[0]) == (
-        "constraint 7 (teams: GPUs beyond a team's quota only where lent, to P90 ends before the "
-        "owner's need): job b1, GPU -, step 4: on GPU model default queued work holds 4 GPUs beyond "
-        "its teams' quotas (to its P90 ends); the quotas' owners can lend 0 then"
-    )
+    assert str(violations[0]) == REFUSED_LOAN
 
 
 def test_a_loan_whose_p90_ends_before_the_owner_returns_is_legal() -> None:
@@ -373,3 +378,20 @@ def test_teams_without_quotas_or_past_use_plan_as_no_teams(doc: dict[str, Any]) 
     with_teams = instance_of(teamed)
     for policy in (PolicyName.FAST, PolicyName.FULL, *BASELINES):
         assert plan(with_teams, policy, WORK).grid == plan(plain, policy, WORK).grid, policy
+
+
+def test_plan_and_validate_on_the_command_line_keep_constraint_7(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "teams.json"
+    scenario.write_text(json.dumps(lender_and_borrower(p90=5)))
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(scenario), "--policy", "fast", "--out", str(out)]) == 0
+    assert main(["validate", str(scenario), str(out)]) == 0
+    assert capsys.readouterr().out.startswith("legal: ")
+    instance = instance_of(lender_and_borrower(p90=5))
+    document = json.loads(out.read_text())
+    document["grid"] = grid_with(instance, {"b1": (0, 0), "a1": (0, 4)})
+    out.write_text(json.dumps(document))
+    assert main(["validate", str(scenario), str(out)]) == 1
+    assert capsys.readouterr().out.splitlines() == [REFUSED_LOAN]
