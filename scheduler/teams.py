@@ -8,7 +8,9 @@ worth, then make the plan keep constraint 7 (:mod:`scheduler.lending`) by constr
    its team's cap there leaves the plan (taking a job out never breaks constraints 1-6, and
    never raises what any team holds beyond its cap); then each job taken out, the most valuable
    first, goes back at the earliest start and lowest aligned block of its pools that is free and
-   keeps constraint 7.
+   keeps constraint 7; then, if any was taken out, each placed job, the earliest first, moves to
+   the earliest start before its own on its pool that keeps every constraint (earlier is worth
+   more), and what is still out is tried again.
 
 Without teams nothing here runs: the callers plan as before.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from contract.scenario import BatchJob, Instance, block_mask
+from contract.scenario import BatchJob, Instance, Pool, block_mask
 from scheduler import baselines
 from scheduler.lending import ModelFrame, excesses, frames
 from scheduler.metrics import score
@@ -87,11 +89,34 @@ def legalise(instance: Instance, allocation: Allocation) -> Allocation:
         )
         del batch[victim.id]
         taken_out.append(victim)
-    for job in sorted(taken_out, key=lambda j: (-_worth(instance, j), j.order)):
+    _put_back(instance, allocation, batch, taken_out, models)
+    if taken_out:  # what was taken out may have held others back: each placed job as early as it may
+        for job in sorted(
+            (j for j in instance.queued_jobs if j.id in batch),
+            key=lambda j: (batch[j.id].start_step, j.order),
+        ):
+            current = batch.pop(job.id)
+            pool = instance.pool_of_gpu(current.first_gpu)  # on its pool: another may be slower
+            earlier = _first_legal(
+                instance, allocation, batch, job, models, before=current.start_step, pools=(pool,)
+            )
+            batch[job.id] = current if earlier is None else earlier
+        _put_back(instance, allocation, batch, [job for job in taken_out if job.id not in batch], models)
+    return Allocation(batch=batch, realtime=allocation.realtime)
+
+
+def _put_back(
+    instance: Instance,
+    allocation: Allocation,
+    batch: dict[str, Placement],
+    jobs: list[BatchJob],
+    models: list[ModelFrame],
+) -> None:
+    """Each of ``jobs``, the most valuable first, into ``batch`` at its earliest legal place, if any."""
+    for job in sorted(jobs, key=lambda j: (-_worth(instance, j), j.order)):
         placement = _first_legal(instance, allocation, batch, job, models)
         if placement is not None:
             batch[job.id] = placement
-    return Allocation(batch=batch, realtime=allocation.realtime)
 
 
 def _worth(instance: Instance, job: BatchJob) -> float:
@@ -104,15 +129,19 @@ def _first_legal(
     batch: dict[str, Placement],
     job: BatchJob,
     models: list[ModelFrame],
+    *,
+    before: int | None = None,
+    pools: tuple[Pool, ...] | None = None,
 ) -> Placement | None:
-    """The earliest start, then lowest aligned block of ``job``'s pools, free of everything in the
-    plan and keeping constraint 7; None when there is none (within :data:`MAX_TRIALS_PER_JOB`)."""
+    """The earliest start (before ``before``, if given), then lowest aligned block of ``job``'s
+    pools (or ``pools``), free of everything in the plan and keeping constraint 7; None when there is none
+    (within :data:`MAX_TRIALS_PER_JOB`)."""
     busy = batch_masks(instance, batch)
     for held in allocation.realtime.values():
         busy = [b | m for b, m in zip(busy, held, strict=True)]
     trials = 0
-    for start in range(job.release_step, instance.horizon_steps):
-        for pool in instance.allowed_pools(job):
+    for start in range(job.release_step, instance.horizon_steps if before is None else before):
+        for pool in instance.allowed_pools(job) if pools is None else pools:
             # The lowest free block only: constraint 7 counts a pool's GPUs, not which ones.
             first = next(
                 (
