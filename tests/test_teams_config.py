@@ -4,12 +4,15 @@ line naming the field, and the config check saying whether the quotas fit the cl
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from contract.errors import InputError
+from contract.records import ApiToken, Scope
 from gpuplan.app.core.config import load_config
+from gpuplan.app.jobs.submit import checked_spec
 from gpuplan.app.views.doctor import Verdict, quota_checks
 
 POOLS = """cluster:
@@ -100,3 +103,20 @@ def test_bad_teams_are_refused_in_one_line_naming_the_field(tmp_path: Path, body
         load_config(path)
     assert "\n" not in str(caught.value)
     assert str(caught.value).startswith(f"{path}: ")
+
+
+def test_a_token_of_a_team_the_config_does_not_name_may_not_submit(tmp_path: Path) -> None:
+    config = load_config(config_file(tmp_path, "teams:\n  - {name: research, quota: {h100: 8}}\n"))
+    spec = {"id": "j", "kind": "training", "priority": 5}
+
+    def token(team: str) -> ApiToken:
+        return ApiToken(
+            "t1", "0" * 64, team, frozenset({Scope.SUBMIT}), None, datetime(2026, 12, 1, tzinfo=UTC)
+        )
+
+    message = "token t1: `team` must be one of the config's teams ['research']; got 'product'."
+    with pytest.raises(InputError, match=re.escape(message)):
+        checked_spec(spec, config, source="spec", token=token("product"))
+    with pytest.raises(InputError) as caught:  # its own team passes this check (the spec's follow)
+        checked_spec(spec, config, source="spec", token=token("research"))
+    assert caught.value.field != "team"

@@ -275,6 +275,11 @@ def checked_spec(
     section is not read)."""
     if token is not None:
         require(token, Scope.SUBMIT)
+        names = [team.name for team in config.teams]
+        if names and token.team not in names:  # its jobs would plan as no team's: refused instead
+            raise InputError(
+                "team", f"one of the config's teams {names}", token.team, source=f"token {token.id}"
+            )
     spec = check_spec(spec_document, source=source, default_id=default_id)
     if token is not None:
         require_priority(token, float(spec.get("priority", 1)))
