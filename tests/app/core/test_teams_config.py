@@ -116,7 +116,11 @@ def test_a_token_of_a_team_the_config_does_not_name_may_not_submit(tmp_path: Pat
 
     message = "token t1: `team` must be one of the config's teams ['research']; got 'product'."
     with pytest.raises(InputError, match=re.escape(message)):
-        checked_spec(spec, config, source="spec", token=token("product"))
+        checked_spec(
+            spec, None, source="spec", token=token("product"), team_names=[t.name for t in config.teams]
+        )
     with pytest.raises(InputError) as caught:  # its own team passes this check (the spec's follow)
-        checked_spec(spec, config, source="spec", token=token("research"))
+        checked_spec(
+            spec, None, source="spec", token=token("research"), team_names=[t.name for t in config.teams]
+        )
     assert caught.value.field != "team"
