@@ -109,6 +109,11 @@ class BatchJob:
     #: Where the job may run and how many steps it takes there (pool name -> steps); None:
     #: on every pool, ``duration_steps`` on each. Not hashed (a mapping): ids identify jobs.
     steps_by_pool: Mapping[str, int] | None = field(default=None, hash=False)
+    #: The team the job belongs to (one of the instance's ``teams``); None: no team.
+    team: str | None = None
+    #: Its steps at its P90 (on the pool of ``duration_steps``; on another pool in the same
+    #: ratio to its steps there); None: ``duration_steps``. Read by the lending rule (constraint 7).
+    p90_steps: int | None = None
 
     def end_step(self, start_step: int, horizon_steps: int) -> int:
         """Exclusive last step of a run starting at ``start_step``, cut at the horizon
@@ -133,6 +138,8 @@ class RealtimeJob:
     kind: JobKind = JobKind.REALTIME
     #: The pool the service runs on (one pool per service); None: the cluster's first pool.
     pool: str | None = None
+    #: The team the service belongs to (one of the instance's ``teams``); None: no team.
+    team: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +210,28 @@ def pool_at(pools: Sequence[Pool], gpu: int) -> Pool | None:
     return next((pool for pool in pools if pool.first_gpu <= gpu < pool.end_gpu), None)
 
 
+@dataclass(frozen=True, slots=True)
+class Team:
+    """A team: GPUs guaranteed per GPU model, a weight for what is beyond, its past use.
+
+    ``quota`` maps a GPU model of the cluster's pools to the GPUs of that model the team is
+    guaranteed (docs/teams.md, constraint 7 of docs/contract.md). ``past_gpu_hours`` is its
+    use so far, already decayed by the scenario's half-life; ``forecast`` maps a model to the
+    GPUs its arrivals are expected to need at each step (the owner's need that lent GPUs
+    must leave room for). Not hashed (mappings): names identify teams.
+    """
+
+    name: str
+    quota: Mapping[str, int] = field(default_factory=dict, hash=False)
+    weight: float = 1.0
+    past_gpu_hours: float = 0.0
+    forecast: Mapping[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
+
+
+#: The fair-share half-life when a scenario with teams names none (days).
+DEFAULT_HALF_LIFE_DAYS = 7.0
+
+
 @dataclass(frozen=True)
 class Instance:
     """One scenario, validated (see :mod:`contract.scenario_io`)."""
@@ -229,6 +258,11 @@ class Instance:
     #: The cluster's pools, side by side from GPU 0 (their ``first_gpu`` is set here); none
     #: given: one pool of every GPU, today's cluster.
     pools: tuple[Pool, ...] = ()
+    #: The teams (docs/teams.md); none: every job competes on its priority alone, as the
+    #: contract says, and constraint 7 does not apply.
+    teams: tuple[Team, ...] = ()
+    #: The half-life (days) the teams' ``past_gpu_hours`` were decayed with.
+    half_life_days: float = DEFAULT_HALF_LIFE_DAYS
 
     def __post_init__(self) -> None:
         pools = self.pools or (Pool(DEFAULT_POOL, DEFAULT_POOL, self.gpus),)
@@ -305,7 +339,38 @@ class Instance:
         late = begin - job.promise_step - self.promise_slack_steps
         if late <= 0:
             return 0.0
-        return self.promise_penalty * job.priority * (late + self.promise_break_steps)
+        return (
+            self.promise_penalty * job.priority * self.share_factor(job) * (late + self.promise_break_steps)
+        )
+
+    @cached_property
+    def team_factors(self) -> dict[str, float]:
+        """Per team, the fair-share multiplier on its batch work's worth: ``2 ** (1 - u / s)``,
+        with ``s`` its weight's share of the weights and ``u`` its share of the past GPU-hours
+        (Slurm's classic fair-share factor ``2 ** (-u / s)``, doubled so that a team at its
+        share is weighed 1); all 1 when no team has used anything."""
+        used = sum(team.past_gpu_hours for team in self.teams)
+        weights = sum(team.weight for team in self.teams)
+        if not used:
+            return {team.name: 1.0 for team in self.teams}
+        return {
+            team.name: 2.0 ** (1.0 - (team.past_gpu_hours / used) / (team.weight / weights))
+            for team in self.teams
+        }
+
+    def share_factor(self, job: BatchJob) -> float:
+        """What the fair share multiplies ``job``'s worth by: its team's factor (1 without one)."""
+        if job.team is None:
+            return 1.0
+        return self.team_factors[job.team]
+
+    def p90_end(self, job: BatchJob, start_step: int, first_gpu: int) -> int:
+        """Exclusive last step of ``job``'s run from ``start_step`` on the block from ``first_gpu``
+        were it to last its P90: its P90 steps scaled to that pool's steps, cut at the horizon."""
+        steps = self.run_steps(job, first_gpu)
+        if job.p90_steps is not None:
+            steps = -(-job.p90_steps * steps // job.duration_steps)
+        return min(start_step + steps, self.horizon_steps)
 
     @cached_property
     def weights(self) -> tuple[float, ...]:

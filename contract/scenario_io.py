@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from contract.errors import InputError
 from contract.files import read_document
 from contract.files import write_json_atomic as write_json_atomic  # noqa: PLC0414  # re-exported: callers keep one name
 from contract.scenario import (
+    DEFAULT_POOL,
     BatchJob,
     DownWindow,
     Instance,
@@ -25,7 +26,9 @@ from contract.scenario import (
     RealtimeJob,
     RunningBatch,
     RunningRealtime,
+    Team,
 )
+from contract.teams_io import read_half_life, read_job_team, read_p90, read_teams, teams_of
 
 TOP_KEYS = {
     "name",
@@ -41,6 +44,8 @@ TOP_KEYS = {
     "running",
     "down",
     "pools",
+    "teams",
+    "fair_share",
 }
 BATCH_KEYS = {
     "id",
@@ -53,8 +58,10 @@ BATCH_KEYS = {
     "promise",
     "pools",
     "duration_by_pool",
+    "team",
+    "p90_duration",
 }
-REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap", "pool"}
+REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap", "pool", "team"}
 POOL_KEYS = {"name", "gpu_model", "gpus"}
 #: A job's ``pools`` that allows every pool of the cluster.
 ANY_POOL = "any"
@@ -186,6 +193,7 @@ def parse_scenario(
     if not 0 <= promise_break <= MAX_HORIZON_STEPS:
         raise r.fail("promise_break", f"a number of steps in [0, {MAX_HORIZON_STEPS}]", promise_break)
 
+    teams = read_teams(r, top, gpus_per_model(pools, cluster_gpus), horizon)
     batch_jobs: list[BatchJob] = []
     realtime_jobs: list[RealtimeJob] = []
     seen: dict[str, str] = {}
@@ -217,14 +225,17 @@ def parse_scenario(
         priority = r.number(job_map["priority"], f"{field}.priority", positive=True)
         if priority > MAX_PRIORITY:
             raise r.fail(f"{field}.priority", f"a number in (0, {MAX_PRIORITY:g}]", priority)
+        team = read_job_team(r, job_map, field, teams)
         if kind.is_batch:
+            job = _batch_job(r, job_map, _Job(field, index, job_id, kind, priority), cluster_gpus, pools)
             batch_jobs.append(
-                _batch_job(r, job_map, _Job(field, index, job_id, kind, priority), cluster_gpus, pools)
+                job
+                if team is None and "p90_duration" not in job_map
+                else replace(job, team=team, p90_steps=read_p90(r, job_map, field, job.duration_steps))
             )
         else:
-            realtime_jobs.append(
-                _realtime_job(r, job_map, _Job(field, index, job_id, kind, priority), horizon, pools)
-            )
+            service = _realtime_job(r, job_map, _Job(field, index, job_id, kind, priority), horizon, pools)
+            realtime_jobs.append(service if team is None else replace(service, team=team))
 
     down = _parse_down(r, top.get("down", []), cluster_gpus, horizon)
     running_batch, running_realtime = _parse_running(
@@ -250,6 +261,8 @@ def parse_scenario(
         running_realtime=running_realtime,
         down=down,
         pools=tuple(pools),
+        teams=teams,
+        half_life_days=read_half_life(r, top),
     )
     _check_running_in_pools(r, instance, top.get("running", []))
     _check_running_against_down(r, instance)
@@ -339,6 +352,27 @@ def parse_pools(value: object, *, source: str | None) -> list[Pool]:
     """A list of ``{name, gpu_model, gpus}`` read by the scenario's ``pools`` rules (the daemon's
     config reads its ``cluster.pools`` with them too); :class:`InputError` names ``pools[i]...``."""
     return _parse_pools(_Reader(source), {"pools": value})
+
+
+def gpus_per_model(pools: list[Pool] | tuple[Pool, ...], cluster_gpus: int) -> dict[str, int]:
+    """Each GPU model of the cluster and its GPUs (a cluster without pools: ``default``, all of them)."""
+    if not pools:
+        return {DEFAULT_POOL: cluster_gpus}
+    models: dict[str, int] = {}
+    for pool in pools:
+        models[pool.gpu_model] = models.get(pool.gpu_model, 0) + pool.gpus
+    return models
+
+
+def parse_teams(value: object, *, models: Mapping[str, int], source: str | None) -> tuple[Team, ...]:
+    """A list of ``{name, quota, weight, past_gpu_hours}`` read by the scenario's ``teams`` rules
+    (the daemon's config reads its ``teams:`` with them); ``models``: each GPU model's GPUs."""
+    return teams_of(_Reader(source), value, models, None)
+
+
+def parse_half_life(value: object, *, source: str | None) -> float:
+    """``fair_share`` (``{half_life_days}``) read by the scenario's rules: its half-life in days."""
+    return read_half_life(_Reader(source), {"fair_share": value})
 
 
 def _parse_pools(r: _Reader, top: Mapping[str, Any]) -> list[Pool]:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contract.scenario import BatchJob, Cell, Instance, RealtimeJob
+from scheduler.lending import excesses
+from scheduler.model import Placement
 
 CONSTRAINT_NAMES = {
     1: "one job per GPU per step, none on a down GPU",
@@ -20,6 +22,7 @@ CONSTRAINT_NAMES = {
     4: "real-time swap cap",
     5: "no preemption",
     6: "pools: inside one allowed pool, aligned in it, its duration, services on their pool",
+    7: "teams: GPUs beyond a team's quota only where lent, to P90 ends before the owner's need",
 }
 
 
@@ -70,7 +73,30 @@ def check_plan(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[Viola
         violations += _check_swaps(instance, rt.id, rt.swap_cap, cells.get(rt.id, {}))
         if instance.pooled:
             violations += _check_realtime_pool(instance, rt, cells.get(rt.id, {}))
+    if instance.teams:
+        violations += _check_lending(instance, cells)
     return violations
+
+
+def _check_lending(instance: Instance, cells: dict[str, dict[int, list[int]]]) -> list[Violation]:
+    """Constraint 7 (docs/contract.md, "Teams") on the queued jobs' starts and first GPUs in the grid."""
+    starts = {}
+    for job in instance.queued_jobs:
+        held = cells.get(job.id)
+        if held:
+            start = min(held)
+            starts[job.id] = Placement(start_step=start, first_gpu=min(held[start]))
+    return [
+        Violation(
+            7,
+            excess.jobs[-1] if excess.jobs else None,
+            None,
+            excess.step,
+            f"on GPU model {excess.model} queued work holds {excess.borrowed} GPUs beyond its teams' "
+            f"quotas (to its P90 ends); the quotas' owners can lend {excess.lendable} then",
+        )
+        for excess in excesses(instance, starts)
+    ]
 
 
 def _check_shape(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[Violation]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.scenario import BatchJob, Instance, RealtimeJob, block_mask
+from scheduler.lending import ModelFrame, bucket_of, frames
 from scheduler.model import Allocation, Placement, batch_masks
 
 # Objective weights are multiplied by this before rounding up to integers.
@@ -145,6 +146,8 @@ def build_model(
     _one_job_per_cell(model, v, on_time)  # constraint 1
     _one_run_per_job(model, v)  # constraints 2, 3, 5
     _swap_cap(model, v, instance, frame, on_time)  # constraint 4
+    if instance.teams:
+        _lend_within_quotas(model, v, instance, frame, on_time)  # constraint 7
     constant = _objective(model, v, instance, frame, on_time)
     return v, constant
 
@@ -295,6 +298,7 @@ def _objective(
     fixed, and the penalty if nothing in the window were served)."""
     horizon, weights, jobs = instance.horizon_steps, instance.weights, instance.jobs_by_id
     rate = instance.output_rate  # a GPU-step's worth on its pool (1 on a cluster of one pool)
+    share = instance.share_factor  # and its team's fair-share factor (1 without teams)
     terms: list[Any] = []
     coefficients: list[int] = []
     for key, option in v.options.items():
@@ -308,6 +312,7 @@ def _objective(
                 * job.gpus
                 * rate(job, option.first_gpu)
                 * sum(weights[option.start : option.end])
+                * share(job)
                 + promise
             )
         )
@@ -319,13 +324,13 @@ def _objective(
         steps = min(running_job.remaining_steps, horizon)
         running_batch = jobs[running_job.job_id]
         assert isinstance(running_batch, BatchJob)
-        worth = running_batch.priority * rate(running_batch, running_job.first_gpu)
+        worth = running_batch.priority * rate(running_batch, running_job.first_gpu) * share(running_batch)
         constant += worth * running_job.gpus * sum(weights[:steps])
     for job_id, placement in frame.fixed_batch.items():
         fixed = jobs[job_id]
         assert isinstance(fixed, BatchJob)
         end = instance.run_end(fixed, placement.start_step, placement.first_gpu)
-        worth = fixed.priority * rate(fixed, placement.first_gpu)
+        worth = fixed.priority * rate(fixed, placement.first_gpu) * share(fixed)
         constant += worth * fixed.gpus * sum(weights[placement.start_step : end])
     for rt in instance.realtime_jobs:
         for t in range(horizon):
@@ -345,6 +350,131 @@ def _objective(
     on_time()
     _maximize(model, terms, coefficients)
     return constant
+
+
+def _lend_within_quotas(
+    model: Any, v: Variables, instance: Instance, frame: _Frame, on_time: Callable[[], None]
+) -> None:
+    """Constraint 7 (scheduler/lending.py's counts): on each GPU model with quotas, at each step,
+    what queued work holds beyond its teams' caps (each run to its P90 end) is at most what the
+    quotas' owners do not need then, with the model's unowned GPUs. A team's runs are summed,
+    not joined per GPU as the checker does, so the model is at least as strict as the checker."""
+    horizon = instance.horizon_steps
+    options: dict[str, list[tuple[_Option, Any]]] = {}
+    for key, option in v.options.items():
+        options.setdefault(option.job.id, []).append((option, v.place[key]))
+    started = {
+        job_id: _cumulative(model, f"started(job={job_id}", [(o.start, x) for o, x in chosen], horizon)
+        for job_id, chosen in options.items()
+    }
+    for lent in frames(instance):
+        on_time()
+        fixed = {bucket: [0] * horizon for bucket in lent.quota}  # GPUs of fixed work's P90 runs
+        for job_id, placed in frame.fixed_batch.items():
+            job = instance.jobs_by_id[job_id]
+            assert isinstance(job, BatchJob)
+            if lent.mask >> placed.first_gpu & 1:
+                for t in range(placed.start_step, instance.p90_end(job, placed.start_step, placed.first_gpu)):
+                    fixed[bucket_of(job.team)][t] += job.gpus
+        # bucket -> per step, (GPUs, 0/1 expression: the job's P90 run covers the step) of free jobs
+        holding: dict[str, list[list[tuple[int, Any]]]] = {
+            b: [[] for _ in range(horizon)] for b in lent.quota
+        }
+        for job_id, chosen in options.items():
+            here = [(o, x) for o, x in chosen if lent.mask >> o.first_gpu & 1]
+            if not here:
+                continue
+            job = here[0][0].job
+            name = f"(job={job_id}, model={lent.model}"
+            begun = _cumulative(model, f"begun{name}", [(o.start, x) for o, x in here], horizon)
+            ended = [
+                (instance.p90_end(job, o.start, o.first_gpu), x)
+                for o, x in here
+                if instance.p90_end(job, o.start, o.first_gpu) < horizon
+            ]
+            over = _cumulative(model, f"p90_over{name}", ended, horizon)
+            for t in range(horizon):
+                if not isinstance(begun[t], int):
+                    holding[bucket_of(job.team)][t].append((job.gpus, begun[t] - over[t]))
+        for t in range(horizon):
+            on_time()
+            _lend_at(model, frame, lent, t, fixed=fixed, holding=holding, started=started)
+
+
+def _lend_at(
+    model: Any,
+    frame: _Frame,
+    lent: ModelFrame,
+    t: int,
+    *,
+    fixed: dict[str, list[int]],
+    holding: dict[str, list[list[tuple[int, Any]]]],
+    started: dict[str, list[Any]],
+) -> None:
+    """Constraint 7 at step ``t`` of one model: sum(B) <= L (scheduler/lending.py)."""
+    borrowed: list[Any] = []
+    needed: list[Any] = []
+    for bucket, quota in lent.quota.items():
+        const = lent.running[bucket][t].bit_count() + lent.demand[bucket][t] + fixed[bucket][t]
+        terms = holding[bucket][t]
+        most = const + sum(gpus for gpus, _ in terms)
+        held = sum(gpus * covers for gpus, covers in terms)
+        if terms:
+            over = model.new_int_var(
+                0, max(0, most - lent.cap(bucket, t)), f"borrowed(team={bucket}, step={t})"
+            )
+            model.add(over >= const + held - lent.cap(bucket, t))
+            borrowed.append(over)
+        waiting, starts = 0, list[tuple[int, Any]]()
+        for job in lent.eligible[bucket]:
+            if job.release_step > t:
+                continue
+            fixed_at = frame.fixed_batch.get(job.id)
+            if fixed_at is not None:
+                waiting += job.gpus * (fixed_at.start_step > t)
+                continue
+            waiting += job.gpus
+            begun = started.get(job.id)
+            if begun is not None and not isinstance(begun[t], int):
+                starts.append((job.gpus, begun[t]))
+        claim = const + waiting + lent.forecast[bucket][t]
+        if not terms and not starts:
+            needed.append(min(quota, claim))
+            continue
+        low, high = claim - sum(g for g, _ in starts), most + waiting + lent.forecast[bucket][t]
+        total = model.new_int_var(low, high, f"claim(team={bucket}, step={t})")
+        model.add(total == claim + held - sum(g * var for g, var in starts))
+        need = model.new_int_var(min(0, low), quota, f"need(team={bucket}, step={t})")
+        model.add_min_equality(need, [total, quota])
+        needed.append(need)
+    if not borrowed:
+        return  # nothing free holds beyond a cap at this step: the fixed plan decides
+    base = lent.lendable_base(t)
+    if all(isinstance(n, int) for n in needed):
+        model.add(sum(borrowed) <= max(0, base - sum(needed)))
+        return
+    spare = model.new_int_var(base - sum(lent.quota.values()), base, f"spare(model={lent.model}, step={t})")
+    model.add(spare == base - sum(needed))
+    lendable = model.new_int_var(0, max(0, base), f"lendable(model={lent.model}, step={t})")
+    model.add_max_equality(lendable, [spare, 0])
+    model.add(sum(borrowed) <= lendable)
+
+
+def _cumulative(model: Any, name: str, events: list[tuple[int, Any]], horizon: int) -> list[Any]:
+    """Per step ``t``, a 0/1 variable that is the sum of the ``events``' variables (step, var) at
+    steps ``<= t`` (at most one of them is set: one run per job); 0 before the first event."""
+    by_step: dict[int, list[Any]] = {}
+    for step, var in events:
+        by_step.setdefault(step, []).append(var)
+    out: list[Any] = []
+    previous: Any = 0
+    for t in range(horizon):
+        if t in by_step:
+            now = model.new_bool_var(f"{name}, step={t})")
+            model.add(now == previous + sum(by_step[t]))
+            previous = now
+        out.append(previous)
+    return out
 
 
 def build_churn_model(

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from contract.scenario import Instance
-from scheduler import pools
+from scheduler import pools, teams
 from scheduler.budget import Budget
 from scheduler.churn import settle
 from scheduler.cpmodel import (
@@ -183,14 +183,25 @@ def fewest_moves(
 
 
 def _hint(instance: Instance, budget: Budget) -> Allocation:
-    """The fast plan the model is hinted with (on a cluster of pools, :mod:`scheduler.pools`')."""
+    """The fast plan the model is hinted with (on a cluster of pools, :mod:`scheduler.pools`'; with
+    teams, made to keep constraint 7 by :mod:`scheduler.teams`)."""
+    if instance.teams:
+        # The hot path's plan and the floors too: the repair may keep less of a longer search's
+        # plan, and the full mode never answers below the fast mode.
+        hot = budget.sibling(HOT_PATH_BUDGET_MS)
+        return teams.planned_best(
+            instance, [lambda plain: _hint(plain, budget), lambda plain: _hint(plain, hot)]
+        )
     if instance.pooled:
         return pools.allocate(instance, budget, allocate_at_least_hot_path, objective)
     return allocate_at_least_hot_path(instance, budget)
 
 
 def _best_of(instance: Instance, allocations: list[Allocation]) -> Allocation:
-    return pools.best_of(instance, allocations) if instance.pooled else best_of(instance, allocations)
+    if instance.pooled:
+        return pools.best_of(instance, allocations)
+    # With teams, at the teams' worth: the fast mode's objective of the weighted instance.
+    return best_of(teams.weighted(instance) if instance.teams else instance, allocations)
 
 
 def _settle(instance: Instance, allocation: Allocation) -> Allocation:

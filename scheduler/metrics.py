@@ -56,6 +56,8 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
                 first_gpu.setdefault(cell, g)  # rows ascend: the block's first GPU
                 # On a cluster of pools a GPU-step is worth the job's output rate on its pool.
                 rate = instance.output_rate(job, first_gpu[cell]) if instance.pooled else 1.0
+                if instance.teams:  # and, with teams, its team's fair-share factor (docs/teams.md)
+                    rate *= instance.share_factor(job)
                 value += job.priority * weights[t] * rate
                 first_step[cell] = min(first_step[cell], t)
             elif cell in held:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from contract.scenario import Grid, Instance
-from scheduler import baselines, churn, fast, full, lns, pools
+from scheduler import baselines, churn, fast, full, lns, pools, teams
 from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.lns import warm_up
@@ -88,6 +88,8 @@ PolicyFn = Callable[[Instance, SolveOptions], Solution]
 
 def _baseline(fn: Callable[[Instance], Allocation]) -> PolicyFn:
     def policy(instance: Instance, options: SolveOptions) -> Solution:
+        if instance.teams:  # today's rule at the teams' worth, then constraint 7 kept
+            return Solution(teams.planned(instance, fn))
         return Solution(fn(instance))
 
     return policy
@@ -100,6 +102,8 @@ def _fast(instance: Instance, options: SolveOptions) -> Solution:
     The search runs when ``options.cp_sat`` asks for it; a caller loads CP-SAT first
     (:func:`scheduler.lns.warm_up`), or the first search pays about a second for it.
     """
+    if instance.teams:  # planned at the teams' worth, then made to keep constraint 7
+        return Solution(teams.planned_best(instance, [lambda plain: _fast(plain, options).allocation]))
     budget = Budget.of(options.budget_ms, wall_clock=options.wall_clock)
     if instance.pooled:
         return _fast_pools(instance, options, budget)

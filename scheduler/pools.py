@@ -68,6 +68,7 @@ def sub_instance(instance: Instance, pool: Pool, assigned: Sequence[str]) -> Ins
         instance,
         gpus=pool.gpus,
         pools=(),
+        teams=(),  # a pool's plan knows no teams; the cluster's keeps constraint 7 (scheduler.teams)
         batch_jobs=jobs,
         realtime_jobs=services,
         running_batch=running,

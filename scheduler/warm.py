@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from contract.curves import swap_capped_curve
-from contract.scenario import BatchJob, Cell, Instance, block_mask, iter_gpus, iter_gpus_down
+from contract.scenario import BatchJob, Cell, Instance, block_mask, iter_gpus
 from scheduler.baselines import first_fit
 from scheduler.board import Board
 from scheduler.budget import Budget, WorkCosts
@@ -71,36 +71,89 @@ def read_allocation(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Alloc
     return Allocation(batch=placements, realtime={job_id: tuple(m) for job_id, m in realtime.items()})
 
 
-def trimmed_realtime(instance: Instance, allocation: Allocation) -> Allocation:
+def trimmed_realtime(instance: Instance, allocation: Allocation, *, kept_steps: int = 0) -> Allocation:
     """``allocation`` with each service holding no more than its need: at each step the least
     count the swap cap lets it follow over its demand (:func:`swap_capped_curve`, from its
-    running set), out of the GPUs it holds there (those it kept the step before first, then
-    the highest). A plan on a quiet queue may hold a service's daily peak all day (the
-    baselines' reservation wins the tie at equal objective); a job inserted into it would
-    start behind GPUs nothing needs. Served demand, and so the objective, is unchanged; a
-    service whose trimmed holdings would break its swap cap keeps its own."""
+    running set), out of the GPUs it holds there (those it kept the step before first). A plan
+    on a quiet queue may hold a service's daily peak all day (the baselines' reservation wins
+    the tie at equal objective); a job inserted into it would start behind GPUs nothing needs.
+    The GPUs given back are those that free the widest aligned block (:func:`_given_back`).
+    Served demand, and so the objective, is unchanged; a service whose trimmed holdings would
+    break its swap cap keeps its own.
+
+    ``kept_steps``: the first steps stay as they are (committed hours: decided already), and
+    the curve starts from what each service holds in the last of them."""
     running = instance.running_realtime
     realtime = dict(allocation.realtime)
+    others = _others_taken(instance, allocation)
     for job in instance.realtime_jobs:
         masks = realtime.get(job.id)
         if masks is None:
             continue
+        kept_steps = min(kept_steps, len(masks))
         start = running[job.id].mask if job.id in running else None
-        curve = swap_capped_curve(job.demand, job.swap_cap, None if start is None else start.bit_count())
-        trimmed: list[int] = []
+        if kept_steps:
+            start = masks[kept_steps - 1]
+        curve = swap_capped_curve(
+            job.demand[kept_steps:], job.swap_cap, None if start is None else start.bit_count()
+        )
+        trimmed: list[int] = list(masks[:kept_steps])
         previous = start
-        for mask, want in zip(masks, curve, strict=True):
+        for t, (mask, want) in enumerate(zip(masks[kept_steps:], curve, strict=True), start=kept_steps):
             if mask.bit_count() <= want:
                 kept = mask
             else:
                 stay = mask & (previous or 0)
-                order = [*iter_gpus_down(stay), *iter_gpus_down(mask & ~stay)]
-                kept = sum(1 << gpu for gpu in order[:want])
+                if stay.bit_count() >= want:
+                    back = _given_back(stay, stay.bit_count() - want, others[t] & ~mask, instance.gpus)
+                    kept = stay & ~back
+                else:  # growing: of the GPUs it may take, those whose return frees the least room
+                    other = mask & ~stay
+                    left = other.bit_count() - (want - stay.bit_count())
+                    kept = mask & ~_given_back(other, left, (others[t] & ~mask) | stay, instance.gpus)
             trimmed.append(kept)
             previous = kept
-        if _within_cap(trimmed, start, job.swap_cap):
+        if _within_cap(trimmed[kept_steps:], start, job.swap_cap):
             realtime[job.id] = tuple(trimmed)
     return Allocation(batch=dict(allocation.batch), realtime=realtime)
+
+
+def _others_taken(instance: Instance, allocation: Allocation) -> list[int]:
+    """Per step, the GPUs down, running or planned for batch work, or held by any service."""
+    board = Board(instance)
+    for job_id, placement in allocation.batch.items():
+        job = _batch(instance.jobs_by_id[job_id])
+        end = job.end_step(placement.start_step, instance.horizon_steps)
+        board.occupy(block_mask(placement.first_gpu, job.gpus), placement.start_step, end)
+    taken = list(board.busy)
+    for masks in allocation.realtime.values():
+        for t, mask in enumerate(masks):
+            taken[t] |= mask
+    return taken
+
+
+def _given_back(held: int, count: int, taken: int, gpus: int) -> int:
+    """``count`` of the GPUs ``held`` to give back, one at a time, each found down the buddy
+    tree of aligned blocks: into the half that holds no GPU ``taken`` by anything else, then
+    the one with the fewest of ``held`` still kept (the nearest to free), the higher on a tie.
+    What is given back joins what is free already into blocks a batch job can take."""
+    given = 0
+    for _ in range(min(count, held.bit_count())):
+        first, size = 0, 1
+        while size < gpus:
+            size <<= 1
+        while size > 1:
+            size >>= 1
+            halves = [h for h in (first + size, first) if h < gpus and held & ~given & block_mask(h, size)]
+            first = min(
+                halves,
+                key=lambda h: (
+                    bool(taken & block_mask(h, size)),
+                    (held & ~given & block_mask(h, size)).bit_count(),
+                ),
+            )
+        given |= 1 << first
+    return given
 
 
 def _within_cap(masks: Sequence[int], running: int | None, cap: int) -> bool:

@@ -113,6 +113,7 @@ class ApiContext:
             default_id=_default_id(token, now),
             token=token,
             pools=self.config.pools,
+            team_names=[team.name for team in self.config.teams],
         )
         if section is not None:
             return await run_in_threadpool(self.submit, token, document, source=source)

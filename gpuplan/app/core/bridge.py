@@ -17,7 +17,9 @@ and saves.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -164,6 +166,37 @@ def aged_priority(priority: float, waited_hours: float, aging_hours: float | Non
     return max(priority, min(ceiling, grown, MAX_PRIORITY))
 
 
+#: What a queued job's aging counts: ``"fifo"``, the hours it has waited beyond what FIFO
+#: would have made it wait (:func:`fifo_waits`); ``"queue"``, every hour it has waited.
+AGING_BASIS = "fifo"
+
+
+def fifo_waits(snapshot: Snapshot, plan_with: PlanWith) -> dict[str, float]:
+    """Per queued job, the hours FIFO would make it wait at least: the GPU-hours still to run
+    of the work submitted before it (queued, and running for the hours it has left) over the
+    GPUs the apps leave free on average over the plan's horizon. The work ahead that has
+    finished already is not counted, so a job past this wait is past FIFO's."""
+    cluster, start = snapshot.cluster, snapshot.start
+    horizon = cluster.horizon_steps
+    apps = sum(sum(d.gpus[:horizon]) / max(1, len(d.gpus[:horizon])) for d in snapshot.demand)
+    capacity = max(1.0, cluster.gpus - apps)
+    work: list[tuple[datetime, float]] = []
+    for job in snapshot.running:
+        if job.estimate is None or job.started_at is None:
+            continue
+        left = planned_hours(job.estimate, plan_with) - (start - job.started_at) / STEP
+        work.append((job.submitted_at, (job.gpus or job.estimate.gpus) * max(0.0, left)))
+    for job in snapshot.queued:
+        assert job.estimate is not None
+        work.append((job.submitted_at, job.estimate.gpus * planned_hours(job.estimate, plan_with)))
+    work.sort(key=lambda w: w[0])
+    arrivals = [at for at, _ in work]
+    ahead = list(itertools.accumulate((gpu_hours for _, gpu_hours in work), initial=0.0))
+    return {
+        job.id: ahead[bisect.bisect_left(arrivals, job.submitted_at)] / capacity for job in snapshot.queued
+    }
+
+
 def aging_ceiling(snapshot: Snapshot) -> float:
     """The most a queued job's priority ages to in the plan of ``snapshot``: twice the highest
     batch priority there, and no more than what the cheapest app's unserved GPU-hour costs
@@ -233,11 +266,13 @@ def scenario_document(
             }
         )
     ceiling = aging_ceiling(snapshot) if aging_hours else 0.0
+    fifo = fifo_waits(snapshot, plan_with) if aging_hours and AGING_BASIS == "fifo" else {}
     for job in snapshot.queued:
         entry = queued_entry(job, plan_with, step_minutes=cluster.step_minutes, order=len(jobs))
         if not _place_in_pools(entry, job, plan_with, planned_pools, cluster.step_minutes):
             continue
-        aged = aged_priority(job.priority, (start - job.submitted_at) / STEP, aging_hours, ceiling)
+        waited = (start - job.submitted_at) / STEP - fifo.get(job.id, 0.0)
+        aged = aged_priority(job.priority, waited, aging_hours, ceiling)
         if aged != job.priority:
             entry["priority"] = aged
         if terms and job.promised_start is not None:

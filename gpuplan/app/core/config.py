@@ -18,13 +18,16 @@ from typing import Any
 from contract.errors import InputError
 from contract.files import read_mapping
 from contract.records import App, Cluster, DownWindowRecord
-from contract.scenario import Pool
+from contract.scenario import DEFAULT_HALF_LIFE_DAYS, Pool, Team
 from contract.scenario_io import (
     MAX_CLUSTER_GPUS,
     MAX_PRIORITY,
     MAX_PROMISE_PENALTY,
     MAX_RT_PENALTY,
+    gpus_per_model,
+    parse_half_life,
     parse_pools,
+    parse_teams,
 )
 from contract.times import parse_time
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
@@ -76,10 +79,10 @@ PROMISE_BREAK_RANGE = (0.0, 168.0)
 PROMISE_LOOKBACK_HOURS = 12
 PROMISE_LOOKBACK_RANGE = (0, 168)
 #: With ``aging_hours`` set, a queued job's priority in the plans doubles once it has waited
-#: that many hours, and grows with the fourth power of its wait (``bridge.aged_priority``;
-#: docs/benchmarks.md, "Aging"): a job starved by a stream of higher-priority work comes to
-#: outrank it. Off by default: at this scale it brought the week's wait P99 under FIFO's and
-#: cost 2.4-6.0% of value, more than the 2% aimed at; this is the scale measured.
+#: that many hours beyond what FIFO would have made it wait, and grows with the fourth power
+#: of that (``bridge.aged_priority``, ``bridge.fifo_waits``; docs/benchmarks.md, "Aging"): a
+#: job starved by a stream of higher-priority work comes to outrank it. Off by default: at 24
+#: hours it cost 2.6-5.8% of value over two simulated days, more than the 2% aimed at.
 AGING_HOURS = 64.0
 AGING_RANGE = (0.0, 8760.0)
 #: A running job without a ``time_limit_hours`` in its spec overruns after its P90 hours
@@ -194,6 +197,19 @@ class ServiceConfig:
     pools: tuple[Pool, ...] = ()
     #: app -> the pool it serves on (``apps[i].pool``; default: the first pool)
     app_pools: Mapping[str, str] = field(default_factory=dict)
+    #: The teams (``teams:``): quotas per GPU model, weights (docs/teams.md); none: no teams.
+    teams: tuple[Team, ...] = ()
+    #: ``fair_share.half_life_days``: the half-life of the teams' past use.
+    half_life_days: float = DEFAULT_HALF_LIFE_DAYS
+
+    def quota_balance(self) -> list[tuple[str, int, int]]:
+        """Per GPU model some team has a quota of: (model, the quotas' sum, the model's GPUs)."""
+        models = gpus_per_model(self.pools, self.cluster.gpus)
+        return [
+            (model, sum(team.quota.get(model, 0) for team in self.teams), gpus)
+            for model, gpus in models.items()
+            if any(model in team.quota for team in self.teams)
+        ]
 
 
 def demo_config(models_dir: Path = Path("models")) -> ServiceConfig:
@@ -243,6 +259,8 @@ TOP_KEYS = {
     "demo_queue",
     "prune_keep_days",
     "slurm",
+    "teams",
+    "fair_share",
 }
 CLUSTER_KEYS = {"gpus", "pools", "step_minutes", "horizon", "decay", "rt_penalty", "down"}
 #: A pool's keys beside the scenario's (``name``, ``gpu_model``, ``gpus``): where it lies in Slurm.
@@ -422,6 +440,7 @@ def load_config(path: Path) -> ServiceConfig:
         slurm = _slurm(r, top["slurm"], path.parent, _slurm_pools(r, pools, places, top["slurm"]))
     else:
         _no_slurm_places(r, places)
+    teams, half_life = _teams(r, top, cluster, pools)
     retrain_at = _retrain_at(r, top.get("retrain_at"))
     review = top.get("review_every_hours", base.review_every_hours)
     plan_with = top.get("plan_with", "p90")
@@ -463,7 +482,22 @@ def load_config(path: Path) -> ServiceConfig:
         replica_commands=apps.replica_commands,
         pools=pools,
         app_pools=apps.pools,
+        teams=teams,
+        half_life_days=half_life,
     )
+
+
+def _teams(
+    r: _Fields, top: Mapping[str, Any], cluster: Cluster, pools: tuple[Pool, ...]
+) -> tuple[tuple[Team, ...], float]:
+    """``teams:`` and ``fair_share:``, read by the scenario's rules (docs/contract.md, "Teams"):
+    a quota names a GPU model of the cluster (``default`` without pools), at most its GPUs."""
+    if top.get("teams") is None:
+        if top.get("fair_share") is not None:
+            raise r.fail("fair_share", "absent without a `teams:` section", top["fair_share"])
+        return (), DEFAULT_HALF_LIFE_DAYS
+    teams = parse_teams(top["teams"], models=gpus_per_model(pools, cluster.gpus), source=r.source)
+    return teams, parse_half_life(top.get("fair_share"), source=r.source)
 
 
 def _cluster(r: _Fields, value: object) -> tuple[Cluster, tuple[Pool, ...], _Places]:

@@ -47,6 +47,7 @@ from gpuplan.app.core.config import OVERRUN_FACTOR, ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.job_models import estimates_on_pools
 from gpuplan.app.core.ports import Executor
+from gpuplan.app.core.team_scenario import with_teams
 from gpuplan.app.core.tokens import NotFoundError
 from gpuplan.app.cycle.finish import cancel
 from gpuplan.app.cycle.outbox import deliver_pending
@@ -303,6 +304,7 @@ def plan_snapshot(
         pools=config.pools,
         app_pools=config.app_pools,
     )
+    document = with_teams(document, snapshot, config)  # the config's teams (docs/teams.md)
     instance = parse_scenario(document, source=name)
     options = SolveOptions(
         time_limit_s=time_limit_s,

@@ -242,6 +242,7 @@ def submit(
         token=token,
         adopted=slurm_job is not None,
         pools=config.pools,
+        team_names=[team.name for team in config.teams],
     )
     forecasters = forecasters or Forecasters(config.models_dir)
     if batcher is not None and section is None and slurm_job is None:
@@ -275,13 +276,22 @@ def checked_spec(
     token: ApiToken | None = None,
     adopted: bool = False,
     pools: Sequence[Pool] = (),
+    team_names: Sequence[str] = (),
 ) -> tuple[dict[str, Any], BatchSection | None]:
     """The checks of :func:`submit` that read nothing: the token's scope and priority cap, the
     spec, and its ``slurm:`` section, refused when no cluster takes held jobs (``held`` is None;
     ``adopted``: the spec of a job already in Slurm, whose section is not read; ``pools``: the
-    cluster's, whose models fill a spec's GPU features)."""
+    cluster's, whose models fill a spec's GPU features; ``team_names``: the config's teams, one
+    of which a token's team must be)."""
     if token is not None:
         require(token, Scope.SUBMIT)
+        if team_names and token.team not in team_names:  # its jobs would plan as no team's: refused
+            raise InputError(
+                "team",
+                f"one of the config's teams {list(team_names)}",
+                token.team,
+                source=f"token {token.id}",
+            )
     document = with_model_features(spec_document, pools)
     spec = check_spec(document, source=source, default_id=default_id)
     if token is not None:

@@ -44,6 +44,7 @@ def diagnose(
     if config is None:
         return [Check("config", Verdict.FAIL, f"{config_source}: {config_error}"), *_database(db_url, now)]
     checks = [Check("config", Verdict.OK, f"{config_source}: {_summary(config)}")]
+    checks += quota_checks(config)
     checks += _database(db_url, now, config)
     checks += _models(config, now)
     checks += _executor(config, now, cluster)
@@ -53,6 +54,27 @@ def diagnose(
 
 def failed(checks: list[Check]) -> bool:
     return any(check.verdict is Verdict.FAIL for check in checks)
+
+
+def quota_checks(config: ServiceConfig) -> list[Check]:
+    """Per GPU model with quotas, whether they add up to less than its GPUs (the rest unowned,
+    free to every team), exactly to them, or to more (a warning: oversubscribed)."""
+    checks = []
+    for model, quotas, gpus in config.quota_balance():
+        if quotas > gpus:
+            why = (
+                f"{model}: quotas add up to {quotas} of {gpus} GPUs, more than the model has: "
+                "a quota is guaranteed only as far as the GPUs go"
+            )
+            checks.append(Check(f"teams {model}", Verdict.WARN, why))
+        elif quotas < gpus:
+            unowned = gpus - quotas
+            share = f"{quotas} of {gpus} GPUs, {unowned} unowned"
+            why = f"{model}: quotas add up to {share} (any team may use them)"
+            checks.append(Check(f"teams {model}", Verdict.OK, why))
+        else:
+            checks.append(Check(f"teams {model}", Verdict.OK, f"{model}: quotas add up to its {gpus} GPUs"))
+    return checks
 
 
 def _summary(config: ServiceConfig) -> str:

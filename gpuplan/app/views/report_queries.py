@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from contract.errors import InputError
 from contract.records import PlanRun
@@ -54,6 +55,16 @@ def stored_run(store: Store, run_ref: str) -> tuple[PlanRun, Instance]:
     return found, run_instance(found)
 
 
+def committed_steps(store: Store, run: PlanRun, instance: Instance) -> int:
+    """How many of ``run``'s first steps are committed hours (decided: nothing there is
+    bookable; a submit is planned from the hour after the latest commit)."""
+    latest = store.last_commit()
+    if latest is None or latest.hour < run.start:
+        return 0
+    step = timedelta(minutes=instance.step_minutes)
+    return min(instance.horizon_steps, (latest.hour - run.start) // step + 1)
+
+
 @dataclass(frozen=True)
 class IdleQuery:
     run: PlanRun
@@ -84,15 +95,20 @@ def idle_query(
         return (names or {}).get(field, field)
 
     found, instance = stored_run(store, run_ref)
+    open_from = committed_steps(store, found, instance)
     if gpus is None and hours is None:
         if limit is not None:
             raise InputError("limit", f"given only with {name('gpus')} and {name('hours')}", limit)
-        windows = idle_windows(instance, found.grid, found.start, min_gpus, min_hours, pool=pool)
+        windows = idle_windows(
+            instance, found.grid, found.start, min_gpus, min_hours, pool=pool, open_from=open_from
+        )
         return IdleQuery(found, instance, windows, None)
     if gpus is None or hours is None:
         missing, other = ("hours", "gpus") if hours is None else ("gpus", "hours")
         raise InputError(missing, f"given with {name(other)}", None)
-    rows = bookable_starts(instance, found.grid, found.start, gpus, hours, limit=limit, pool=pool)
+    rows = bookable_starts(
+        instance, found.grid, found.start, gpus, hours, limit=limit, pool=pool, open_from=open_from
+    )
     return IdleQuery(found, instance, None, rows)
 
 

@@ -29,6 +29,7 @@ from contract.scenario_io import parse_scenario
 from forecasting.gpu_mapping import gpus_needed
 from gpuplan.app.core.bridge import gpu_demand
 from scheduler.board import free_block_starts
+from scheduler.warm import read_allocation, trimmed_realtime
 
 #: The quantile whose GPUs a run's forecast stores (``AppForecast.gpus``) and plans for.
 PLANNED_QUANTILE = 0.9
@@ -76,32 +77,36 @@ def run_instance(run: PlanRun) -> Instance:
     return parse_scenario(run.scenario, source=f"run {run.id}", default_name=f"run-{run.id}")
 
 
-def free_masks(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[int]:
+def free_masks(instance: Instance, grid: Sequence[Sequence[Cell]], open_from: int = 0) -> list[int]:
     """Per step, the GPUs that are free: not down, and planned for no job or held by a
-    real-time app above its need that step (its demand: the P90 plus headroom, swap-capped).
+    real-time app above its need that step (its demand: the P90 plus headroom, swap-capped
+    from what it holds when the step comes).
 
     A plan keeps an app's idle GPUs where nothing else takes them (each give-back is a
-    replica stopped): those are bookable, and a job submitted onto them gets them. An
-    app's surplus is counted on its lowest GPU ids, the ones it gives back first."""
+    replica stopped): those are bookable, and a job submitted onto them gets them. The room
+    is the one a submit is placed in (:func:`scheduler.warm.trimmed_realtime`: each app held to
+    its need, the GPUs it gives back those that free the widest aligned block). Steps before
+    ``open_from`` (committed hours: decided already) have nothing free."""
     if len(grid) != instance.gpus or any(len(row) != instance.horizon_steps for row in grid):
         shape = f"{len(grid)} rows of {sorted({len(row) for row in grid})} cells"
         raise InputError(
             "grid", f"{instance.gpus} rows (GPUs) of {instance.horizon_steps} cells (steps)", shape
         )
     taken = [0] * instance.horizon_steps
-    held: dict[tuple[str, int], list[int]] = {}
     for gpu, row in enumerate(grid):
         for t, cell in enumerate(row):
             if cell is not None:
                 taken[t] |= 1 << gpu
-                held.setdefault((cell, t), []).append(gpu)
-    for job in instance.realtime_jobs:
-        for t, need in enumerate(job.demand):
-            gpus = held.get((job.id, t), [])
-            for gpu in gpus[: max(0, len(gpus) - need)]:
-                taken[t] &= ~(1 << gpu)
+    allocation = read_allocation(instance, grid)
+    if allocation is not None:  # a legal plan (a stored one is): the apps held to their need
+        trimmed = trimmed_realtime(instance, allocation, kept_steps=open_from)
+        for job in instance.realtime_jobs:
+            needed = trimmed.realtime[job.id]
+            for t, held in enumerate(allocation.realtime[job.id]):
+                taken[t] &= ~(held & ~needed[t])
     return [
-        instance.all_gpus_mask & ~(busy | down) for busy, down in zip(taken, instance.down_masks, strict=True)
+        0 if t < open_from else instance.all_gpus_mask & ~(busy | down)
+        for t, (busy, down) in enumerate(zip(taken, instance.down_masks, strict=True))
     ]
 
 
@@ -183,6 +188,7 @@ def idle_windows(
     min_hours: float = 1,
     *,
     pool: str | None = None,
+    open_from: int = 0,
 ) -> IdleWindows:
     """The maximal free aligned windows of at least ``min_gpus`` GPUs for ``min_hours``.
 
@@ -205,7 +211,8 @@ def idle_windows(
 
     On a cluster of several pools a block lies inside one pool, aligned from its first GPU
     (the parent of a pool's whole block is none): windows never straddle two pools, and each
-    row names its pool. ``pool``: that pool's windows and free GPU-hours only.
+    row names its pool. ``pool``: that pool's windows and free GPU-hours only. ``open_from``:
+    the first step not committed (:func:`free_masks`).
     """
     if min_gpus < 1:
         raise InputError("min_gpus", "an integer >= 1", min_gpus)
@@ -214,7 +221,7 @@ def idle_windows(
     clock = _step_times(start, instance.step_minutes)
     horizon = instance.horizon_steps
     shown = sum(p.mask for p in pools)
-    free = [f & shown for f in free_masks(instance, grid)]
+    free = [f & shown for f in free_masks(instance, grid, open_from)]
     found: list[tuple[int, int, int, int, Pool]] = []  # (s, e, a, b, pool)
     for where in pools:
         found += _pool_windows(free, where, min_gpus, min_steps)
@@ -315,6 +322,7 @@ def bookable_starts(
     *,
     limit: int | None = None,
     pool: str | None = None,
+    open_from: int = 0,
 ) -> list[BookableStart]:
     """Per aligned block, the earliest start at which a ``gpus``-GPU job of ``hours`` fits.
 
@@ -323,7 +331,8 @@ def bookable_starts(
     need) at every step of ``[s, min(s + duration, horizon))``, so booking it moves no
     batch job and leaves every app its need. Each aligned block that fits somewhere appears
     once, at its earliest start; rows are sorted by start, then first GPU, so the first
-    row is the earliest start of all. ``limit`` keeps the first rows only.
+    row is the earliest start of all: where a submit of that job is planned. ``limit``
+    keeps the first rows only; ``open_from``: the first step not committed.
 
     On a cluster of several pools a block lies inside one pool (:func:`pool_block_starts`)
     and each row names its pool; ``pool``: that pool's blocks only.
@@ -342,10 +351,11 @@ def bookable_starts(
     duration = _steps_of_hours(hours, instance.step_minutes, "hours")
     clock = _step_times(start, instance.step_minutes)
     horizon = instance.horizon_steps
-    fits_at = [sum(pool_block_starts(f, where, gpus) for where in pools) for f in free_masks(instance, grid)]
+    masks = free_masks(instance, grid, open_from)
+    fits_at = [sum(pool_block_starts(f, where, gpus) for where in pools) for f in masks]
     seen = 0
     rows: list[BookableStart] = []
-    for s in range(horizon):
+    for s in range(open_from, horizon):
         fits = instance.all_gpus_mask
         for t in range(s, min(s + duration, horizon)):
             fits &= fits_at[t]

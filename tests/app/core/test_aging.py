@@ -11,7 +11,14 @@ import pytest
 from contract.records import App, Cluster, Job, JobEstimate
 from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
-from gpuplan.app.core.bridge import AppDemand, Snapshot, aged_priority, aging_ceiling, scenario_document
+from gpuplan.app.core.bridge import (
+    AppDemand,
+    Snapshot,
+    aged_priority,
+    aging_ceiling,
+    fifo_waits,
+    scenario_document,
+)
 from gpuplan.app.core.config import AGING_HOURS, PlanWith, ServiceConfig
 from gpuplan.app.cycle.tick import plan_snapshot
 from scheduler.policies import PolicyName
@@ -92,3 +99,41 @@ def test_aging_is_an_input_the_contract_accepts_and_never_outweighs_an_app() -> 
     parse_scenario(document, source="aged")
     plain = scenario_document(snapshot, PlanWith.P90, name="plain")
     assert {job["id"]: job["priority"] for job in plain["jobs"]}["old"] == 20.0
+
+
+def test_fifo_waits_count_the_work_submitted_before_each_job_over_the_gpus_the_apps_leave() -> None:
+    """8 GPUs, an app needing 2 on average: 6 for batch work. A running job has 2 of its 4
+    hours left on 6 GPUs (12 GPU-hours), submitted first; then three queued jobs in arrival
+    order of 6 GPU-hours each."""
+    cluster = Cluster(gpus=8)
+    app = App(id="chat", priority=100.0, swap_cap=2, requests_per_gpu_hour=10.0)
+    now = T0 + 10 * HOUR
+    running = replace(
+        _job("running", 50.0, T0, gpus=6, hours=4.0), started_at=now - 2 * HOUR, first_gpu=0, gpus=6
+    )
+    queued = [_job(f"q{i}", 50.0, T0 + (i + 1) * HOUR, gpus=2, hours=3.0) for i in range(3)]
+    snapshot = Snapshot(
+        start=now,
+        cluster=cluster,
+        queued=queued,
+        running=[running],
+        demand=[AppDemand(app, [20.0] * 48, [20.0] * 48)],
+        realtime_sets={},
+    )
+    assert fifo_waits(snapshot, PlanWith.P90) == pytest.approx({"q0": 2.0, "q1": 3.0, "q2": 4.0})
+
+
+def test_a_job_ages_only_for_the_hours_it_waited_beyond_its_fifo_wait() -> None:
+    """Two jobs waiting 100 hours: the one with nothing ahead of it is aged; the one behind
+    200 hours of work, which FIFO would still have made wait, keeps its priority."""
+    cluster = Cluster(gpus=8)
+    now = T0 + 100 * HOUR
+    ahead = _job("ahead", 20.0, T0 - HOUR, gpus=8, hours=200.0)
+    behind = _job("behind", 20.0, T0)
+    snapshot = Snapshot(
+        start=now, cluster=cluster, queued=[ahead, behind], running=[], demand=[], realtime_sets={}
+    )
+    document = scenario_document(snapshot, PlanWith.P90, name="aged", aging_hours=AGING_HOURS)
+    priorities = {job["id"]: job["priority"] for job in document["jobs"]}
+    assert priorities["ahead"] > 20.0
+    assert priorities["behind"] == 20.0

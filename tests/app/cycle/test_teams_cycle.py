@@ -1,0 +1,70 @@
+"""The config's teams in a cycle's plan: the scenario carries them, each job its token's team and
+its P90, and the plan keeps constraint 7 (a loan given back before the owner's job arrives)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from contract.records import Cluster, Job, JobEstimate
+from contract.scenario import JobKind, Team
+from gpuplan.app.core.bridge import Snapshot
+from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.cycle.tick import plan_snapshot
+from scheduler.check import check_plan
+from scheduler.policies import PolicyName
+from tests.strategies import instance_of
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+TEAMS = (Team("research", quota={"default": 4}, weight=2), Team("product", quota={"default": 4}))
+
+
+def _job(job_id: str, team: str | None, *, gpus: int, p50: float, p90: float, **more: object) -> Job:
+    return Job(
+        id=job_id,
+        kind=JobKind.TRAINING,
+        priority=10.0,
+        spec={"id": job_id, "kind": "training", "priority": 10.0, "gpus": gpus, "hours": p50},
+        submitted_at=T0,
+        estimate=JobEstimate(gpus=gpus, hours_p50=p50, hours_p90=p90),
+        team=team,
+        **more,  # type: ignore[arg-type]
+    )
+
+
+def _config() -> ServiceConfig:
+    config = ServiceConfig(cluster=Cluster(gpus=8), apps=(), plan_wall_clock=False)
+    return replace(config, teams=TEAMS)
+
+
+def test_the_cycles_scenario_carries_the_teams_and_each_jobs_team_and_p90() -> None:
+    running = _job("run", "research", gpus=4, p50=5, p90=6, started_at=T0 - 2 * HOUR, first_gpu=0)
+    running = replace(running, gpus=4)
+    queued = [_job("wide", "product", gpus=8, p50=2, p90=3), _job("stray", "nobody", gpus=1, p50=1, p90=1)]
+    snapshot = Snapshot(
+        start=T0, cluster=Cluster(gpus=8), queued=queued, running=[running], demand=[], realtime_sets={}
+    )
+    document, plan = plan_snapshot(snapshot, _config(), PolicyName.FAST, budget_ms=20.0)
+    teams = {team["name"]: team for team in document["teams"]}
+    assert teams["research"]["quota"] == {"default": 4} and teams["product"]["past_gpu_hours"] == 0.0
+    assert 7.8 < teams["research"]["past_gpu_hours"] < 8.0  # 4 GPUs x 2 hours, a little decayed
+    jobs = {job["id"]: job for job in document["jobs"]}
+    assert jobs["wide"]["team"] == "product" and jobs["wide"]["p90_duration"] == 3
+    assert "team" not in jobs["stray"]  # a team the config does not name: no team
+    assert document["fair_share"] == {"half_life_days": 7.0}
+    assert check_plan(instance_of(document), plan.grid) == []
+
+
+def test_a_cycle_lends_idle_quota_and_not_quota_its_owner_waits_for() -> None:
+    """`wide` (product, 8 GPUs) borrows research's 4 idle GPUs at once; with research's own job
+    waiting, that job starts first and `wide` after it, though `wide` is worth more."""
+    for owner_waits in (False, True):
+        owner = [_job("own", "research", gpus=4, p50=1, p90=1)] if owner_waits else []
+        wide = replace(_job("wide", "product", gpus=8, p50=2, p90=2), priority=50.0)
+        snapshot = Snapshot(
+            start=T0, cluster=Cluster(gpus=8), queued=[wide, *owner], running=[], demand=[], realtime_sets={}
+        )
+        document, plan = plan_snapshot(snapshot, _config(), PolicyName.FAST, budget_ms=20.0)
+        assert check_plan(instance_of(document), plan.grid) == []
+        assert [row[0] for row in plan.grid] == (["own"] * 4 + [None] * 4 if owner_waits else ["wide"] * 8)
