@@ -363,10 +363,10 @@ class Instance:
         return fair_share_factors(self.teams)
 
     def share_factor(self, job: BatchJob) -> float:
-        """What the fair share multiplies ``job``'s worth by: its team's factor (1 without one)."""
-        if job.team is None:
-            return 1.0
-        return self.team_factors[job.team]
+        """What the fair share multiplies ``job``'s worth by: its team's factor (1 without one,
+        and in an instance without teams, such as the weighted one of ``scheduler.teams``, whose
+        priorities carry the factors already and whose jobs still name their teams)."""
+        return self.team_factors.get(job.team, 1.0) if job.team is not None else 1.0
 
     def p90_end(self, job: BatchJob, start_step: int, first_gpu: int) -> int:
         """Exclusive last step of ``job``'s run from ``start_step`` on the block from ``first_gpu``
