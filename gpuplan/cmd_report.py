@@ -342,7 +342,7 @@ def _teams(args: argparse.Namespace) -> int:
         config.teams, jobs, pools=config.pools, cluster_gpus=cluster.gpus, since=since, until=until
     )
     period = f"{cell_text(since)} to {cell_text(until)} ({report.hours:g} h)"
-    totals = {}
+    totals: dict[str, float] = {}
     for row in report.rows:
         totals[row.team] = totals.get(row.team, 0.0) + row.gpu_hours
     _emit(

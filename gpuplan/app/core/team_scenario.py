@@ -55,9 +55,9 @@ def with_teams(document: Mapping[str, Any], snapshot: Snapshot, config: ServiceC
         if one_model
         else gpus_per_model(config.pools, snapshot.cluster.gpus)
     )
-    teams = []
+    teams: list[dict[str, Any]] = []
     for team in config.teams:
-        entry: dict[str, Any] = {
+        row: dict[str, Any] = {
             "name": team.name,
             "quota": {DEFAULT_POOL: sum(team.quota.values())} if one_model else dict(team.quota),
             "weight": team.weight,
@@ -72,6 +72,6 @@ def with_teams(document: Mapping[str, Any], snapshot: Snapshot, config: ServiceC
             model_gpus=model_gpus,
         )
         if forecast:
-            entry["forecast"] = {model: list(steps) for model, steps in forecast.items()}
-        teams.append(entry)
+            row["forecast"] = {model: list(steps) for model, steps in forecast.items()}
+        teams.append(row)
     return {**document, "jobs": jobs, "teams": teams, "fair_share": {"half_life_days": config.half_life_days}}

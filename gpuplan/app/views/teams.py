@@ -21,6 +21,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from contract.records import Job, JobState
 from contract.scenario import DEFAULT_POOL, Pool, Team, fair_share_factors
@@ -80,7 +81,7 @@ def team_status(
     cluster_gpus: int,
     jobs: Iterable[Job],
     now: datetime,
-) -> list[dict[str, object]]:
+) -> list[dict[str, Any]]:
     """Each team's row of the status (module docstring); ``jobs``: the queued, running and
     finished jobs the status reads (the finished: those of
     :func:`gpuplan.app.core.team_use.history_since`)."""
@@ -106,7 +107,7 @@ def team_status(
     )
     total_used = sum(used.values())
     total_weight = sum(team.weight for team in teams)
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     for team in teams:
         queued = [j for j in jobs if j.team == team.name and j.state is JobState.QUEUED]
         in_use = {model: use[model].get(team.name, 0) for model in models}

@@ -152,7 +152,7 @@ def test_a_job_beyond_what_is_left_of_its_quota_is_told_it_runs_on_borrowed_gpus
 
 def test_the_grid_colours_each_batch_cell_by_its_team_and_only_with_teams() -> None:
     times = [T0 + t * HOUR for t in range(2)]
-    grid = [["a", "b"], ["chat", None]]
+    grid: list[list[str | None]] = [["a", "b"], ["chat", None]]
     teams = {"a": ("ml", TEAM_COLOURS[0])}
     rows, _ = grid_rows(grid, [0, 0], times, running={"a"}, realtime={"chat"}, teams=teams)
     assert [c.colour for c in rows[0].cells] == [TEAM_COLOURS[0], NO_TEAM_COLOUR]
