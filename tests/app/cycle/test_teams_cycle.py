@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from contract.records import Cluster, Job, JobEstimate
 from contract.scenario import JobKind, Team
@@ -12,7 +13,7 @@ from gpuplan.app.core.bridge import Snapshot
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.cycle.tick import plan_snapshot
 from scheduler.check import check_plan
-from scheduler.policies import PolicyName
+from scheduler.policies import Plan, PolicyName
 from tests.strategies import instance_of
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -70,6 +71,21 @@ def test_a_cycle_lends_idle_quota_and_not_quota_its_owner_waits_for() -> None:
         assert [row[0] for row in plan.grid] == (["own"] * 4 + [None] * 4 if owner_waits else ["wide"] * 8)
 
 
+def _plan_after(finished: list[Job]) -> tuple[dict[str, Any], Plan, dict[str, dict[str, Any]]]:
+    """The cycle's scenario and plan with only ``finished`` jobs, and the scenario's teams by name."""
+    snapshot = Snapshot(
+        start=T0,
+        cluster=Cluster(gpus=8),
+        queued=[],
+        running=[],
+        demand=[],
+        realtime_sets={},
+        finished=finished,
+    )
+    document, plan = plan_snapshot(snapshot, _config(), PolicyName.FAST, budget_ms=20.0)
+    return document, plan, {team["name"]: team for team in document["teams"]}
+
+
 def test_past_use_counts_the_finished_jobs_runs_decayed_by_the_half_life() -> None:
     """A finished job of 4 GPUs that ran 2 hours, ending one half-life ago, counts just under
     half of its 8 GPU-hours; a job of a team the config does not name counts nothing."""
@@ -82,17 +98,7 @@ def test_past_use_counts_the_finished_jobs_runs_decayed_by_the_half_life() -> No
         submitted_at=T0 - half_life - 3 * HOUR,
     )
     stray = replace(done, id="stray", team="nobody")
-    snapshot = Snapshot(
-        start=T0,
-        cluster=Cluster(gpus=8),
-        queued=[],
-        running=[],
-        demand=[],
-        realtime_sets={},
-        finished=[done, stray],
-    )
-    document, _ = plan_snapshot(snapshot, _config(), PolicyName.FAST, budget_ms=20.0)
-    teams = {team["name"]: team for team in document["teams"]}
+    _, _, teams = _plan_after([done, stray])
     # 8 GPU-hours aged one half-life to one half-life and 2 hours: just under half of them.
     assert 3.95 < teams["research"]["past_gpu_hours"] < 4.0
     assert teams["product"]["past_gpu_hours"] == 0.0
@@ -111,17 +117,7 @@ def test_a_teams_forecast_is_its_last_weeks_submitted_gpu_hours_per_hour() -> No
     ]
     late = replace(_job("late", "product", gpus=8, p50=100, p90=100), submitted_at=T0 - 8 * 24 * HOUR)
     finished = [replace(job, ended_at=T0 - HOUR) for job in (*asked, late)]
-    snapshot = Snapshot(
-        start=T0,
-        cluster=Cluster(gpus=8),
-        queued=[],
-        running=[],
-        demand=[],
-        realtime_sets={},
-        finished=finished,
-    )
-    document, plan = plan_snapshot(snapshot, _config(), PolicyName.FAST, budget_ms=20.0)
-    teams = {team["name"]: team for team in document["teams"]}
+    document, plan, teams = _plan_after(finished)
     forecast = teams["product"]["forecast"]["default"]
     assert len(forecast) == document["horizon"]
     assert forecast[:4] == [3, 2, 3, 2] and sum(forecast) == round(2.5 * document["horizon"])

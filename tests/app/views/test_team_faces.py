@@ -22,9 +22,8 @@ from gpuplan.app.core.config import ServiceConfig, load_config
 from gpuplan.app.core.job_models import model_key
 from gpuplan.app.views.dashboard import grid_rows
 from gpuplan.app.views.teams import NO_TEAM_COLOUR, TEAM_COLOURS, beyond_quota, team_report, team_status
-from gpuplan.http.server import HttpServer
 from scheduler.lns import MIN_BUDGET_MS
-from tests.http_fixtures import T0, Served, served
+from tests.http_fixtures import T0, Served, served, served_api
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]
@@ -193,13 +192,8 @@ def _team_config(tmp_path: Path, models: Path, teams: bool = True) -> Path:
 def teamed(db_url: str, tmp_path: Path, models_dir: Path) -> Iterator[tuple[httpx.Client, Served, Path, str]]:
     config_path = _team_config(tmp_path, models_dir)
     config: ServiceConfig = load_config(config_path)
-    with served(db_url, models_dir, config=config) as service:
-        server = HttpServer(service.context, "127.0.0.1", 0).start()
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{server.bound_port}", timeout=60) as client:
-                yield client, service, config_path, db_url
-        finally:
-            server.stop()
+    with served_api(db_url, models_dir, config) as (client, service):
+        yield client, service, config_path, db_url
 
 
 def _spec(job_id: str, gpus: int, **more: object) -> dict[str, object]:
