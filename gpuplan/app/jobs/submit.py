@@ -346,7 +346,7 @@ def _with_team(
     given = given if given is not None else team
     if token is not None and given is not None and given != token.team:
         raise InputError("team", f"the token's team ({token.team!r}) or absent", given, source=source)
-    if given is None:
+    if given is None or token is not None:  # a token's team is checked against the config's above
         return spec
     if given not in team_names:
         names = (
