@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -16,10 +17,12 @@ import httpx
 import pytest
 import yaml
 
-from contract.records import Job, JobEstimate, JobState
+from contract.errors import InputError
+from contract.records import ApiToken, Job, JobEstimate, JobState, Scope
 from contract.scenario import JobKind, Pool, Team
 from gpuplan.app.core.config import ServiceConfig, load_config
 from gpuplan.app.core.job_models import model_key
+from gpuplan.app.jobs.submit import checked_spec
 from gpuplan.app.views.dashboard import grid_rows
 from gpuplan.app.views.teams import NO_TEAM_COLOUR, TEAM_COLOURS, beyond_quota, team_report, team_status
 from scheduler.lns import MIN_BUDGET_MS
@@ -391,3 +394,22 @@ def test_the_dashboard_in_chromium_colours_work_by_team_with_a_legend(
 def _rgb(colour: str) -> str:
     red, green, blue = (int(colour[k : k + 2], 16) for k in (1, 3, 5))
     return f"rgb({red}, {green}, {blue})"
+
+
+def test_a_specs_team_is_its_tokens_or_the_configs_and_refused_otherwise_in_one_line() -> None:
+    spec = {"id": "j", "kind": "batch_inference", "priority": 5, "gpus": 1, "hours": 1, "team": "ml"}
+    token = ApiToken("t1", "0" * 64, "ml", frozenset({Scope.SUBMIT}), None, T0)
+    # A token's own team passes, with teams in the config or without.
+    for names in ((), ("ml", "vision")):
+        checked, _ = checked_spec(spec, None, source="spec", token=token, team_names=names)
+        assert checked["team"] == "ml"
+    # From the command line, the team must be the config's.
+    assert checked_spec(spec, None, source="spec", team_names=("ml",))[0]["team"] == "ml"
+    for names, message in (
+        ((), "spec: `team` must be absent (the config names no teams); got 'ml'."),
+        (("vision",), "spec: `team` must be one of the config's teams ['vision']; got 'ml'."),
+    ):
+        with pytest.raises(InputError, match=re.escape(message)):
+            checked_spec(spec, None, source="spec", team_names=names)
+    with pytest.raises(InputError, match=re.escape("`team` must be a team's name (text); got 3.")):
+        checked_spec({**spec, "team": 3}, None, source="spec", team_names=("ml",))
