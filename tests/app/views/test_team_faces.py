@@ -400,8 +400,8 @@ def test_a_specs_team_is_its_tokens_or_the_configs_and_refused_otherwise_in_one_
     spec = {"id": "j", "kind": "batch_inference", "priority": 5, "gpus": 1, "hours": 1, "team": "ml"}
     token = ApiToken("t1", "0" * 64, "ml", frozenset({Scope.SUBMIT}), None, T0)
     # A token's own team passes, with teams in the config or without.
-    for names in ((), ("ml", "vision")):
-        checked, _ = checked_spec(spec, None, source="spec", token=token, team_names=names)
+    for config_teams in ((), ("ml", "vision")):
+        checked, _ = checked_spec(spec, None, source="spec", token=token, team_names=config_teams)
         assert checked["team"] == "ml"
     # From the command line, the team must be the config's.
     assert checked_spec(spec, None, source="spec", team_names=("ml",))[0]["team"] == "ml"
