@@ -9,6 +9,7 @@ import io
 import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -351,42 +352,48 @@ def test_a_bad_team_in_the_config_is_one_line_on_the_command_line_and_stores_not
 def test_the_dashboard_in_chromium_colours_work_by_team_with_a_legend(
     teamed: tuple[httpx.Client, Served, Path, str], tmp_path: Path
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
-    from benchmarks.served import launch_chromium, sign_in
-
     client, service, _, _ = teamed
     assert client.post("/v1/jobs", json=_spec("ml-a", 4), headers=service.auth("ml")).status_code == 201
     assert client.post("/v1/jobs", json=_spec("v-a", 2), headers=service.auth("vision")).status_code == 201
     service.cycle(T0 + HOUR)
-    base = str(client.base_url).rstrip("/")
+    with signed_in_page(str(client.base_url).rstrip("/"), service.tokens["ml"]) as page:
+        legend = page.eval_on_selector_all(
+            "#team-legend .cell",
+            "cells => cells.map(c => [c.dataset.team, getComputedStyle(c).backgroundColor])",
+        )
+        rgb = [_rgb(colour) for colour in (*TEAM_COLOURS[:3], NO_TEAM_COLOUR)]
+        assert legend == [
+            [name, colour] for name, colour in zip(["ml", "vision", "ops", "no team"], rgb, strict=True)
+        ]
+        # Each running job's cells wear its team's colour; idle cells none.
+        cells = page.eval_on_selector_all(
+            "#grid td.run", "cells => cells.map(c => [c.innerText, getComputedStyle(c).backgroundColor])"
+        )
+        assert {text for text, _ in cells} == {"ml-a", "v-a"}
+        assert all(colour == (rgb[0] if text == "ml-a" else rgb[1]) for text, colour in cells), cells
+        assert page.locator("#grid td.idle.team").count() == 0
+        shown = page.eval_on_selector_all(
+            "#teams tbody tr",
+            "rows => rows.map(r => [r.dataset.team, r.dataset.model, +r.querySelector('td.in-use').innerText])",
+        )
+        api = client.get("/v1/status", headers=service.auth("admin")).json()["teams"]
+        assert shown == [[t["team"], m, t["in_use"][m]] for t in api for m in t["quota"]]
+        page.screenshot(path=str(tmp_path / "teams.png"), full_page=True)
+
+
+@contextmanager
+def signed_in_page(base: str, token: str) -> Iterator[Any]:
+    """A page of the system's headless Chromium, signed in to the dashboard at ``base``."""
+    from playwright.sync_api import sync_playwright
+
+    from benchmarks.served import launch_chromium, sign_in
+
     with sync_playwright() as playwright:
         browser = launch_chromium(playwright)
         try:
             page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
-            sign_in(page, base, service.tokens["ml"])
-            legend = page.eval_on_selector_all(
-                "#team-legend .cell",
-                "cells => cells.map(c => [c.dataset.team, getComputedStyle(c).backgroundColor])",
-            )
-            rgb = [_rgb(colour) for colour in (*TEAM_COLOURS[:3], NO_TEAM_COLOUR)]
-            assert legend == [
-                [name, colour] for name, colour in zip(["ml", "vision", "ops", "no team"], rgb, strict=True)
-            ]
-            # Each running job's cells wear its team's colour; idle cells none.
-            cells = page.eval_on_selector_all(
-                "#grid td.run", "cells => cells.map(c => [c.innerText, getComputedStyle(c).backgroundColor])"
-            )
-            assert {text for text, _ in cells} == {"ml-a", "v-a"}
-            assert all(colour == (rgb[0] if text == "ml-a" else rgb[1]) for text, colour in cells), cells
-            assert page.locator("#grid td.idle.team").count() == 0
-            shown = page.eval_on_selector_all(
-                "#teams tbody tr",
-                "rows => rows.map(r => [r.dataset.team, r.dataset.model, +r.querySelector('td.in-use').innerText])",
-            )
-            api = client.get("/v1/status", headers=service.auth("admin")).json()["teams"]
-            assert shown == [[t["team"], m, t["in_use"][m]] for t in api for m in t["quota"]]
-            page.screenshot(path=str(tmp_path / "teams.png"), full_page=True)
+            sign_in(page, base, token)
+            yield page
         finally:
             browser.close()
 
