@@ -74,7 +74,9 @@ class Forecasters:
 
 
 #: Keys of a job spec that are not forecaster features.
-SPEC_KEYS = frozenset({"id", "kind", "priority", "gpus", "hours", "time_limit_hours", "slurm", "gpu_models"})
+SPEC_KEYS = frozenset(
+    {"id", "kind", "priority", "gpus", "hours", "time_limit_hours", "slurm", "gpu_models", "team"}
+)
 
 
 def kind_and_features(spec: Mapping[str, Any]) -> dict[str, Any]:
