@@ -1,6 +1,6 @@
 """A two-pool cluster on the hot path: latency and value of the fast mode against the baselines.
 
-    python -m benchmarks.pools [--seed 0] [--runs 50]
+    python -m benchmarks.pools [--seed 0] [--runs 50] [--teams]
 
 The instance: pool `h100` (64 GPUs, the reference) beside pool `a100` (64 GPUs), 24 hourly
 steps, 60 queued batch jobs drawn with the seed (half may run on `any` pool, the other
@@ -8,7 +8,9 @@ half on one pool each); a job's steps on `a100` are its `h100` steps times its k
 (training 2.0, batch inference 1.6, quantization 1.5), and one real-time service runs on each
 pool. Prints the fast mode's median hot-path latency (wall time of the policy and the grid,
 after one warm-up) and each policy's value, objective and utilization, with the fast mode's
-value against fastest-free's.
+value against fastest-free's. ``--teams``: the same jobs shared by three teams (:data:`TEAMS`,
+every third batch job in each, one service each of `research` and `product`), so that the
+latency is the hot path's with quotas, lending and the fair share (docs/teams.md).
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ POOLS = ({"name": "h100", "gpu_model": "h100", "gpus": 64}, {"name": "a100", "gp
 FACTOR = {"training": 2.0, "batch_inference": 1.6, "quantization": 1.5}
 HORIZON = 24
 JOBS = 60
+#: ``--teams``: quotas per model (of 64 GPUs each), weights, and decayed past use.
+TEAMS = (
+    {"name": "research", "quota": {"h100": 32, "a100": 16}, "weight": 2, "past_gpu_hours": 300},
+    {"name": "product", "quota": {"h100": 16, "a100": 32}, "weight": 1, "past_gpu_hours": 100},
+    {"name": "infra", "quota": {"h100": 8, "a100": 8}, "weight": 1, "past_gpu_hours": 50},
+)
 COMPARED = (
     PolicyName.FIFO,
     PolicyName.PRIORITY_BACKFILL,
@@ -71,12 +79,28 @@ def document(seed: int) -> dict[str, Any]:
     return {"name": f"pools-64+64-seed{seed}", "pools": list(POOLS), "horizon": HORIZON, "jobs": jobs}
 
 
+def with_teams(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with :data:`TEAMS`: batch job ``i`` in team ``i % 3``, the services in
+    `product` (h100) and `research` (a100)."""
+    names = [team["name"] for team in TEAMS]
+    jobs = [dict(job) for job in document["jobs"]]
+    for i, job in enumerate(jobs):
+        job["team"] = (
+            names[i % 3]
+            if job["kind"] != "realtime"
+            else {"h100": "product", "a100": "research"}[job["pool"]]
+        )
+    return {**document, "name": document["name"] + "-teams", "teams": [dict(t) for t in TEAMS], "jobs": jobs}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--teams", action="store_true", help="the jobs shared by three teams")
     args = parser.parse_args(argv)
-    instance = parse_scenario(document(args.seed), source="benchmarks.pools")
+    doc = with_teams(document(args.seed)) if args.teams else document(args.seed)
+    instance = parse_scenario(doc, source="benchmarks.pools")
     options = SolveOptions(wall_clock=False)  # the hot path's budget, counted in work: repeatable
     plans = {name: plan(instance, name, options) for name in COMPARED}
     rows = [
