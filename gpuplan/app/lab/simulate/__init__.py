@@ -86,20 +86,27 @@ class SimulationReport:
     metrics: Mapping[SimPolicy, PolicyMetrics]
 
     def as_json(self) -> dict[str, Any]:
+        cluster: dict[str, Any] = {
+            "gpus": self.setup.cluster.gpus,
+            "apps": [
+                {
+                    "id": app.id,
+                    "priority": app.priority,
+                    "swap_cap": app.swap_cap,
+                    "requests_per_gpu_hour": app.requests_per_gpu_hour,
+                    "headroom": app.headroom,
+                    **({"pool": pool.name} if (pool := self.setup.app_pool(app.id)) else {}),
+                }
+                for app in self.setup.apps
+            ],
+        }
+        if self.setup.pooled:
+            cluster["pools"] = [
+                {"name": p.name, "gpu_model": p.gpu_model, "gpus": p.gpus, "first_gpu": p.first_gpu}
+                for p in self.setup.pools
+            ]
         return {
-            "cluster": {
-                "gpus": self.setup.cluster.gpus,
-                "apps": [
-                    {
-                        "id": app.id,
-                        "priority": app.priority,
-                        "swap_cap": app.swap_cap,
-                        "requests_per_gpu_hour": app.requests_per_gpu_hour,
-                        "headroom": app.headroom,
-                    }
-                    for app in self.setup.apps
-                ],
-            },
+            "cluster": cluster,
             "policies": {policy.value: m.as_json() for policy, m in self.metrics.items()},
         }
 

@@ -71,18 +71,24 @@ def _fast_cycle(service: SimService, now: datetime, observed: Sequence[ObservedT
     return True
 
 
-def _priority_backfill_cycle(service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
+@dataclass(frozen=True)
+class _BaselineCycle:
+    """The daemon's cycle with a contract baseline in place of the fast mode
+    (peak-of-forecast reservations, re-planned every cycle)."""
 
-    plan_cycle(
-        service.store,
-        now,
-        service.config,
-        service.executor,
-        forecasters=service.forecasters,
-        policy=PolicyName.PRIORITY_BACKFILL,
-        partial_rates=hourly_rates(observed, now),
-    )
-    return True
+    policy: PolicyName
+
+    def __call__(self, service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
+        plan_cycle(
+            service.store,
+            now,
+            service.config,
+            service.executor,
+            forecasters=service.forecasters,
+            policy=self.policy,
+            partial_rates=hourly_rates(observed, now),
+        )
+        return True
 
 
 def _fifo_cycle(service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
@@ -101,7 +107,9 @@ def _fifo_cycle(service: SimService, now: datetime, observed: Sequence[ObservedT
     started = time.perf_counter()
     snapshot = load_snapshot(store, start, config, service.forecasters)
     name = f"fifo-{start:%Y%m%dT%H%M}"
-    document = scenario_document(snapshot, config.plan_with, name=name)
+    document = scenario_document(
+        snapshot, config.plan_with, name=name, pools=config.pools, app_pools=config.app_pools
+    )
     peaks = service.setup.peak_last_week(start)
     for entry in document["jobs"]:
         if entry["kind"] == "realtime":
@@ -248,7 +256,8 @@ def _record(
 
 CYCLES: dict[SimPolicy, Callable[[], Cycle]] = {
     SimPolicy.FAST: lambda: _fast_cycle,
-    SimPolicy.PRIORITY_BACKFILL: lambda: _priority_backfill_cycle,
+    SimPolicy.PRIORITY_BACKFILL: lambda: _BaselineCycle(PolicyName.PRIORITY_BACKFILL),
+    SimPolicy.FASTEST_FREE: lambda: _BaselineCycle(PolicyName.FASTEST_FREE),
     SimPolicy.FIFO: lambda: _fifo_cycle,
     SimPolicy.COMMIT_ALL: _CommitAll,
 }
