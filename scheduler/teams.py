@@ -31,13 +31,16 @@ MAX_TRIALS_PER_JOB = 128
 
 
 def weighted(instance: Instance) -> Instance:
-    """``instance`` without teams, each batch job's priority times its team's fair-share factor."""
+    """``instance`` without teams (its jobs of none), each batch job's priority times its team's
+    fair-share factor."""
     return replace(
         instance,
         teams=(),
         batch_jobs=tuple(
-            replace(job, priority=job.priority * instance.share_factor(job)) for job in instance.batch_jobs
+            replace(job, priority=job.priority * instance.share_factor(job), team=None)
+            for job in instance.batch_jobs
         ),
+        realtime_jobs=tuple(replace(job, team=None) for job in instance.realtime_jobs),
     )
 
 

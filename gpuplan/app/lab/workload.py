@@ -17,6 +17,9 @@ priority, gpus, actual_hours`` and either ``forecast_hours`` or the feature colu
 the job's kind (``gpuplan forecast job --schema``). Rows that break this get an
 :class:`~contract.errors.InputError` naming the row and the column.
 
+**With teams** (a config's ``teams:``) a row may name its team in a ``team`` column (empty:
+no team); the job is submitted as that team's (docs/teams.md).
+
 **On a cluster of several pools** (a config's ``cluster.pools``) a row may also say where the
 job may run and how long it takes on each GPU model M of the pools (docs/pools.md):
 ``gpu_models`` (``any``, the default, or models joined by ``|``), ``forecast_hours:M`` and
@@ -108,6 +111,8 @@ class SimJob:
     forecast_by_model: Mapping[str, float] = field(default_factory=dict)
     #: How long it really runs on a pool of each model (a model not here: see the module).
     actual_by_model: Mapping[str, float] = field(default_factory=dict)
+    #: The team it is submitted for (the workload's ``team`` column; None: no team).
+    team: str | None = None
 
     def spec(self) -> dict[str, Any]:
         """The submission as the service's submit use case takes it (features by name)."""
@@ -307,10 +312,13 @@ def on_models(
 # --- a workload CSV --------------------------------------------------------------------
 
 
-def read_workload(path: Path, *, cluster_gpus: int, models: Sequence[str] = ()) -> list[SimJob]:
+def read_workload(
+    path: Path, *, cluster_gpus: int, models: Sequence[str] = (), teams: Sequence[str] = ()
+) -> list[SimJob]:
     """The jobs of a workload CSV, validated; errors name the row and the column. ``models``:
     the GPU models of the cluster's pools (datasheet names, the reference first), which the
-    columns of a cluster of several pools name (see the module)."""
+    columns of a cluster of several pools name (see the module); ``teams``: the config's team
+    names, one of which a ``team`` cell must be (empty: the column is refused)."""
     import pandas as pd
 
     source = str(path)
@@ -330,6 +338,13 @@ def read_workload(path: Path, *, cluster_gpus: int, models: Sequence[str] = ()) 
         raise InputError("rows", "at least one job", 0, source=source)
     labels = pd.Series([_row_label(i) for i in range(len(frame))], index=frame.index)
     has_forecast = "forecast_hours" in frame.columns
+    if "team" in frame.columns and not teams:
+        raise InputError(
+            "columns",
+            "a team column only with the config's teams (--config with a teams: section)",
+            "team",
+            source=source,
+        )
     seen: set[str] = set()
     jobs: list[SimJob] = []
     featured: dict[JobKind, list[int]] = {}
@@ -389,6 +404,11 @@ def read_workload(path: Path, *, cluster_gpus: int, models: Sequence[str] = ()) 
         )
         if len(models) > 1:
             job = _row_on_models(job, row, per_model, models, bad)
+        team = str(row.get("team", "")).strip()
+        if team:
+            if team not in teams:
+                raise bad("team", f"one of the config's teams {list(teams)}, or empty for no team")
+            job = replace(job, team=team)
         jobs.append(job)
     # Feature columns: the estimator schema checks every value and names rows and columns.
     for kind, rows in featured.items():

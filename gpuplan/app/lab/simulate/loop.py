@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 from contract.errors import InputError
 from contract.records import (
     Amendment,
+    ApiToken,
     Commit,
     ObservedTraffic,
     PlanRun,
+    Scope,
     TrafficHour,
 )
 from gpuplan.app.adapters.executors import InMemoryExecutor
@@ -138,6 +140,8 @@ def run_policy(
             pools=setup.pools,
             app_pools=setup.app_pools,
             apps=setup.apps,
+            teams=setup.teams,
+            half_life_days=setup.half_life_days,
             cycle_minutes=options.cycle_minutes,
             review_every_hours=options.review_every_hours,
             review_time_limit_s=options.review_time_limit_s,
@@ -215,6 +219,7 @@ def _loop(
                     config,
                     source=f"job {job.id}",
                     forecasters=service.forecasters,
+                    **({"token": team_token(job.team, setup.start)} if job.team is not None else {}),
                 )
                 awaiting.append(job.id)
             else:
@@ -250,6 +255,18 @@ def _loop(
             result.planned.update(planned_starts(run, awaiting))
         awaiting = []
     return result
+
+
+def team_token(team: str, created_at: datetime) -> ApiToken:
+    """The token a team's jobs are submitted with (the job records its team from it)."""
+    return ApiToken(
+        id=f"sim-{team}",
+        secret_sha256="",
+        team=team,
+        scopes=frozenset({Scope.SUBMIT}),
+        max_priority=None,
+        created_at=created_at,
+    )
 
 
 def observed_so_far(setup: Setup, now: datetime) -> Sequence[ObservedTraffic]:

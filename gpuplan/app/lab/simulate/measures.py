@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from contract.records import Amendment, Assignment, Commit
     from contract.scenario import Grid, Instance
 
+from gpuplan.app.lab.simulate.fairness import TeamsMetrics, team_metrics
 from gpuplan.app.lab.simulate.loop import PolicyRun
 from gpuplan.app.lab.simulate.setup import HOURS_PER_DAY, FloatArray, IntArray, Setup
 from gpuplan.app.lab.workload import SimJob
@@ -78,11 +79,15 @@ class PolicyMetrics:
     promise_ms_p99: float
     #: On a cluster of several pools, each pool's share of the measures (empty on one pool).
     pools: Mapping[str, PoolMetrics] = field(default_factory=dict)
+    #: With teams, theirs (:mod:`gpuplan.app.lab.simulate.fairness`; None without teams).
+    teams: TeamsMetrics | None = None
 
     def as_json(self) -> dict[str, Any]:
         found = self._json()
         if self.pools:
             found["pools"] = {name: m.as_json() for name, m in self.pools.items()}
+        if self.teams is not None:
+            found.update(self.teams.as_json())
         return found
 
     def _json(self) -> dict[str, Any]:
@@ -345,6 +350,7 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         promise_ms_p50=_percentile(run.promise_ms, 50),
         promise_ms_p99=_percentile(run.promise_ms, 99),
         pools=pool_metrics(setup, run),
+        teams=team_metrics(setup, run),
     )
 
 

@@ -22,7 +22,7 @@ from contract.records import (
     JobEstimate,
     TrafficHour,
 )
-from contract.scenario import JobKind, Pool
+from contract.scenario import DEFAULT_HALF_LIFE_DAYS, JobKind, Pool, Team
 from features.traffic import load_traffic
 from forecasting.gpu_mapping import gpus_needed
 from forecasting.persistence import model_bytes
@@ -81,6 +81,12 @@ class SimPolicy(StrEnum):
     PRIORITY_BACKFILL = "priority-backfill"
     COMMIT_ALL = "commit-all"
     FASTEST_FREE = "fastest-free"
+    #: With teams (docs/teams.md, "Simulation"): the baselines with hard quotas (no lending) and
+    #: with lending but no reclaim guarantee (a job takes any idle GPU).
+    FIFO_QUOTA = "fifo-quota"
+    FIFO_LEND = "fifo-lend"
+    PRIORITY_BACKFILL_QUOTA = "priority-backfill-quota"
+    PRIORITY_BACKFILL_LEND = "priority-backfill-lend"
 
 
 # --- real-time traffic ----------------------------------------------------------------------
@@ -268,6 +274,9 @@ class Setup:
     pools: tuple[Pool, ...] = ()
     #: app -> the pool it serves on (the config's ``apps[i].pool``; default: the first pool).
     app_pools: Mapping[str, str] = field(default_factory=dict)
+    #: The config's teams (quotas per GPU model, weights; docs/teams.md); empty: no teams.
+    teams: tuple[Team, ...] = ()
+    half_life_days: float = DEFAULT_HALF_LIFE_DAYS
 
     @property
     def apps(self) -> tuple[App, ...]:
@@ -379,6 +388,8 @@ def prepare(
         raise InputError("days", "an integer >= 1", days)
     cluster = Cluster(gpus=gpus)
     pools: tuple[Pool, ...] = ()
+    teams: tuple[Team, ...] = ()
+    half_life_days = DEFAULT_HALF_LIFE_DAYS
     app_pools: Mapping[str, str] = {}
     if config is not None:
         if config.cluster.down:
@@ -391,6 +402,7 @@ def prepare(
         gpus = cluster.gpus
         if len(config.pools) > 1:
             pools, app_pools = config.pools, config.app_pools
+        teams, half_life_days = config.teams, config.half_life_days
     models = list(pool_models(pools))
     if gpus < 1:
         raise InputError("gpus", "an integer >= 1", gpus)
@@ -398,7 +410,9 @@ def prepare(
     # A workload file is checked before anything slow happens.
     listed = None
     if workload_path is not None:
-        every = read_workload(workload_path, cluster_gpus=gpus, models=models)
+        every = read_workload(
+            workload_path, cluster_gpus=gpus, models=models, teams=[team.name for team in teams]
+        )
         listed = [job for job in every if job.submit_hour < hours]
         if len(listed) < len(every):
             log.warning(
@@ -460,6 +474,8 @@ def prepare(
         hours=hours,
         pools=pools,
         app_pools=app_pools,
+        teams=teams,
+        half_life_days=half_life_days,
     )
 
 
