@@ -233,9 +233,9 @@ class Ledger:
                     self._eligible_in.setdefault(job.id, set()).add(index)
         self.placements: dict[str, Placement] = {}
         for job_id, placement in placements.items():
-            job = instance.jobs_by_id[job_id]
-            assert isinstance(job, BatchJob)
-            self._change(job, placement, +1, recount=False)
+            placed = instance.jobs_by_id[job_id]
+            assert isinstance(placed, BatchJob)
+            self._change(placed, placement, +1, recount=False)
         for book in self._books:
             for bucket in book.frame.quota:
                 book.recount(bucket, 0, instance.horizon_steps)

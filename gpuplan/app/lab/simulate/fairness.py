@@ -107,7 +107,7 @@ def team_metrics(setup: Setup, run: PolicyRun) -> TeamsMetrics | None:
     if not setup.teams:
         return None
     samples = math.ceil(setup.hours / SAMPLE_HOURS)
-    times = np.arange(samples) * SAMPLE_HOURS
+    times: FloatArray = np.arange(samples, dtype=np.float64) * SAMPLE_HOURS
     models = _model_gpus(setup)
     quota = {team.name: _quota(setup, team.quota) for team in setup.teams}
     ran = {job.id: _ran(setup, run, job) for job in setup.jobs if job.id in run.started}
@@ -217,7 +217,9 @@ def _lent_overruns(
             continue
         past = (times >= r.p90_end) & (times < r.end)
         team = r.job.team
-        beyond = past if team not in held else past & (held[team][r.model] > quota[team].get(r.model, 0))
+        beyond = past
+        if team is not None and team in held:
+            beyond = past & (held[team][r.model] > quota[team].get(r.model, 0))
         if any((beyond & waits_for_quota[other][r.model]).any() for other in quota if other != team):
             count += 1
     return count
