@@ -167,7 +167,7 @@ GOAL_HEADERS = [
     "lent P90 overruns",
     "util - no teams, points (>= -2)",
     "util - best hard quota, points (>= 10)",
-    "value vs worst baseline (>= 0)",
+    "value vs the best baseline (>= 0)",
 ]
 
 
