@@ -21,6 +21,7 @@ from contract.errors import InputError
 from contract.records import ApiToken, Cluster, Job, JobEstimate, JobState, PlanRun, RunMode, Scope
 from contract.scenario import JobKind, Pool
 from contract.scenario_io import MAX_PRIORITY
+from features.gpu_models import known_model, model_names
 from gpuplan.app.core.bridge import STEP, planned_place
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import SPEC_KEYS, Forecasters, kind_and_features
@@ -135,13 +136,7 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
                 "time_limit_hours", f"a number of hours in (0, {MAX_HOURS}]", limit, source=source
             )
     if "hours" in spec:
-        hours = spec["hours"]
-        if (
-            isinstance(hours, bool)
-            or not isinstance(hours, int | float)
-            or not (math.isfinite(hours) and 0 < hours <= MAX_HOURS)
-        ):
-            raise InputError("hours", f"a number of hours in (0, {MAX_HOURS}]", hours, source=source)
+        _check_hours(spec["hours"], source=source)
         if "gpus" not in spec:
             raise InputError(
                 "gpus", "a power of two (1, 2, 4, 8, ...) when `hours` is given", "missing", source=source
@@ -168,6 +163,39 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
             hint="Give `gpus` and `hours` for batch inference jobs.",
         )
     return spec
+
+
+def _check_hours(hours: object, *, source: str) -> None:
+    """A spec's ``hours``: a number of hours (on the reference model, the first pool's), or a
+    mapping of GPU model -> hours on it (a cluster of pools: :mod:`gpuplan.app.core.job_models`)."""
+    if isinstance(hours, Mapping):
+        if not hours:
+            raise InputError(
+                "hours",
+                "a number of hours, or a mapping of GPU model -> hours",
+                "an empty mapping",
+                source=source,
+            )
+        for model, value in hours.items():
+            if not isinstance(model, str) or known_model(model) is None:
+                raise InputError(
+                    "hours",
+                    f"GPU models gpuplan knows as its keys: one of {model_names()}",
+                    model,
+                    source=source,
+                )
+            _check_hours_number(value, field=f"hours.{model}", source=source)
+        return
+    _check_hours_number(hours, field="hours", source=source)
+
+
+def _check_hours_number(hours: object, *, field: str, source: str) -> None:
+    if (
+        isinstance(hours, bool)
+        or not isinstance(hours, int | float)
+        or not (math.isfinite(hours) and 0 < hours <= MAX_HOURS)
+    ):
+        raise InputError(field, f"a number of hours in (0, {MAX_HOURS}]", hours, source=source)
 
 
 def _is_number_text(value: object) -> bool:
