@@ -169,6 +169,7 @@ def _seven_table(results: list[Any]) -> str:
     from gpuplan.app.lab.bench import PLAN_CYCLE
 
     rows = []
+    pooled = any("fastest-free" in r.plans for r in results)  # a cluster of pools: its baseline too
     for r in results:
         p = r.plans
         full = p.get("full")
@@ -181,6 +182,7 @@ def _seven_table(results: list[Any]) -> str:
                 f"{r.value_gain:+.1%}",
                 f"{r.fast_latency_ms:.2f}",
                 f"{p['priority-backfill'].metrics.objective:,.0f}",
+                *([f"{p['fastest-free'].metrics.objective:,.0f}" if "fastest-free" in p else "-"] * pooled),
                 f"{p['fast'].metrics.objective:,.0f}",
                 f"{p[PLAN_CYCLE].metrics.objective:,.0f}",
                 "-" if full is None else f"{full.metrics.objective:,.0f}",
@@ -198,6 +200,7 @@ def _seven_table(results: list[Any]) -> str:
         "gain",
         "fast ms",
         "PB obj",
+        *(["FF obj"] * pooled),
         "fast obj",
         "cycle obj",
         "full obj",

@@ -39,9 +39,25 @@ Planner = Callable[[Instance, Budget], Allocation]
 Assignment = dict[str, str]  # queued job id -> pool name
 
 
-def sub_instance(instance: Instance, pool: Pool, assigned: Sequence[str]) -> Instance:
+Rates = Mapping[tuple[str, str], float]  # (job id, pool name) -> its output rate there
+
+
+def output_rates(instance: Instance) -> dict[tuple[str, str], float]:
+    """Each batch job's output rate on each of its pools (:meth:`Instance.output_rate`), once:
+    a plan asks for them every time it plans a pool again."""
+    return {
+        (job.id, pool.name): instance.output_rate(job, pool.first_gpu)
+        for job in instance.batch_jobs
+        for pool in instance.allowed_pools(job)
+    }
+
+
+def sub_instance(
+    instance: Instance, pool: Pool, assigned: Sequence[str], rates: Rates | None = None
+) -> Instance:
     """``pool`` as a cluster of its own: GPUs from 0, the queued jobs ``assigned`` to it and the
-    running work and services on it, each job with its steps on ``pool``."""
+    running work and services on it, each job with its steps on ``pool`` (``rates``: the
+    jobs' :func:`output_rates`, made here when not given)."""
     offset, end = pool.first_gpu, pool.end_gpu
     running = {
         job_id: replace(r, first_gpu=r.first_gpu - offset)
@@ -55,7 +71,7 @@ def sub_instance(instance: Instance, pool: Pool, assigned: Sequence[str]) -> Ins
             job,
             duration_steps=_steps(job, pool),
             steps_by_pool=None,
-            priority=job.priority * instance.output_rate(job, pool.first_gpu),
+            priority=job.priority * _rate(instance, rates, job, pool),
         )
         for job in instance.batch_jobs
         if job.id in wanted
@@ -83,6 +99,11 @@ def sub_instance(instance: Instance, pool: Pool, assigned: Sequence[str]) -> Ins
             if offset <= w.gpu < end
         ),
     )
+
+
+def _rate(instance: Instance, rates: Rates | None, job: BatchJob, pool: Pool) -> float:
+    found = None if rates is None else rates.get((job.id, pool.name))
+    return instance.output_rate(job, pool.first_gpu) if found is None else found
 
 
 def _steps(job: BatchJob, pool: Pool) -> int:
@@ -147,12 +168,13 @@ def allocate(
     (a single-pool allocator, :func:`scheduler.fast.allocate`) within a share of ``budget``,
     the pools' plans compared by ``objective`` (:func:`scheduler.fast.objective`; this module
     imports nothing of the fast mode, which the baselines it serves are part of)."""
-    assignment = first_assignment(instance)
+    rates = output_rates(instance)
+    assignment = first_assignment(instance, rates)
     share_ms = budget.budget_ms * FIRST_PLAN_SHARE / len(instance.pools)
     pools = {pool.name: pool for pool in instance.pools}
 
     def plan_pool(name: str, chosen: Assignment) -> tuple[Allocation, float]:
-        sub = sub_instance(instance, pools[name], [j for j, p in chosen.items() if p == name])
+        sub = sub_instance(instance, pools[name], [j for j, p in chosen.items() if p == name], rates)
         run = budget.sibling(share_ms)
         allocation = planner(sub, run)
         budget.charge(run.spent)
@@ -176,7 +198,7 @@ def allocate(
     return merge(instance, {name: plan for name, (plan, _) in plans.items()})
 
 
-def first_assignment(instance: Instance) -> Assignment:
+def first_assignment(instance: Instance, rates: Rates | None = None) -> Assignment:
     """Each queued job, by priority, on the allowed pool where its value is highest from the
     start that the pool's load so far suggests (its busy GPU-steps over its GPUs)."""
     weights, horizon = instance.weights, instance.horizon_steps
@@ -193,7 +215,7 @@ def first_assignment(instance: Instance) -> Assignment:
         for index, pool in enumerate(instance.allowed_pools(job)):
             steps = _steps(job, pool)
             start = max(job.release_step, int(load[pool.name] / pool.gpus))
-            worth = job.priority * instance.output_rate(job, pool.first_gpu) * job.gpus
+            worth = job.priority * _rate(instance, rates, job, pool) * job.gpus
             value = worth * sum(weights[start : min(start + steps, horizon)])
             if best is None or (value, -index) > best[:2]:
                 best = (value, -index, pool.name)

@@ -37,6 +37,25 @@ def test_seven_scenarios_fast_beats_fifo_and_never_scores_below_a_baseline(
         assert p["fast"]["rt_coverage"] >= p["fifo"]["rt_coverage"], r["scenario"]
 
 
+def test_a_scenario_of_pools_is_benched_against_fastest_free_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.pools import document
+
+    (tmp_path / "pools.json").write_text(json.dumps(document(1)), encoding="utf-8")
+    args = ["bench", "--scenarios", str(tmp_path), "--no-full", "--runs", "1", "--work-only"]
+    assert main([*args, "--json"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    p = result["policies"]
+    assert list(p) == ["fifo", "fifo-backfill", "priority-backfill", "fastest-free", "fast", "cycle"]
+    assert p["fast"]["objective"] >= p["fastest-free"]["objective"]
+    assert main(args) == 0
+    assert "FF obj" in capsys.readouterr().out
+    # the seven one-pool scenarios keep their columns: no fastest-free there
+    assert main(["bench", "--scenarios", str(BENCHMARKS), "--no-full", "--runs", "1", "--work-only"]) == 0
+    assert "FF obj" not in capsys.readouterr().out
+
+
 def test_scale_sweep_prints_both_operating_points_per_size(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "--scale", "--sizes", "8,32", "--runs", "1", "--cycle-budget-ms", "250", "--json"]
     assert main([*args, "--long-cycle-ms", "400", "--bound-limit", "2"]) == 0

@@ -157,11 +157,14 @@ def run_scenario(
     hot_budget_ms: float = HOT_PATH_BUDGET_MS,
     wall_clock: bool = True,
 ) -> ScenarioResult:
-    """The three baselines and the hot path (at ``hot_budget_ms``: a slower or busier machine
-    has less); the plan cycle with ``cycle_budget_ms``; the full mode with
-    ``full_time_limit_s`` (each left out when None). ``wall_clock=False``: the plans count
-    work, not time (:class:`SolveOptions`); the latency is measured all the same."""
+    """The three baselines (and fastest-free on a cluster of pools) and the hot path (at
+    ``hot_budget_ms``: a slower or busier machine has less); the plan cycle with
+    ``cycle_budget_ms``; the full mode with ``full_time_limit_s`` (each left out when None).
+    ``wall_clock=False``: the plans count work, not time (:class:`SolveOptions`); the latency is
+    measured all the same."""
     names = [PolicyName.FIFO, PolicyName.FIFO_BACKFILL, PolicyName.PRIORITY_BACKFILL, PolicyName.FAST]
+    if instance.pooled:  # the pools' baseline: each job on the fastest pool with room now
+        names.insert(3, PolicyName.FASTEST_FREE)
     if full_time_limit_s is not None:
         names.append(PolicyName.FULL)
     options = SolveOptions(
