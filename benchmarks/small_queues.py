@@ -213,14 +213,18 @@ def heldout_documents() -> Iterator[tuple[str, dict[str, Any]]]:
             yield f"seven-{name}-{seed}", {**doc, "name": f"seven-{name}-{seed}"}
 
 
-def tuning_documents(families: list[str], per_family: int, seven_per_shape: int) -> Iterator[dict[str, Any]]:
+def tuning_documents(
+    families: list[str], per_family: int, seven_per_shape: int, first_seed: int = 1
+) -> Iterator[dict[str, Any]]:
+    """``per_family`` seeds of each family from ``first_seed`` on (the seven's shapes: their first
+    ``seven_per_shape`` tuning seeds)."""
     for family in families:
         if family == "seven":
             for name, shape in CALIBRATED_SHAPES.items():
                 for seed in TUNING_SEEDS[:seven_per_shape]:
                     yield {**generate(shape, seed), "name": f"seven-{name}-{seed}"}
             continue
-        for seed in TUNING_SEEDS[:per_family]:
+        for seed in range(first_seed, first_seed + per_family):
             yield scenario(family, seed)
 
 
@@ -240,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", choices=("tuning", "heldout"), default="tuning")
     parser.add_argument("--families", default=",".join((*FAMILIES, "seven")))
     parser.add_argument("--per-family", type=int, default=12, help="tuning: seeds per family")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=TUNING_SEEDS.start,
+        help="tuning: the families' first seed (from 1,000 on: fresh draws outside the tuning seeds)",
+    )
     parser.add_argument("--seven-per-shape", type=int, default=1, help="tuning: seeds per shape of the seven")
     parser.add_argument("--time-limit", type=float, default=10.0, help="the full mode's, seconds of work")
     parser.add_argument("--no-reference", action="store_true", help="skip the full mode and the plan cycle")
@@ -252,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--write-heldout", type=Path, metavar="DIR", help="write the frozen split and stop")
     args = parser.parse_args(argv)
+    drawn = range(args.first_seed, args.first_seed + args.per_family)
+    if args.split == "tuning" and (drawn.start < 1 or set(drawn) & set(HELDOUT_SEEDS)):
+        parser.error(
+            f"--first-seed and --per-family must draw seeds from 1 on, outside the held-out "
+            f"seeds {HELDOUT_SEEDS.start}-{HELDOUT_SEEDS.stop - 1}; got {drawn.start}-{drawn.stop - 1}"
+        )
     if args.write_heldout:
         args.write_heldout.mkdir(parents=True, exist_ok=True)
         for stem, doc in heldout_documents():
@@ -273,7 +289,7 @@ def _measure(args: argparse.Namespace) -> int:
     docs = (
         list(heldout_loaded(families))
         if args.split == "heldout"
-        else list(tuning_documents(families, args.per_family, args.seven_per_shape))
+        else list(tuning_documents(families, args.per_family, args.seven_per_shape, args.first_seed))
     )
     hot_ms = [float(x) for x in args.hot_ms.split(",")]
     known: dict[str, float] = (

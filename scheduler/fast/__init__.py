@@ -31,7 +31,10 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    local search moves jobs forward in it (to the front or one place earlier; later, to
    any earlier place).
 3. **Both orientations.** Passes 1-2 also run on the cluster upside down (where job
-   sizes divide the cluster, so blocks stay aligned); the better first pass is kept.
+   sizes divide the cluster, so blocks stay aligned); the better first pass is kept. Where
+   the budget affords no promotion beside the mirror image's first pass and running batch
+   work sits low in the cluster, the mirror image's first order is packed right after the
+   first's, before any promotion, and only the better orientation is searched.
 4. **Promote delayed jobs** (a bounded large-neighbourhood search): the batch jobs that
    the plan starts later than the cluster's fixed load allows, the one a promotion is
    expected to gain most from first, are each promised their earliest slot (in later rounds

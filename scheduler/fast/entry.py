@@ -21,7 +21,7 @@ from scheduler.fast.candidate import (
 )
 from scheduler.fast.gains import ServicesLoss, _by_priority, expected_gains, most_gain
 from scheduler.fast.mirror import _unmirror, mirrored
-from scheduler.fast.orders import best_order
+from scheduler.fast.orders import MAX_JOBS, best_order
 from scheduler.fast.promote import PROMISE_OFFSETS, _promote
 from scheduler.fast.search import _far_moves, _first_pass, _other_orders, _reorder, _search
 from scheduler.metrics import moves, realtime_objective
@@ -70,10 +70,10 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     def by_priority(instance: Instance, candidate: _Candidate) -> list[BatchJob]:
         return _by_priority(instance, candidate.allocation)
 
+    original = instance
     orders = _job_orders(instance, worth)
     promotion = costs.delays + costs.slots + costs.check + costs.replan(len(instance.realtime_jobs))
-    flipped = mirrored(instance)
-    first = _first_pass(instance, orders[:1], budget, costs)
+    instance, first, flipped = _oriented_first_pass(instance, orders, budget, costs, promotion)
     # A small queue's best order on the first pass's holdings (scheduler.fast.orders), leaving
     # the budget the steps after it would have had: the first pass's other orders and one
     # promotion, and the mirror image's first pass where it was afforded beside them.
@@ -146,11 +146,62 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     # The searches' plans are compared in their own orientation (a mirror image has the same
     # objective and moves): only the one chosen is turned back and settled.
     chosen = _best([_Scored(o, c.allocation, c.objective) for o, c in [*found, (oriented, searched)]])
-    if chosen.instance is not instance:
-        chosen = _Scored(instance, _unmirror(instance, chosen.allocation), chosen.objective)
+    if chosen.instance is not original:
+        chosen = _Scored(original, _unmirror(original, chosen.allocation), chosen.objective)
     if settled or budget.affords(costs.settle):
-        chosen = _Scored(instance, settle(instance, chosen.allocation))
+        chosen = _Scored(original, settle(original, chosen.allocation))
     return _best([chosen, *floors]).allocation
+
+
+def _oriented_first_pass(
+    instance: Instance,
+    orders: Sequence[Sequence[BatchJob]],
+    budget: Budget,
+    costs: WorkCosts,
+    promotion: float,
+) -> tuple[Instance, _Candidate, Instance | None]:
+    """The first pass's first job order, the orientation it was packed in, and the other
+    orientation the later steps may try (None where there is none, or it was tried here).
+
+    Where the budget does not afford the mirror image's first pass beside the first pass's
+    other orders and one promotion (1 ms of work, or a slower machine), the later steps spend
+    it on a promotion of the first orientation and the mirror image is never packed. So where
+    the mirror image is likely the better (:func:`_mirror_likely_better`), both orientations'
+    first orders are packed here and the later steps search the better one only
+    (docs/benchmarks.md, "Small queues of long jobs").
+    """
+    flipped = mirrored(instance)
+    first = _first_pass(instance, orders[:1], budget, costs)
+    if (
+        flipped is None
+        or not _mirror_likely_better(instance)
+        or budget.affords(costs.build + FIRST_ORDERS * costs.pack + promotion)
+    ):
+        return instance, first, flipped
+    other = _first_pass(flipped, orders[:1], budget, costs)
+    if other.objective > first.objective + EPSILON:
+        return flipped, other, None
+    return instance, first, None
+
+
+def _mirror_likely_better(instance: Instance) -> bool:
+    """Whether the mirror image likely packs better, for a queue longer than the order search
+    takes (:data:`scheduler.fast.orders.MAX_JOBS`; a shorter one has its best order searched):
+    the services stack at the top, so where running batch jobs hold more cells in the lower
+    half of the cluster than in the upper, by half a horizon of one GPU or more, the mirror
+    image stacks the services beside them and leaves the other half's wide blocks free."""
+    if len(instance.queued_jobs) <= MAX_JOBS:
+        return False
+    half = instance.gpus // 2
+    lower = upper = 0
+    for running in instance.running_batch.values():
+        cells = min(running.remaining_steps, instance.horizon_steps)
+        for gpu in range(running.first_gpu, running.first_gpu + running.gpus):
+            if gpu < half:
+                lower += cells
+            else:
+                upper += cells
+    return lower - upper >= instance.horizon_steps / 2
 
 
 def _trade_settling(budget: Budget, costs: WorkCosts, *, orders_left: int) -> bool:
