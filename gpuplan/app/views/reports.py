@@ -73,8 +73,12 @@ def pool_block_starts(free: int, pool: Pool, block_gpus: int) -> int:
 
 
 def run_instance(run: PlanRun) -> Instance:
-    """The run's scenario as an :class:`Instance` (its exported ``scenario.json``)."""
-    return parse_scenario(run.scenario, source=f"run {run.id}", default_name=f"run-{run.id}")
+    """The run's scenario as an :class:`Instance` (its exported ``scenario.json``), each app of
+    several pools on the pool the run's grid serves it on, with its demand there."""
+    instance = parse_scenario(run.scenario, source=f"run {run.id}", default_name=f"run-{run.id}")
+    if len(run.grid) != instance.gpus:  # no grid of this scenario's: its apps as they were read
+        return instance
+    return instance.as_served(run.grid)
 
 
 def free_masks(instance: Instance, grid: Sequence[Sequence[Cell]], open_from: int = 0) -> list[int]:

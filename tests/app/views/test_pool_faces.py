@@ -139,6 +139,25 @@ def test_coverage_risk_counts_an_app_against_its_own_pool() -> None:
     assert coverage_risk(_run(pooled, grid), [], pool="h100").rows == ()
 
 
+def test_coverage_risk_weighs_an_app_of_several_pools_on_the_pool_the_plan_serves_it_on() -> None:
+    """Needing 1 H100 or 3 A100s, served on the 2 A100s: short by 1 there, not served on H100s."""
+    chat = {
+        "id": "chat", "kind": "realtime", "priority": 80, "swap_cap": 2,
+        "demand_by_pool": {"h100": [1, 1], "a100": [3, 3]},
+    }  # fmt: skip
+    grid: list[list[str | None]] = [[None, None]] * 4 + [["chat", "chat"]] * 2
+    pooled = {
+        "name": "cov",
+        "horizon": 2,
+        "pools": [{"name": "h100", "gpus": 4}, {"name": "a100", "gpus": 2}],
+    }
+    report = coverage_risk(_run({**pooled, "jobs": [chat]}, grid), [])
+    assert [(r.reason, r.pool, r.shortfall_gpus) for r in report.rows] == [
+        (ShortfallReason.CAPACITY, "a100", 1)
+    ] * 2
+    assert coverage_risk(_run({**pooled, "jobs": [chat]}, grid), [], pool="h100").rows == ()
+
+
 def test_the_dashboards_grid_is_one_band_per_pool_its_nodes_counted_from_the_pools_first_gpu() -> None:
     times = [START + timedelta(hours=h) for h in range(2)]
     pools = (Pool("h100", "h100", 36), Pool("a100", "a100", 44, 36))
