@@ -532,3 +532,41 @@ def test_a_submit_or_a_daemon_on_bad_pools_is_one_line_and_nothing_is_stored(
         ran = run_cli(*argv)
         assert ran.code == 2 and len(ran.err.strip().splitlines()) == 1 and message in ran.err, ran.err
     assert not (tmp_path / "gpuplan.db").exists() or open_store(db).job("j") is None
+
+
+def test_utilization_and_commits_per_pool(pooled: tuple[httpx.Client, Served, Path, str]) -> None:
+    """One utilization row per committed hour and pool, adding up to the cluster's; each
+    commit row names the pool of its GPUs; ``pool`` keeps one; a pool the config lacks is one line."""
+    client, service, config, db = pooled
+    reader = service.auth("reader")
+    whole = run_cli("report", "utilization", "--db", db, "--json")
+    assert whole.code == 0, whole.err
+    cluster_rows = json.loads(whole.out)
+    assert cluster_rows and all("pool" not in row for row in cluster_rows)
+    rows = client.get("/v1/reports/utilization", headers=reader).json()
+    assert [row["pool"] for row in rows] == ["h100", "a100"] * len(cluster_rows)
+    columns = ("training", "batch_inference", "quantization", "realtime", "other", "idle", "down")
+    for hour, (h100, a100) in zip(cluster_rows, zip(rows[::2], rows[1::2], strict=True), strict=True):
+        assert h100["hour"] == a100["hour"] == hour["hour"]
+        assert all(h100[c] + a100[c] == hour[c] for c in columns)
+        assert sum(h100[c] for c in columns) == 8 == sum(a100[c] for c in columns)
+    assert any(row["realtime"] for row in rows if row["pool"] == "a100")  # chat serves on the A100s
+    assert not any(row["realtime"] for row in rows if row["pool"] == "h100")
+    one = run_cli("report", "utilization", "--db", db, "--config", config, "--pool", "a100", "--json")
+    assert one.code == 0, one.err
+    assert json.loads(one.out) == [row for row in rows if row["pool"] == "a100"]
+
+    commits = client.get("/v1/reports/commits", headers=reader).json()
+    assert commits and all(row["pool"] == _pool_of(row["gpus"][0]) for row in commits)
+    a100 = client.get("/v1/reports/commits?pool=a100", headers=reader).json()
+    assert a100 == [row for row in commits if row["pool"] == "a100"]
+    shown = run_cli("report", "commits", "--db", db, "--config", config, "--pool", "h100", "--json")
+    assert shown.code == 0 and json.loads(shown.out) == [row for row in commits if row["pool"] == "h100"]
+
+    for route in ("utilization", "commits"):
+        bad = client.get(f"/v1/reports/{route}?pool=l40s", headers=reader)
+        assert bad.status_code == 422, bad.text
+        assert bad.json()["errors"][0]["field"] == "pool"
+        refused = run_cli("report", route, "--db", db, "--config", config, "--pool", "l40s")
+        assert refused.code == 2 and len(refused.err.strip().splitlines()) == 1, refused.err
+        assert "`--pool` must be one of the cluster's pools ['h100', 'a100']; got 'l40s'" in refused.err
