@@ -39,6 +39,19 @@ def _config(tmp_path: Path, cluster: dict, apps: list[dict] | None = None, **top
     return path
 
 
+def _cycle(config: Path, db: str, models: Path, at: datetime, out: Path) -> tuple[dict, list]:
+    """One daemon cycle at ``at``, and the run it made as exported to ``out``: scenario, grid."""
+    ran = run_cli(
+        "daemon", "--once", "--config", config, "--db", db, "--models", models, "--at", at.isoformat()
+    )
+    assert ran.code == 0, ran.err
+    exported = run_cli("export", "latest", "--db", db, "--out", out)
+    assert exported.code == 0, exported.err
+    return json.loads((out / "scenario.json").read_text()), json.loads((out / "plan.json").read_text())[
+        "grid"
+    ]
+
+
 def test_a_two_pool_daemon_plans_each_job_inside_one_pool_and_refuses_a_job_wider_than_every_pool(
     tmp_path: Path, models_dir: Path
 ) -> None:
@@ -47,15 +60,7 @@ def test_a_two_pool_daemon_plans_each_job_inside_one_pool_and_refuses_a_job_wide
     config = _config(tmp_path, {"pools": POOLS}, [app])
     db = f"sqlite:///{tmp_path / 'gpuplan.db'}"
     for hour, at in enumerate((T0, T0 + timedelta(hours=1))):  # the second plans over running work
-        result = run_cli(
-            "daemon", "--once", "--config", config, "--db", db, "--models", models_dir, "--at", at.isoformat()
-        )
-        assert result.code == 0, result.err
-        out = tmp_path / f"export-{hour}"
-        exported = run_cli("export", "latest", "--db", db, "--out", out)
-        assert exported.code == 0, exported.err
-        scenario = json.loads((out / "scenario.json").read_text())
-        grid = json.loads((out / "plan.json").read_text())["grid"]
+        scenario, grid = _cycle(config, db, models_dir, at, tmp_path / f"export-{hour}")
         assert [(p["name"], p["gpus"]) for p in scenario["pools"]] == [("h100", 8), ("a100", 8)]
         instance = parse_scenario(scenario, source="exported")
         assert len(instance.pools) == 2 and instance.batch_jobs
@@ -109,13 +114,7 @@ def test_an_app_of_two_models_has_its_demand_on_each_pool_and_serves_on_one(
     assert config.apps[0].requests_per_gpu_hour == 150.0  # on its first pool, the cluster's order
     db = f"sqlite:///{tmp_path / 'gpuplan.db'}"
     for hour, at in enumerate((T0, T0 + timedelta(hours=1))):  # the second with the app running
-        result = run_cli(
-            "daemon", "--once", "--config", path, "--db", db, "--models", models_dir, "--at", at.isoformat()
-        )
-        assert result.code == 0, result.err
-        out = tmp_path / f"export-{hour}"
-        assert run_cli("export", "latest", "--db", db, "--out", out).code == 0
-        scenario = json.loads((out / "scenario.json").read_text())
+        scenario, grid = _cycle(path, db, models_dir, at, tmp_path / f"export-{hour}")
         (chat,) = [job for job in scenario["jobs"] if job["id"] == "chat"]
         assert "pool" not in chat and "demand" not in chat
         by_pool = chat["demand_by_pool"]
@@ -123,7 +122,6 @@ def test_an_app_of_two_models_has_its_demand_on_each_pool_and_serves_on_one(
         # Half the rate: at least as many GPUs at every step, more in all (up to each pool's 8).
         assert all(h <= a for h, a in zip(by_pool["h100"], by_pool["a100"], strict=True))
         assert sum(by_pool["a100"]) > sum(by_pool["h100"])
-        grid = json.loads((out / "plan.json").read_text())["grid"]
         instance = parse_scenario(scenario, source="exported")
         assert check_plan(instance, grid) == []
         held = {gpu // 8 for gpu, row in enumerate(grid) for cell in row if cell == "chat"}
