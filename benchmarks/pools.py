@@ -1,14 +1,16 @@
 """A two-pool cluster on the hot path: latency and value of the fast mode against the baselines.
 
-    python -m benchmarks.pools [--seed 0] [--runs 50]
+    python -m benchmarks.pools [--seed 0] [--runs 50] [--teams]
 
 The instance: pool `h100` (64 GPUs, the reference) beside pool `a100` (64 GPUs), 24 hourly
 steps, 60 queued batch jobs drawn with the seed (half may run on `any` pool, the other
 half on one pool each); a job's steps on `a100` are its `h100` steps times its kind's factor
 (training 2.0, batch inference 1.6, quantization 1.5), and one real-time service runs on each
 pool. Prints the fast mode's median hot-path latency (wall time of the policy and the grid,
-after one warm-up) and each policy's value, objective and utilization, with the fast mode's
-value against fastest-free's.
+after one warm-up; and its CPU time) and each policy's value, objective and utilization, with the fast mode's
+value against fastest-free's. ``--teams``: the same jobs shared by three teams (:data:`TEAMS`,
+every third batch job in each, one service each of `research` and `product`), so that the
+latency is the hot path's with quotas, lending and the fair share (docs/teams.md).
 """
 
 from __future__ import annotations
@@ -16,17 +18,26 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import statistics
+import time
 from typing import Any
 
+from contract.scenario import Instance
 from contract.scenario_io import parse_scenario
 from gpuplan.app.lab.bench import latency_ms
 from gpuplan.table import format_table
-from scheduler.policies import PolicyName, SolveOptions, plan
+from scheduler.policies import POLICIES, PolicyName, SolveOptions, plan
 
 POOLS = ({"name": "h100", "gpu_model": "h100", "gpus": 64}, {"name": "a100", "gpu_model": "a100", "gpus": 64})
 FACTOR = {"training": 2.0, "batch_inference": 1.6, "quantization": 1.5}
 HORIZON = 24
 JOBS = 60
+#: ``--teams``: quotas per model (of 64 GPUs each), weights, and decayed past use.
+TEAMS = (
+    {"name": "research", "quota": {"h100": 32, "a100": 16}, "weight": 2, "past_gpu_hours": 300},
+    {"name": "product", "quota": {"h100": 16, "a100": 32}, "weight": 1, "past_gpu_hours": 100},
+    {"name": "infra", "quota": {"h100": 8, "a100": 8}, "weight": 1, "past_gpu_hours": 50},
+)
 COMPARED = (
     PolicyName.FIFO,
     PolicyName.PRIORITY_BACKFILL,
@@ -71,12 +82,28 @@ def document(seed: int) -> dict[str, Any]:
     return {"name": f"pools-64+64-seed{seed}", "pools": list(POOLS), "horizon": HORIZON, "jobs": jobs}
 
 
+def with_teams(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with :data:`TEAMS`: batch job ``i`` in team ``i % 3``, the services in
+    `product` (h100) and `research` (a100)."""
+    names = [team["name"] for team in TEAMS]
+    jobs = [dict(job) for job in document["jobs"]]
+    for i, job in enumerate(jobs):
+        job["team"] = (
+            names[i % 3]
+            if job["kind"] != "realtime"
+            else {"h100": "product", "a100": "research"}[job["pool"]]
+        )
+    return {**document, "name": document["name"] + "-teams", "teams": [dict(t) for t in TEAMS], "jobs": jobs}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--teams", action="store_true", help="the jobs shared by three teams")
     args = parser.parse_args(argv)
-    instance = parse_scenario(document(args.seed), source="benchmarks.pools")
+    doc = with_teams(document(args.seed)) if args.teams else document(args.seed)
+    instance = parse_scenario(doc, source="benchmarks.pools")
     options = SolveOptions(wall_clock=False)  # the hot path's budget, counted in work: repeatable
     plans = {name: plan(instance, name, options) for name in COMPARED}
     rows = [
@@ -91,7 +118,21 @@ def main(argv: list[str] | None = None) -> int:
         f"fast hot-path latency, median of {args.runs}: "
         f"{latency_ms(instance, PolicyName.FAST, args.runs):.2f} ms"
     )
+    print(f"fast hot-path CPU time, median of {args.runs}: {cpu_ms(instance, args.runs):.2f} ms")
     return 0
+
+
+def cpu_ms(instance: Instance, runs: int) -> float:
+    """Median CPU time of the fast mode's call, after one warm-up run: on a machine others share,
+    steadier than the wall time."""
+    fn = POLICIES[PolicyName.FAST]
+    fn(instance, SolveOptions())
+    samples = []
+    for _ in range(runs):
+        started = time.process_time()
+        fn(instance, SolveOptions())
+        samples.append((time.process_time() - started) * 1000)
+    return statistics.median(samples)
 
 
 if __name__ == "__main__":

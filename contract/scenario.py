@@ -257,6 +257,20 @@ class Team:
     forecast: Mapping[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
 
 
+def fair_share_factors(teams: Sequence[Team]) -> dict[str, float]:
+    """Per team, the fair-share multiplier on its batch work's worth: ``2 ** (1 - u / s)``,
+    with ``s`` its weight's share of the weights and ``u`` its share of the past GPU-hours
+    (Slurm's classic fair-share factor ``2 ** (-u / s)``, doubled so that a team at its
+    share is weighed 1); all 1 when no team has used anything."""
+    used = sum(team.past_gpu_hours for team in teams)
+    weights = sum(team.weight for team in teams)
+    if not used:
+        return {team.name: 1.0 for team in teams}
+    return {
+        team.name: 2.0 ** (1.0 - (team.past_gpu_hours / used) / (team.weight / weights)) for team in teams
+    }
+
+
 #: The fair-share half-life when a scenario with teams names none (days).
 DEFAULT_HALF_LIFE_DAYS = 7.0
 
@@ -424,24 +438,14 @@ class Instance:
 
     @cached_property
     def team_factors(self) -> dict[str, float]:
-        """Per team, the fair-share multiplier on its batch work's worth: ``2 ** (1 - u / s)``,
-        with ``s`` its weight's share of the weights and ``u`` its share of the past GPU-hours
-        (Slurm's classic fair-share factor ``2 ** (-u / s)``, doubled so that a team at its
-        share is weighed 1); all 1 when no team has used anything."""
-        used = sum(team.past_gpu_hours for team in self.teams)
-        weights = sum(team.weight for team in self.teams)
-        if not used:
-            return {team.name: 1.0 for team in self.teams}
-        return {
-            team.name: 2.0 ** (1.0 - (team.past_gpu_hours / used) / (team.weight / weights))
-            for team in self.teams
-        }
+        """Per team, the fair-share multiplier on its batch work's worth (:func:`fair_share_factors`)."""
+        return fair_share_factors(self.teams)
 
     def share_factor(self, job: BatchJob) -> float:
-        """What the fair share multiplies ``job``'s worth by: its team's factor (1 without one)."""
-        if job.team is None:
-            return 1.0
-        return self.team_factors[job.team]
+        """What the fair share multiplies ``job``'s worth by: its team's factor (1 without one,
+        and in an instance without teams, such as the weighted one of ``scheduler.teams``, whose
+        priorities carry the factors already and whose jobs still name their teams)."""
+        return self.team_factors.get(job.team, 1.0) if job.team is not None else 1.0
 
     def p90_end(self, job: BatchJob, start_step: int, first_gpu: int) -> int:
         """Exclusive last step of ``job``'s run from ``start_step`` on the block from ``first_gpu``

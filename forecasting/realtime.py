@@ -37,6 +37,10 @@ being averaged over weeks.
   (the pod submissions of a production GPU cluster), and the validation leaves it out
   where a family is clearly better (the bundled series, mostly).
 
+The two level-less families (the same-hour median, the blend) may be put on the level of the
+last day, ``level_weight`` > 0 (:func:`~forecasting.realtime_members.recalibrated_level`);
+off by default: measured on the frozen split of benchmarks/realtime_split, not adopted.
+
 **Rolling-origin validation** (Tashman 2000; FPP3 §5.10) chooses the family each time the
 profile is fitted: every allowed family forecasts the 24 hours after each of the last
 ``validation_days`` origins (one a day, at the same hour of day as the forecast), from
@@ -112,6 +116,7 @@ from forecasting.quantiles import conformal_quantile, pinball_loss
 from forecasting.realtime_members import (
     HOURS_PER_DAY,
     HOURS_PER_WEEK,
+    RECALIBRATION_HOURS,
     Flat,
     FloatArray,
     HourArray,
@@ -120,6 +125,7 @@ from forecasting.realtime_members import (
     SameHourMedian,
     Shaped,
     hour_of_day,
+    recalibrated_level,
 )
 
 #: The calendar constants and array types live with the members; they are read from here.
@@ -264,6 +270,15 @@ LAGGED_WEEKS = (1, 4)
 MEDIAN_MARGIN = 0.2
 #: The weeks of the same-hour median family (the baseline the profile must not lose to).
 SAME_HOUR_MEDIAN_WEEKS = 4
+#: The families with no level of their own, which :func:`recalibrated_level` puts on the
+#: last day's level (a shaped setting has its own level-shift rule).
+LEVEL_LESS = (ProfileMethod.SAME_HOUR_MEDIAN, ProfileMethod.BLEND)
+#: The shrinkage weight of that level; 0: off. 0.4 (chosen on the tuning split of
+#: benchmarks/realtime_split, with ``BUSY_QUANTILE`` 0.91) raised three held-out series'
+#: MASE: measured, not adopted (docs/benchmarks.md).
+LEVEL_WEIGHT = 0.0
+#: The quantile the P90 must reach on each validation day's busiest quarter of hours.
+BUSY_QUANTILE = 0.85
 
 
 class RealtimeProfile:
@@ -293,6 +308,9 @@ class RealtimeProfile:
     surge_decay:
         The nowcast's persistence: the share of a surge's excess over the P50 that
         carries into each next hour (0 turns the nowcast off).
+    level_weight:
+        The shrinkage weight of the level-less families' recalibration to the last day
+        (:func:`recalibrated_level`; 0 turns it off).
     surge_reserve:
         The reserve's width in the hours at surge risk, in widths of the band above the
         P90, and never below the highest of the latest hours (0 turns the reserve off:
@@ -305,12 +323,13 @@ class RealtimeProfile:
         method: MethodChoice = "auto",
         validation_days: int = 7,
         quantile: float = 0.9,
-        busy_quantile: float = 0.85,
+        busy_quantile: float = BUSY_QUANTILE,
         band_floor_fraction: float = 0.1,
         level_shift_sigmas: float = 0.5,
         recent_level_hours: int = 24,
         surge_decay: float = SURGE_DECAY,
         surge_reserve: float = SURGE_RESERVE,
+        level_weight: float = LEVEL_WEIGHT,
     ) -> None:
         self.method = method
         self.validation_days = validation_days
@@ -321,6 +340,7 @@ class RealtimeProfile:
         self.recent_level_hours = recent_level_hours
         self.surge_decay = surge_decay
         self.surge_reserve = surge_reserve
+        self.level_weight = level_weight
 
     def get_params(self, deep: bool = True) -> dict[str, object]:
         """The constructor's parameters (scikit-learn's contract)."""
@@ -334,6 +354,7 @@ class RealtimeProfile:
             "recent_level_hours": self.recent_level_hours,
             "surge_decay": self.surge_decay,
             "surge_reserve": self.surge_reserve,
+            "level_weight": self.level_weight,
         }
 
     # ---------------------------------------------------------- as data
@@ -428,6 +449,8 @@ class RealtimeProfile:
             raise InputError("surge_decay", "a number in [0, 1) (0: no nowcast)", self.surge_decay)
         if not 0 <= self.surge_reserve <= 10:
             raise InputError("surge_reserve", "a number in [0, 10] (0: no reserve)", self.surge_reserve)
+        if not 0 <= self.level_weight <= 1:
+            raise InputError("level_weight", "a number in [0, 1] (0: no recalibration)", self.level_weight)
         if not 1 <= self.validation_days <= 28:
             raise InputError("validation_days", "an integer in [1, 28]", self.validation_days)
         hours_array = np.asarray(hours).astype("datetime64[h]")
@@ -484,13 +507,27 @@ class RealtimeProfile:
         return shaped
 
     def _forecast_requests(self, z: FloatArray, method: ProfileMethod, horizon: int) -> FloatArray | None:
-        """The family's forecast in requests: the median of its settings' forecasts (the
+        """The family's forecast in requests, a level-less one (the same-hour median, the
+        blend) on the level of the last day (:func:`recalibrated_level`)."""
+        forecast = self._family_forecast(z, method, horizon)
+        if method not in LEVEL_LESS or forecast is None or not self.level_weight > 0:
+            return forecast
+        if z.size < HOURS_PER_WEEK + RECALIBRATION_HOURS:
+            return forecast
+        before = self._family_forecast(z[:-RECALIBRATION_HOURS], method, RECALIBRATION_HOURS)
+        if before is None:
+            return forecast
+        floor = self.band_floor_fraction * float(np.mean(np.expm1(z[-HOURS_PER_WEEK:])))
+        latest = np.expm1(z[-RECALIBRATION_HOURS:])
+        return recalibrated_level(forecast, before, latest, floor, self.level_weight)
+
+    def _family_forecast(self, z: FloatArray, method: ProfileMethod, horizon: int) -> FloatArray | None:
+        """The family's own forecast in requests: the median of its settings' forecasts (the
         blend: the mean of its two families' forecasts)."""
         if method is ProfileMethod.BLEND:
             assert self.blend_of_ is not None  # set by fit whenever BLEND can win
             parts = [
-                self._forecast_requests(z, m, horizon)
-                for m in (self.blend_of_, ProfileMethod.SAME_HOUR_MEDIAN)
+                self._family_forecast(z, m, horizon) for m in (self.blend_of_, ProfileMethod.SAME_HOUR_MEDIAN)
             ]
             present = [part for part in parts if part is not None]
             return np.mean(present, axis=0) if present else None

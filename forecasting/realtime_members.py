@@ -138,6 +138,32 @@ class SameHourMedian:
         return forecast
 
 
+#: The hours whose requests recalibrate a level-less forecast: one whole day, so that the
+#: ratio weighs every hour of the daily cycle once (12, 18 and 36 hours were worse on the
+#: tuning split of benchmarks/realtime_split).
+RECALIBRATION_HOURS = HOURS_PER_DAY
+
+
+def recalibrated_level(
+    forecast: FloatArray, before: FloatArray, actual: FloatArray, floor: float, weight: float
+) -> FloatArray:
+    """``forecast`` (requests) on the level of the latest hours: a multiplicative level with
+    shrinkage.
+
+    ``before`` is what the same forecaster forecast for the latest hours from the history
+    before them, ``actual`` what came. Their ratio ``r = (sum actual + n floor) / (sum before
+    + n floor)`` is how far the level has moved; the forecast is scaled by ``r ** weight``
+    (on ``requests + floor``, so that a near-zero hour does not swing it): ``weight`` shrinks
+    the one day's ratio toward 1, the level the weeks of history say (an exponent on a ratio
+    of sums is the log-scale analogue of simple exponential smoothing's gain, FPP3 §8.1). A
+    holiday or a burst in those hours moves the forecast by at most ``r ** weight``.
+    """
+    floor = max(floor, 1e-6)
+    ratio = (float(np.sum(actual)) + floor * actual.size) / (float(np.sum(before)) + floor * before.size)
+    scaled: FloatArray = np.maximum((forecast + floor) * ratio**weight - floor, 0.0)
+    return scaled
+
+
 #: One setting of a family: (log1p history, horizon) -> log1p forecast, or None when the
 #: history is too short for it.
 Member = Callable[[FloatArray, int], FloatArray | None]

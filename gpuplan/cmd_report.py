@@ -83,6 +83,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_config_pool(util, "each pool's GPUs by what held them")
 
+    teams = add(
+        "teams", "GPU-hours per team and GPU model in a window, against each team's entitlement", _teams
+    )
+    teams.add_argument(
+        "--config", type=Path, required=True, metavar="FILE", help="the daemon's config (its teams)"
+    )
+    teams.add_argument("--since", metavar="TIME", help="from TIME (default: a week before --until)")
+    teams.add_argument("--until", metavar="TIME", help="up to TIME (default: now)")
+
     commits = add("commits", "every committed hour: which job holds which GPUs", _commits)
     commits.add_argument("--since", metavar="TIME", help="committed hours from TIME on (default all)")
     commits.add_argument("--team", metavar="TEAM", help="only the jobs this team submitted")
@@ -339,6 +348,44 @@ def _utilization(args: argparse.Namespace) -> int:
             cluster.gpus,
             f"Committed GPUs by kind, {period} (busy {report.busy_share:.1%} of up GPU-hours)",
             args.png,
+        )
+    return 0
+
+
+def _teams(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from gpuplan.app.core.config import load_config
+    from gpuplan.app.views.report_inputs import team_report_inputs
+    from gpuplan.app.views.teams import TeamHoursRow, team_colours, team_report
+
+    config = load_config(args.config)
+    if not config.teams:
+        raise InputError(
+            "--config", "a config with a `teams:` section", str(args.config), hint="It names no teams."
+        )
+    with as_flags({"since": "--since", "until": "--until"}):
+        cluster, jobs, since, until = team_report_inputs(args.db, args.since, args.until, datetime.now(UTC))
+    report = team_report(
+        config.teams, jobs, pools=config.pools, cluster_gpus=cluster.gpus, since=since, until=until
+    )
+    period = f"{cell_text(since)} to {cell_text(until)} ({report.hours:g} h)"
+    totals: dict[str, float] = {}
+    for row in report.rows:
+        totals[row.team] = totals.get(row.team, 0.0) + row.gpu_hours
+    _emit(
+        TeamHoursRow,
+        report.rows,
+        args,
+        title=f"{period}: GPU-hours per team and GPU model against entitlement (quota x hours)",
+        empty="no team",
+        footer=["total GPU-hours: " + ", ".join(f"{team} {hours:g}" for team, hours in totals.items())],
+    )
+    if args.png:
+        from gpuplan.report_plots import draw_teams
+
+        draw_teams(
+            report, team_colours(config.teams), f"GPU-hours per team against entitlement, {period}", args.png
         )
     return 0
 

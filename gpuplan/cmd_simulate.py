@@ -17,7 +17,19 @@ from gpuplan.options import add_traffic, print_json
 if TYPE_CHECKING:
     from gpuplan.app.lab.simulate import SimulationReport
 
-POLICIES = ("fast", "fifo", "priority-backfill", "commit-all")
+POLICIES = (
+    "fast",
+    "fifo",
+    "priority-backfill",
+    "commit-all",
+    "fastest-free",
+    "fifo-quota",
+    "fifo-lend",
+    "priority-backfill-quota",
+    "priority-backfill-lend",
+)
+#: What ``--policy`` compares when not given (``fastest-free`` is the pools' baseline: asked for).
+DEFAULT_POLICIES = ("fast", "fifo", "priority-backfill", "commit-all")
 #: The simulation's fields under this command's names (beside gpuplan.options.FIELD_FLAGS).
 FLAGS = {
     "traffic": "--traffic",
@@ -63,7 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="jobs CSV: id, submit_hour, kind, priority, gpus, actual_hours, and forecast_hours "
-        "or the kind's feature columns (default: drawn from the bundled job history)",
+        "or the kind's feature columns; on a --config of several pools also gpu_models (any, or "
+        "models joined by |), forecast_hours:MODEL and actual_hours:MODEL (default: drawn from "
+        "the bundled job history)",
     )
     add_traffic(
         parser,
@@ -78,8 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--policy",
-        default=",".join(POLICIES),
-        help=f"comma-separated policies to compare (default {','.join(POLICIES)})",
+        default=",".join(DEFAULT_POLICIES),
+        help=f"comma-separated policies to compare, of {','.join(POLICIES)} (default "
+        f"{','.join(DEFAULT_POLICIES)}; fastest-free: each job on the fastest pool with room now; "
+        "with the config's teams, -quota: hard quotas, no lending, -lend: lending with no reclaim "
+        "guarantee, docs/teams.md)",
     )
     parser.add_argument(
         "--plan-with", choices=("p50", "p90"), default=None, help="job durations the plans use (default p90)"
@@ -306,6 +323,50 @@ def _print(report: SimulationReport) -> None:
             ]
         )
     _say(format_table(headers, rows))
+    team_rows = [
+        [
+            m.policy,
+            name,
+            f"{t.gpu_hours:,.0f}",
+            f"{t.share:.1%}",
+            f"{t.entitlement:.1%}",
+            f"{t.entitlement_met:.1%}",
+            f"{t.backlog_hours:.0f}",
+            f"{t.wait_p50_h:.1f} / {t.wait_p90_h:.1f}",
+            f"{t.reclaim_wait_h_p90:.2f}",
+            f"{m.teams.fairness:.3f}",
+            m.teams.lent_p90_overruns,
+        ]
+        for m in report.metrics.values()
+        if m.teams is not None
+        for name, t in m.teams.teams.items()
+    ]
+    if team_rows:
+        _say("per team:")
+        headers = ["policy", "team", "GPU-h", "share", "entitled", "met in backlog", "backlog h"]
+        headers += ["wait p50/p90 h", "reclaim p90 h", "fairness", "lent P90 overruns"]
+        _say(format_table(headers, team_rows))
+    if setup.pooled:
+        pool_rows = [
+            [
+                m.policy,
+                name,
+                p.gpu_model,
+                p.gpus,
+                f"{p.utilization:.1%}",
+                f"{p.value:,.0f}",
+                f"{p.rt_served:.2%}",
+                p.started,
+            ]
+            for m in report.metrics.values()
+            for name, p in m.pools.items()
+        ]
+        _say("per pool:")
+        _say(
+            format_table(
+                ["policy", "pool", "gpu_model", "gpus", "util", "value", "rt served", "started"], pool_rows
+            )
+        )
     _say(
         "util and value count batch GPU-hours really run (actual durations) and real-time GPU-hours "
         "served; rt served is against what the actual traffic needed; a job still queued at the end "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.options import add_at, add_db, at_of, open_db, print_json
 
@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         metavar="FILE",
-        help="the daemon's config: with cluster.pools, each pool's GPUs and each job's pool",
+        help="the daemon's config: with cluster.pools, each pool's GPUs and each job's pool; "
+        "with teams, each team's quota, use, loans and share",
     )
     parser.add_argument(
         "--pool", metavar="NAME", help="only that pool of --config's cluster.pools: its count and its rows"
@@ -30,15 +31,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from contract.scenario import DEFAULT_HALF_LIFE_DAYS
     from gpuplan.app.core.config import load_config
     from gpuplan.app.views.status import checked_pool, status
     from gpuplan.table import format_table, gpu_ranges
 
-    pools = () if args.config is None else load_config(args.config).pools
+    config = None if args.config is None else load_config(args.config)
+    pools = () if config is None else config.pools
     checked_pool(args.pool, pools, "--pool")
     store = open_db(args)
     try:
-        now = status(store, at_of(args), team=args.team, pools=pools).of_pool(args.pool)
+        now = status(
+            store,
+            at_of(args),
+            team=args.team,
+            pools=pools,
+            teams=() if config is None else config.teams,
+            half_life_days=DEFAULT_HALF_LIFE_DAYS if config is None else config.half_life_days,
+        ).of_pool(args.pool)
     finally:
         store.close()
     if args.at is not None:
@@ -52,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         say("pools:\n")
         columns = ["pool", "gpu_model", "gpus", "batch", "realtime", "down", "free"]
         say(format_table(columns, [[p[c] for c in columns] for p in now.pools]) + "\n\n")
+    if now.teams is not None:
+        _say_teams(now.teams)
     pooled = ["pool"] if now.pools is not None else []
 
     def pool_of(row: dict[str, object]) -> list[object]:
@@ -133,3 +145,43 @@ def _limit_text(row: dict[str, object]) -> str:
     if limit is None:
         return ""
     return f"{limit} OVERRUN: stop it or report it with `gpuplan done`" if row.get("overrun") else str(limit)
+
+
+def _say_teams(teams: list[dict[str, Any]]) -> None:
+    """The teams' rows: one line a team (its queue and share), then one a team and GPU model."""
+    from gpuplan.table import format_table
+
+    say = sys.stdout.write
+    half_life = teams[0]["share"]["half_life_days"] if teams else 0
+    say(f"teams (use decayed with a {half_life:g}-day half-life):\n")
+    columns = [
+        "team",
+        "weight",
+        "queued jobs",
+        "queued gpus",
+        "gpu-hours",
+        "use share",
+        "weight share",
+        "factor",
+    ]
+    rows = [
+        [
+            t["team"],
+            f"{t['weight']:g}",
+            t["queued"]["jobs"],
+            t["queued"]["gpus"],
+            f"{t['share']['gpu_hours']:g}",
+            f"{t['share']['used']:.1%}",
+            f"{t['share']['weight']:.1%}",
+            f"{t['share']['factor']:.3f}",
+        ]
+        for t in teams
+    ]
+    say(format_table(columns, rows) + "\n\n")
+    columns = ["team", "gpu_model", "quota", "in use", "lent", "borrowed"]
+    rows = [
+        [t["team"], model, quota, t["in_use"][model], t["lent"][model], t["borrowed"][model]]
+        for t in teams
+        for model, quota in t["quota"].items()
+    ]
+    say(format_table(columns, rows) + "\n\n")

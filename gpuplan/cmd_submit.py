@@ -15,6 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_at(parser, "submission time")
     parser.add_argument("--config", type=Path, metavar="FILE", help="the daemon's config (models, budgets)")
     parser.add_argument("--models", type=Path, help="models folder (default ./models)")
+    parser.add_argument(
+        "--team", metavar="NAME", help="the job's team: one of the config's teams (as the spec's `team`)"
+    )
     parser.add_argument("--json", action="store_true", help="print the answer as JSON")
 
 
@@ -38,7 +41,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         default_id = f"{args.spec.stem}-{now:%Y%m%dT%H%M%S}"  # when the spec names none
         held = slurm_partition(config)  # a spec with a slurm: section is submitted to Slurm held
-        result = submit(store, document, now, config, source=str(args.spec), default_id=default_id, held=held)
+        result = submit(
+            store,
+            document,
+            now,
+            config,
+            source=str(args.spec),
+            default_id=default_id,
+            held=held,
+            team=args.team,
+        )
     finally:
         store.close()
     if args.json:

@@ -28,6 +28,7 @@ from gpuplan.app.views.reports import (
     NeedBasis,
     UtilizationReport,
 )
+from gpuplan.app.views.teams import TeamReport
 from gpuplan.render import app_colours, draw_grid, job_colours, legend_handles
 from gpuplan.table import count_of
 
@@ -291,4 +292,34 @@ def draw_commits(
     _label_columns(ax, hours)
     ax.set_title(_wrapped(title), fontsize=10)
     fig.legend(handles=legend_handles(job_ids, colours, realtime), loc="outside right upper", fontsize=7)
+    return _save(fig, path)
+
+
+def draw_teams(report: TeamReport, colours: dict[str, str], title: str, path: Path) -> Path:
+    """Per GPU model, each team's GPU-hours in the window (a bar in its colour) against its
+    entitlement (a black outline of its quota x the window's hours)."""
+    models = list(dict.fromkeys(row.gpu_model for row in report.rows))
+    teams = list(dict.fromkeys(row.team for row in report.rows))
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(4.5 * len(models) + 2, 4.2), constrained_layout=True, squeeze=False
+    )
+    for ax, model in zip(axes[0], models, strict=True):
+        rows = [row for row in report.rows if row.gpu_model == model]
+        xs = list(range(len(rows)))
+        ax.bar(xs, [row.gpu_hours for row in rows], color=[colours[row.team] for row in rows], width=0.7)
+        ax.bar(
+            xs,
+            [row.entitled_gpu_hours for row in rows],
+            width=0.8,
+            fill=False,
+            edgecolor="black",
+            linewidth=1.2,
+        )
+        ax.set_xticks(xs, [row.team for row in rows], fontsize=8)
+        ax.set_title(model, fontsize=9)
+        ax.set_ylabel("GPU-hours")
+    handles = [Patch(facecolor=colours[team], label=team) for team in teams]
+    handles.append(Patch(facecolor="none", edgecolor="black", label="entitlement (quota x hours)"))
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8)
+    fig.suptitle(_wrapped(title), fontsize=10)
     return _save(fig, path)

@@ -47,6 +47,7 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
     held_sets: dict[str, list[int]] = {job_id: [0] * horizon for job_id in realtime}
     first_step: dict[str, int] = defaultdict(lambda: horizon)
     first_gpu: dict[str, int] = {}
+    rates: dict[str, float] = {}  # batch job -> what one of its GPU-steps is worth per priority and weight
     for g, row in enumerate(grid):
         for t, cell in enumerate(row):
             if cell is None:
@@ -54,11 +55,14 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
             job = batch.get(cell)
             if job is not None:
                 batch_cells += 1
-                first_gpu.setdefault(cell, g)  # rows ascend: the block's first GPU
-                # On a cluster of pools a GPU-step is worth the job's output rate on its pool.
-                rate = instance.output_rate(job, first_gpu[cell]) if instance.pooled else 1.0
-                if instance.teams:  # and, with teams, its team's fair-share factor (docs/teams.md)
-                    rate *= instance.share_factor(job)
+                rate = rates.get(cell)
+                if rate is None:  # at the job's first cell (rows ascend: its block's first GPU)
+                    first_gpu[cell] = g
+                    # On a cluster of pools a GPU-step is worth the job's output rate on its pool.
+                    rate = instance.output_rate(job, g) if instance.pooled else 1.0
+                    if instance.teams:  # and, with teams, its team's fair-share factor (docs/teams.md)
+                        rate *= instance.share_factor(job)
+                    rates[cell] = rate
                 value += job.priority * weights[t] * rate
                 first_step[cell] = min(first_step[cell], t)
             elif cell in held:

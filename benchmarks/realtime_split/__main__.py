@@ -11,7 +11,12 @@ week on a series under three weeks), each forecasting the next 24 hours. Per ser
 - **relMAE**, the P50's mean absolute error over the weekly naive forecast's;
 - **P90 cov**, the P90's coverage of all scored hours, and **busy cov**, of each day's
   busiest quarter (its 6 busiest hours by actual requests);
-- **worst day**, the lowest busiest-quarter coverage of one scored day.
+- **worst day**, the lowest busiest-quarter coverage of one scored day;
+- **MASE@level**, the MASE of the P50 scaled, day by day, to the day's actual total: what a
+  perfect level would give the profile's shape, the bound of any level recalibration.
+
+``--level-weight`` and ``--busy-quantile`` score the profile with another shrinkage weight of
+the level-less families' recalibration (0: none) or another busiest-quarter floor.
 
 Each set ends with its worst slice: the highest MASE and the lowest busiest-quarter
 coverage over its series. Goals (#50, held out): MASE <= 0.80, busy cov >= 0.85.
@@ -24,15 +29,17 @@ import json
 import logging
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.forecast_accuracy import PODS, SHARED, write_pod_series
 from features.traffic import HourlyTraffic, load_traffic
-from forecasting.backtest import accuracy, config_for, run_backtest
-from forecasting.realtime import HOURS_PER_WEEK, RealtimeProfile, busiest_quarter
+from forecasting.backtest import DayAheadForecaster, accuracy, config_for, run_backtest
+from forecasting.realtime import BUSY_QUANTILE, HOURS_PER_WEEK, LEVEL_WEIGHT, RealtimeProfile, busiest_quarter
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
 
 SPLIT = Path(__file__).resolve().parent / "split.json"
@@ -52,6 +59,8 @@ class SplitScore:
     busy_coverage: float
     worst_day_busy_coverage: float
     method: str
+    #: The MASE with each day's P50 scaled to that day's actual total (a known level).
+    mase_known_level: float
 
 
 def load_split(data: Path, groups: tuple[str, ...] = SETS) -> list[tuple[str, str, HourlyTraffic]]:
@@ -74,10 +83,18 @@ def load_split(data: Path, groups: tuple[str, ...] = SETS) -> list[tuple[str, st
     return series
 
 
-def score_series(group: str, name: str, traffic: HourlyTraffic) -> SplitScore:
+def score_series(
+    group: str,
+    name: str,
+    traffic: HourlyTraffic,
+    make_forecaster: Callable[[], DayAheadForecaster] = RealtimeProfile,
+) -> SplitScore:
     config = config_for(len(traffic))
-    backtest = run_backtest(traffic, series=name, config=config, make_forecaster=RealtimeProfile)
+    backtest = run_backtest(traffic, series=name, config=config, make_forecaster=make_forecaster)
     row = accuracy(backtest)
+    totals = backtest.p50.sum(axis=1, keepdims=True)
+    level = backtest.actual.sum(axis=1, keepdims=True) / np.where(totals > 0, totals, 1.0)
+    known_level = np.abs(backtest.p50 * level - backtest.actual) / backtest.mase_scale[:, None]
     covered = backtest.actual <= backtest.p90 + 1e-9
     busy = busiest_quarter(backtest.actual)
     per_day = [float(np.mean(day[mask])) for day, mask in zip(covered, busy, strict=True)]
@@ -91,6 +108,7 @@ def score_series(group: str, name: str, traffic: HourlyTraffic) -> SplitScore:
         busy_coverage=row.busy_p90_coverage,
         worst_day_busy_coverage=min(per_day),
         method=row.method,
+        mase_known_level=float(np.mean(known_level)),
     )
 
 
@@ -98,7 +116,7 @@ def table(scores: list[SplitScore]) -> list[str]:
     lines = [
         (
             f"{'set':9} {'series':26} {'n':>3} {'MASE':>6} {'relMAE':>6} {'P90cov':>6} {'busy':>6} "
-            f"{'worstday':>8}  chosen"
+            f"{'worstday':>8} {'MASE@level':>10}  chosen"
         )
     ]
     for group in SETS:
@@ -107,7 +125,8 @@ def table(scores: list[SplitScore]) -> list[str]:
             continue
         lines += [
             f"{s.group:9} {s.name:26} {s.origins:3d} {s.mase:6.3f} {s.relative_mae:6.3f} "
-            f"{s.p90_coverage:6.3f} {s.busy_coverage:6.3f} {s.worst_day_busy_coverage:8.3f}  {s.method}"
+            f"{s.p90_coverage:6.3f} {s.busy_coverage:6.3f} {s.worst_day_busy_coverage:8.3f} "
+            f"{s.mase_known_level:10.3f}  {s.method}"
             for s in rows
         ]
         worst_mase = max(rows, key=lambda s: s.mase)
@@ -123,10 +142,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=SHARED, help="the shared data folder")
     parser.add_argument("--set", choices=("tuning", "held-out", "both"), default="both")
+    parser.add_argument("--level-weight", type=float, default=LEVEL_WEIGHT, help="0: no recalibration")
+    parser.add_argument("--busy-quantile", type=float, default=BUSY_QUANTILE)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     groups = SETS if args.set == "both" else (args.set.replace("-", " "),)
-    scores = [score_series(*entry) for entry in load_split(args.data, groups)]
+    make = partial(RealtimeProfile, level_weight=args.level_weight, busy_quantile=args.busy_quantile)
+    scores = [score_series(*entry, make_forecaster=make) for entry in load_split(args.data, groups)]
     sys.stdout.write("\n".join(table(scores)) + "\n")
 
 

@@ -23,7 +23,7 @@ from gpuplan.app.cycle.finish import cancel
 from gpuplan.app.cycle.traffic import Stored, SurgeAnswer, answer_surge, push_traffic
 from gpuplan.app.jobs.batcher import SubmitBatcher
 from gpuplan.app.jobs.changes import Changes, FreshMarks, Mirror, ReadCache
-from gpuplan.app.jobs.submit import SubmitResult, checked_spec, estimated_job, submit
+from gpuplan.app.jobs.submit import SubmitResult, checked_spec, estimated_job, submit, with_quota_note
 from gpuplan.app.views.dashboard import dashboard
 from gpuplan.app.views.health import Health
 from gpuplan.app.views.status import Beside, QueueRows, Status, checked_pool, read_beside, status
@@ -118,7 +118,10 @@ class ApiContext:
         if section is not None:
             return await run_in_threadpool(self.submit, token, document, source=source)
         job = estimated_job(spec, now, self.forecasters, source=source, token=token, pools=self.config.pools)
-        return await asyncio.wrap_future(self.batcher.queue(job, source=source))
+        result = await asyncio.wrap_future(self.batcher.queue(job, source=source))
+        if not self.config.teams or job.team is None:
+            return result
+        return await run_in_threadpool(with_quota_note, result, job, self.store, self.config)
 
     def push_traffic(
         self, app: str, rows: Sequence[tuple[datetime, float]]
@@ -216,7 +219,14 @@ class ApiContext:
             beside = self._beside_of(mirror, now)
             known = (mirror.jobs, mirror.run)
             return status(
-                self.store, now, known=known, rows=self.queue_rows, beside=beside, pools=self.config.pools
+                self.store,
+                now,
+                known=known,
+                rows=self.queue_rows,
+                beside=beside,
+                pools=self.config.pools,
+                teams=self.config.teams,
+                half_life_days=self.config.half_life_days,
             )
 
         return self.cached(("whole status", floor_hour(now)), build, marks)
@@ -235,7 +245,15 @@ class ApiContext:
         """The dashboard's data as of the last change, with the clock and health of now."""
         now = self.clock()
         page = self.cached(
-            ("dashboard", floor_hour(now)), lambda: dashboard(self.store, now, self.health, self.config.pools)
+            ("dashboard", floor_hour(now)),
+            lambda: dashboard(
+                self.store,
+                now,
+                self.health,
+                self.config.pools,
+                teams=self.config.teams,
+                half_life_days=self.config.half_life_days,
+            ),
         )
         return {**page, "now": now, "health": self.health.as_dict()}
 

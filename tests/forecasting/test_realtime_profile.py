@@ -22,6 +22,7 @@ from forecasting.realtime import (
     RealtimeProfile,
     busiest_quarter,
 )
+from forecasting.realtime_members import recalibrated_level
 
 TRAFFIC = Path(__file__).resolve().parents[2] / "training_data" / "traffic"
 START = np.datetime64("2024-01-01T00", "h")
@@ -404,3 +405,38 @@ def test_a_dip_holds_the_next_hours_reserve_within_a_swap_cap_step_of_the_latest
     np.testing.assert_array_equal(wide.planned, plain.planned)
     with pytest.raises(InputError, match="regrow"):
         profile.predict(hours[903], 24, regrow=-1.0)
+
+
+def test_the_recalibrated_level_is_the_latest_ratio_shrunk_by_its_weight() -> None:
+    forecast = np.array([10.0, 20.0, 0.0])
+    before = np.array([4.0, 6.0])
+    np.testing.assert_allclose(recalibrated_level(forecast, before, before, 1.0, 0.4), forecast)
+    np.testing.assert_allclose(recalibrated_level(forecast, before, 2 * before, 1.0, 0.0), forecast)
+    ratio = (20.0 + 2.0) / (10.0 + 2.0)
+    np.testing.assert_allclose(
+        recalibrated_level(forecast, before, 2 * before, 1.0, 0.4), (forecast + 1.0) * ratio**0.4 - 1.0
+    )
+    # A fall never takes a forecast below zero.
+    assert recalibrated_level(forecast, before, 0 * before, 1.0, 1.0).min() >= 0.0
+
+
+def test_a_recalibrated_profile_follows_the_risen_level_of_the_lora_trace(
+    lora: tuple[np.ndarray, np.ndarray],
+) -> None:
+    # Origin 480: the last day held 2,471 requests, the same day a week before 1,564; the
+    # next day 2,225. The profile as it ships forecasts from the weeks before (weekly).
+    hours, requests = lora
+    origin = 480
+    actual = requests[origin : origin + HOURS_PER_DAY]
+    errors = {}
+    for weight in (0.0, 0.4):
+        profile = RealtimeProfile(level_weight=weight).fit(hours[:origin], requests[:origin])
+        errors[weight] = float(np.mean(np.abs(profile.predict(hours[origin]).p50 - actual)))
+    assert errors[0.4] < 0.9 * errors[0.0]
+
+
+def test_the_level_weight_is_checked(philly: tuple[np.ndarray, np.ndarray]) -> None:
+    hours, requests = philly
+    message = "`level_weight` must be a number in [0, 1] (0: no recalibration); got 1.5."
+    with pytest.raises(InputError, match=re.escape(message)):
+        RealtimeProfile(level_weight=1.5).fit(hours[:400], requests[:400])

@@ -17,9 +17,13 @@ from hypothesis import strategies as st
 from contract.errors import InputError
 from contract.scenario import BatchJob, Instance
 from gpuplan.cli import main
+from scheduler import baselines
 from scheduler.check import check_plan
+from scheduler.lending import Ledger, excesses, frames
 from scheduler.metrics import score
+from scheduler.model import Placement
 from scheduler.policies import PolicyName, SolveOptions, plan
+from scheduler.teams import weighted
 from tests.strategies import instance_of, pooled_scenarios, scenarios
 
 WORK = SolveOptions(wall_clock=False, time_limit_s=0.5, workers=1)
@@ -395,3 +399,40 @@ def test_plan_and_validate_on_the_command_line_keep_constraint_7(
     out.write_text(json.dumps(document))
     assert main(["validate", str(scenario), str(out)]) == 1
     assert capsys.readouterr().out.splitlines() == [REFUSED_LOAN]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=team_scenarios(), data=st.data())
+def test_the_repair_s_ledger_counts_as_the_checker_does(doc: dict[str, Any], data: st.DataObject) -> None:
+    """Under jobs taken out and put back one at a time, the ledger's first breach and its answer
+    to "does this placement fit" are what :func:`excesses` counts afresh."""
+    instance = instance_of(doc)
+    models = frames(instance)
+    placements = dict(baselines.fifo_backfill(weighted(instance)).batch)
+    ledger = Ledger(instance, models, placements)
+    jobs = {job.id: job for job in instance.queued_jobs}
+    for _ in range(data.draw(st.integers(0, 6))):
+        fresh = excesses(instance, ledger.placements, models)
+        breach = ledger.breach()
+        assert (breach is None) == (not fresh) == ledger.legal
+        if breach is not None:
+            assert (breach.model, breach.step, breach.borrowed, breach.lendable) == (
+                fresh[0].model,
+                fresh[0].step,
+                fresh[0].borrowed,
+                fresh[0].lendable,
+            )
+            assert sorted(breach.jobs) == sorted(fresh[0].jobs)
+        if not ledger.placements:
+            break
+        job = jobs[data.draw(st.sampled_from(sorted(ledger.placements)))]
+        placement = ledger.take_out(job)
+        moved = Placement(
+            start_step=data.draw(st.integers(job.release_step, instance.horizon_steps - 1)),
+            first_gpu=placement.first_gpu,
+        )
+        assert ledger.fits(job, moved) == (
+            not excesses(instance, {**ledger.placements, job.id: moved}, models)
+        )
+        if data.draw(st.booleans()):
+            ledger.place(job, placement)

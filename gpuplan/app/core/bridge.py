@@ -86,6 +86,8 @@ class Snapshot:
     running: Sequence[Job]
     demand: Sequence[AppDemand]
     realtime_sets: Mapping[str, tuple[int, ...]]  # app -> GPUs it held in the hour before ``start``
+    #: The finished jobs the teams' past use and arrivals read (docs/teams.md; none without teams).
+    finished: Sequence[Job] = ()
 
 
 def floor_hour(moment: datetime) -> datetime:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import InputError
 from contract.records import Job, JobEstimate
+from features.gpu_models import known_model
 from gpuplan.app.core.models import MODEL_FILES, load_job_estimator
 
 if TYPE_CHECKING:
@@ -74,7 +75,9 @@ class Forecasters:
 
 
 #: Keys of a job spec that are not forecaster features.
-SPEC_KEYS = frozenset({"id", "kind", "priority", "gpus", "hours", "time_limit_hours", "slurm", "gpu_models"})
+SPEC_KEYS = frozenset(
+    {"id", "kind", "priority", "gpus", "hours", "time_limit_hours", "slurm", "gpu_models", "team"}
+)
 
 
 def kind_and_features(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -84,10 +87,20 @@ def kind_and_features(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def explicit_estimate(spec: dict[str, Any]) -> JobEstimate | None:
-    """A spec that states ``gpus`` and ``hours`` is planned as stated (no forecaster)."""
+    """A spec that states ``gpus`` and ``hours`` is planned as stated (no forecaster). Hours
+    stated per GPU model (a mapping) are its ``by_model``, keyed by datasheet name, and its
+    hours those on the first model listed (:func:`gpuplan.app.core.job_models.estimate_on_pools`
+    keeps the cluster's models)."""
     if "hours" not in spec or "gpus" not in spec:
         return None
-    hours = float(spec["hours"])
+    stated = spec["hours"]
+    if isinstance(stated, Mapping):
+        by_model = {
+            known_model(str(model)) or str(model): (float(h), float(h)) for model, h in stated.items()
+        }
+        first = next(iter(by_model.values()))[0]
+        return JobEstimate(gpus=int(spec["gpus"]), hours_p50=first, hours_p90=first, by_model=by_model)
+    hours = float(stated)
     return JobEstimate(gpus=int(spec["gpus"]), hours_p50=hours, hours_p90=hours)
 
 

@@ -113,6 +113,34 @@ def stated_on_models(
     return JobEstimate(estimate.gpus, estimate.hours_p50, estimate.hours_p90, by_model)
 
 
+def stated_per_model(
+    estimate: JobEstimate, models: Mapping[str, int], pools: Sequence[Pool], *, source: str
+) -> JobEstimate:
+    """Hours stated per GPU model (``hours: {h100: 4, a100: 8}``) on the cluster of ``pools``:
+    the job runs on the models it allows (``models``) that the mapping gives hours on, in the
+    cluster's order; on one pool, at that pool's model's hours. InputError when none is left,
+    or on a cluster without pools."""
+    stated = estimate.by_model or {}
+    if not pools:
+        raise InputError(
+            "hours", "a number of hours on a cluster without cluster.pools", dict(stated), source=source
+        )
+    if len(pools) == 1:
+        models = pool_models(pools)
+    chosen = {model: stated[model] for model in models if model in stated}
+    if not chosen:
+        raise InputError(
+            "hours",
+            f"hours on a GPU model of the cluster's pools the job may run on {list(models)}",
+            list(stated),
+            source=source,
+        )
+    first = next(iter(chosen.values()))
+    if len(pools) == 1:
+        return JobEstimate(estimate.gpus, first[0], first[1])
+    return JobEstimate(estimate.gpus, first[0], first[1], chosen)
+
+
 def estimate_on_pools(
     spec: Mapping[str, Any], forecasters: Forecasters, pools: Sequence[Pool], *, source: str
 ) -> JobEstimate:
@@ -123,6 +151,8 @@ def estimate_on_pools(
     models = allowed_models(spec, pools, source=source)
     explicit = explicit_estimate(dict(spec))
     features = {k: v for k, v in spec.items() if k not in SPEC_KEYS}
+    if explicit is not None and explicit.by_model is not None:
+        return stated_per_model(explicit, models, pools, source=source)
     if len(pools) <= 1:
         return explicit or estimate_of(forecasters.forecast(kind, features, source=source))
     if explicit is not None:

@@ -5,20 +5,24 @@ and ``fair_share`` sections and, on each batch job of a team the config names, i
 and its ``p90_duration``. A job whose team the config does not name plans as the work of no
 team. Without teams in the config the document is returned as it came.
 
-A team's ``past_gpu_hours`` is what its running jobs have used so far, decayed by the
-half-life (a GPU-hour ``a`` hours ago counts ``2 ** (-a / half-life)``); the finished jobs'
-hours are not read from the store yet.
+A team's ``past_gpu_hours`` is what its jobs used, running and finished (each started job's
+GPUs from its start to its end, or to the plan's start), decayed by the half-life (a GPU-hour
+``a`` hours ago counts ``2 ** (-a / half-life)``: :func:`gpuplan.app.core.team_use.decayed_gpu_hours`).
+Its ``forecast`` is its arrivals' GPUs per step: the mean GPU-hours per hour its jobs submitted
+in the last week asked for, per model, spread over the horizon
+(:func:`gpuplan.app.core.team_use.arrivals_forecast`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from contract.scenario import DEFAULT_POOL
+from contract.scenario_io import gpus_per_model
 from gpuplan.app.core.bridge import Snapshot, duration_steps
 from gpuplan.app.core.config import ServiceConfig
+from gpuplan.app.core.team_use import arrivals_forecast, decayed_gpu_hours, team_runs
 
 HOURS_PER_DAY = 24.0
 
@@ -43,27 +47,31 @@ def with_teams(document: Mapping[str, Any], snapshot: Snapshot, config: ServiceC
         jobs.append(entry)
     # A scenario without a `pools` section has one GPU model, `default`.
     one_model = "pools" not in document
-    used = _decayed_use(snapshot, config.half_life_days * HOURS_PER_DAY)
-    teams = [
-        {
+    history = (*snapshot.finished, *snapshot.running, *snapshot.queued)
+    runs = team_runs(history, config.pools, snapshot.start, names)
+    used = decayed_gpu_hours(runs, snapshot.start, config.half_life_days * HOURS_PER_DAY)
+    model_gpus = (
+        {DEFAULT_POOL: snapshot.cluster.gpus}
+        if one_model
+        else gpus_per_model(config.pools, snapshot.cluster.gpus)
+    )
+    teams: list[dict[str, Any]] = []
+    for team in config.teams:
+        row: dict[str, Any] = {
             "name": team.name,
             "quota": {DEFAULT_POOL: sum(team.quota.values())} if one_model else dict(team.quota),
             "weight": team.weight,
             "past_gpu_hours": used.get(team.name, 0.0),
         }
-        for team in config.teams
-    ]
+        forecast = arrivals_forecast(
+            history,
+            team.name,
+            snapshot.start,
+            pools=config.pools,
+            horizon=int(document["horizon"]),
+            model_gpus=model_gpus,
+        )
+        if forecast:
+            row["forecast"] = {model: list(steps) for model, steps in forecast.items()}
+        teams.append(row)
     return {**document, "jobs": jobs, "teams": teams, "fair_share": {"half_life_days": config.half_life_days}}
-
-
-def _decayed_use(snapshot: Snapshot, half_life_hours: float) -> dict[str, float]:
-    """Per team, its running jobs' GPU-hours so far, each hour decayed by its age."""
-    used: dict[str, float] = {}
-    for job in snapshot.running:
-        if job.team is None or job.started_at is None or job.gpus is None:
-            continue
-        elapsed = max(0.0, (snapshot.start - job.started_at).total_seconds() / 3600)
-        # The integral of gpus x 2 ** (-a / H) over the ages a of its hours, 0 to ``elapsed``.
-        hours = job.gpus * half_life_hours / math.log(2) * (1 - 2 ** (-elapsed / half_life_hours))
-        used[job.team] = used.get(job.team, 0.0) + hours
-    return used

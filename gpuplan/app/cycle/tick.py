@@ -48,6 +48,7 @@ from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.job_models import estimates_on_pools
 from gpuplan.app.core.ports import Executor
 from gpuplan.app.core.team_scenario import with_teams
+from gpuplan.app.core.team_use import history_since
 from gpuplan.app.core.tokens import NotFoundError
 from gpuplan.app.cycle.finish import cancel
 from gpuplan.app.cycle.outbox import deliver_pending
@@ -227,8 +228,20 @@ def load_snapshot(
     demand = [
         app_demand(store, app, start, LOOKAHEAD * horizon, partial_rate=rates.get(app.id)) for app in apps
     ]
+    # The teams' past use and arrivals read the jobs that finished (docs/teams.md).
+    finished = (
+        store.jobs([JobState.DONE], submitted_since=history_since(start, config.half_life_days))
+        if config.teams
+        else []
+    )
     return Snapshot(
-        start=start, cluster=cluster, queued=queued, running=running, demand=demand, realtime_sets=held
+        start=start,
+        cluster=cluster,
+        queued=queued,
+        running=running,
+        demand=demand,
+        realtime_sets=held,
+        finished=finished,
     )
 
 

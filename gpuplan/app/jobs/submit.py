@@ -18,9 +18,10 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from contract.errors import InputError
-from contract.records import ApiToken, Cluster, Job, JobEstimate, PlanRun, RunMode, Scope
+from contract.records import ApiToken, Cluster, Job, JobEstimate, JobState, PlanRun, RunMode, Scope
 from contract.scenario import JobKind, Pool
 from contract.scenario_io import MAX_PRIORITY
+from features.gpu_models import known_model, model_names
 from gpuplan.app.core.bridge import STEP, planned_place
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import SPEC_KEYS, Forecasters, kind_and_features
@@ -33,6 +34,7 @@ from gpuplan.app.cycle.finish import MAX_HOURS
 from gpuplan.app.cycle.tick import plan_cycle, require_cluster
 from gpuplan.app.jobs.promises import promised_starts
 from gpuplan.app.views.status import placement_reason, pool_name
+from gpuplan.app.views.teams import beyond_quota
 from storage.store import Store
 
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -134,13 +136,7 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
                 "time_limit_hours", f"a number of hours in (0, {MAX_HOURS}]", limit, source=source
             )
     if "hours" in spec:
-        hours = spec["hours"]
-        if (
-            isinstance(hours, bool)
-            or not isinstance(hours, int | float)
-            or not (math.isfinite(hours) and 0 < hours <= MAX_HOURS)
-        ):
-            raise InputError("hours", f"a number of hours in (0, {MAX_HOURS}]", hours, source=source)
+        _check_hours(spec["hours"], source=source)
         if "gpus" not in spec:
             raise InputError(
                 "gpus", "a power of two (1, 2, 4, 8, ...) when `hours` is given", "missing", source=source
@@ -167,6 +163,39 @@ def check_spec(spec: object, *, source: str, default_id: str | None = None) -> d
             hint="Give `gpus` and `hours` for batch inference jobs.",
         )
     return spec
+
+
+def _check_hours(hours: object, *, source: str) -> None:
+    """A spec's ``hours``: a number of hours (on the reference model, the first pool's), or a
+    mapping of GPU model -> hours on it (a cluster of pools: :mod:`gpuplan.app.core.job_models`)."""
+    if isinstance(hours, Mapping):
+        if not hours:
+            raise InputError(
+                "hours",
+                "a number of hours, or a mapping of GPU model -> hours",
+                "an empty mapping",
+                source=source,
+            )
+        for model, value in hours.items():
+            if not isinstance(model, str) or known_model(model) is None:
+                raise InputError(
+                    "hours",
+                    f"GPU models gpuplan knows as its keys: one of {model_names()}",
+                    model,
+                    source=source,
+                )
+            _check_hours_number(value, field=f"hours.{model}", source=source)
+        return
+    _check_hours_number(hours, field="hours", source=source)
+
+
+def _check_hours_number(hours: object, *, field: str, source: str) -> None:
+    if (
+        isinstance(hours, bool)
+        or not isinstance(hours, int | float)
+        or not (math.isfinite(hours) and 0 < hours <= MAX_HOURS)
+    ):
+        raise InputError(field, f"a number of hours in (0, {MAX_HOURS}]", hours, source=source)
 
 
 def _is_number_text(value: object) -> bool:
@@ -217,6 +246,7 @@ def submit(
     batcher: Batcher | None = None,
     slurm_job: int | None = None,
     held: HeldQueue | None = None,
+    team: str | None = None,
 ) -> SubmitResult:
     """Validate, forecast, queue and replan; nothing is stored when any of it is refused.
 
@@ -233,6 +263,8 @@ def submit(
     spec), after every check, before it is stored; a refused ``sbatch`` raises ``SlurmError``
     and nothing is stored.
     ``slurm_job``: the Slurm job of a spec adopted from Slurm (already submitted, held).
+    ``team``: the job's team from the command line (``--team``; the spec's ``team`` says the
+    same), one of the config's teams; a token's job is its token's team's.
     """
     spec, section = checked_spec(
         spec_document,
@@ -243,12 +275,13 @@ def submit(
         adopted=slurm_job is not None,
         pools=config.pools,
         team_names=[team.name for team in config.teams],
+        team=team,
     )
     forecasters = forecasters or Forecasters(config.models_dir)
     if batcher is not None and section is None and slurm_job is None:
         # The batch checks its jobs against the store together (:func:`check_fits`, the ids)
         job = estimated_job(spec, now, forecasters, source=source, token=token, pools=config.pools)
-        return batcher(job, source=source)
+        return with_quota_note(batcher(job, source=source), job, store, config)
     job = checked_job(store, spec, now, forecasters, source=source, token=token, pools=config.pools)
     if section is not None and held is not None:  # (checked_spec refuses a section with no held queue)
         submitted = held.hold(job.id, section)
@@ -263,8 +296,19 @@ def submit(
         store.add_job(job)
     run = hot_path_plan(store, now, config, forecasters) if replan else None
     if run is None:
-        return answer(run, job, pools=config.pools)
-    return answer(run, job, promise(store, run, [job], now, config).get(job.id), config.pools)
+        result = answer(run, job, pools=config.pools)
+    else:
+        result = answer(run, job, promise(store, run, [job], now, config).get(job.id), config.pools)
+    return with_quota_note(result, job, store, config)
+
+
+def with_quota_note(result: SubmitResult, job: Job, store: Store, config: ServiceConfig) -> SubmitResult:
+    """``result`` with, for a job larger than what is left of its team's quota, why it may wait:
+    it runs on borrowed GPUs only (:func:`gpuplan.app.views.teams.beyond_quota`)."""
+    if not config.teams or job.team is None:
+        return result
+    note = beyond_quota(config.teams, job, store.jobs([JobState.RUNNING]), pools=config.pools)
+    return result if note is None else replace(result, reason=f"{result.reason}; {note}")
 
 
 def checked_spec(
@@ -277,12 +321,13 @@ def checked_spec(
     adopted: bool = False,
     pools: Sequence[Pool] = (),
     team_names: Sequence[str] = (),
+    team: str | None = None,
 ) -> tuple[dict[str, Any], BatchSection | None]:
     """The checks of :func:`submit` that read nothing: the token's scope and priority cap, the
     spec, and its ``slurm:`` section, refused when no cluster takes held jobs (``held`` is None;
     ``adopted``: the spec of a job already in Slurm, whose section is not read; ``pools``: the
     cluster's, whose models fill a spec's GPU features; ``team_names``: the config's teams, one
-    of which a token's team must be)."""
+    of which a token's team, a spec's ``team`` and ``team`` (``--team``) must be)."""
     if token is not None:
         require(token, Scope.SUBMIT)
         if team_names and token.team not in team_names:  # its jobs would plan as no team's: refused
@@ -296,6 +341,7 @@ def checked_spec(
     spec = check_spec(document, source=source, default_id=default_id)
     if token is not None:
         require_priority(token, float(spec.get("priority", 1)))
+    spec = _with_team(spec, token, team, team_names, source=source)
     if "slurm" not in spec or adopted:
         return spec, None
 
@@ -308,6 +354,36 @@ def checked_spec(
             source=source,
         )
     return spec, section
+
+
+def _with_team(
+    spec: dict[str, Any],
+    token: ApiToken | None,
+    team: str | None,
+    team_names: Sequence[str],
+    *,
+    source: str,
+) -> dict[str, Any]:
+    """``spec`` with its ``team`` checked: the command line's (``--team``) and the spec's agree,
+    a token's job is its token's team's, and the team is one of the config's."""
+    given = spec.get("team")
+    if given is not None and not isinstance(given, str):
+        raise InputError("team", "a team's name (text)", given, source=source)
+    if team is not None and given is not None and team != given:
+        raise InputError("--team", f"the spec's team ({given!r}) or absent", team, source=source)
+    given = given if given is not None else team
+    if token is not None and given is not None and given != token.team:
+        raise InputError("team", f"the token's team ({token.team!r}) or absent", given, source=source)
+    if given is None or token is not None:  # a token's team is checked against the config's above
+        return spec
+    if given not in team_names:
+        names = (
+            f"one of the config's teams {list(team_names)}"
+            if team_names
+            else "absent (the config names no teams)"
+        )
+        raise InputError("--team" if team is not None else "team", names, given, source=source)
+    return {**spec, "team": given}
 
 
 def checked_job(
@@ -349,7 +425,7 @@ def estimated_job(
         spec=spec,
         submitted_at=now,
         estimate=estimate_spec(spec, forecasters, source=source, pools=pools),
-        team=None if token is None else token.team,
+        team=spec.get("team", None if token is None else token.team),
     )
 
 

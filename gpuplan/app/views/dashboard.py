@@ -11,19 +11,21 @@ from the pool's first GPU.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from contract.errors import InputError
 from contract.records import JobState
-from contract.scenario import Pool
+from contract.scenario import DEFAULT_HALF_LIFE_DAYS, Pool, Team
 from gpuplan.app.core.bridge import floor_hour, hour_allocation
+from gpuplan.app.core.team_use import history_since
 from gpuplan.app.views.health import Health
 from gpuplan.app.views.report_queries import coverage_query, idle_query, stored_run, utilization_query
 from gpuplan.app.views.reports import app_needs, commit_rows, planned_counts
 from gpuplan.app.views.status import run_summary, status
+from gpuplan.app.views.teams import NO_TEAM_COLOUR, team_colours
 from storage.store import Store
 
 MAX_GPU_ROWS = 64
@@ -44,6 +46,9 @@ class Cell:
     title: str
     share: float = 1.0
     down: int = 0  # node rows: how many of its GPUs are down
+    #: With teams in the config, the colour of its batch job's team (``team_colours``; work of
+    #: no team: ``NO_TEAM_COLOUR``); None: no teams, or a cell of no batch job.
+    colour: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,13 +65,24 @@ def _pool_heading(pool: Pool) -> str:
     return f"pool {pool.name}: {pool.gpu_model}, {pool.gpus} GPUs ({pool.first_gpu}-{last})"
 
 
-def _gpu_cell(job: str | None, down: bool, running: set[str], realtime: set[str], when: str) -> Cell:
+def _gpu_cell(
+    job: str | None,
+    down: bool,
+    running: set[str],
+    realtime: set[str],
+    when: str,
+    *,
+    teams: Mapping[str, tuple[str, str]] | None = None,
+) -> Cell:
     if down:
         return Cell("×", "down", f"{when}: down")
     if job is None:
         return Cell("", "idle", f"{when}: idle")
     css = "rt" if job in realtime else ("run" if job in running else "plan")
-    return Cell(job, css, f"{when}: {job} ({CLASS_NAMES[css]})")
+    if teams is None or css == "rt":
+        return Cell(job, css, f"{when}: {job} ({CLASS_NAMES[css]})")
+    team, colour = teams.get(job, ("none", NO_TEAM_COLOUR))
+    return Cell(job, css, f"{when}: {job} ({CLASS_NAMES[css]}, team {team})", colour=colour)
 
 
 def _node_cell(column: list[Cell], when: str) -> Cell:
@@ -80,12 +96,21 @@ def _node_cell(column: list[Cell], when: str) -> Cell:
     kinds = Counter(c.css for c in busy)
     css = kinds.most_common(1)[0][0]
     jobs = Counter(c.text for c in busy)
+    colours = Counter(c.colour for c in busy if c.colour is not None)
     title = (
         f"{when}: "
         + ", ".join(f"{job} ×{n}" for job, n in jobs.most_common())
         + (f"; {down} down" if down else "")
     )
-    return Cell(f"{len(busy)}/{len(column)}{marks}", css, title, share=len(busy) / len(column), down=down)
+    colour = colours.most_common(1)[0][0] if colours else None  # the team holding most of it
+    return Cell(
+        f"{len(busy)}/{len(column)}{marks}",
+        css,
+        title,
+        share=len(busy) / len(column),
+        down=down,
+        colour=colour,
+    )
 
 
 def grid_rows(
@@ -96,13 +121,15 @@ def grid_rows(
     realtime: set[str],
     *,
     pools: Sequence[Pool] = (),
+    teams: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[list[GridRow], bool]:
     """Rows of the plan grid (per GPU, or per node beyond MAX_GPU_ROWS) and whether aggregated;
-    on several ``pools`` (the plan's), one band of rows per pool."""
+    on several ``pools`` (the plan's), one band of rows per pool. ``teams`` (with teams in the
+    config, :func:`job_teams`): each batch cell coloured by its job's team."""
     whens = [f"{t:%a %H:%M}" for t in times]
     per_gpu = [
         [
-            _gpu_cell(cell, bool(down_masks[t] >> gpu & 1), running, realtime, whens[t])
+            _gpu_cell(cell, bool(down_masks[t] >> gpu & 1), running, realtime, whens[t], teams=teams)
             for t, cell in enumerate(row)
         ]
         for gpu, row in enumerate(grid)
@@ -160,6 +187,23 @@ def with_current_hour(
     return rows, [down_masks[0] if down_masks else 0, *down_masks], [hour, *times]
 
 
+def job_teams(
+    store: Store, now: datetime, teams: Sequence[Team], half_life_days: float
+) -> dict[str, tuple[str, str]]:
+    """Each job the grid may show of a team of ``teams`` -> (its team, the team's colour): the
+    queued and running jobs, and those finished that the teams' use reads."""
+    colours = team_colours(teams)
+    jobs = [
+        *store.jobs([JobState.QUEUED, JobState.RUNNING]),
+        *store.jobs([JobState.DONE], submitted_since=history_since(now, half_life_days)),
+    ]
+    found = {}
+    for job in jobs:
+        if job.team is not None and job.team in colours:
+            found[job.id] = (job.team, colours[job.team])
+    return found
+
+
 def _safe(build: Any) -> tuple[Any, str | None]:
     """A panel's data, or the message that says why there is none yet."""
     try:
@@ -168,16 +212,32 @@ def _safe(build: Any) -> tuple[Any, str | None]:
         return None, str(error)
 
 
-def dashboard(store: Store, now: datetime, health: Health, pools: Sequence[Pool] = ()) -> dict[str, Any]:
+def dashboard(
+    store: Store,
+    now: datetime,
+    health: Health,
+    pools: Sequence[Pool] = (),
+    *,
+    teams: Sequence[Team] = (),
+    half_life_days: float = DEFAULT_HALF_LIFE_DAYS,
+) -> dict[str, Any]:
     """Everything the page shows, built from the store as the reports build it (``pools``: the
-    config's, for the status; the grid and the idle windows show the plan's own pools)."""
+    config's, for the status; the grid and the idle windows show the plan's own pools).
+    With the config's ``teams``, the status's teams, the grid's work coloured by team and the
+    legend of those colours (``team_legend``; None without teams)."""
     found, problem = _safe(lambda: stored_run(store, "latest"))
+    now_status = status(store, now, pools=pools, teams=teams, half_life_days=half_life_days)
+    colours = team_colours(teams)
     page: dict[str, Any] = {
         "now": now,
         "health": health.as_dict(),
-        "status": status(store, now, pools=pools).as_dict(),
+        "status": now_status.as_dict(),
         "max_queue_rows": MAX_QUEUE_ROWS,
         "no_run": problem,
+        "team_legend": [{"team": name, "colour": colour} for name, colour in colours.items()]
+        + [{"team": "no team", "colour": NO_TEAM_COLOUR}]
+        if teams
+        else None,
     }
     if found is not None:
         run, instance = found
@@ -186,7 +246,10 @@ def dashboard(store: Store, now: datetime, health: Health, pools: Sequence[Pool]
         running = {job.id for job in store.jobs([JobState.RUNNING])}
         realtime = {job.id for job in instance.realtime_jobs}
         grid, down, grid_times = with_current_hour(store, now, run.grid, list(instance.down_masks), times)
-        rows, aggregated = grid_rows(grid, down, grid_times, running, realtime, pools=instance.pools)
+        by_team = job_teams(store, now, teams, half_life_days) if teams else None
+        rows, aggregated = grid_rows(
+            grid, down, grid_times, running, realtime, pools=instance.pools, teams=by_team
+        )
         page.update(
             run=run_summary(run),
             gpus=instance.gpus,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from contract.errors import InputError, StoreError
-from contract.records import Amendment, App, Assignment, Cluster, Commit, PlanRun, TrafficHour
+from contract.records import Amendment, App, Assignment, Cluster, Commit, Job, PlanRun, TrafficHour
 from contract.scenario import Instance, JobKind
 from contract.times import parse_time
 from gpuplan.app.core.bridge import merged_assignments
@@ -231,3 +231,23 @@ def team_commits(
         for amendment in amendments
     ]
     return kept, [amendment for amendment in added if amendment.assignments]
+
+
+#: ``report teams``' window when none is given: the week up to now.
+TEAM_REPORT_DAYS = 7
+
+
+def team_report_inputs(
+    url: str, since: str | None, until: str | None, now: datetime
+) -> tuple[Cluster, list[Job], datetime, datetime]:
+    """The cluster, every stored job, and ``report teams``' window: ``[since, until)``, by default
+    the :data:`TEAM_REPORT_DAYS` days up to ``now``."""
+    until_at = parse_time(until, "until") if until else now
+    since_at = parse_since(since) or until_at - timedelta(days=TEAM_REPORT_DAYS)
+    if since_at >= until_at:
+        raise InputError("until", f"a time after since ({since_at.isoformat()})", until_at.isoformat())
+    store = open_existing_store(url)
+    try:
+        return stored_cluster(store), store.jobs(), since_at, until_at
+    finally:
+        store.close()

@@ -12,7 +12,7 @@ from typing import Any
 
 from contract.errors import InputError
 from contract.records import GpuMapReading, Job, JobEstimate, JobState, PlanRun, RunMode
-from contract.scenario import Pool, pool_at
+from contract.scenario import DEFAULT_HALF_LIFE_DAYS, Pool, Team, pool_at
 from contract.scenario_io import write_json_atomic
 from gpuplan.app.core.bridge import (
     STEP,
@@ -24,8 +24,10 @@ from gpuplan.app.core.bridge import (
     realtime_sets,
     time_limit,
 )
+from gpuplan.app.core.team_use import history_since
 from gpuplan.app.core.tokens import NotFoundError
 from gpuplan.app.views.reports import down_gpus_at
+from gpuplan.app.views.teams import team_status
 from storage.store import Store
 
 
@@ -56,6 +58,9 @@ class Status:
     #: On a cluster of several pools, each pool's GPUs now (:func:`pool_rows`); None: one pool,
     #: and the document is a one-pool cluster's (no ``pools``, no row's ``pool``).
     pools: list[dict[str, Any]] | None = None
+    #: With the config's teams, each team's row (:func:`gpuplan.app.views.teams.team_status`);
+    #: None: no teams, and the document has no ``teams``.
+    teams: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         document = {
@@ -68,15 +73,18 @@ class Status:
         }
         if self.pools is not None:
             document["pools"] = self.pools
+        if self.teams is not None:
+            document["teams"] = self.teams
         return document
 
     def text_without_at(self, queue: QueueRows) -> str:
         """:meth:`as_dict` less ``at``, as compact JSON, the queue's rows from ``queue``."""
         pools = "" if self.pools is None else f',"pools":{_compact(self.pools)}'
+        teams = "" if self.teams is None else f',"teams":{_compact(self.teams)}'
         return (
             f'{{"running":{_compact(self.running)},"queue":{queue.text(self.queue)},'
             f'"last_run":{_compact(self.last_run)},"leader":{_compact(self.leader)},'
-            f'"gpu_map":{_compact(self.gpu_map)}{pools}}}'
+            f'"gpu_map":{_compact(self.gpu_map)}{pools}{teams}}}'
         )
 
     def of_pool(self, pool: str | None) -> Status:
@@ -92,11 +100,14 @@ class Status:
         )
 
     def of_team(self, team: str | None) -> Status:
-        """This status with ``team``'s jobs only (and the real-time apps left out), as
-        :func:`status` with ``team`` builds it; ``None``: all of it."""
+        """This status with ``team``'s jobs only (and the real-time apps left out; with teams,
+        that team's row only), as :func:`status` with ``team`` builds it; ``None``: all of it."""
         if team is None:
             return self
-        return self.by_team.get(team) or replace(self, running=[], queue=[])
+        found = self.by_team.get(team) or replace(self, running=[], queue=[])
+        if self.teams is None:
+            return found
+        return replace(found, teams=[row for row in self.teams if row["team"] == team])
 
     @cached_property
     def by_team(self) -> dict[str, Status]:
@@ -410,6 +421,8 @@ def status(
     rows: QueueRows | None = None,
     beside: Beside | None = None,
     pools: Sequence[Pool] = (),
+    teams: Sequence[Team] = (),
+    half_life_days: float = DEFAULT_HALF_LIFE_DAYS,
 ) -> Status:
     """What holds GPUs now (running batch jobs, and the real-time apps as the latest committed
     hour placed them), the queue by planned start from the latest plan with each job's reason,
@@ -420,7 +433,9 @@ def status(
     ``rows``: the queue's rows of the status built before, reused where unchanged;
     ``beside``: what the status reads beside the jobs and the runs, when the caller holds it.
     ``pools``: the config's ``cluster.pools``; on several, each pool's GPUs now and each row's
-    pool (a running job's, of its GPUs; a queued job's, of its planned block)."""
+    pool (a running job's, of its GPUs; a queued job's, of its planned block). ``teams``: the
+    config's, each with its row (:func:`gpuplan.app.views.teams.team_status`, its use decayed
+    by ``half_life_days``)."""
     if known is None:
         known = (store.jobs([JobState.QUEUED, JobState.RUNNING]), store.run())
     jobs, last = known
@@ -453,8 +468,35 @@ def status(
     queue.sort(key=lambda row: (row["planned_start"] is None, row["planned_start"] or ""))
     summary = None if last is None else run_summary(last)
     return Status(
-        now, running, queue, summary, around.leader, around.gpu_map, pool_rows(pools, running, around.down)
+        now,
+        running,
+        queue,
+        summary,
+        around.leader,
+        around.gpu_map,
+        pool_rows(pools, running, around.down),
+        _team_rows(store, now, jobs, pools=pools, teams=teams, half_life_days=half_life_days),
     ).of_team(team)
+
+
+def _team_rows(
+    store: Store,
+    now: datetime,
+    jobs: Sequence[Job],
+    *,
+    pools: Sequence[Pool],
+    teams: Sequence[Team],
+    half_life_days: float,
+) -> list[dict[str, Any]] | None:
+    """The teams' rows of the status, from the queued and running ``jobs`` and the finished ones
+    whose use still counts; None without teams (or a cluster)."""
+    cluster = store.cluster() if teams else None
+    if cluster is None:
+        return None
+    finished = store.jobs([JobState.DONE], submitted_since=history_since(now, half_life_days))
+    return team_status(
+        teams, half_life_days, pools=pools, cluster_gpus=cluster.gpus, jobs=[*jobs, *finished], now=now
+    )
 
 
 def find_run(store: Store, which: str) -> PlanRun:

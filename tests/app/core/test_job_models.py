@@ -21,6 +21,7 @@ from gpuplan.app.core.config import load_config
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.job_models import allowed_models, estimate_on_pools, job_pools, stated_on_models
 from gpuplan.app.core.models import load_job_estimator
+from gpuplan.app.jobs.submit import check_spec
 from scheduler.check import check_plan
 from scheduler.lns import MIN_BUDGET_MS
 from storage.factory import open_store
@@ -67,6 +68,43 @@ def test_stated_hours_are_on_the_reference_model_and_move_by_the_kinds_speed_rat
     training = stated_on_models(stated, "training", models, "a100-40gb")  # type: ignore[arg-type]
     assert training.by_model is not None
     assert training.by_model["h100-80gb"][0] == pytest.approx(4.0 * speed("training", "a100-40gb") / 989.0)  # type: ignore[arg-type]
+
+
+def test_hours_stated_per_model_are_the_jobs_hours_there_and_nowhere_else(tmp_path: Path) -> None:
+    spec = check_spec(
+        {"id": "b", "kind": "batch_inference", "gpus": 2, "hours": {"a100": 6, "h100-80gb": 3}}, source="s"
+    )
+    estimate = estimate_on_pools(spec, Forecasters(tmp_path), POOLS, source="s")
+    # the cluster's order, the reference model's hours as the headline
+    assert estimate.by_model == {"h100-80gb": (3.0, 3.0), "a100-40gb": (6.0, 6.0)}
+    assert (estimate.hours_p50, estimate.hours_p90) == (3.0, 3.0)
+    only = estimate_on_pools({**spec, "hours": {"a100": 6}}, Forecasters(tmp_path), POOLS, source="s")
+    assert [pool.name for pool, _ in job_pools(only, POOLS)] == ["a100"]
+    one_pool = estimate_on_pools(spec, Forecasters(tmp_path), POOLS[1:], source="s")
+    assert one_pool == JobEstimate(2, 6.0, 6.0)
+
+
+@pytest.mark.parametrize(
+    ("hours", "pools", "message"),
+    [
+        (
+            {"l40s": 2},
+            POOLS,
+            "`hours` must be hours on a GPU model of the cluster's pools the job may run on",
+        ),
+        ({"h100": 2}, (), "`hours` must be a number of hours on a cluster without cluster.pools"),
+        ({"mi300x": 2}, POOLS, "`hours` must be GPU models gpuplan knows as its keys"),
+        ({"h100": 0}, POOLS, "`hours.h100` must be a number of hours in (0, "),
+        ({}, POOLS, "`hours` must be a number of hours, or a mapping of GPU model -> hours"),
+    ],
+)
+def test_bad_hours_per_model_are_one_line_naming_the_field(
+    tmp_path: Path, hours: object, pools: tuple, message: str
+) -> None:
+    with pytest.raises(InputError) as refused:
+        spec = check_spec({"id": "b", "kind": "batch_inference", "gpus": 2, "hours": hours}, source="s")
+        estimate_on_pools(spec, Forecasters(tmp_path), pools, source="s")
+    assert message in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_a_training_job_is_forecast_on_each_model_at_one_gpu_count(models_dir: Path) -> None:

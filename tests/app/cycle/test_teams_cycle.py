@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from contract.records import Cluster, Job, JobEstimate
 from contract.scenario import JobKind, Team
@@ -12,7 +13,7 @@ from gpuplan.app.core.bridge import Snapshot
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.cycle.tick import plan_snapshot
 from scheduler.check import check_plan
-from scheduler.policies import PolicyName
+from scheduler.policies import Plan, PolicyName
 from tests.strategies import instance_of
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -68,3 +69,57 @@ def test_a_cycle_lends_idle_quota_and_not_quota_its_owner_waits_for() -> None:
         document, plan = plan_snapshot(snapshot, _config(), PolicyName.FAST, budget_ms=20.0)
         assert check_plan(instance_of(document), plan.grid) == []
         assert [row[0] for row in plan.grid] == (["own"] * 4 + [None] * 4 if owner_waits else ["wide"] * 8)
+
+
+def _plan_after(finished: list[Job]) -> tuple[dict[str, Any], Plan, dict[str, dict[str, Any]]]:
+    """The cycle's scenario and plan with only ``finished`` jobs, and the scenario's teams by name."""
+    snapshot = Snapshot(
+        start=T0,
+        cluster=Cluster(gpus=8),
+        queued=[],
+        running=[],
+        demand=[],
+        realtime_sets={},
+        finished=finished,
+    )
+    document, plan = plan_snapshot(snapshot, _config(), PolicyName.FAST, budget_ms=20.0)
+    return document, plan, {team["name"]: team for team in document["teams"]}
+
+
+def test_past_use_counts_the_finished_jobs_runs_decayed_by_the_half_life() -> None:
+    """A finished job of 4 GPUs that ran 2 hours, ending one half-life ago, counts just under
+    half of its 8 GPU-hours; a job of a team the config does not name counts nothing."""
+    half_life = 7 * 24 * HOUR
+    done = replace(
+        _job("old", "research", gpus=4, p50=2, p90=2, first_gpu=0),
+        gpus=4,
+        started_at=T0 - half_life - 2 * HOUR,
+        ended_at=T0 - half_life,
+        submitted_at=T0 - half_life - 3 * HOUR,
+    )
+    stray = replace(done, id="stray", team="nobody")
+    _, _, teams = _plan_after([done, stray])
+    # 8 GPU-hours aged one half-life to one half-life and 2 hours: just under half of them.
+    assert 3.95 < teams["research"]["past_gpu_hours"] < 4.0
+    assert teams["product"]["past_gpu_hours"] == 0.0
+    assert "forecast" not in teams["research"]  # submitted more than a week ago: no arrivals expected
+
+
+def test_a_teams_forecast_is_its_last_weeks_submitted_gpu_hours_per_hour() -> None:
+    """A week of submissions asking 7 x 24 x 2.5 GPU-hours reads 2.5 GPUs per step: 3, 2, 3, 2
+    (whole GPUs whose running sum follows the rate), on the scenario's one model."""
+    week = 7 * 24
+    asked = [
+        replace(
+            _job(f"j{k}", "product", gpus=1, p50=week * 2.5 / 4, p90=week), submitted_at=T0 - (k + 1) * HOUR
+        )
+        for k in range(4)
+    ]
+    late = replace(_job("late", "product", gpus=8, p50=100, p90=100), submitted_at=T0 - 8 * 24 * HOUR)
+    finished = [replace(job, ended_at=T0 - HOUR) for job in (*asked, late)]
+    document, plan, teams = _plan_after(finished)
+    forecast = teams["product"]["forecast"]["default"]
+    assert len(forecast) == document["horizon"]
+    assert forecast[:4] == [3, 2, 3, 2] and sum(forecast) == round(2.5 * document["horizon"])
+    assert "forecast" not in teams["research"]
+    assert check_plan(instance_of(document), plan.grid) == []

@@ -27,11 +27,14 @@ class ActualRun:
     """How a job really runs once started: for ``hours``, then it ends with ``outcome``.
 
     It starts no earlier than ``not_before`` (its submission): an hour committed late, after
-    the job came in, starts it when it came in, as the store counts it (``jobs.finish``)."""
+    the job came in, starts it when it came in, as the store counts it (``jobs.finish``).
+    ``hours_at``: on a cluster of several pools, its hours on a block from that first GPU (its
+    pool's model's); None: ``hours`` wherever it starts."""
 
     hours: float
     outcome: Outcome = Outcome.OK
     not_before: datetime | None = None
+    hours_at: Callable[[int], float] | None = None
 
 
 class SimulatedCluster(InMemoryExecutor):
@@ -47,6 +50,7 @@ class SimulatedCluster(InMemoryExecutor):
         )
         self.started: dict[str, datetime] = {}
         self.gpus: dict[str, int] = {}
+        self.first_gpus: dict[str, int] = {}
         self._ends: list[tuple[datetime, str, Outcome]] = []
 
     def deliver(self, commit: Commit) -> bool:
@@ -66,7 +70,7 @@ class SimulatedCluster(InMemoryExecutor):
         """Start what a commit or amendment not seen before places (one seen before: nothing)."""
         if key not in self._keys:
             for assignment in assignments:
-                self.start(assignment.job, at, len(assignment.gpus))
+                self.start(assignment.job, at, len(assignment.gpus), min(assignment.gpus, default=0))
 
     def stop(self, job: str, at: datetime) -> None:
         """A cancelled job: passed on to ``inner``; its end, when it comes, finds it done already."""
@@ -74,9 +78,9 @@ class SimulatedCluster(InMemoryExecutor):
             self.inner.stop(job, at)
         super().stop(job, at)
 
-    def start(self, job_id: str, at: datetime, gpus: int) -> bool:
-        """Start ``job_id`` at ``at`` on ``gpus`` GPUs unless it runs already; False when the
-        cluster knows nothing of it (a real-time app)."""
+    def start(self, job_id: str, at: datetime, gpus: int, first_gpu: int = 0) -> bool:
+        """Start ``job_id`` at ``at`` on ``gpus`` GPUs from ``first_gpu`` unless it runs already;
+        False when the cluster knows nothing of it (a real-time app)."""
         if job_id in self.started:
             return True
         run = self.actual(job_id)
@@ -86,7 +90,9 @@ class SimulatedCluster(InMemoryExecutor):
             at = max(at, run.not_before)
         self.started[job_id] = at
         self.gpus[job_id] = gpus
-        heapq.heappush(self._ends, (at + timedelta(hours=run.hours), job_id, run.outcome))
+        self.first_gpus[job_id] = first_gpu
+        hours = run.hours if run.hours_at is None else run.hours_at(first_gpu)
+        heapq.heappush(self._ends, (at + timedelta(hours=hours), job_id, run.outcome))
         return True
 
     def next_end(self) -> datetime | None:

@@ -26,6 +26,11 @@ Policies (:class:`SimPolicy`):
   still wins: a job that ended early leaves its cells idle, a job that overran keeps its
   GPUs and what the plan put there waits (real-time apps move toward the plan within
   their swap caps; a blocked batch start waits for the next plan).
+- with the config's teams (docs/teams.md, "Simulation"), every job submitted with its team's
+  token: ``fast``, ``fifo`` and ``priority-backfill`` keep quotas and lend by P90 (constraint 7);
+  ``fifo-quota`` and ``priority-backfill-quota`` the same baselines with hard quotas (no lending),
+  ``fifo-lend`` and ``priority-backfill-lend`` with lending and no reclaim guarantee (the plan
+  knows no teams: a job takes any idle GPU).
 - ``fifo``: a FIFO cluster. Each app reserves its peak GPU demand of the previous week
   all day (re-read every midnight); batch jobs start in arrival order on the lowest free
   aligned block, and the head of the queue blocks the rest (the contract's ``fifo`` on
@@ -86,20 +91,31 @@ class SimulationReport:
     metrics: Mapping[SimPolicy, PolicyMetrics]
 
     def as_json(self) -> dict[str, Any]:
+        cluster: dict[str, Any] = {
+            "gpus": self.setup.cluster.gpus,
+            "apps": [
+                {
+                    "id": app.id,
+                    "priority": app.priority,
+                    "swap_cap": app.swap_cap,
+                    "requests_per_gpu_hour": app.requests_per_gpu_hour,
+                    "headroom": app.headroom,
+                    **({"pool": pool.name} if (pool := self.setup.app_pool(app.id)) else {}),
+                }
+                for app in self.setup.apps
+            ],
+        }
+        if self.setup.pooled:
+            cluster["pools"] = [
+                {"name": p.name, "gpu_model": p.gpu_model, "gpus": p.gpus, "first_gpu": p.first_gpu}
+                for p in self.setup.pools
+            ]
+        if self.setup.teams:
+            cluster["teams"] = [
+                {"name": t.name, "quota": dict(t.quota), "weight": t.weight} for t in self.setup.teams
+            ]
         return {
-            "cluster": {
-                "gpus": self.setup.cluster.gpus,
-                "apps": [
-                    {
-                        "id": app.id,
-                        "priority": app.priority,
-                        "swap_cap": app.swap_cap,
-                        "requests_per_gpu_hour": app.requests_per_gpu_hour,
-                        "headroom": app.headroom,
-                    }
-                    for app in self.setup.apps
-                ],
-            },
+            "cluster": cluster,
             "policies": {policy.value: m.as_json() for policy, m in self.metrics.items()},
         }
 

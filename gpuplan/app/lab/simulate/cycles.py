@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from contract.records import (
@@ -22,6 +23,7 @@ from gpuplan.app.adapters.executors.simulated import SimulatedCluster
 from gpuplan.app.core.bridge import STEP, column_commit, floor_hour, run_record, scenario_document
 from gpuplan.app.core.config import ServiceConfig
 from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.core.team_scenario import with_teams
 from gpuplan.app.cycle.amend import amend_hour, hourly_rates
 from gpuplan.app.cycle.outbox import deliver_pending
 from gpuplan.app.cycle.tick import load_snapshot, plan_cycle
@@ -71,55 +73,98 @@ def _fast_cycle(service: SimService, now: datetime, observed: Sequence[ObservedT
     return True
 
 
-def _priority_backfill_cycle(service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
+@dataclass(frozen=True)
+class _BaselineCycle:
+    """The daemon's cycle with a contract baseline in place of the fast mode
+    (peak-of-forecast reservations, re-planned every cycle)."""
 
-    plan_cycle(
-        service.store,
-        now,
-        service.config,
-        service.executor,
-        forecasters=service.forecasters,
-        policy=PolicyName.PRIORITY_BACKFILL,
-        partial_rates=hourly_rates(observed, now),
-    )
-    return True
+    policy: PolicyName
+
+    def __call__(self, service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
+        plan_cycle(
+            service.store,
+            now,
+            service.config,
+            service.executor,
+            forecasters=service.forecasters,
+            policy=self.policy,
+            partial_rates=hourly_rates(observed, now),
+        )
+        return True
 
 
-def _fifo_cycle(service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
-    """The contract's FIFO on the hour's state, with last week's peaks reserved; commits the hour.
+class TeamRule(StrEnum):
+    """How a baseline cycle treats the config's teams (docs/teams.md, "Simulation")."""
 
-    Within a committed hour it only plans (from the next hour, stored, not committed), so
-    that a job submitted since gets FIFO's own plan as its promise.
-    """
+    #: Quotas guaranteed, idle quota lent only to P90 ends before the owner's need (constraint 7).
+    PLANNED = "planned"
+    #: Hard quotas: a team never holds GPUs of another team's quota (only unowned GPUs are shared).
+    QUOTA = "quota"
+    #: Lending without a reclaim guarantee: a job takes any idle GPU (the plan knows no teams).
+    LEND = "lend"
 
-    store, config = service.store, service.config
-    hour = floor_hour(now)
-    committed = store.commit(hour) is not None
-    if now == hour and committed:
-        return False
-    start = hour + STEP if committed else hour
-    started = time.perf_counter()
-    snapshot = load_snapshot(store, start, config, service.forecasters)
-    name = f"fifo-{start:%Y%m%dT%H%M}"
-    document = scenario_document(snapshot, config.plan_with, name=name)
-    peaks = service.setup.peak_last_week(start)
-    for entry in document["jobs"]:
-        if entry["kind"] == "realtime":
-            entry["demand"] = [peaks[entry["id"]]] * config.cluster.horizon_steps
-    result = plan(parse_scenario(document, source=name), PolicyName.FIFO)
-    commit = column_commit(result.grid, start)
-    _record(
-        service,
-        commit,
-        now=now,
-        scenario=document,
-        grid=result.grid,
-        metrics=result.metrics.as_dict(),
-        policy=SimPolicy.FIFO.value,
-        started=started,
-        commits=not committed,
-    )
-    return not committed  # a FIFO cluster decides when the hour starts: only that is its cycle
+
+@dataclass(frozen=True)
+class _HourCycle:
+    """A contract baseline on the hour's state, committing the hour; ``reserve_peaks``: each app
+    reserves last week's peak all day (a FIFO cluster), else its forecast, as the daemon's cycle.
+    Within a committed hour it only plans (from the next hour, stored, not committed), so that a
+    job submitted since gets the baseline's own plan as its promise."""
+
+    policy: PolicyName
+    name: SimPolicy
+    teams: TeamRule = TeamRule.PLANNED
+    reserve_peaks: bool = True
+
+    def __call__(self, service: SimService, now: datetime, observed: Sequence[ObservedTraffic]) -> bool:
+        store, config = service.store, service.config
+        hour = floor_hour(now)
+        committed = store.commit(hour) is not None
+        if now == hour and committed:
+            return False
+        start = hour + STEP if committed else hour
+        started = time.perf_counter()
+        snapshot = load_snapshot(store, start, config, service.forecasters)
+        name = f"{self.name.value}-{start:%Y%m%dT%H%M}"
+        document = scenario_document(
+            snapshot, config.plan_with, name=name, pools=config.pools, app_pools=config.app_pools
+        )
+        if self.reserve_peaks:
+            peaks = service.setup.peak_last_week(start)
+            for entry in document["jobs"]:
+                if entry["kind"] == "realtime":
+                    entry["demand"] = [peaks[entry["id"]]] * config.cluster.horizon_steps
+        if self.teams is not TeamRule.LEND:
+            document = with_teams(document, snapshot, config)
+        if self.teams is TeamRule.QUOTA:
+            document = hard_quotas(document)
+        result = plan(parse_scenario(document, source=name), self.policy)
+        commit = column_commit(result.grid, start)
+        _record(
+            service,
+            commit,
+            now=now,
+            scenario=document,
+            grid=result.grid,
+            metrics=result.metrics.as_dict(),
+            policy=self.name.value,
+            started=started,
+            commits=not committed,
+        )
+        return not committed  # the baseline decides when the hour starts: only that is its cycle
+
+
+def hard_quotas(document: Mapping[str, Any]) -> dict[str, Any]:
+    """``document`` with each team's forecast its whole quota at every step: no owner ever lends
+    (constraint 7 then lets a team beyond its quota hold only the GPUs no quota owns)."""
+    if "teams" not in document:
+        return dict(document)
+    horizon = int(document.get("horizon", 24))
+    teams = [
+        {**team, "forecast": {model: [gpus] * horizon for model, gpus in team.get("quota", {}).items()}}
+        for team in document["teams"]
+    ]
+    return {**document, "teams": teams}
 
 
 @dataclass
@@ -248,7 +293,16 @@ def _record(
 
 CYCLES: dict[SimPolicy, Callable[[], Cycle]] = {
     SimPolicy.FAST: lambda: _fast_cycle,
-    SimPolicy.PRIORITY_BACKFILL: lambda: _priority_backfill_cycle,
-    SimPolicy.FIFO: lambda: _fifo_cycle,
+    SimPolicy.PRIORITY_BACKFILL: lambda: _BaselineCycle(PolicyName.PRIORITY_BACKFILL),
+    SimPolicy.FASTEST_FREE: lambda: _BaselineCycle(PolicyName.FASTEST_FREE),
+    SimPolicy.FIFO: lambda: _HourCycle(PolicyName.FIFO, SimPolicy.FIFO),
+    SimPolicy.FIFO_QUOTA: lambda: _HourCycle(PolicyName.FIFO, SimPolicy.FIFO_QUOTA, TeamRule.QUOTA),
+    SimPolicy.FIFO_LEND: lambda: _HourCycle(PolicyName.FIFO, SimPolicy.FIFO_LEND, TeamRule.LEND),
+    SimPolicy.PRIORITY_BACKFILL_QUOTA: lambda: _HourCycle(
+        PolicyName.PRIORITY_BACKFILL, SimPolicy.PRIORITY_BACKFILL_QUOTA, TeamRule.QUOTA, reserve_peaks=False
+    ),
+    SimPolicy.PRIORITY_BACKFILL_LEND: lambda: _HourCycle(
+        PolicyName.PRIORITY_BACKFILL, SimPolicy.PRIORITY_BACKFILL_LEND, TeamRule.LEND, reserve_peaks=False
+    ),
     SimPolicy.COMMIT_ALL: _CommitAll,
 }

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 from contract.errors import InputError
 from contract.records import (
     Amendment,
+    ApiToken,
     Commit,
     ObservedTraffic,
     PlanRun,
+    Scope,
     TrafficHour,
 )
 from gpuplan.app.adapters.executors import InMemoryExecutor
@@ -34,7 +36,17 @@ if TYPE_CHECKING:
     from storage.store import Store
 
 from gpuplan.app.lab.simulate.cycles import CYCLES, Cycle, SimService
-from gpuplan.app.lab.simulate.setup import STORE_URL, PrecomputedForecasters, Setup, SimPolicy, seed_store
+from gpuplan.app.lab.simulate.setup import (
+    STORE_URL,
+    PrecomputedForecasters,
+    Setup,
+    SimPolicy,
+    seed_store,
+)
+
+#: The contract's baselines a simulation runs through the daemon's cycle: no aging, no promises
+#: of their own beyond their plan.
+BASELINES = frozenset({SimPolicy.PRIORITY_BACKFILL, SimPolicy.FASTEST_FREE})
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +106,8 @@ class PolicyRun:
     promise_ms: list[float] = field(default_factory=list)
     started: dict[str, datetime] = field(default_factory=dict)
     gpus: dict[str, int] = field(default_factory=dict)
+    #: The first GPU of each started job's block (its pool's, on a cluster of several).
+    first_gpus: dict[str, int] = field(default_factory=dict)
     cycle_ms: list[float] = field(default_factory=list)
     amend_ms: list[float] = field(default_factory=list)  # the amendment steps within cycle_ms
 
@@ -123,7 +137,11 @@ def run_policy(
         seed_store(store, setup)
         config = ServiceConfig(
             cluster=setup.cluster,
+            pools=setup.pools,
+            app_pools=setup.app_pools,
             apps=setup.apps,
+            teams=setup.teams,
+            half_life_days=setup.half_life_days,
             cycle_minutes=options.cycle_minutes,
             review_every_hours=options.review_every_hours,
             review_time_limit_s=options.review_time_limit_s,
@@ -134,8 +152,8 @@ def run_policy(
             promises=options.promises
             if policy is SimPolicy.FAST
             else replace(options.promises, lookback_hours=0),
-            # Priority-backfill stays the contract's baseline (FIFO reads no priority).
-            aging_hours=None if policy is SimPolicy.PRIORITY_BACKFILL else options.aging_hours,
+            # The baselines stay the contract's (FIFO reads no priority).
+            aging_hours=None if policy in BASELINES else options.aging_hours,
             models_dir=setup.models_dir,
             executor=InMemoryExecutor.name,
         )
@@ -144,7 +162,10 @@ def run_policy(
 
         def actual(job_id: str) -> ActualRun | None:
             job = by_id.get(job_id)
-            return None if job is None else ActualRun(job.actual_hours, job.outcome)
+            if job is None:
+                return None
+            hours_at = partial(setup.actual_hours, job) if setup.pooled else None
+            return ActualRun(job.actual_hours, job.outcome, hours_at=hours_at)
 
         amend = options.amend and policy is SimPolicy.FAST
         service = SimService(store, config, SimulatedCluster(actual), forecasters, setup, amend=amend)
@@ -169,7 +190,12 @@ def _loop(
     setup, store, config = service.setup, service.store, service.config
     cluster = service.executor  # starts each committed job, knows when it really ends
     result = PolicyRun(
-        policy, cluster.commits, cluster.amendments, started=cluster.started, gpus=cluster.gpus
+        policy,
+        cluster.commits,
+        cluster.amendments,
+        started=cluster.started,
+        gpus=cluster.gpus,
+        first_gpus=cluster.first_gpus,
     )
     arrivals = deque(sorted(setup.jobs, key=lambda job: job.submit_hour))
     awaiting: list[str] = []  # submitted since the last cycle: promised by its plan
@@ -193,6 +219,7 @@ def _loop(
                     config,
                     source=f"job {job.id}",
                     forecasters=service.forecasters,
+                    **({"token": team_token(job.team, setup.start)} if job.team is not None else {}),
                 )
                 awaiting.append(job.id)
             else:
@@ -228,6 +255,18 @@ def _loop(
             result.planned.update(planned_starts(run, awaiting))
         awaiting = []
     return result
+
+
+def team_token(team: str, created_at: datetime) -> ApiToken:
+    """The token a team's jobs are submitted with (the job records its team from it)."""
+    return ApiToken(
+        id=f"sim-{team}",
+        secret_sha256="",
+        team=team,
+        scopes=frozenset({Scope.SUBMIT}),
+        max_priority=None,
+        created_at=created_at,
+    )
 
 
 def observed_so_far(setup: Setup, now: datetime) -> Sequence[ObservedTraffic]:

@@ -12,22 +12,25 @@ import itertools
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from contract.scenario import BatchJob, Instance, JobKind, RealtimeJob
-from gpuplan.app.core.bridge import STEP
+from contract.scenario import BatchJob, Instance, JobKind, Pool, RealtimeJob
+from gpuplan.app.core.bridge import STEP, pool_of
 from gpuplan.app.core.config import PROMISE_SLACK_HOURS
+from gpuplan.app.core.job_models import model_key
 
 if TYPE_CHECKING:
     from contract.records import Amendment, Assignment, Commit
     from contract.scenario import Grid, Instance
 
+from gpuplan.app.lab.simulate.fairness import TeamsMetrics, team_metrics
 from gpuplan.app.lab.simulate.loop import PolicyRun
 from gpuplan.app.lab.simulate.setup import HOURS_PER_DAY, FloatArray, IntArray, Setup
+from gpuplan.app.lab.workload import SimJob
 from scheduler.metrics import realtime_moves
 
 log = logging.getLogger(__name__)
@@ -74,8 +77,20 @@ class PolicyMetrics:
     amend_ms_p99: float
     promise_ms_p50: float  # the promises of one cycle's new jobs made, after its plan
     promise_ms_p99: float
+    #: On a cluster of several pools, each pool's share of the measures (empty on one pool).
+    pools: Mapping[str, PoolMetrics] = field(default_factory=dict)
+    #: With teams, theirs (:mod:`gpuplan.app.lab.simulate.fairness`; None without teams).
+    teams: TeamsMetrics | None = None
 
     def as_json(self) -> dict[str, Any]:
+        found = self._json()
+        if self.pools:
+            found["pools"] = {name: m.as_json() for name, m in self.pools.items()}
+        if self.teams is not None:
+            found.update(self.teams.as_json())
+        return found
+
+    def _json(self) -> dict[str, Any]:
         return {
             "utilization": round(self.utilization, 6),
             "value": round(self.value, 3),
@@ -107,6 +122,28 @@ class PolicyMetrics:
             "wait_by_kind_h": {
                 k: {"p50": round(a, 4), "p99": round(b, 4)} for k, (a, b) in self.wait_by_kind.items()
             },
+        }
+
+
+@dataclass(frozen=True)
+class PoolMetrics:
+    """One pool's part of a policy's run: the batch work that ran on it and the apps serving on it."""
+
+    gpu_model: str
+    gpus: int
+    utilization: float  # its GPU-hours busy (batch run, real-time served) over its GPU-hours
+    value: float  # the value of the work done on it (a policy's ``value`` is the pools' sum)
+    rt_served: float  # share of its apps' demand served (1 with none)
+    started: int  # batch jobs started on it
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "gpu_model": self.gpu_model,
+            "gpus": self.gpus,
+            "utilization": round(self.utilization, 6),
+            "value": round(self.value, 3),
+            "rt_served": round(self.rt_served, 6),
+            "started": self.started,
         }
 
 
@@ -177,18 +214,22 @@ def realtime_sets(setup: Setup, run: PolicyRun) -> dict[str, list[int]]:
     return held
 
 
-def hourly(setup: Setup, run: PolicyRun) -> Hourly:
+def hourly(setup: Setup, run: PolicyRun, pool: Pool | None = None) -> Hourly:
+    """The hours of the whole cluster, or of ``pool`` only (its batch jobs and apps)."""
     batch = np.zeros(setup.hours)
     for job in setup.jobs:
         start = run.started.get(job.id)
-        if start is None:
+        if start is None or (pool is not None and job_pool_of(setup, run, job.id) != pool):
             continue
         begin = (start - setup.start) / STEP
-        end = begin + job.actual_hours
+        end = begin + setup.actual_hours(job, run.first_gpus.get(job.id, 0))
         for h in range(int(begin), min(setup.hours, math.ceil(end))):
             batch[h] += run.gpus[job.id] * (min(end, h + 1) - max(begin, h))
     apps = realtime_hours(setup, run)
     demand = setup.demand()
+    if pool is not None:
+        apps = {app: hours for app, hours in apps.items() if setup.app_pool(app) == pool}
+        demand = {app: need for app, need in demand.items() if app in apps}
     zeros = np.zeros(setup.hours)
     return Hourly(
         batch_gpus=batch,
@@ -205,6 +246,51 @@ def swap_moves(masks: Sequence[int]) -> int:
         (now ^ before).bit_count() - abs(now.bit_count() - before.bit_count())
         for before, now in itertools.pairwise(masks)
     )
+
+
+def job_pool_of(setup: Setup, run: PolicyRun, job_id: str) -> Pool | None:
+    """The pool a started job ran in (None on one pool, or not started)."""
+    first = run.first_gpus.get(job_id)
+    return pool_of(setup.pools, first) if setup.pooled and first is not None else None
+
+
+def batch_value(setup: Setup, run: PolicyRun, job: SimJob) -> float:
+    """What a started job's run inside the simulated hours is worth: priority x its GPUs x the
+    hours it ran, on a slower pool weighed by its fastest pool's hours over its hours there (a
+    job's work is the same wherever it runs: docs/contract.md's pools)."""
+    start = run.started[job.id]
+    hours = setup.actual_hours(job, run.first_gpus.get(job.id, 0))
+    ran_hours = min(hours, (setup.end - start) / STEP)
+    return job.priority * run.gpus[job.id] * ran_hours * setup.fastest_hours(job) / hours
+
+
+def pool_metrics(setup: Setup, run: PolicyRun) -> dict[str, PoolMetrics]:
+    """Per pool of a cluster of several, its utilization, value and real-time served."""
+    if not setup.pooled:
+        return {}
+    apps = realtime_hours(setup, run)
+    found = {}
+    for pool in setup.pools:
+        per_hour = hourly(setup, run, pool)
+        served = float(per_hour.rt_served.sum())
+        demand = float(per_hour.rt_demand.sum())
+        jobs = [
+            job for job in setup.jobs if job.id in run.started and job_pool_of(setup, run, job.id) == pool
+        ]
+        value = sum(batch_value(setup, run, job) for job in jobs) + sum(
+            s.app.priority * float(apps[s.app.id].served.sum())
+            for s in setup.series
+            if setup.app_pool(s.app.id) == pool
+        )
+        found[pool.name] = PoolMetrics(
+            gpu_model=pool.gpu_model,
+            gpus=pool.gpus,
+            utilization=float(per_hour.batch_gpus.sum() + served) / (pool.gpus * setup.hours),
+            value=value,
+            rt_served=served / demand if demand else 1.0,
+            started=len(jobs),
+        )
+    return found
 
 
 def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
@@ -225,9 +311,9 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         waits.setdefault(job.kind.value, []).append(max(0.0, wait))
         if start is None:
             continue
-        ran_hours = min(job.actual_hours, (setup.end - start) / STEP)
-        value += job.priority * run.gpus[job.id] * ran_hours
-        completed += start + timedelta(hours=job.actual_hours) <= setup.end
+        value += batch_value(setup, run, job)
+        hours = setup.actual_hours(job, run.first_gpus.get(job.id, 0))
+        completed += start + timedelta(hours=hours) <= setup.end
     every_wait = [w for kind in waits.values() for w in kind]
     leads = [(at - run.planned[job]) / STEP for job, at in run.promised.items() if job in run.planned]
     demand = float(per_hour.rt_demand.sum())
@@ -263,6 +349,8 @@ def measure(setup: Setup, run: PolicyRun) -> PolicyMetrics:
         amend_ms_p99=_percentile(run.amend_ms, 99),
         promise_ms_p50=_percentile(run.promise_ms, 50),
         promise_ms_p99=_percentile(run.promise_ms, 99),
+        pools=pool_metrics(setup, run),
+        teams=team_metrics(setup, run),
     )
 
 
@@ -292,6 +380,19 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 class IllegalCommitError(RuntimeError):
     """A policy committed an hour that breaks the contract: a bug, never the user's input."""
+
+
+def _allowed_pools(setup: Setup, run: PolicyRun, job_id: str, steps: int) -> dict[str, int] | None:
+    """Where a job may run in the week's scenario, for the steps it held: the pools of the
+    models its estimate allows (None on one pool). Constraint 6 then checks that it ran in one."""
+    if not setup.pooled:
+        return None
+    estimate = setup.estimates[job_id]
+    return {
+        pool.name: steps
+        for pool in setup.pools
+        if estimate.hours_on(model_key(pool.gpu_model)) is not None and pool.gpus >= estimate.gpus
+    }
 
 
 def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
@@ -325,6 +426,7 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
                     0, math.floor(job.submit_hour) if job.id in amended else math.ceil(job.submit_hour - 1e-9)
                 ),
                 order=n,
+                steps_by_pool=_allowed_pools(setup, run, job.id, max(1, committed_hours.get(job.id, 1))),
             )
             for n, job in enumerate(setup.jobs)
         ),
@@ -334,9 +436,11 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
                 priority=s.app.priority,
                 demand=tuple(int(d) for d in demand[s.app.id]),
                 swap_cap=s.app.swap_cap,
+                pool=None if (pool := setup.app_pool(s.app.id)) is None else pool.name,
             )
             for s in setup.series
         ),
+        pools=setup.pools,
     )
     return instance, tuple(tuple(row) for row in grid)
 

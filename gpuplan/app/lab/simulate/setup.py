@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
@@ -22,13 +22,15 @@ from contract.records import (
     JobEstimate,
     TrafficHour,
 )
+from contract.scenario import DEFAULT_HALF_LIFE_DAYS, JobKind, Pool, Team
 from features.traffic import load_traffic
 from forecasting.gpu_mapping import gpus_needed
 from forecasting.persistence import model_bytes
 from forecasting.realtime import RealtimeProfile
 from forecasting.realtime_training import bundled_traffic_paths
-from gpuplan.app.core.bridge import STEP
+from gpuplan.app.core.bridge import STEP, pool_of
 from gpuplan.app.core.forecasters import Forecasters
+from gpuplan.app.core.job_models import job_pools, model_key, pool_models
 from gpuplan.app.core.models import load_job_estimator
 from gpuplan.app.jobs.submit import check_spec, estimate_spec
 from gpuplan.app.lab.seed import derived_capacity
@@ -78,6 +80,13 @@ class SimPolicy(StrEnum):
     FIFO = "fifo"
     PRIORITY_BACKFILL = "priority-backfill"
     COMMIT_ALL = "commit-all"
+    FASTEST_FREE = "fastest-free"
+    #: With teams (docs/teams.md, "Simulation"): the baselines with hard quotas (no lending) and
+    #: with lending but no reclaim guarantee (a job takes any idle GPU).
+    FIFO_QUOTA = "fifo-quota"
+    FIFO_LEND = "fifo-lend"
+    PRIORITY_BACKFILL_QUOTA = "priority-backfill-quota"
+    PRIORITY_BACKFILL_LEND = "priority-backfill-lend"
 
 
 # --- real-time traffic ----------------------------------------------------------------------
@@ -261,10 +270,58 @@ class Setup:
     forecasts: Mapping[FeatureKey, JobForecast]
     hours: int
     start: datetime = SIM_START
+    #: The config's pools (``cluster.pools``, their ``first_gpu`` set); empty: one pool.
+    pools: tuple[Pool, ...] = ()
+    #: app -> the pool it serves on (the config's ``apps[i].pool``; default: the first pool).
+    app_pools: Mapping[str, str] = field(default_factory=dict)
+    #: The config's teams (quotas per GPU model, weights; docs/teams.md); empty: no teams.
+    teams: tuple[Team, ...] = ()
+    half_life_days: float = DEFAULT_HALF_LIFE_DAYS
 
     @property
     def apps(self) -> tuple[App, ...]:
         return tuple(s.app for s in self.series)
+
+    @property
+    def pooled(self) -> bool:
+        """Whether the cluster is several pools (one is today's cluster)."""
+        return len(self.pools) > 1
+
+    def app_pool(self, app_id: str) -> Pool | None:
+        """The pool an app serves on (None on one pool)."""
+        if not self.pooled:
+            return None
+        name = self.app_pools.get(app_id, self.pools[0].name)
+        return next(pool for pool in self.pools if pool.name == name)
+
+    def actual_hours(self, job: SimJob, first_gpu: int) -> float:
+        """How long ``job`` really runs on a block from ``first_gpu``: on its pool's model,
+        ``actual_by_model``'s hours, else ``actual_hours`` in the ratio of its forecast there to
+        its estimate's hours (docs/pools.md); on one pool, ``actual_hours``."""
+        pool = pool_of(self.pools, first_gpu) if self.pooled else None
+        if pool is None:
+            return job.actual_hours
+        model = model_key(pool.gpu_model)
+        if model in job.actual_by_model:
+            return job.actual_by_model[model]
+        estimate = self.estimates[job.id]
+        on_model = estimate.hours_on(model)
+        if on_model is None or estimate.hours_p50 <= 0:
+            return job.actual_hours
+        return job.actual_hours * on_model[0] / estimate.hours_p50
+
+    def fastest_hours(self, job: SimJob) -> float:
+        """The job's actual hours on the fastest pool it may run on: its work (on one pool,
+        ``actual_hours``); a GPU-hour of it on a slower pool is worth this over its hours there."""
+        if not self.pooled:
+            return job.actual_hours
+        estimate = self.estimates[job.id]
+        hours = [
+            self.actual_hours(job, pool.first_gpu)
+            for pool in self.pools
+            if estimate.hours_on(model_key(pool.gpu_model)) is not None and pool.gpus >= estimate.gpus
+        ]
+        return min(hours, default=job.actual_hours)
 
     @property
     def end(self) -> datetime:
@@ -296,7 +353,7 @@ class Setup:
         for job in self.jobs:
             day = int(job.submit_hour // HOURS_PER_DAY)
             if 0 <= day < days:
-                asked[day] += self.estimates[job.id].gpus * job.actual_hours
+                asked[day] += self.estimates[job.id].gpus * self.fastest_hours(job)
         return int(np.argmax(asked))
 
 
@@ -311,12 +368,16 @@ def prepare(
     seed: int = 0,
     config: ServiceConfig | None = None,
     config_source: str = "--config",
+    hours_factor: Mapping[str, Mapping[JobKind, float]] | None = None,
 ) -> Setup:
     """Load traffic, read or draw the jobs, and fit what forecasts them.
 
     With ``config`` (the daemon's, :func:`gpuplan.app.core.config.load_config`), the cluster and
     the apps are the config's, each app on its own ``traffic`` file and with its own priority;
-    ``gpus`` and ``traffic_paths`` are not used.
+    ``gpus`` and ``traffic_paths`` are not used. A config of several pools (``cluster.pools``)
+    is simulated as the daemon runs it: the jobs may say where they run and how long they take
+    on each model (:mod:`gpuplan.app.lab.workload`; ``hours_factor``: the drawn workload's
+    factor per model and kind against the reference pool's hours), each app serves on its pool.
 
     The job estimators are fitted on the earlier 80% of the bundled history into
     ``work_dir`` (unless every job states its hours), so that the default workload's jobs,
@@ -326,6 +387,10 @@ def prepare(
     if days < 1:
         raise InputError("days", "an integer >= 1", days)
     cluster = Cluster(gpus=gpus)
+    pools: tuple[Pool, ...] = ()
+    teams: tuple[Team, ...] = ()
+    half_life_days = DEFAULT_HALF_LIFE_DAYS
+    app_pools: Mapping[str, str] = {}
     if config is not None:
         if config.cluster.down:
             log.warning(
@@ -335,13 +400,19 @@ def prepare(
             )
         cluster = replace(config.cluster, down=())
         gpus = cluster.gpus
+        if len(config.pools) > 1:
+            pools, app_pools = config.pools, config.app_pools
+        teams, half_life_days = config.teams, config.half_life_days
+    models = list(pool_models(pools))
     if gpus < 1:
         raise InputError("gpus", "an integer >= 1", gpus)
     hours = days * HOURS_PER_DAY
     # A workload file is checked before anything slow happens.
     listed = None
     if workload_path is not None:
-        every = read_workload(workload_path, cluster_gpus=gpus)
+        every = read_workload(
+            workload_path, cluster_gpus=gpus, models=models, teams=[team.name for team in teams]
+        )
         listed = [job for job in every if job.submit_hour < hours]
         if len(listed) < len(every):
             log.warning(
@@ -373,6 +444,8 @@ def prepare(
             cluster_gpus=gpus,
             free_gpus=gpus - float(last_week),
             seed=seed,
+            models=models,
+            hours_factor=hours_factor,
         )
     else:
         jobs = listed
@@ -381,11 +454,13 @@ def prepare(
     estimates = {}
     for job in jobs:
         source = f"{workload_path or 'the default workload'}, job {job.id}"
-        estimate = estimate_spec(check_spec(job.spec(), source=source), forecasters, source=source)
-        if estimate.gpus > gpus:
-            raise InputError(
-                "gpus", f"at most the cluster's {gpus} GPUs", estimate.gpus, source=source, in_file=True
-            )
+        estimate = estimate_spec(
+            check_spec(job.spec(), source=source), forecasters, source=source, pools=pools
+        )
+        largest = max((pool.gpus for pool, _ in job_pools(estimate, pools)), default=gpus)
+        if estimate.gpus > largest:
+            where = f"the largest pool it may run on's {largest}" if pools else f"the cluster's {gpus}"
+            raise InputError("gpus", f"at most {where} GPUs", estimate.gpus, source=source, in_file=True)
         estimates[job.id] = estimate
     profiles = {s.app.id: fit_profile(s) for s in series}
     return Setup(
@@ -397,6 +472,10 @@ def prepare(
         models_dir=models_dir,
         forecasts=forecasts,
         hours=hours,
+        pools=pools,
+        app_pools=app_pools,
+        teams=teams,
+        half_life_days=half_life_days,
     )
 
 

@@ -1,0 +1,138 @@
+"""The simulation with the config's teams: the workload's team column, each job its team's, the
+teams' measures (share, entitlement, reclaim wait, fairness, P90 overruns on lent GPUs), and the
+hard-quota and lend-anything baselines."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from contract.errors import InputError
+from contract.scenario_io import parse_scenario
+from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
+from gpuplan.app.core.config import load_config
+from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, prepare, run_policy, week_grid
+from gpuplan.app.lab.simulate.cycles import hard_quotas
+from gpuplan.app.lab.simulate.fairness import jain
+from gpuplan.app.lab.simulate.measures import measure
+from gpuplan.app.lab.workload import read_workload
+from scheduler.check import check_plan
+from scheduler.policies import PolicyName, plan
+
+HEADER = "id,submit_hour,kind,priority,gpus,actual_hours,forecast_hours,gpu_models,team"
+#: `p1` (product, all 8 H100 GPUs) borrows research's 4 with a P90 of 2 hours, ends at 6; research's
+#: `r1` (4 GPUs, its quota) arrives at hour 3 and waits for it.
+OVERRUN = (
+    "p1,0,training,60,8,6,2,h100,product",
+    "r1,3,training,50,4,2,2,h100,research",
+)
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "teams.yaml"
+    path.write_text(
+        "cluster:\n  pools:\n    - {name: h100, gpu_model: h100, gpus: 8}\n"
+        "    - {name: a100, gpu_model: a100, gpus: 8}\n"
+        "apps:\n  - {id: chat, priority: 90, swap_cap: 1, peak_gpus: 3, pool: a100,\n"
+        f"     traffic: {BUNDLED_TRAFFIC_DIR / 'alibaba_genai_lora_hourly.csv'}}}\n"
+        "teams:\n  - {name: research, quota: {h100: 4, a100: 2}, weight: 2}\n"
+        "  - {name: product, quota: {h100: 4, a100: 2}}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _workload(tmp_path: Path, *rows: str, header: str = HEADER) -> Path:
+    path = tmp_path / "jobs.csv"
+    path.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    folder = tmp_path_factory.mktemp("teams")
+    config = _config(folder)
+    return prepare(
+        days=1,
+        gpus=0,
+        work_dir=folder,
+        workload_path=_workload(folder, *OVERRUN),
+        config=load_config(config),
+        config_source=str(config),
+    )
+
+
+def test_the_workload_s_team_column_names_a_config_team(tmp_path: Path) -> None:
+    jobs = read_workload(
+        _workload(tmp_path, "a,0,training,1,1,1,1,any,research", "b,0,training,1,1,1,1,any,"),
+        cluster_gpus=16,
+        models=["h100", "a100"],
+        teams=["research"],
+    )
+    assert [(job.id, job.team) for job in jobs] == [("a", "research"), ("b", None)]
+    with pytest.raises(InputError, match=re.escape("`team` must be one of the config's teams ['research']")):
+        read_workload(
+            _workload(tmp_path, "a,0,training,1,1,1,1,any,ops"),
+            cluster_gpus=16,
+            models=["h100", "a100"],
+            teams=["research"],
+        )
+    with pytest.raises(InputError, match=re.escape("`columns` must be a team column only with the config")):
+        read_workload(
+            _workload(tmp_path, "a,0,training,1,1,1,1,any,ops"), cluster_gpus=16, models=["h100", "a100"]
+        )
+
+
+def test_jain_s_index() -> None:
+    assert jain([1.0, 1.0, 1.0]) == 1.0
+    assert jain([1.0, 0.0]) == 0.5
+    assert jain([]) == 1.0
+
+
+def test_a_borrower_past_its_p90_makes_the_owner_wait_and_is_counted(setup: Setup) -> None:
+    run = run_policy(setup, SimPolicy.FAST, SimOptions())
+    instance, grid = week_grid(setup, run)
+    assert check_plan(instance, grid) == []
+    assert run.started["p1"] == setup.start  # lent: its P90 end (hour 2) comes before r1's arrival
+    metrics = measure(setup, run)
+    assert metrics.teams is not None
+    research = metrics.teams.teams["research"]
+    assert metrics.teams.lent_p90_overruns == 1
+    assert research.reclaim_wait_h_p90 >= 2.5  # from hour 3 to p1's end at 6 (less the sampling)
+    assert research.entitlement == pytest.approx(6 / 16)
+    json = metrics.as_json()
+    assert set(json["teams"]) == {"research", "product"} and "fairness" in json
+    assert set(json["teams"]["research"]) >= {
+        "gpu_hours",
+        "share",
+        "entitlement",
+        "wait_p50_h",
+        "wait_p90_h",
+        "reclaim_wait_h_p90",
+    }
+
+
+def test_with_hard_quotas_nothing_is_lent(setup: Setup) -> None:
+    run = run_policy(setup, SimPolicy.FIFO_QUOTA, SimOptions())
+    instance, grid = week_grid(setup, run)
+    assert check_plan(instance, grid) == []
+    assert "p1" not in run.started  # 8 GPUs beyond product's 4: never, though research's lie idle
+    metrics = measure(setup, run)
+    assert metrics.teams is not None and metrics.teams.lent_p90_overruns == 0
+    lend = run_policy(setup, SimPolicy.FIFO_LEND, SimOptions())
+    assert lend.started["p1"] == setup.start  # any idle GPU: taken at once
+
+
+def test_hard_quotas_make_every_owner_need_its_whole_quota() -> None:
+    doc = {
+        "gpus": 8,
+        "horizon": 4,
+        "teams": [{"name": "a", "quota": {"default": 4}}, {"name": "b", "quota": {"default": 4}}],
+        "jobs": [{"id": "b1", "kind": "training", "priority": 5, "gpus": 8, "duration": 1, "team": "b"}],
+    }
+    assert plan(parse_scenario(doc, source="t"), PolicyName.FIFO).metrics.completed == 1
+    quota = parse_scenario(hard_quotas(doc), source="t")
+    assert plan(quota, PolicyName.FIFO).metrics.completed == 0
+    assert hard_quotas({"gpus": 8, "jobs": []}) == {"gpus": 8, "jobs": []}
