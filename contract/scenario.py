@@ -140,6 +140,35 @@ class RealtimeJob:
     pool: str | None = None
     #: The team the service belongs to (one of the instance's ``teams``); None: no team.
     team: str | None = None
+    #: The pools the service may serve on, one per plan, and its demand on each (pool name ->
+    #: GPUs per step); None: its one pool, ``pool``. With them, ``pool`` and ``demand`` are
+    #: the pool it serves on where a plan holds none of its GPUs (see
+    #: :meth:`Instance.serving_in`) and its demand there. Not hashed (a mapping).
+    demand_by_pool: Mapping[str, tuple[int, ...]] | None = field(default=None, hash=False)
+
+    def worth_on(self, pool: str) -> float:
+        """What one of its served GPU-steps on ``pool`` is worth against one on the pool where
+        it needs the fewest GPU-steps: those fewest over its GPU-steps on ``pool`` (1 on its
+        one pool). Its requests are the same wherever it serves; a slower pool spreads them
+        over more GPUs, as a batch job's work over more steps."""
+        if self.demand_by_pool is None:
+            return 1.0
+        totals = {name: sum(demand) for name, demand in self.demand_by_pool.items()}
+        fewest = min(totals.values())
+        return fewest / totals[pool] if totals[pool] else 1.0
+
+    def serving_on(self, pool: str) -> RealtimeJob:
+        """The service planned on ``pool`` alone: its demand there, its priority times its worth
+        there (so the contract's scoring of a one-pool service is this service's)."""
+        if self.demand_by_pool is None:
+            return self
+        return replace(
+            self,
+            pool=pool,
+            demand=self.demand_by_pool[pool],
+            priority=self.priority * self.worth_on(pool),
+            demand_by_pool=None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +342,56 @@ class Instance:
 
     def realtime_pool(self, job: RealtimeJob) -> Pool:
         return self.pools[0] if job.pool is None else self.pools_by_name[job.pool]
+
+    @cached_property
+    def has_app_choices(self) -> bool:
+        """Whether a service may serve on one of several pools (``demand_by_pool``)."""
+        return any(job.demand_by_pool is not None for job in self.realtime_jobs)
+
+    def serving_on(self, chosen: Mapping[str, str]) -> Instance:
+        """The instance with each service that may serve on several pools planned on one: its
+        pool in ``chosen`` (service id -> pool name), else its ``pool``
+        (:meth:`RealtimeJob.serving_on`). Every policy plans, and the checker judges, such an
+        instance; with no service of several pools it is this one."""
+        if not self.has_app_choices:
+            return self
+        services = tuple(
+            job if job.demand_by_pool is None else job.serving_on(chosen.get(job.id) or job.pool or "")
+            for job in self.realtime_jobs
+        )
+        return replace(self, realtime_jobs=services)
+
+    def serving_in(self, grid: Sequence[Sequence[Cell]]) -> dict[str, str]:
+        """The pool each service of several pools serves on in ``grid``: that of the first GPU
+        it holds at its first step held (its ``pool`` where it holds none)."""
+        chosen: dict[str, str] = {}
+        choosing = {job.id: job for job in self.realtime_jobs if job.demand_by_pool is not None}
+        if not choosing:
+            return chosen
+        for t in range(self.horizon_steps):
+            for gpu, row in enumerate(grid):
+                cell = row[t] if t < len(row) else None
+                if cell in choosing and cell not in chosen:
+                    chosen[cell] = self.pool_of_gpu(gpu).name
+            if len(chosen) == len(choosing):
+                break
+        for job_id, job in choosing.items():
+            chosen.setdefault(job_id, job.pool or self.pools[0].name)
+        return chosen
+
+    def as_served(self, grid: Sequence[Sequence[Cell]]) -> Instance:
+        """The instance with each service of several pools on the pool it serves on in ``grid``
+        (:meth:`serving_in`; its ``pool`` where that is none of its pools: an illegal grid, which
+        the checker reports): what the grid is scored and judged against."""
+        if not self.has_app_choices:
+            return self
+        jobs = self.jobs_by_id
+        chosen = {
+            job_id: pool
+            for job_id, pool in self.serving_in(grid).items()
+            if pool in (getattr(jobs[job_id], "demand_by_pool", None) or {})
+        }
+        return self.serving_on(chosen)
 
     def run_steps(self, job: BatchJob, first_gpu: int) -> int:
         """The steps of ``job``'s run on the block from ``first_gpu`` (its pool's duration)."""

@@ -61,7 +61,7 @@ BATCH_KEYS = {
     "team",
     "p90_duration",
 }
-REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap", "pool", "team"}
+REALTIME_KEYS = {"id", "kind", "priority", "demand", "swap_cap", "pool", "team", "demand_by_pool"}
 POOL_KEYS = {"name", "gpu_model", "gpus"}
 #: A job's ``pools`` that allows every pool of the cluster.
 ANY_POOL = "any"
@@ -212,7 +212,8 @@ def parse_scenario(
         if kind.is_batch:
             job_map = r.mapping(raw, field, BATCH_KEYS, {"id", "kind", "priority", "gpus"})
         else:
-            job_map = r.mapping(raw, field, REALTIME_KEYS, {"id", "kind", "priority", "demand", "swap_cap"})
+            demand_key = "demand_by_pool" if "demand_by_pool" in raw else "demand"
+            job_map = r.mapping(raw, field, REALTIME_KEYS, {"id", "kind", "priority", demand_key, "swap_cap"})
         job_id = r.string(job_map["id"], f"{field}.id")
         if job_id in seen:
             raise r.fail(
@@ -245,6 +246,7 @@ def parse_scenario(
         {j.id: j for j in batch_jobs},
         {j.id: j for j in realtime_jobs},
     )
+    realtime_jobs = [_serving_default(job, running_realtime, pools) for job in realtime_jobs]
     instance = Instance(
         name=name,
         gpus=cluster_gpus,
@@ -316,18 +318,20 @@ def _batch_job(
 def _realtime_job(
     r: _Reader, job_map: Mapping[str, Any], job: _Job, horizon: int, pools: list[Pool]
 ) -> RealtimeJob:
-    """A real-time job's own keys: its demand per step, its pool, its swap cap."""
-    demand_raw = r.sequence(job_map["demand"], f"{job.field}.demand")
-    if len(demand_raw) != horizon:
-        raise r.fail(
-            f"{job.field}.demand",
-            f"a list of {horizon} integers (one per step)",
-            f"{len(demand_raw)} values",
-        )
-    demand = tuple(
-        r.integer(v, f"{job.field}.demand[{t}]", minimum=0, maximum=MAX_CLUSTER_GPUS)
-        for t, v in enumerate(demand_raw)
+    """A real-time job's own keys: its demand per step, its pool (or its demand on each of
+    several pools), its swap cap."""
+    swap_cap = r.integer(
+        # Changing more than every GPU twice a step is the same as no cap.
+        job_map["swap_cap"],
+        f"{job.field}.swap_cap",
+        minimum=0,
+        maximum=2 * MAX_CLUSTER_GPUS,
     )
+    if "demand_by_pool" in job_map:
+        by_pool = _demand_by_pool(r, job_map, job.field, horizon, pools)
+        first = next(iter(by_pool))
+        return RealtimeJob(job.id, job.priority, by_pool[first], swap_cap, pool=first, demand_by_pool=by_pool)
+    demand = _demand(r, job_map["demand"], f"{job.field}.demand", horizon)
     pool = None
     if "pool" in job_map:
         if not pools:
@@ -341,11 +345,59 @@ def _realtime_job(
         priority=job.priority,
         demand=demand,
         pool=pool,
-        # Changing more than every GPU twice a step is the same as no cap.
-        swap_cap=r.integer(
-            job_map["swap_cap"], f"{job.field}.swap_cap", minimum=0, maximum=2 * MAX_CLUSTER_GPUS
-        ),
+        swap_cap=swap_cap,
     )
+
+
+def _demand(r: _Reader, value: object, field: str, horizon: int) -> tuple[int, ...]:
+    """A service's demand: ``horizon`` GPU counts, one per step."""
+    demand_raw = r.sequence(value, field)
+    if len(demand_raw) != horizon:
+        raise r.fail(field, f"a list of {horizon} integers (one per step)", f"{len(demand_raw)} values")
+    return tuple(
+        r.integer(v, f"{field}[{t}]", minimum=0, maximum=MAX_CLUSTER_GPUS) for t, v in enumerate(demand_raw)
+    )
+
+
+def _demand_by_pool(
+    r: _Reader, job_map: Mapping[str, Any], field: str, horizon: int, pools: list[Pool]
+) -> dict[str, tuple[int, ...]]:
+    """A service's ``demand_by_pool``: pool name -> its demand there, in the cluster's order;
+    it then names neither ``demand`` nor ``pool``."""
+    for key in ("demand", "pool"):
+        if key in job_map:
+            raise r.fail(f"{field}.{key}", "absent beside `demand_by_pool`", job_map[key])
+    given = job_map["demand_by_pool"]
+    if not pools:
+        raise r.fail(f"{field}.demand_by_pool", "absent in a scenario without a `pools` section", given)
+    if not isinstance(given, Mapping) or not given:
+        raise r.fail(f"{field}.demand_by_pool", "an object of pool name -> demand per step", given)
+    names = [p.name for p in pools]
+    for name in given:
+        if name not in names:
+            raise r.fail(f"{field}.demand_by_pool.{name}", f"one of the cluster's pools {names}", name)
+    listed = [name for name in names if name in given]  # in the cluster's order
+    return {name: _demand(r, given[name], f"{field}.demand_by_pool.{name}", horizon) for name in listed}
+
+
+def _serving_default(
+    job: RealtimeJob, running: Mapping[str, RunningRealtime], pools: list[Pool]
+) -> RealtimeJob:
+    """A service of several pools serves, where a plan holds none of its GPUs, on the pool of
+    its running set, else on the pool where it needs the fewest GPU-steps (the first at a tie)."""
+    if job.demand_by_pool is None:
+        return job
+    held = running.get(job.id)
+    first, choice = 0, None
+    for pool in pools:
+        end = first + pool.gpus
+        if held and pool.name in job.demand_by_pool and all(first <= g < end for g in held.gpus):
+            choice = pool.name
+        first = end
+    if choice is None:
+        totals = {name: sum(demand) for name, demand in job.demand_by_pool.items()}
+        choice = min(totals, key=lambda name: (totals[name], list(totals).index(name)))
+    return replace(job, pool=choice, demand=job.demand_by_pool[choice])
 
 
 def parse_pools(value: object, *, source: str | None) -> list[Pool]:
@@ -471,9 +523,8 @@ def _check_running_in_pools(r: _Reader, instance: Instance, raw: object) -> None
         assert isinstance(rt, RealtimeJob)
         pool = instance.realtime_pool(rt)
         if held.mask & ~pool.mask:
-            raise r.fail(
-                f"{fields[held.job_id]}.gpus", f"GPUs of the service's pool {pool.name}", sorted(held.gpus)
-            )
+            where = f"pool {pool.name}" if rt.demand_by_pool is None else f"pools {list(rt.demand_by_pool)}"
+            raise r.fail(f"{fields[held.job_id]}.gpus", f"GPUs of the service's {where}", sorted(held.gpus))
 
 
 def _parse_down(r: _Reader, raw: object, cluster_gpus: int, horizon: int) -> tuple[DownWindow, ...]:

@@ -22,7 +22,7 @@ from gpuplan.table import cell_text, count_of, row_records, rows_table, write_ro
 
 if TYPE_CHECKING:
     from contract.records import PlanRun
-    from contract.scenario import Instance
+    from contract.scenario import Instance, Pool
 
 
 #: The report use cases' fields under this command's names (beside gpuplan.options.FIELD_FLAGS).
@@ -81,6 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     util.add_argument(
         "--team", metavar="TEAM", help="only the GPUs this team's jobs held (the rest count as idle)"
     )
+    _add_config_pool(util, "each pool's GPUs by what held them")
 
     teams = add(
         "teams", "GPU-hours per team and GPU model in a window, against each team's entitlement", _teams
@@ -94,6 +95,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     commits = add("commits", "every committed hour: which job holds which GPUs", _commits)
     commits.add_argument("--since", metavar="TIME", help="committed hours from TIME on (default all)")
     commits.add_argument("--team", metavar="TEAM", help="only the jobs this team submitted")
+    _add_config_pool(commits, "each row's pool")
+
+
+def _add_config_pool(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--config`` (the daemon's: with cluster.pools, ``what``) and ``--pool`` (one of them)."""
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help=f"the daemon's config: with cluster.pools, {what}"
+    )
+    _add_pool(parser, "only this pool of --config's cluster.pools")
+
+
+def _config_pools(args: argparse.Namespace) -> tuple[Pool, ...]:
+    """The pools of ``--config`` (none without it), ``--pool`` checked among them."""
+    from gpuplan.app.core.config import load_config
+    from gpuplan.app.views.status import checked_pool
+
+    pools = () if args.config is None else load_config(args.config).pools
+    checked_pool(args.pool, pools, "--pool")
+    return pools
 
 
 def _add_run(parser: argparse.ArgumentParser) -> None:
@@ -297,20 +317,28 @@ def _coverage_risk(args: argparse.Namespace) -> int:
 
 def _utilization(args: argparse.Namespace) -> int:
     from gpuplan.app.views.report_inputs import utilization_inputs
-    from gpuplan.app.views.reports import UtilizationRow, utilization
+    from gpuplan.app.views.reports import UtilizationRow, utilization, utilization_of_pools
 
+    pools = _config_pools(args)
     cluster, commits, kinds, down_at = utilization_inputs(args.db, args.since, team=args.team)
     report = utilization(commits, cluster, kinds, down_at)
-    totals = ", ".join(f"{name} {hours:g}" for name, hours in report.gpu_hours.items() if hours)
+    by_pool = utilization_of_pools(commits, cluster, kinds, down_at, pools=pools, pool=args.pool)
     period = f"{cell_text(report.rows[0].hour)} to {cell_text(report.rows[-1].hour + timedelta(hours=1))}"
+    footer = []
+    for name, part in by_pool.items():
+        totals = ", ".join(f"{column} {hours:g}" for column, hours in part.gpu_hours.items() if hours)
+        where = "" if name is None else f"pool {name}: "
+        footer.append(f"{where}total GPU-hours: {totals}; busy {part.busy_share:.1%} of up GPU-hours")
+    rows = sorted((row for part in by_pool.values() for row in part.rows), key=lambda row: row.hour)
+    shown = "" if args.pool is None else f" in pool {args.pool}"
     _emit(
         UtilizationRow,
-        report.rows,
+        rows,
         args,
-        title=f"{cluster.gpus} GPUs, {count_of(len(report.rows), 'committed hour')} {period}: "
+        title=f"{cluster.gpus} GPUs, {count_of(len(report.rows), 'committed hour')} {period}{shown}: "
         "GPUs by what held them",
         empty="no committed hour",
-        footer=[f"total GPU-hours: {totals}; busy {report.busy_share:.1%} of up GPU-hours"],
+        footer=footer,
     )
     if args.png:
         from gpuplan.report_plots import draw_utilization
@@ -366,10 +394,11 @@ def _commits(args: argparse.Namespace) -> int:
     from gpuplan.app.views.report_inputs import commits_inputs
     from gpuplan.app.views.reports import CommitRow, commit_rows, commits_grid, down_gpus_at
 
+    pools = _config_pools(args)
     commits, amendments, cluster, apps = commits_inputs(
         args.db, args.since, cluster=bool(args.png), team=args.team
     )
-    rows = commit_rows(commits, amendments)
+    rows = commit_rows(commits, amendments, pools, args.pool)
     first, last = commits[0].hour, commits[-1].hour
     amended = f", {count_of(len(amendments), 'amendment')}" if amendments else ""
     span = f"from {cell_text(first)} to {cell_text(last)}"

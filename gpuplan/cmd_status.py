@@ -24,26 +24,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the daemon's config: with cluster.pools, each pool's GPUs and each job's pool; "
         "with teams, each team's quota, use, loans and share",
     )
+    parser.add_argument(
+        "--pool", metavar="NAME", help="only that pool of --config's cluster.pools: its count and its rows"
+    )
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     from contract.scenario import DEFAULT_HALF_LIFE_DAYS
     from gpuplan.app.core.config import load_config
-    from gpuplan.app.views.status import status
+    from gpuplan.app.views.status import checked_pool, status
     from gpuplan.table import format_table, gpu_ranges
 
     config = None if args.config is None else load_config(args.config)
+    pools = () if config is None else config.pools
+    checked_pool(args.pool, pools, "--pool")
     store = open_db(args)
     try:
         now = status(
             store,
             at_of(args),
             team=args.team,
-            pools=() if config is None else config.pools,
+            pools=pools,
             teams=() if config is None else config.teams,
             half_life_days=DEFAULT_HALF_LIFE_DAYS if config is None else config.half_life_days,
-        )
+        ).of_pool(args.pool)
     finally:
         store.close()
     if args.at is not None:

@@ -21,7 +21,7 @@ CONSTRAINT_NAMES = {
     3: "contiguous power-of-two blocks",
     4: "real-time swap cap",
     5: "no preemption",
-    6: "pools: inside one allowed pool, aligned in it, its duration, services on their pool",
+    6: "pools: inside one allowed pool, aligned in it, its duration, a service on one of its pools",
     7: "teams: GPUs beyond a team's quota only where lent, to P90 ends before the owner's need",
 }
 
@@ -49,6 +49,8 @@ def check_plan(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[Viola
     shape = _check_shape(instance, grid)
     if shape:
         return shape
+    if instance.has_app_choices:
+        return _check_serving(instance, grid)
     violations: list[Violation] = []
     # job id -> step -> GPUs holding it
     cells: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -76,6 +78,19 @@ def check_plan(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[Viola
     if instance.teams:
         violations += _check_lending(instance, cells)
     return violations
+
+
+def _check_serving(instance: Instance, grid: Sequence[Sequence[Cell]]) -> list[Violation]:
+    """Constraint 6 for a service of several pools: it serves on one of its pools, the one of
+    its first GPU held, and the plan is then judged with it on that pool alone (its GPUs
+    elsewhere are outside its pool)."""
+    chosen = instance.serving_in(grid)
+    out = [
+        Violation(6, job.id, None, None, f"on pool {chosen[job.id]}, not one of {list(job.demand_by_pool)}")
+        for job in instance.realtime_jobs
+        if job.demand_by_pool is not None and chosen[job.id] not in job.demand_by_pool
+    ]
+    return out + check_plan(instance.as_served(grid), grid)
 
 
 def _check_lending(instance: Instance, cells: dict[str, dict[int, list[int]]]) -> list[Violation]:

@@ -36,6 +36,7 @@ def score(instance: Instance, grid: Sequence[Sequence[Cell]]) -> Metrics:
     With promises (``instance.has_promises``) the objective also subtracts what the
     delays past them cost (``Instance.promise_cost``), reported as ``promise_cost``.
     """
+    instance = instance.as_served(grid)  # each service of several pools on the pool it serves on
     horizon = instance.horizon_steps
     weights = instance.weights
     batch = {job.id: job for job in instance.batch_jobs}

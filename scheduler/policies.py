@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from contract.scenario import Grid, Instance
-from scheduler import baselines, churn, fast, full, lns, pools, teams
+from scheduler import baselines, churn, fast, full, lns, pools, serving, teams
 from scheduler.budget import Budget
 from scheduler.check import check_plan
 from scheduler.lns import warm_up
@@ -153,12 +153,30 @@ POLICIES: dict[PolicyName, PolicyFn] = {
 }
 
 
+def _services_placed(instance: Instance, policy: PolicyName, options: SolveOptions) -> Instance:
+    """``instance`` with each service of several pools on one (:mod:`scheduler.serving`): the
+    baselines put it on its default pool, as a person would; both modes on the pool where the
+    fast mode's plan scores highest (within ``options``' budget, per trial)."""
+    if not instance.has_app_choices:
+        return instance
+    if policy not in (PolicyName.FAST, PolicyName.FULL):
+        return instance.serving_on({})
+    trial = replace(options, cp_sat=False, budget_ms=min(options.budget_ms, HOT_PATH_BUDGET_MS))
+
+    def objective(sub: Instance) -> float:
+        allocation = POLICIES[PolicyName.FAST](sub, trial).allocation
+        return score(sub, build_grid(sub, allocation)).objective
+
+    return serving.chosen(instance, objective)
+
+
 def plan(instance: Instance, policy: PolicyName, options: SolveOptions | None = None) -> Plan:
     """Run ``policy`` on ``instance``; the result is checked and scored."""
     options = options or SolveOptions()
     started = time.perf_counter()
-    solution = POLICIES[policy](instance, options)
-    grid = build_grid(instance, solution.allocation)
+    planned = _services_placed(instance, policy, options)
+    solution = POLICIES[policy](planned, options)
+    grid = build_grid(planned, solution.allocation)
     solve_ms = (time.perf_counter() - started) * 1000
     violations = check_plan(instance, grid)
     if violations:

@@ -174,11 +174,17 @@ def solved_by_hand() -> Instance:
 
 @st.composite
 def pooled_scenarios(
-    draw: st.DrawFn, *, max_pools: int = 3, max_pool_gpus: int = 8, max_jobs: int = 8
+    draw: st.DrawFn,
+    *,
+    max_pools: int = 3,
+    max_pool_gpus: int = 8,
+    max_jobs: int = 8,
+    several_pools: bool = False,
 ) -> dict[str, Any]:
     """A cluster of 2 to ``max_pools`` pools of any size; batch jobs that name some pools (or
-    none: every pool) with steps per pool, services on one pool each, running work inside
-    its pool, down GPUs anywhere. Valid by construction."""
+    none: every pool) with steps per pool, services on one pool each (with ``several_pools``,
+    some on one of several, with their demand on each), running work inside its pool, down
+    GPUs anywhere. Valid by construction."""
     sizes = draw(st.lists(st.integers(1, max_pool_gpus), min_size=2, max_size=max_pools))
     names = [f"p{i}" for i in range(len(sizes))]
     firsts = [sum(sizes[:i]) for i in range(len(sizes))]
@@ -220,16 +226,24 @@ def pooled_scenarios(
         p = draw(st.integers(0, len(sizes) - 1))
         cap = draw(st.integers(0, 2))
         demand = draw(st.lists(st.integers(0, sizes[p]), min_size=steps, max_size=steps))
-        jobs.append(
-            {
-                "id": f"rt{k}",
-                "kind": "realtime",
-                "priority": draw(st.integers(1, 100)),
-                "swap_cap": cap,
-                "demand": demand,
-                "pool": names[p],
-            }
-        )
+        service = {
+            "id": f"rt{k}",
+            "kind": "realtime",
+            "priority": draw(st.integers(1, 100)),
+            "swap_cap": cap,
+            "demand": demand,
+            "pool": names[p],
+        }
+        if several_pools and draw(st.booleans()):  # pool p and others, each with its own demand
+            others = draw(st.lists(st.sampled_from(range(len(sizes))), unique=True, max_size=len(sizes)))
+            by_pool = {names[p]: service.pop("demand")}
+            for q in others:
+                by_pool.setdefault(
+                    names[q], draw(st.lists(st.integers(0, sizes[q]), min_size=steps, max_size=steps))
+                )
+            service["demand_by_pool"] = by_pool
+            del service["pool"]
+        jobs.append(service)
         if draw(st.booleans()):
             free = [g for g in range(firsts[p], firsts[p] + sizes[p]) if g not in taken]
             chosen = draw(st.lists(st.sampled_from(free), unique=True, max_size=4)) if free else []

@@ -26,7 +26,7 @@ from gpuplan.app.jobs.changes import Changes, FreshMarks, Mirror, ReadCache
 from gpuplan.app.jobs.submit import SubmitResult, checked_spec, estimated_job, submit, with_quota_note
 from gpuplan.app.views.dashboard import dashboard
 from gpuplan.app.views.health import Health
-from gpuplan.app.views.status import Beside, QueueRows, Status, read_beside, status
+from gpuplan.app.views.status import Beside, QueueRows, Status, checked_pool, read_beside, status
 from storage.store import Store, revoked_tokens
 
 T = TypeVar("T")
@@ -165,14 +165,20 @@ class ApiContext:
         return _at(now, self._status_rest(team, now, self.store.marks() if marks is None else marks))
 
     async def served_status(
-        self, team: str | None, marks: tuple[int, ...], page: tuple[int, int] | None = None
+        self,
+        team: str | None,
+        marks: tuple[int, ...],
+        page: tuple[int, int] | None = None,
+        pool: str | None = None,
     ) -> tuple[bytes, int]:
         """:meth:`status_json` in the event loop, its queue cut to ``page`` (offset, limit;
         None: whole), and the queue's whole length: from memory when nothing changed since it
-        was built, else built in a worker thread, once for all the requests that ask meanwhile."""
+        was built, else built in a worker thread, once for all the requests that ask meanwhile.
+        ``pool``: that pool's rows only (InputError naming ``pool`` for one the config lacks)."""
         now = self.clock()
-        key = (_status_key(team, now), page)
-        build = self._status_page_build(team, now, marks, page)
+        checked_pool(pool, self.config.pools)
+        key = (_status_key(team, now), page, pool)
+        build = self._status_page_build(team, now, marks, page, pool)
         body, total = await self.reads.served(key, build, marks)
         return _at(now, body), total
 
@@ -191,12 +197,17 @@ class ApiContext:
         return build
 
     def _status_page_build(
-        self, team: str | None, now: datetime, marks: tuple[int, ...], page: tuple[int, int] | None
+        self,
+        team: str | None,
+        now: datetime,
+        marks: tuple[int, ...],
+        page: tuple[int, int] | None,
+        pool: str | None = None,
     ) -> Callable[[], tuple[bytes, int]]:
-        """:meth:`_status_build` with the queue cut to ``page``, and the queue's length."""
+        """:meth:`_status_build` of ``pool``'s rows, the queue cut to ``page``, and the queue's length."""
 
         def build() -> tuple[bytes, int]:
-            whole = self._whole_status(now, marks).of_team(team)
+            whole = self._whole_status(now, marks).of_team(team).of_pool(pool)
             shown = whole if page is None else replace(whole, queue=whole.queue[page[0] : page[0] + page[1]])
             return shown.text_without_at(self.queue_rows).encode(), len(whole.queue)
 

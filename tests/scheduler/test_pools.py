@@ -34,7 +34,7 @@ def two_pools(**job: Any) -> dict[str, Any]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(doc=pooled_scenarios())
+@given(doc=pooled_scenarios(several_pools=True))
 def test_every_policy_plans_legally_over_pools(doc: dict[str, Any]) -> None:
     instance = instance_of(doc)
     for policy in (PolicyName.FAST, *BASELINES):
@@ -49,7 +49,7 @@ def test_every_policy_plans_legally_over_pools(doc: dict[str, Any]) -> None:
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(doc=pooled_scenarios(max_pool_gpus=4, max_jobs=4))
+@given(doc=pooled_scenarios(max_pool_gpus=4, max_jobs=4, several_pools=True))
 def test_full_mode_plans_legally_over_pools_and_never_below_fast(doc: dict[str, Any]) -> None:
     instance = instance_of(doc)
     full = plan(instance, PolicyName.FULL, WORK)

@@ -24,7 +24,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -221,11 +221,14 @@ def scenario_document(
     aging_hours: float | None = None,
     pools: Sequence[Pool] = (),
     app_pools: Mapping[str, str] | None = None,
+    app_rates: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, Any]:
     """The contract scenario (CONTRACT.md) of a snapshot: what the planner sees.
 
     With several ``pools`` (the config's ``cluster.pools``), the scenario has its ``pools``
-    section and each app its ``pool`` (``app_pools``, default: the first pool), and the plan
+    section and each app its ``pool`` (``app_pools``, default: the first pool), or, for an
+    app of several GPU models (``app_rates``: pool -> requests per GPU-hour), its GPUs per
+    step on each of those pools (``demand_by_pool``), of which the plan picks one; and the plan
     chooses each batch job's pool: a job whose estimate has hours per GPU model
     (``JobEstimate.by_model``) may run on the pools of those models that can hold it, for its
     hours on each (its ``pools`` and ``duration_by_pool``); one without, on every pool for the
@@ -284,6 +287,7 @@ def scenario_document(
         demand.app.id: _app_pool(planned_pools, (app_pools or {}).get(demand.app.id))
         for demand in snapshot.demand
     }
+    rates = {app: by_pool for app, by_pool in (app_rates or {}).items() if planned_pools}
     for demand in snapshot.demand:
         app = demand.app
         pool = app_pool[app.id]
@@ -296,13 +300,20 @@ def scenario_document(
             # No more than its pool: a surge far above it asks for all of it, not more.
             "demand": [min(gpus, most) for gpus in demand.gpus[:horizon]],
         }
-        if pool is not None:
+        if app.id in rates:
+            del entry["demand"]
+            entry["demand_by_pool"] = _demand_by_pool(demand, rates[app.id], planned_pools, horizon)
+        elif pool is not None:
             entry["pool"] = pool.name
         jobs.append(entry)
     down = _down_steps(cluster, start, pinned={r["id"]: r for r in running})
     for demand in snapshot.demand:
         pool = app_pool[demand.app.id]
         held = snapshot.realtime_sets.get(demand.app.id, ())
+        if demand.app.id in rates:  # the pool it serves on now, if it may still
+            pool = pool_of(planned_pools, min(held)) if held else None
+            pool = pool if pool is not None and pool.name in rates[demand.app.id] else None
+            held = held if pool is not None else ()
         if pool is not None:  # GPUs outside its pool (the pools changed) are let go
             held = tuple(gpu for gpu in held if pool.first_gpu <= gpu < pool.end_gpu)
         kept = sheddable(held, down, demand.app.swap_cap)
@@ -324,6 +335,22 @@ def scenario_document(
             {"name": pool.name, "gpu_model": pool.gpu_model, "gpus": pool.gpus} for pool in planned_pools
         ]
     return {**document, **terms}
+
+
+def _demand_by_pool(
+    demand: AppDemand, rates: Mapping[str, float], pools: Sequence[Pool], horizon: int
+) -> dict[str, list[int]]:
+    """An app's GPUs per step on each pool it may serve on: the requests its GPUs are planned
+    for at its requests per GPU-hour there, swap-capped, no more than the pool."""
+    planned = demand.p90 if demand.reserve is None else demand.reserve
+    out = {}
+    for pool in pools:
+        if pool.name in rates:
+            app = replace(demand.app, requests_per_gpu_hour=rates[pool.name])
+            out[pool.name] = [
+                min(gpus, pool.gpus) for gpus in gpu_demand(planned, app, len(planned))[:horizon]
+            ]
+    return out
 
 
 def _app_pool(pools: Sequence[Pool], name: str | None) -> Pool | None:

@@ -30,6 +30,7 @@ from contract.scenario_io import (
     parse_teams,
 )
 from contract.times import parse_time
+from features.gpu_models import known_model
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
 from gpuplan.app.core.retention import checked_keep_days
 from gpuplan.app.core.slurm_settings import SlurmPool, SlurmSettings
@@ -197,6 +198,9 @@ class ServiceConfig:
     pools: tuple[Pool, ...] = ()
     #: app -> the pool it serves on (``apps[i].pool``; default: the first pool)
     app_pools: Mapping[str, str] = field(default_factory=dict)
+    #: app -> each pool it may serve on -> its requests per GPU-hour there (``apps[i].gpu_models``,
+    #: read per pool of those models); an app not here serves on its one pool (``app_pools``).
+    app_rates: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     #: The teams (``teams:``): quotas per GPU model, weights (docs/teams.md); none: no teams.
     teams: tuple[Team, ...] = ()
     #: ``fair_share.half_life_days``: the half-life of the teams' past use.
@@ -285,6 +289,7 @@ APP_KEYS = {
     "replica_command",
     "prometheus",
     "pool",
+    "gpu_models",
 }
 PROMETHEUS_KEYS = {"url", "query"}
 
@@ -432,7 +437,7 @@ def load_config(path: Path) -> ServiceConfig:
     top = r.mapping(document, "", TOP_KEYS)
     base = demo_config()
     cluster, pools, places = (base.cluster, (), ()) if "cluster" not in top else _cluster(r, top["cluster"])
-    apps = _Apps(base.apps, base.traffic, base.prometheus, {}, {})
+    apps = _Apps(base.apps, base.traffic, base.prometheus, {}, {}, {})
     if "apps" in top:
         apps = _apps(r, top["apps"], path.parent, pools)
     slurm = None
@@ -482,6 +487,7 @@ def load_config(path: Path) -> ServiceConfig:
         replica_commands=apps.replica_commands,
         pools=pools,
         app_pools=apps.pools,
+        app_rates=apps.rates,
         teams=teams,
         half_life_days=half_life,
     )
@@ -577,6 +583,7 @@ class _Apps:
     prometheus: tuple[PrometheusSource, ...]
     replica_commands: dict[str, str]
     pools: dict[str, str]  # app -> the pool it names
+    rates: dict[str, dict[str, float]]  # app -> pool -> requests per GPU-hour (its gpu_models)
 
 
 def _apps(r: _Fields, value: object, folder: Path, pools: tuple[Pool, ...]) -> _Apps:
@@ -587,6 +594,7 @@ def _apps(r: _Fields, value: object, folder: Path, pools: tuple[Pool, ...]) -> _
     app_list, traffic_list, prometheus_list = [], [], []
     replica_commands: dict[str, str] = {}
     app_pools: dict[str, str] = {}
+    app_rates: dict[str, dict[str, float]] = {}
     names = [pool.name for pool in pools]
     for index, raw_app in enumerate(value):
         name = f"apps[{index}]"
@@ -594,7 +602,10 @@ def _apps(r: _Fields, value: object, folder: Path, pools: tuple[Pool, ...]) -> _
         app_id = r.text(a.get("id"), f"{name}.id")
         rate = a.get("requests_per_gpu_hour")
         peak = a.get("peak_gpus")
-        if rate is None and (peak is None or "traffic" not in a):
+        if "gpu_models" in a:
+            app_rates[app_id] = _app_rates(r, a, name, pools)
+            rate = next(iter(app_rates[app_id].values()))  # on its first pool, the cluster's order
+        elif rate is None and (peak is None or "traffic" not in a):
             raise r.fail(
                 f"{name}.requests_per_gpu_hour", "a number > 0 (or peak_gpus with traffic)", "missing"
             )
@@ -627,7 +638,50 @@ def _apps(r: _Fields, value: object, folder: Path, pools: tuple[Pool, ...]) -> _
             )
         if "prometheus" in a:
             prometheus_list.append(_prometheus_source(r, app_id, a["prometheus"], f"{name}.prometheus"))
-    return _Apps(tuple(app_list), tuple(traffic_list), tuple(prometheus_list), replica_commands, app_pools)
+    return _Apps(
+        tuple(app_list), tuple(traffic_list), tuple(prometheus_list), replica_commands, app_pools, app_rates
+    )
+
+
+def _app_rates(r: _Fields, a: Mapping[str, Any], name: str, pools: tuple[Pool, ...]) -> dict[str, float]:
+    """An app's ``gpu_models``: GPU model -> its requests per GPU-hour on it, read per pool of
+    those models (pool name -> rate, in the cluster's order). It then names no ``pool`` and no
+    ``requests_per_gpu_hour``, and the cluster has ``cluster.pools``."""
+    given = a["gpu_models"]
+    field_name = f"{name}.gpu_models"
+    for key in ("pool", "requests_per_gpu_hour"):
+        if key in a:
+            raise r.fail(
+                f"{name}.{key}", f"absent beside {field_name} (its requests per GPU-hour per model)", a[key]
+            )
+    if not pools:
+        raise r.fail(field_name, "absent on a cluster without cluster.pools", given)
+    if not isinstance(given, Mapping) or not given:
+        raise r.fail(
+            field_name, "a mapping of GPU model -> requests per GPU-hour, such as {h100: 120}", given
+        )
+    models = [pool.gpu_model for pool in pools]
+    canonical = {model: known_model(model) or model for model in models}
+    rates: dict[str, float] = {}
+    for model, rate in given.items():
+        key = known_model(str(model)) or str(model)
+        if key not in canonical.values():
+            raise r.fail(
+                f"{field_name}.{model}",
+                f"a GPU model of the cluster's pools {list(dict.fromkeys(models))}",
+                model,
+            )
+        if (
+            isinstance(rate, bool)
+            or not isinstance(rate, int | float)
+            or not math.isfinite(rate)
+            or rate <= 0
+        ):
+            raise r.fail(f"{field_name}.{model}", "requests per GPU-hour on that model, a number > 0", rate)
+        rates[key] = r.number(rate, f"{field_name}.{model}", 1e-9, 1e15)
+    return {
+        pool.name: rates[canonical[pool.gpu_model]] for pool in pools if canonical[pool.gpu_model] in rates
+    }
 
 
 def _retrain_at(r: _Fields, value: object) -> time | None:

@@ -316,6 +316,7 @@ def plan_snapshot(
         aging_hours=config.aging_hours,
         pools=config.pools,
         app_pools=config.app_pools,
+        app_rates=config.app_rates,
     )
     document = with_teams(document, snapshot, config)  # the config's teams (docs/teams.md)
     instance = parse_scenario(document, source=name)

@@ -7,13 +7,13 @@ name the report's fields (``run_id``, ``since``, ``quantile``, ``min_gpus``, ...
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from contract.errors import InputError
 from contract.records import PlanRun
-from contract.scenario import Instance
+from contract.scenario import Instance, Pool
 from gpuplan.app.views.report_inputs import (
     CoverageInputs,
     commits_inputs_in,
@@ -35,8 +35,9 @@ from gpuplan.app.views.reports import (
     idle_windows,
     run_instance,
     utilization,
+    utilization_of_pools,
 )
-from gpuplan.app.views.status import find_run
+from gpuplan.app.views.status import checked_pool, find_run
 from storage.store import Store
 
 #: Each report's row type, by its name in the API.
@@ -136,14 +137,35 @@ def coverage_query(
 
 
 def utilization_query(
-    store: Store, *, since: str | None = None, team: str | None = None
+    store: Store,
+    *,
+    since: str | None = None,
+    team: str | None = None,
+    pools: Sequence[Pool] = (),
+    pool: str | None = None,
 ) -> UtilizationReport:
-    """GPUs of each committed hour by kind, idle and down (``team``: that team's jobs alone)."""
+    """GPUs of each committed hour by kind, idle and down (``team``: that team's jobs alone);
+    on several ``pools`` (the config's), the rows of each pool (``pool``: of that one)."""
+    checked_pool(pool, pools)
     cluster, commits, kinds, down_at = utilization_inputs_in(store, since, team=team)
-    return utilization(commits, cluster, kinds, down_at)
+    if len(pools) <= 1:
+        return utilization(commits, cluster, kinds, down_at)
+    parts = utilization_of_pools(commits, cluster, kinds, down_at, pools=pools, pool=pool)
+    rows = sorted((row for part in parts.values() for row in part.rows), key=lambda row: row.hour)
+    whole = utilization(commits, cluster, kinds, down_at) if pool is None else next(iter(parts.values()))
+    return replace(whole, rows=tuple(rows))
 
 
-def commits_query(store: Store, *, since: str | None = None, team: str | None = None) -> list[CommitRow]:
-    """Every committed hour from ``since``: which job holds which GPUs (``team``'s jobs only)."""
+def commits_query(
+    store: Store,
+    *,
+    since: str | None = None,
+    team: str | None = None,
+    pools: Sequence[Pool] = (),
+    pool: str | None = None,
+) -> list[CommitRow]:
+    """Every committed hour from ``since``: which job holds which GPUs (``team``'s jobs only);
+    on several ``pools``, each row's pool (``pool``: that pool's rows)."""
+    checked_pool(pool, pools)
     commits, amendments, _, _ = commits_inputs_in(store, since, cluster=False, team=team)
-    return commit_rows(commits, amendments)
+    return commit_rows(commits, amendments, pools, pool)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from statistics import NormalDist
@@ -24,7 +24,7 @@ from typing import Any
 from contract.curves import swap_capped_curve
 from contract.errors import InputError
 from contract.records import Amendment, App, Cluster, Commit, PlanRun, TrafficHour
-from contract.scenario import Cell, Instance, JobKind, Pool, gpus_of
+from contract.scenario import Cell, Instance, JobKind, Pool, gpus_of, pool_at
 from contract.scenario_io import parse_scenario
 from forecasting.gpu_mapping import gpus_needed
 from gpuplan.app.core.bridge import gpu_demand
@@ -73,8 +73,12 @@ def pool_block_starts(free: int, pool: Pool, block_gpus: int) -> int:
 
 
 def run_instance(run: PlanRun) -> Instance:
-    """The run's scenario as an :class:`Instance` (its exported ``scenario.json``)."""
-    return parse_scenario(run.scenario, source=f"run {run.id}", default_name=f"run-{run.id}")
+    """The run's scenario as an :class:`Instance` (its exported ``scenario.json``), each app of
+    several pools on the pool the run's grid serves it on, with its demand there."""
+    instance = parse_scenario(run.scenario, source=f"run {run.id}", default_name=f"run-{run.id}")
+    if len(run.grid) != instance.gpus:  # no grid of this scenario's: its apps as they were read
+        return instance
+    return instance.as_served(run.grid)
 
 
 def free_masks(instance: Instance, grid: Sequence[Sequence[Cell]], open_from: int = 0) -> list[int]:
@@ -708,6 +712,7 @@ class UtilizationRow:
     idle: int
     down: int
     busy_share: float
+    pool: str | None = pool_column()
 
 
 @dataclass(frozen=True, slots=True)
@@ -733,6 +738,7 @@ def utilization(
     cluster: Cluster,
     kinds: Mapping[str, JobKind],
     down_at: Mapping[datetime, Collection[int]] | None = None,
+    pool: Pool | None = None,
 ) -> UtilizationReport:
     """Per committed hour, GPUs busy by job kind, idle and down; totals over the hours.
 
@@ -740,8 +746,11 @@ def utilization(
     missing from it counts as ``other``. A GPU held by a job counts as busy even when a
     down window covers it; ``down`` counts only down GPUs that nothing held. ``down_at``:
     the GPUs down in an hour as it was committed; an hour it lacks reads ``cluster``'s windows.
+    ``pool`` (placed: its ``first_gpu`` set): that pool's GPUs only, each row naming it.
     """
     down_at = down_at or {}
+    inside = range(cluster.gpus) if pool is None else range(pool.first_gpu, pool.end_gpu)
+    gpus = len(inside)
     rows: list[UtilizationRow] = []
     totals = dict.fromkeys((*_KIND_COLUMNS, "idle", "down"), 0.0)
     for commit in sorted(commits, key=lambda c: c.hour):
@@ -749,13 +758,15 @@ def utilization(
         held: set[int] = set()
         for assignment in commit.assignments:
             kind = kinds.get(assignment.job)
-            by_kind[kind.value if kind is not None else "other"] += len(assignment.gpus)
-            held.update(assignment.gpus)
+            mine = [gpu for gpu in assignment.gpus if gpu in inside]
+            by_kind[kind.value if kind is not None else "other"] += len(mine)
+            held.update(mine)
         then = down_at.get(commit.hour)
-        down = len((down_gpus_at(cluster, commit.hour) if then is None else set(then)) - held)
+        off = down_gpus_at(cluster, commit.hour) if then is None else set(then)
+        down = len({gpu for gpu in off if gpu in inside} - held)
         busy = len(held)
-        idle = max(0, cluster.gpus - busy - down)
-        up = cluster.gpus - down
+        idle = max(0, gpus - busy - down)
+        up = gpus - down
         rows.append(
             UtilizationRow(
                 hour=commit.hour,
@@ -767,6 +778,7 @@ def utilization(
                 idle=idle,
                 down=down,
                 busy_share=busy / up if up else 0.0,
+                pool=None if pool is None else pool.name,
             )
         )
         for column, count in (*by_kind.items(), ("idle", idle), ("down", down)):
@@ -792,10 +804,17 @@ class CommitRow:
     gpus: tuple[int, ...]
     amendment: int | None = None
     at: datetime | None = None
+    pool: str | None = pool_column()
 
 
-def commit_rows(commits: Sequence[Commit], amendments: Sequence[Amendment] = ()) -> list[CommitRow]:
-    """One row per committed hour and job, by hour then job; then each amendment's additions."""
+def commit_rows(
+    commits: Sequence[Commit],
+    amendments: Sequence[Amendment] = (),
+    pools: Sequence[Pool] = (),
+    pool: str | None = None,
+) -> list[CommitRow]:
+    """One row per committed hour and job, by hour then job; then each amendment's additions.
+    On several ``pools`` (placed), each row names the pool of its GPUs; ``pool``: its rows only."""
     rows = [
         CommitRow(commit.hour, a.job, tuple(sorted(a.gpus)))
         for commit in commits
@@ -806,7 +825,29 @@ def commit_rows(commits: Sequence[Commit], amendments: Sequence[Amendment] = ())
         for amendment in amendments
         for a in sorted(amendment.assignments, key=lambda a: a.job)
     ]
+    if len(pools) > 1:
+        named = []
+        for row in rows:
+            found = pool_at(pools, row.gpus[0]) if row.gpus else None
+            named.append(replace(row, pool=None if found is None else found.name))
+        rows = [row for row in named if pool is None or row.pool == pool]
     return sorted(rows, key=lambda r: (r.hour, r.amendment or 0, r.job))
+
+
+def utilization_of_pools(
+    commits: Sequence[Commit],
+    cluster: Cluster,
+    kinds: Mapping[str, JobKind],
+    down_at: Mapping[datetime, Collection[int]] | None = None,
+    *,
+    pools: Sequence[Pool] = (),
+    pool: str | None = None,
+) -> dict[str | None, UtilizationReport]:
+    """:func:`utilization` of the whole cluster (key None) on one pool; on several ``pools``
+    (placed), of each pool (``pool``: that one only), by name, in the cluster's order."""
+    if len(pools) <= 1:
+        return {None: utilization(commits, cluster, kinds, down_at)}
+    return {p.name: utilization(commits, cluster, kinds, down_at, p) for p in pools if pool in (None, p.name)}
 
 
 def commits_grid(commits: Sequence[Commit], cluster_gpus: int) -> list[list[str | None]]:

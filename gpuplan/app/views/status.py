@@ -87,6 +87,18 @@ class Status:
             f'"gpu_map":{_compact(self.gpu_map)}{pools}{teams}}}'
         )
 
+    def of_pool(self, pool: str | None) -> Status:
+        """This status with the rows of ``pool`` only (checked by :func:`checked_pool`): the jobs
+        and apps on its GPUs, the queued jobs planned there, and its own count; None: all of it."""
+        if pool is None:
+            return self
+        return replace(
+            self,
+            running=[row for row in self.running if row.get("pool") == pool],
+            queue=[row for row in self.queue if row.get("pool") == pool],
+            pools=[row for row in self.pools or () if row["pool"] == pool],
+        )
+
     def of_team(self, team: str | None) -> Status:
         """This status with ``team``'s jobs only (and the real-time apps left out; with teams,
         that team's row only), as :func:`status` with ``team`` builds it; ``None``: all of it."""
@@ -232,6 +244,16 @@ def _queue_row(
     return row
 
 
+def checked_pool(pool: str | None, pools: Sequence[Pool], field_name: str = "pool") -> str | None:
+    """A status's ``pool`` (``?pool=``, ``--pool``): None, or a pool of the config's several
+    ``pools``; else InputError naming ``field_name`` and the known ones."""
+    names = [p.name for p in pools] if len(pools) > 1 else []
+    if pool is None or pool in names:
+        return pool
+    expected = f"one of the cluster's pools {names}" if names else "absent: the cluster is one pool"
+    raise InputError(field_name, expected, pool)
+
+
 def pool_name(pools: Sequence[Pool], gpu: int | None) -> str | None:
     """The name of the pool of ``pools`` (the config's ``cluster.pools``) that holds GPU
     ``gpu``; None for no GPU, or one outside every pool."""
@@ -276,27 +298,43 @@ def pool_rows(
 
 
 def job_list(
-    store: Store, *, states: Sequence[JobState] | None, team: str | None, limit: int, offset: int
+    store: Store,
+    *,
+    states: Sequence[JobState] | None,
+    team: str | None,
+    limit: int,
+    offset: int,
+    pools: Sequence[Pool] = (),
 ) -> tuple[int, list[dict[str, Any]]]:
     """``GET /v1/jobs``: how many jobs match, and the page of them from ``offset`` (at most
     ``limit``), in submission order, each as :func:`job_view` shows it (one read of the plan)."""
     jobs = [job for job in store.jobs(states) if team is None or job.team == team]
     page = jobs[offset : offset + limit]
     newest = _newest_plan(store) if any(job.state is JobState.QUEUED for job in page) else None
-    return len(jobs), [job_view(store, job, newest=newest) for job in page]
+    return len(jobs), [job_view(store, job, newest=newest, pools=pools) for job in page]
 
 
-def job_view(store: Store, job: Job, *, newest: PlanRun | None = None) -> dict[str, Any]:
+def job_view(
+    store: Store, job: Job, *, newest: PlanRun | None = None, pools: Sequence[Pool] = ()
+) -> dict[str, Any]:
     """One job as ``GET /v1/jobs/{id}`` shows it: state, forecast, planned or actual start, GPUs,
-    outcome (``newest``: the plan the queue follows, when the caller read it already)."""
+    outcome (``newest``: the plan the queue follows, when the caller read it already). On a
+    cluster of several ``pools`` (the config's), its ``pool``: that of its GPUs once started,
+    of its planned block while queued (None where the plan does not place it)."""
     planned: datetime | None = None
     reason = None
+    place: tuple[datetime | None, int | None] | None = None
     if job.state is JobState.QUEUED:
         newest = newest or _newest_plan(store)
         if newest is not None:
-            planned = planned_place(newest, job.id)[0]
+            place = planned_place(newest, job.id)
+            planned = place[0]
             reason = placement_reason(newest, job.id, job.estimate, planned)
     estimate = job.estimate
+    where: dict[str, str | None] = {}
+    if len(pools) > 1:
+        started = job.state is not JobState.QUEUED and job.first_gpu is not None
+        where = {"pool": pool_name(pools, job.first_gpu) if started else _planned_pool(pools, place)}
     return {
         "job": job.id,
         "kind": job.kind,
@@ -316,7 +354,7 @@ def job_view(store: Store, job: Job, *, newest: PlanRun | None = None) -> dict[s
         else list(range(job.first_gpu, job.first_gpu + job.gpus)),
         "ended_at": None if job.ended_at is None else job.ended_at.isoformat(),
         "outcome": None if job.outcome is None else job.outcome.value,
-    }
+    } | where
 
 
 def _newest_plan(store: Store, last: PlanRun | None = None) -> PlanRun | None:

@@ -45,7 +45,12 @@ def list_jobs(
 ) -> list[dict[str, Any]]:
     """The jobs in submission order, a page at a time (``X-Total-Count``: how many match)."""
     total, rows = job_list(
-        call.ctx.store, states=None if state is None else [state], team=team, limit=limit, offset=offset
+        call.ctx.store,
+        states=None if state is None else [state],
+        team=team,
+        limit=limit,
+        offset=offset,
+        pools=call.ctx.config.pools,
     )
     response.headers["X-Total-Count"] = str(total)
     return rows
@@ -54,10 +59,12 @@ def list_jobs(
 @router.get("/{job_id}", responses=FOUND)
 def get_job(job_id: str, call: Reader) -> dict[str, Any]:
     """State, forecast, planned or actual start, GPUs and outcome."""
-    return job_view(call.ctx.store, known_job(call.ctx.store, job_id, call.token))
+    return job_view(
+        call.ctx.store, known_job(call.ctx.store, job_id, call.token), pools=call.ctx.config.pools
+    )
 
 
 @router.delete("/{job_id}", responses=FOUND)
 def delete_job(job_id: str, call: Submitter) -> dict[str, Any]:
     """Cancel: a queued job leaves the queue; a running one is stopped through the executor."""
-    return job_view(call.ctx.store, call.ctx.cancel(call.token, job_id))
+    return job_view(call.ctx.store, call.ctx.cancel(call.token, job_id), pools=call.ctx.config.pools)

@@ -109,15 +109,18 @@ def get_utilization(
     call: Reader,
     since: str | None = None,
     team: str | None = None,
+    pool: str | None = Query(None, description="that pool of the config's only (a cluster of several pools)"),
     format: Format = Format.JSON,
 ) -> Response:
     """GPUs of each committed hour by job kind, idle and down (``team``: that team's jobs alone,
-    every other GPU idle)."""
+    every other GPU idle); on a cluster of several pools, one row per hour and pool (``pool``)."""
+    pools = call.ctx.config.pools
 
     def build() -> tuple[bytes, str]:
-        return _rows("utilization", utilization_query(call.ctx.store, since=since, team=team).rows, format)
+        report = utilization_query(call.ctx.store, since=since, team=team, pools=pools, pool=pool)
+        return _rows("utilization", report.rows, format)
 
-    return _cached(call, ("utilization", since, team, format), build)
+    return _cached(call, ("utilization", since, team, pool, format), build)
 
 
 @router.get("/commits", responses=error_responses())
@@ -126,11 +129,15 @@ def get_commits(
     call: Reader,
     since: str | None = None,
     team: str | None = None,
+    pool: str | None = Query(None, description="that pool of the config's only (a cluster of several pools)"),
     format: Format = Format.JSON,
 ) -> Response:
-    """Every committed hour: which job holds which GPUs (``team``: that team's jobs only)."""
+    """Every committed hour: which job holds which GPUs (``team``: that team's jobs only; each
+    row's ``pool`` on a cluster of several pools, ``pool``: that pool's rows)."""
+    pools = call.ctx.config.pools
 
     def build() -> tuple[bytes, str]:
-        return _rows("commits", commits_query(call.ctx.store, since=since, team=team), format)
+        rows = commits_query(call.ctx.store, since=since, team=team, pools=pools, pool=pool)
+        return _rows("commits", rows, format)
 
-    return _cached(call, ("commits", since, team, format), build)
+    return _cached(call, ("commits", since, team, pool, format), build)

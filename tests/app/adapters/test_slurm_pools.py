@@ -269,15 +269,30 @@ def shown(service: SlurmService, slurm_id: int) -> dict[str, str]:
     return {**fields, "GRES": detail}
 
 
+#: The two ways an app names where it serves: its one pool, or its models with their rates
+#: (the A100s serve twice the H100s' requests per GPU-hour here, so it needs fewer of them).
+APP_PLACES: dict[str, dict[str, Any]] = {
+    "pool": {"requests_per_gpu_hour": 100.0, "pool": "a100"},
+    "gpu_models": {"gpu_models": {"h100": 50.0, "a100": 100.0}},
+}
+
+
+@pytest.fixture(params=sorted(APP_PLACES))
+def app_place(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return APP_PLACES[str(request.param)]
+
+
 @pytest.fixture
-def pooled(mixed: SlurmServer, sqlite_url: str, tmp_path: Path, layout: str) -> Iterator[SlurmService]:
+def pooled(
+    mixed: SlurmServer, sqlite_url: str, tmp_path: Path, layout: str, app_place: dict[str, Any]
+) -> Iterator[SlurmService]:
     traffic = tmp_path / "chat.csv"
     end = now().replace(minute=0, second=0, microsecond=0)
     hours = [end - k * HOUR for k in range(28 * 24, 0, -1)]
     traffic.write_text("hour,requests\n" + "".join(f"{h:%Y-%m-%d %H:%M:%S},100.0\n" for h in hours))
     chat = {
-        "id": "chat", "priority": 90, "swap_cap": 2, "requests_per_gpu_hour": 100.0, "traffic": str(traffic),
-        "replica_command": "sleep 3600", "pool": "a100",
+        "id": "chat", "priority": 90, "swap_cap": 2, "traffic": str(traffic),
+        "replica_command": "sleep 3600", **app_place,
     }  # fmt: skip
     config = load_config(write_config(tmp_path, mixed, layout, apps=[chat]))
     store = open_store(sqlite_url)
@@ -299,7 +314,7 @@ def expected_slurm(layout: str, pool: str) -> dict[str, str]:
 
 @pytest.mark.slurm
 def test_a_pooled_cycle_releases_each_job_on_its_pools_gpus_and_the_replica_on_its_apps_pool(
-    pooled: SlurmService, layout: str, caplog: pytest.LogCaptureFixture
+    pooled: SlurmService, layout: str, app_place: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="gpuplan.cluster")
     at = now().replace(second=0, microsecond=0)
@@ -324,7 +339,10 @@ def test_a_pooled_cycle_releases_each_job_on_its_pools_gpus_and_the_replica_on_i
     assert stored_map is not None and (stored_map.nodes, stored_map.gpus_per_node) == (("node1", "node0"), 4)
     committed = pooled.committed(hour)
     chat = committed["chat"]
-    assert chat and all(4 <= gpu < 8 for gpu in chat)  # the app serves on its pool, the A100s
+    # The app serves on one pool: its own (the A100s), or the one of its models the plan chose.
+    app_pool, app_node, app_first = ("a100", "node0", 4) if min(chat) >= 4 else ("h100", "node1", 0)
+    assert chat and all(app_first <= gpu < app_first + 4 for gpu in chat)
+    assert app_pool == "a100" or "gpu_models" in app_place
     # Four 2-GPU jobs and the app on 8 GPUs in two pools of 4: a job waits, and each of the
     # others lies inside one pool.
     batch = {job: gpus for job, gpus in committed.items() if job != "chat"}
@@ -351,8 +369,8 @@ def test_a_pooled_cycle_releases_each_job_on_its_pools_gpus_and_the_replica_on_i
     for gpu, slurm_id in replicas.items():
         wait_running(pooled, slurm_id)
         seen = shown(pooled, slurm_id)
-        assert {k: seen[k] for k in ("Partition", "Features")} == expected_slurm(layout, "a100")
-        assert (seen["NodeList"], gres_indices(seen["GRES"])) == ("node0", (gpu - 4,))
+        assert {k: seen[k] for k in ("Partition", "Features")} == expected_slurm(layout, app_pool)
+        assert (seen["NodeList"], gres_indices(seen["GRES"])) == (app_node, (gpu - app_first,))
 
 
 PARTITIONS, FEATURES_OF_MAIN = sorted(LAYOUTS, reverse=True)

@@ -39,6 +39,19 @@ def _config(tmp_path: Path, cluster: dict, apps: list[dict] | None = None, **top
     return path
 
 
+def _cycle(config: Path, db: str, models: Path, at: datetime, out: Path) -> tuple[dict, list]:
+    """One daemon cycle at ``at``, and the run it made as exported to ``out``: scenario, grid."""
+    ran = run_cli(
+        "daemon", "--once", "--config", config, "--db", db, "--models", models, "--at", at.isoformat()
+    )
+    assert ran.code == 0, ran.err
+    exported = run_cli("export", "latest", "--db", db, "--out", out)
+    assert exported.code == 0, exported.err
+    return json.loads((out / "scenario.json").read_text()), json.loads((out / "plan.json").read_text())[
+        "grid"
+    ]
+
+
 def test_a_two_pool_daemon_plans_each_job_inside_one_pool_and_refuses_a_job_wider_than_every_pool(
     tmp_path: Path, models_dir: Path
 ) -> None:
@@ -47,15 +60,7 @@ def test_a_two_pool_daemon_plans_each_job_inside_one_pool_and_refuses_a_job_wide
     config = _config(tmp_path, {"pools": POOLS}, [app])
     db = f"sqlite:///{tmp_path / 'gpuplan.db'}"
     for hour, at in enumerate((T0, T0 + timedelta(hours=1))):  # the second plans over running work
-        result = run_cli(
-            "daemon", "--once", "--config", config, "--db", db, "--models", models_dir, "--at", at.isoformat()
-        )
-        assert result.code == 0, result.err
-        out = tmp_path / f"export-{hour}"
-        exported = run_cli("export", "latest", "--db", db, "--out", out)
-        assert exported.code == 0, exported.err
-        scenario = json.loads((out / "scenario.json").read_text())
-        grid = json.loads((out / "plan.json").read_text())["grid"]
+        scenario, grid = _cycle(config, db, models_dir, at, tmp_path / f"export-{hour}")
         assert [(p["name"], p["gpus"]) for p in scenario["pools"]] == [("h100", 8), ("a100", 8)]
         instance = parse_scenario(scenario, source="exported")
         assert len(instance.pools) == 2 and instance.batch_jobs
@@ -88,6 +93,42 @@ def test_a_two_pool_daemon_plans_each_job_inside_one_pool_and_refuses_a_job_wide
     assert commits and all(commit.assignments for commit in commits)
     for assignment in (a for commit in commits for a in commit.assignments):
         assert len({gpu // 8 for gpu in assignment.gpus}) == 1, assignment
+
+
+def test_an_app_of_two_models_has_its_demand_on_each_pool_and_serves_on_one(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """``gpu_models: {h100: 150, a100: 75}``: its demand on the A100s is what its requests need
+    at half the rate, and the plan holds it on one of the two pools."""
+    traffic = str(demo_config().traffic[0].path)
+    app = {
+        "id": "chat",
+        "traffic": traffic,
+        "swap_cap": 2,
+        "priority": 90,
+        "gpu_models": {"a100": 75, "h100": 150},
+    }
+    path = _config(tmp_path, {"pools": POOLS}, [app])
+    config = load_config(path)
+    assert config.app_rates == {"chat": {"h100": 150.0, "a100": 75.0}} and config.app_pools == {}
+    assert config.apps[0].requests_per_gpu_hour == 150.0  # on its first pool, the cluster's order
+    db = f"sqlite:///{tmp_path / 'gpuplan.db'}"
+    for hour, at in enumerate((T0, T0 + timedelta(hours=1))):  # the second with the app running
+        scenario, grid = _cycle(path, db, models_dir, at, tmp_path / f"export-{hour}")
+        (chat,) = [job for job in scenario["jobs"] if job["id"] == "chat"]
+        assert "pool" not in chat and "demand" not in chat
+        by_pool = chat["demand_by_pool"]
+        assert list(by_pool) == ["h100", "a100"] and sum(by_pool["h100"]) > 0
+        # Half the rate: at least as many GPUs at every step, more in all (up to each pool's 8).
+        assert all(h <= a for h, a in zip(by_pool["h100"], by_pool["a100"], strict=True))
+        assert sum(by_pool["a100"]) > sum(by_pool["h100"])
+        instance = parse_scenario(scenario, source="exported")
+        assert check_plan(instance, grid) == []
+        held = {gpu // 8 for gpu, row in enumerate(grid) for cell in row if cell == "chat"}
+        assert len(held) == 1  # one pool for the whole plan
+        if hour:  # a running app stays on its pool
+            running = [r for r in scenario["running"] if r["id"] == "chat"]
+            assert running and {g // 8 for g in running[0]["gpus"]} == held
 
 
 def test_a_single_pool_config_writes_no_pools(tmp_path: Path) -> None:
@@ -126,6 +167,41 @@ def test_a_single_pool_config_writes_no_pools(tmp_path: Path) -> None:
             {"gpus": 8},
             [{"id": "chat", "requests_per_gpu_hour": 10, "pool": "h100"}],
             "`apps[0].pool` must be absent on a cluster without cluster.pools",
+        ),
+        (
+            {"pools": POOLS},
+            [{"id": "chat", "gpu_models": {"h100": 120, "l40s": 60}}],
+            "`apps[0].gpu_models.l40s` must be a GPU model of the cluster's pools ['h100', 'a100']; got 'l40s'",
+        ),
+        (
+            {"pools": POOLS},
+            [{"id": "chat", "gpu_models": {"h100": 120, "a100": 0}}],
+            "`apps[0].gpu_models.a100` must be requests per GPU-hour on that model, a number > 0; got 0",
+        ),
+        (
+            {"pools": POOLS},
+            [{"id": "chat", "gpu_models": {"h100": -5}}],
+            "`apps[0].gpu_models.h100` must be requests per GPU-hour on that model, a number > 0; got -5",
+        ),
+        (
+            {"pools": POOLS},
+            [{"id": "chat", "gpu_models": {"h100": 120}, "pool": "h100"}],
+            "`apps[0].pool` must be absent beside apps[0].gpu_models (its requests per GPU-hour per model)",
+        ),
+        (
+            {"pools": POOLS},
+            [{"id": "chat", "gpu_models": {"h100": 120}, "requests_per_gpu_hour": 100}],
+            "`apps[0].requests_per_gpu_hour` must be absent beside apps[0].gpu_models",
+        ),
+        (
+            {"pools": POOLS},
+            [{"id": "chat", "gpu_models": {}}],
+            "`apps[0].gpu_models` must be a mapping of GPU model -> requests per GPU-hour",
+        ),
+        (
+            {"gpus": 8},
+            [{"id": "chat", "gpu_models": {"h100": 120}}],
+            "`apps[0].gpu_models` must be absent on a cluster without cluster.pools",
         ),
     ],
 )

@@ -34,6 +34,7 @@ from gpuplan.app.views.reports import (
 from gpuplan.http.server import HttpServer
 from gpuplan.table import row_columns
 from scheduler.lns import MIN_BUDGET_MS
+from storage.factory import open_store
 from tests.http_fixtures import T0, Served, served
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
@@ -136,6 +137,25 @@ def test_coverage_risk_counts_an_app_against_its_own_pool() -> None:
         (ShortfallReason.CAPACITY, "a100", 1)
     ] * 2
     assert coverage_risk(_run(pooled, grid), [], pool="h100").rows == ()
+
+
+def test_coverage_risk_weighs_an_app_of_several_pools_on_the_pool_the_plan_serves_it_on() -> None:
+    """Needing 1 H100 or 3 A100s, served on the 2 A100s: short by 1 there, not served on H100s."""
+    chat = {
+        "id": "chat", "kind": "realtime", "priority": 80, "swap_cap": 2,
+        "demand_by_pool": {"h100": [1, 1], "a100": [3, 3]},
+    }  # fmt: skip
+    grid: list[list[str | None]] = [[None, None]] * 4 + [["chat", "chat"]] * 2
+    pooled = {
+        "name": "cov",
+        "horizon": 2,
+        "pools": [{"name": "h100", "gpus": 4}, {"name": "a100", "gpus": 2}],
+    }
+    report = coverage_risk(_run({**pooled, "jobs": [chat]}, grid), [])
+    assert [(r.reason, r.pool, r.shortfall_gpus) for r in report.rows] == [
+        (ShortfallReason.CAPACITY, "a100", 1)
+    ] * 2
+    assert coverage_risk(_run({**pooled, "jobs": [chat]}, grid), [], pool="h100").rows == ()
 
 
 def test_the_dashboards_grid_is_one_band_per_pool_its_nodes_counted_from_the_pools_first_gpu() -> None:
@@ -392,3 +412,161 @@ def test_the_dashboard_in_chromium_shows_one_grid_band_per_pool_and_each_rows_po
             page.screenshot(path=str(tmp_path / "pools.png"), full_page=True)
         finally:
             browser.close()
+
+
+# ---------------------------------------------------------------------------------------
+# One pool's status, a job's pool, and the bad submits on pools
+
+
+def test_the_status_of_one_pool_and_each_jobs_pool(pooled: tuple[httpx.Client, Served, Path, str]) -> None:
+    """``?pool=a100`` (``--pool a100``) keeps that pool's count and the rows on its GPUs or planned
+    there; ``GET /v1/jobs/{id}`` names a job's pool; a pool the config lacks is one line."""
+    client, service, config, db = pooled
+    spec = {"id": "pooled-2", "kind": "batch_inference", "priority": 40, "gpus": 2, "hours": 2}
+    made = client.post("/v1/jobs", json=spec, headers=service.auth("ml"))
+    assert made.status_code == 201, made.text
+    whole = client.get("/v1/status", headers=service.auth("reader")).json()
+    for name in ("h100", "a100"):
+        one = client.get(f"/v1/status?pool={name}", headers=service.auth("reader"))
+        assert one.status_code == 200, one.text
+        document = one.json()
+        assert [p["pool"] for p in document["pools"]] == [name]
+        assert document["running"] == [r for r in whole["running"] if r["pool"] == name]
+        assert document["queue"] == [r for r in whole["queue"] if r["pool"] == name]
+    assert any(
+        r["job"] == "chat"
+        for r in client.get("/v1/status?pool=a100", headers=service.auth("reader")).json()["running"]
+    )
+    bad = client.get("/v1/status?pool=l40s", headers=service.auth("reader"))
+    assert bad.status_code == 422, bad.text
+    assert bad.json()["errors"] == [
+        {"field": "pool", "expected": "one of the cluster's pools ['h100', 'a100']", "received": "l40s"}
+    ]
+
+    job = client.get("/v1/jobs/pooled-2", headers=service.auth("reader")).json()
+    assert job["state"] == "queued" and job["pool"] == made.json()["pool"]
+    running = [r for r in whole["running"] if r["kind"] != "realtime"]
+    assert running
+    for row in running:
+        shown = client.get(f"/v1/jobs/{row['job']}", headers=service.auth("reader")).json()
+        assert shown["pool"] == row["pool"] == _pool_of(shown["gpus"][0])
+    listed = client.get("/v1/jobs", headers=service.auth("reader")).json()
+    assert listed and all(r["pool"] in {"h100", "a100", None} for r in listed)
+
+    at = (T0 + timedelta(minutes=1)).isoformat()
+    shown_cli = run_cli("status", "--db", db, "--config", config, "--at", at, "--pool", "a100", "--json")
+    assert shown_cli.code == 0, shown_cli.err
+    document = json.loads(shown_cli.out)
+    assert [p["pool"] for p in document["pools"]] == ["a100"]
+    assert {r["pool"] for r in document["running"] + document["queue"]} <= {"a100"}
+    refused = run_cli("status", "--db", db, "--config", config, "--at", at, "--pool", "l40s")
+    assert refused.code == 2 and len(refused.err.strip().splitlines()) == 1, refused.err
+    assert "`--pool` must be one of the cluster's pools ['h100', 'a100']; got 'l40s'" in refused.err
+    alone = run_cli("status", "--db", db, "--at", at, "--pool", "a100")
+    assert alone.code == 2 and "`--pool` must be absent: the cluster is one pool" in alone.err
+
+
+#: (the spec's changes, the one line) of a submit a cluster of pools refuses.
+BAD_SUBMITS = {
+    "a list naming no pool": (
+        {"gpu_models": ["l40s"]},
+        "`gpu_models` must be a list naming a GPU model of the cluster's pools",
+    ),
+    "a model gpuplan does not know": (
+        {"gpu_models": ["mi300x"]},
+        "`gpu_models[0]` must be a GPU model gpuplan knows: one of [",
+    ),
+    "too big for every pool": ({"gpus": 16}, "`gpus` must be at most 8, the GPUs of the largest pool"),
+    "too big for its pools": (
+        {"gpus": 16, "gpu_models": ["a100"]},
+        "`gpus` must be at most 8, the GPUs of the largest pool of its gpu_models (a100)",
+    ),
+}
+
+
+def test_a_bad_submit_on_pools_is_one_line_and_nothing_is_stored(
+    pooled: tuple[httpx.Client, Served, Path, str], tmp_path: Path
+) -> None:
+    client, service, config, db = pooled
+    at = (T0 + timedelta(minutes=2)).isoformat()
+    for case, (change, message) in BAD_SUBMITS.items():
+        spec = {"kind": "batch_inference", "priority": 40, "gpus": 2, "hours": 2, **change}
+        refused = client.post("/v1/jobs", json={**spec, "id": "bad-api"}, headers=service.auth("ml"))
+        assert refused.status_code == 422, (case, refused.text)
+        assert message in refused.json()["message"] and "\n" not in refused.json()["message"], case
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump({**spec, "id": "bad-cli"}))
+        ran = run_cli("submit", path, "--config", config, "--db", db, "--at", at)
+        assert ran.code == 2 and len(ran.err.strip().splitlines()) == 1 and message in ran.err, (
+            case,
+            ran.err,
+        )
+        assert service.store.job("bad-api") is None and service.store.job("bad-cli") is None, case
+
+
+@pytest.mark.parametrize(
+    ("pools", "message"),
+    [
+        ([POOLS[0], {**POOLS[1], "gpus": 0}], "`cluster.pools[1].gpus` must be an integer >= 1; got 0"),
+        (
+            [POOLS[0], {**POOLS[1], "name": "h100"}],
+            "`cluster.pools[1].name` must be a name used by no other pool; got 'h100'",
+        ),
+    ],
+    ids=["a pool of 0 GPUs", "two pools of one name"],
+)
+def test_a_submit_or_a_daemon_on_bad_pools_is_one_line_and_nothing_is_stored(
+    tmp_path: Path, pools: list[dict], message: str
+) -> None:
+    config = tmp_path / "bad-pools.yaml"
+    config.write_text(yaml.safe_dump({"cluster": {"pools": pools}, "apps": []}))
+    db = f"sqlite:///{tmp_path / 'gpuplan.db'}"
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        yaml.safe_dump({"id": "j", "kind": "batch_inference", "priority": 4, "gpus": 2, "hours": 1})
+    )
+    for argv in (
+        ("submit", spec, "--config", config, "--db", db),
+        ("daemon", "--once", "--config", config, "--db", db),
+    ):
+        ran = run_cli(*argv)
+        assert ran.code == 2 and len(ran.err.strip().splitlines()) == 1 and message in ran.err, ran.err
+    assert not (tmp_path / "gpuplan.db").exists() or open_store(db).job("j") is None
+
+
+def test_utilization_and_commits_per_pool(pooled: tuple[httpx.Client, Served, Path, str]) -> None:
+    """One utilization row per committed hour and pool, adding up to the cluster's; each
+    commit row names the pool of its GPUs; ``pool`` keeps one; a pool the config lacks is one line."""
+    client, service, config, db = pooled
+    reader = service.auth("reader")
+    whole = run_cli("report", "utilization", "--db", db, "--json")
+    assert whole.code == 0, whole.err
+    cluster_rows = json.loads(whole.out)
+    assert cluster_rows and all("pool" not in row for row in cluster_rows)
+    rows = client.get("/v1/reports/utilization", headers=reader).json()
+    assert [row["pool"] for row in rows] == ["h100", "a100"] * len(cluster_rows)
+    columns = ("training", "batch_inference", "quantization", "realtime", "other", "idle", "down")
+    for hour, (h100, a100) in zip(cluster_rows, zip(rows[::2], rows[1::2], strict=True), strict=True):
+        assert h100["hour"] == a100["hour"] == hour["hour"]
+        assert all(h100[c] + a100[c] == hour[c] for c in columns)
+        assert sum(h100[c] for c in columns) == 8 == sum(a100[c] for c in columns)
+    assert any(row["realtime"] for row in rows if row["pool"] == "a100")  # chat serves on the A100s
+    assert not any(row["realtime"] for row in rows if row["pool"] == "h100")
+    one = run_cli("report", "utilization", "--db", db, "--config", config, "--pool", "a100", "--json")
+    assert one.code == 0, one.err
+    assert json.loads(one.out) == [row for row in rows if row["pool"] == "a100"]
+
+    commits = client.get("/v1/reports/commits", headers=reader).json()
+    assert commits and all(row["pool"] == _pool_of(row["gpus"][0]) for row in commits)
+    a100 = client.get("/v1/reports/commits?pool=a100", headers=reader).json()
+    assert a100 == [row for row in commits if row["pool"] == "a100"]
+    shown = run_cli("report", "commits", "--db", db, "--config", config, "--pool", "h100", "--json")
+    assert shown.code == 0 and json.loads(shown.out) == [row for row in commits if row["pool"] == "h100"]
+
+    for route in ("utilization", "commits"):
+        bad = client.get(f"/v1/reports/{route}?pool=l40s", headers=reader)
+        assert bad.status_code == 422, bad.text
+        assert bad.json()["errors"][0]["field"] == "pool"
+        refused = run_cli("report", route, "--db", db, "--config", config, "--pool", "l40s")
+        assert refused.code == 2 and len(refused.err.strip().splitlines()) == 1, refused.err
+        assert "`--pool` must be one of the cluster's pools ['h100', 'a100']; got 'l40s'" in refused.err
