@@ -20,9 +20,8 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    highest ids first, so the services stack at the top of the cluster and give
    GPUs back in troughs. Spare swap budget replaces GPUs that will go down (or are
    promised to a batch job) early, one in before one out, and moves a service's
-   lowest GPU up into a free higher one (compaction, never at step 0: that step is
-   committed next, and a swap made there restarts a replica now), so whole aligned blocks
-   stay free below. Every change is charged to the swap cap; earliest-deadline-first
+   lowest GPU up into a free higher one (compaction), so whole aligned blocks stay
+   free below. Every change is charged to the swap cap; earliest-deadline-first
    shedding guarantees no step ever needs more changes than the cap.
 2. **Batch by value.** Queued jobs are packed greedily in a few orders (priority
    first with larger rectangles first among equals; value per step; widest first),

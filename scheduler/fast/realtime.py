@@ -195,10 +195,7 @@ def _step_realtime(
         if room and doomed:
             current, budget = _evacuate_early(current, doomed, room, budget, t, downs=downs, cap=job.swap_cap)
             room &= ~current
-        # Compaction only where the step is not the one committed next: a GPU moved at step 0
-        # is a replica restarted now for a hole batch work may fill later, and the plan of the
-        # next hour decides that again (docs/benchmarks.md, "Real-time moves").
-        if t > 0 and budget and room >= current & -current:  # a free GPU above the lowest held
+        if budget and room >= current & -current:  # a free GPU above the lowest held
             current = _compact(current, room, budget)
     return current
 
