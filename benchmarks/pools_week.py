@@ -30,7 +30,7 @@ from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
 from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
 from gpuplan.app.core.config import load_config
-from gpuplan.app.lab.simulate import SimOptions, SimPolicy, prepare, run_policy, week_grid
+from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, prepare, run_policy, week_grid
 from gpuplan.app.lab.simulate.loop import SimHooks
 from gpuplan.app.lab.simulate.measures import PolicyMetrics, measure
 from gpuplan.table import format_table
@@ -64,11 +64,11 @@ def config_text(pooled: bool) -> str:
     return f"{cluster}apps:\n{apps}"
 
 
-def run_seed(seed: int, *, days: int, pooled: bool, work: Path) -> dict[SimPolicy, PolicyMetrics]:
-    """Every policy on one seed's workload; raises on any illegal plan."""
-    path = work / f"cluster-{'pools' if pooled else 'one'}.yaml"
-    path.write_text(config_text(pooled), encoding="utf-8")
-    setup = prepare(
+def drawn_setup(seed: int, *, days: int, work: Path, name: str, config: str) -> Setup:
+    """The simulation of the seed's drawn workload on ``config`` (written to ``work/name``)."""
+    path = work / name
+    path.write_text(config, encoding="utf-8")
+    return prepare(
         days=days,
         gpus=0,
         work_dir=work / f"seed{seed}",
@@ -77,6 +77,12 @@ def run_seed(seed: int, *, days: int, pooled: bool, work: Path) -> dict[SimPolic
         config_source=str(path),
         hours_factor=HOURS_FACTOR,
     )
+
+
+def run_seed(seed: int, *, days: int, pooled: bool, work: Path) -> dict[SimPolicy, PolicyMetrics]:
+    """Every policy on one seed's workload; raises on any illegal plan."""
+    name = f"cluster-{'pools' if pooled else 'one'}.yaml"
+    setup = drawn_setup(seed, days=days, work=work, name=name, config=config_text(pooled))
     found = {}
     for policy in POLICIES:
         plans = 0

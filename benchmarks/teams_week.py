@@ -25,9 +25,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.pools_week import HOURS_FACTOR, config_text
-from gpuplan.app.core.config import load_config
-from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, prepare, run_policy, week_grid
+from benchmarks.pools_week import config_text, drawn_setup
+from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, run_policy, week_grid
 from gpuplan.app.lab.simulate.measures import PolicyMetrics, measure
 from gpuplan.table import format_table
 from scheduler.check import check_plan
@@ -76,20 +75,8 @@ def with_teams(setup: Setup, seed: int) -> Setup:
 
 
 def run_seed(seed: int, *, days: int, work: Path) -> dict[str, PolicyMetrics]:
-    path = work / "teams.yaml"
-    path.write_text(config_text(pooled=True) + teams_text(), encoding="utf-8")
-    setup = with_teams(
-        prepare(
-            days=days,
-            gpus=0,
-            work_dir=work / f"seed{seed}",
-            seed=seed,
-            config=load_config(path),
-            config_source=str(path),
-            hours_factor=HOURS_FACTOR,
-        ),
-        seed,
-    )
+    config = config_text(pooled=True) + teams_text()
+    setup = with_teams(drawn_setup(seed, days=days, work=work, name="teams.yaml", config=config), seed)
     found = {}
     runs = [(policy.value, policy, setup) for policy in POLICIES]
     runs.append((NO_TEAMS, SimPolicy.FAST, replace(setup, teams=())))

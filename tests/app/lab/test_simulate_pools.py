@@ -10,13 +10,12 @@ import pytest
 
 from contract.records import PlanRun
 from contract.scenario_io import parse_scenario
-from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
-from gpuplan.app.core.config import load_config
-from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, prepare, run_policy, week_grid
+from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, run_policy, week_grid
 from gpuplan.app.lab.simulate.loop import SimHooks
 from gpuplan.app.lab.simulate.measures import job_pool_of, measure
 from scheduler.check import check_plan
 from storage.store import Store
+from tests.app.lab.two_pools import one_day, write_config, write_workload
 from tests.service_fixtures import run_cli
 
 HEADER = "id,submit_hour,kind,priority,gpus,actual_hours,forecast_hours,gpu_models,forecast_hours:a100,actual_hours:a100"
@@ -31,35 +30,17 @@ ROWS = (
 
 
 def _config(tmp_path: Path) -> Path:
-    path = tmp_path / "pools.yaml"
-    path.write_text(
-        "cluster:\n  pools:\n    - {name: h100, gpu_model: h100, gpus: 8}\n"
-        "    - {name: a100, gpu_model: a100, gpus: 8}\n"
-        "apps:\n  - {id: chat, priority: 90, swap_cap: 1, peak_gpus: 3, pool: a100,\n"
-        f"     traffic: {BUNDLED_TRAFFIC_DIR / 'alibaba_genai_lora_hourly.csv'}}}\n",
-        encoding="utf-8",
-    )
-    return path
+    return write_config(tmp_path, "pools.yaml")
 
 
 def _workload(tmp_path: Path, *rows: str, header: str = HEADER) -> Path:
-    path = tmp_path / "jobs.csv"
-    path.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
-    return path
+    return write_workload(tmp_path, header, *rows)
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     folder = tmp_path_factory.mktemp("pools")
-    config = _config(folder)
-    return prepare(
-        days=1,
-        gpus=0,
-        work_dir=folder,
-        workload_path=_workload(folder, *ROWS),
-        config=load_config(config),
-        config_source=str(config),
-    )
+    return one_day(folder, _config(folder), _workload(folder, *ROWS))
 
 
 def test_the_config_s_pools_and_the_apps_pool_are_the_simulated_cluster(setup: Setup) -> None:

@@ -11,15 +11,14 @@ import pytest
 
 from contract.errors import InputError
 from contract.scenario_io import parse_scenario
-from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
-from gpuplan.app.core.config import load_config
-from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, prepare, run_policy, week_grid
+from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, run_policy, week_grid
 from gpuplan.app.lab.simulate.cycles import hard_quotas
 from gpuplan.app.lab.simulate.fairness import jain
 from gpuplan.app.lab.simulate.measures import measure
 from gpuplan.app.lab.workload import read_workload
 from scheduler.check import check_plan
 from scheduler.policies import PolicyName, plan
+from tests.app.lab.two_pools import one_day, write_config, write_workload
 
 HEADER = "id,submit_hour,kind,priority,gpus,actual_hours,forecast_hours,gpu_models,team"
 #: `p1` (product, all 8 H100 GPUs) borrows research's 4 with a P90 of 2 hours, ends at 6; research's
@@ -31,37 +30,21 @@ OVERRUN = (
 
 
 def _config(tmp_path: Path) -> Path:
-    path = tmp_path / "teams.yaml"
-    path.write_text(
-        "cluster:\n  pools:\n    - {name: h100, gpu_model: h100, gpus: 8}\n"
-        "    - {name: a100, gpu_model: a100, gpus: 8}\n"
-        "apps:\n  - {id: chat, priority: 90, swap_cap: 1, peak_gpus: 3, pool: a100,\n"
-        f"     traffic: {BUNDLED_TRAFFIC_DIR / 'alibaba_genai_lora_hourly.csv'}}}\n"
-        "teams:\n  - {name: research, quota: {h100: 4, a100: 2}, weight: 2}\n"
-        "  - {name: product, quota: {h100: 4, a100: 2}}\n",
-        encoding="utf-8",
+    return write_config(
+        tmp_path,
+        "teams.yaml",
+        "teams:\n  - {name: research, quota: {h100: 4, a100: 2}, weight: 2}\n  - {name: product, quota: {h100: 4, a100: 2}}\n",
     )
-    return path
 
 
 def _workload(tmp_path: Path, *rows: str, header: str = HEADER) -> Path:
-    path = tmp_path / "jobs.csv"
-    path.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
-    return path
+    return write_workload(tmp_path, header, *rows)
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     folder = tmp_path_factory.mktemp("teams")
-    config = _config(folder)
-    return prepare(
-        days=1,
-        gpus=0,
-        work_dir=folder,
-        workload_path=_workload(folder, *OVERRUN),
-        config=load_config(config),
-        config_source=str(config),
-    )
+    return one_day(folder, _config(folder), _workload(folder, *OVERRUN))
 
 
 def test_the_workload_s_team_column_names_a_config_team(tmp_path: Path) -> None:
