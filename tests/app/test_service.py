@@ -28,7 +28,7 @@ from gpuplan.app.lab.demo import demo_world
 from gpuplan.app.lab.seed import demo_durations, ensure_service
 from scheduler.check import check_plan
 from storage.factory import open_store
-from tests.service_fixtures import _in_tmp_path, models_dir, quick_config, run_cli
+from tests.service_fixtures import Result, _in_tmp_path, models_dir, quick_config, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]
 
@@ -139,16 +139,19 @@ def test_real_time_gpus_change_across_cycles_within_the_swap_cap(tmp_path: Path,
             assert len(changed) <= cap, (app, before.hour, changed)
 
 
+def _submit(tmp_path: Path, db: str, models_dir: Path, spec: dict[str, object], *flags: str) -> Result:
+    """``gpuplan submit`` at ``T0`` of a 2-hour batch inference job with ``spec``'s fields."""
+    path = tmp_path / f"{spec['id']}.yaml"
+    path.write_text(yaml.safe_dump({"kind": "batch_inference", "hours": 2, **spec}))
+    return run_cli("submit", path, "--db", db, "--models", models_dir, *flags, "--at", T0.isoformat())
+
+
 def test_submit_answers_with_a_planned_start_and_a_bad_spec_stores_nothing(
     tmp_path: Path, models_dir: Path
 ) -> None:
     db = _db(tmp_path)
     _once(db, models_dir, T0)
-    good = tmp_path / "job.yaml"
-    good.write_text(
-        yaml.safe_dump({"id": "bi-1", "kind": "batch_inference", "priority": 95, "gpus": 4, "hours": 2})
-    )
-    result = run_cli("submit", good, "--db", db, "--models", models_dir, "--json", "--at", T0.isoformat())
+    result = _submit(tmp_path, db, models_dir, {"id": "bi-1", "priority": 95, "gpus": 4}, "--json")
     assert result.code == 0, result.err
     answer = json.loads(result.out)
     keys = {"job", "gpus", "hours_p50", "hours_p90", "planned_start", "promised_start", "first_gpu", "reason"}
@@ -165,11 +168,7 @@ def test_submit_answers_with_a_planned_start_and_a_bad_spec_stores_nothing(
     finally:
         store.close()
 
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(
-        yaml.safe_dump({"id": "bi-2", "kind": "batch_inference", "priority": 5, "gpus": 3, "hours": 2})
-    )
-    result = run_cli("submit", bad, "--db", db, "--models", models_dir, "--at", T0.isoformat())
+    result = _submit(tmp_path, db, models_dir, {"id": "bi-2", "priority": 5, "gpus": 3})
     assert result.code == 2
     assert "`gpus` must be a power of two" in result.err
     store = open_store(db)
@@ -185,11 +184,7 @@ def test_a_cycle_a_month_after_a_promise_still_plans_and_commits_the_waiting_job
 ) -> None:
     db = _db(tmp_path)
     _once(db, models_dir, T0)
-    spec = tmp_path / "job.yaml"
-    spec.write_text(
-        yaml.safe_dump({"id": "bi-old", "kind": "batch_inference", "priority": 95, "gpus": 4, "hours": 2})
-    )
-    submitted = run_cli("submit", spec, "--db", db, "--models", models_dir, "--json", "--at", T0.isoformat())
+    submitted = _submit(tmp_path, db, models_dir, {"id": "bi-old", "priority": 95, "gpus": 4}, "--json")
     assert submitted.code == 0, submitted.err
     promised = datetime.fromisoformat(json.loads(submitted.out)["promised_start"])
     # The daemon was down for a month: the job still waits, its promise 31 days past.
