@@ -13,10 +13,14 @@ week on a series under three weeks), each forecasting the next 24 hours. Per ser
   busiest quarter (its 6 busiest hours by actual requests);
 - **worst day**, the lowest busiest-quarter coverage of one scored day;
 - **MASE@level**, the MASE of the P50 scaled, day by day, to the day's actual total: what a
-  perfect level would give the profile's shape, the bound of any level recalibration.
+  perfect level would give the profile's shape, the bound of any level recalibration;
+- **MASE 1-6h / 7-12h / 13-24h**, the same MASE over the hours 1-6, 7-12 and 13-24 after
+  the origin (the MASE is their mean weighted 6:6:12): how much of it a nowcast, which
+  reaches the first hours only, could move.
 
-``--level-weight`` and ``--busy-quantile`` score the profile with another shrinkage weight of
-the level-less families' recalibration (0: none) or another busiest-quarter floor.
+``--level-weight``, ``--busy-quantile`` and ``--validation-days`` score the profile with another
+shrinkage weight of the level-less families' recalibration (0: none), another busiest-quarter
+floor, or another number of validation days (7 ships).
 
 Each set ends with its worst slice: the highest MASE and the lowest busiest-quarter
 coverage over its series. Goals (#50, held out): MASE <= 0.80, busy cov >= 0.85.
@@ -61,6 +65,12 @@ class SplitScore:
     method: str
     #: The MASE with each day's P50 scaled to that day's actual total (a known level).
     mase_known_level: float
+    #: The MASE over the hours 1-6, 7-12 and 13-24 after each origin (``HORIZON_BUCKETS``).
+    mase_by_horizon: tuple[float, ...]
+
+
+#: The horizon buckets of ``SplitScore.mase_by_horizon``: [start, end) hours after the origin.
+HORIZON_BUCKETS = ((0, 6), (6, 12), (12, 24))
 
 
 def load_split(data: Path, groups: tuple[str, ...] = SETS) -> list[tuple[str, str, HourlyTraffic]]:
@@ -95,6 +105,7 @@ def score_series(
     totals = backtest.p50.sum(axis=1, keepdims=True)
     level = backtest.actual.sum(axis=1, keepdims=True) / np.where(totals > 0, totals, 1.0)
     known_level = np.abs(backtest.p50 * level - backtest.actual) / backtest.mase_scale[:, None]
+    scaled = np.abs(backtest.p50 - backtest.actual) / backtest.mase_scale[:, None]
     covered = backtest.actual <= backtest.p90 + 1e-9
     busy = busiest_quarter(backtest.actual)
     per_day = [float(np.mean(day[mask])) for day, mask in zip(covered, busy, strict=True)]
@@ -109,6 +120,7 @@ def score_series(
         worst_day_busy_coverage=min(per_day),
         method=row.method,
         mase_known_level=float(np.mean(known_level)),
+        mase_by_horizon=tuple(float(np.mean(scaled[:, start:end])) for start, end in HORIZON_BUCKETS),
     )
 
 
@@ -116,7 +128,7 @@ def table(scores: list[SplitScore]) -> list[str]:
     lines = [
         (
             f"{'set':9} {'series':26} {'n':>3} {'MASE':>6} {'relMAE':>6} {'P90cov':>6} {'busy':>6} "
-            f"{'worstday':>8} {'MASE@level':>10}  chosen"
+            f"{'worstday':>8} {'MASE@level':>10} {'1-6h':>5} {'7-12h':>5} {'13-24h':>6}  chosen"
         )
     ]
     for group in SETS:
@@ -126,7 +138,8 @@ def table(scores: list[SplitScore]) -> list[str]:
         lines += [
             f"{s.group:9} {s.name:26} {s.origins:3d} {s.mase:6.3f} {s.relative_mae:6.3f} "
             f"{s.p90_coverage:6.3f} {s.busy_coverage:6.3f} {s.worst_day_busy_coverage:8.3f} "
-            f"{s.mase_known_level:10.3f}  {s.method}"
+            f"{s.mase_known_level:10.3f} {s.mase_by_horizon[0]:5.3f} {s.mase_by_horizon[1]:5.3f} "
+            f"{s.mase_by_horizon[2]:6.3f}  {s.method}"
             for s in rows
         ]
         worst_mase = max(rows, key=lambda s: s.mase)
@@ -144,10 +157,16 @@ def main() -> None:
     parser.add_argument("--set", choices=("tuning", "held-out", "both"), default="both")
     parser.add_argument("--level-weight", type=float, default=LEVEL_WEIGHT, help="0: no recalibration")
     parser.add_argument("--busy-quantile", type=float, default=BUSY_QUANTILE)
+    parser.add_argument("--validation-days", type=int, default=7, help="the profile's validation days")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     groups = SETS if args.set == "both" else (args.set.replace("-", " "),)
-    make = partial(RealtimeProfile, level_weight=args.level_weight, busy_quantile=args.busy_quantile)
+    make = partial(
+        RealtimeProfile,
+        level_weight=args.level_weight,
+        busy_quantile=args.busy_quantile,
+        validation_days=args.validation_days,
+    )
     scores = [score_series(*entry, make_forecaster=make) for entry in load_split(args.data, groups)]
     sys.stdout.write("\n".join(table(scores)) + "\n")
 

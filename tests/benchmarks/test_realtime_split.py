@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.realtime_split.__main__ import SPLIT, SplitScore, load_split, score_series, table
+from benchmarks.realtime_split.__main__ import (
+    HORIZON_BUCKETS,
+    SPLIT,
+    SplitScore,
+    load_split,
+    score_series,
+    table,
+)
 from forecasting.realtime import RealtimeProfile
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -81,3 +88,17 @@ def test_a_known_level_is_the_bound_the_held_out_mase_goal_is_above(held_out: di
     # still score a MASE above the goal (0.80): their misses are within the day, not its level.
     for name in ("openb gpus requested", "openb cpus requested", "openb pods deleted"):
         assert 0.80 < held_out[name].mase_known_level < held_out[name].mase
+
+
+def test_the_horizon_buckets_split_the_mase_into_its_hours(held_out: dict[str, SplitScore]) -> None:
+    # The day-ahead MASE is the mean over hours 1-24; the buckets are its parts, weighted by
+    # their hours, and on the pod trace the second half of the day scores worse than the first
+    # six hours (what a nowcast could reach is a small part of the error).
+    widths = [end - start for start, end in HORIZON_BUCKETS]
+    assert sum(widths) == 24
+    for score in held_out.values():
+        weighted = sum(w * m for w, m in zip(widths, score.mase_by_horizon, strict=True)) / 24
+        assert weighted == pytest.approx(score.mase, abs=1e-9)
+    for name in ("openb gpus requested", "openb cpus requested", "openb pods deleted"):
+        first, _, last = held_out[name].mase_by_horizon
+        assert first < last
