@@ -27,7 +27,7 @@ from gpuplan.app.jobs.submit import checked_spec
 from gpuplan.app.views.dashboard import grid_rows
 from gpuplan.app.views.teams import NO_TEAM_COLOUR, TEAM_COLOURS, beyond_quota, team_report, team_status
 from scheduler.lns import MIN_BUDGET_MS
-from tests.http_fixtures import T0, Served, served, served_api
+from tests.http_fixtures import T0, Served, served_api
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]
