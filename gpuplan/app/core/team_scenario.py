@@ -70,7 +70,6 @@ def with_teams(document: Mapping[str, Any], snapshot: Snapshot, config: ServiceC
             pools=config.pools,
             horizon=int(document["horizon"]),
             model_gpus=model_gpus,
-            step_hours=step_minutes / 60,
         )
         if forecast:
             row["forecast"] = {model: list(steps) for model, steps in forecast.items()}

@@ -8,9 +8,8 @@ model of the pool of its first GPU (``default`` on a cluster without pools). Fro
 - :func:`gpu_hours_between`: each team's GPU-hours per model inside a window (``report teams``).
 
 :func:`arrivals_forecast` is a team's forecast arrivals (the scenario's ``forecast``): the mean
-GPU-hours its jobs submitted in the last :data:`FORECAST_DAYS` days asked for per hour (per hour
-those days the stored jobs cover, on a store younger than that), per model, spread evenly over
-the horizon as whole GPUs per step.
+GPU-hours its jobs submitted in the last :data:`FORECAST_DAYS` days asked for per hour, per
+model, spread evenly over the horizon as whole GPUs per step.
 """
 
 from __future__ import annotations
@@ -31,9 +30,6 @@ HOURS_PER_DAY = 24.0
 HALF_LIVES_READ = 10
 #: The days of submissions a team's arrivals forecast averages.
 FORECAST_DAYS = 7
-#: The forecast's rate is over the hours the stored jobs cover (a young store holds less than
-#: :data:`FORECAST_DAYS`), but never fewer than this: one burst is not read as a steady rate.
-MIN_FORECAST_HOURS = 24.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,18 +130,12 @@ def arrivals_forecast(
     pools: Sequence[Pool],
     horizon: int,
     model_gpus: Mapping[str, int],
-    step_hours: float = 1.0,
 ) -> dict[str, tuple[int, ...]]:
     """``team``'s forecast GPUs per step over ``horizon`` steps, per model of ``model_gpus``
     (model -> its GPUs): the GPU-hours its jobs submitted in ``[now - FORECAST_DAYS, now)``
-    asked for, per hour of that window the stored jobs cover (:func:`covered_hours`), as a
-    steady rate, spread as whole GPUs per step whose running sum follows the rate (a rate of
-    2.5 reads 3, 2, 3, 2, ...), less what its running jobs still hold at the step (each to its
-    P50 end, on its pool's model: the rate is the GPUs it holds on average, and its arrivals
-    take the place of the runs that end). Models at rate 0 are left out."""
-    jobs = list(jobs)
+    asked for, per hour, as a steady rate, spread as whole GPUs per step whose running sum
+    follows the rate (a rate of 2.5 reads 3, 2, 3, 2, ...). Models at rate 0 are left out."""
     since = now - timedelta(days=FORECAST_DAYS)
-    window = covered_hours(jobs, now)
     asked: dict[str, float] = {}
     for job in jobs:
         if job.team != team or not since <= job.submitted_at < now:
@@ -154,62 +144,17 @@ def arrivals_forecast(
             # One model in the scenario (no `pools` section): every model's hours are its.
             key = model if model in model_gpus else DEFAULT_POOL
             asked[key] = asked.get(key, 0.0) + hours
-    running = _held_ahead(jobs, team, now, pools=pools, model_gpus=model_gpus, step_hours=step_hours)
     forecast = {}
     for model, hours in sorted(asked.items()):
         if model not in model_gpus:
             continue
-        rate = hours / window  # GPU-hours per hour: GPUs held on average
-        held = running.get(model, ())
+        rate = hours / (FORECAST_DAYS * HOURS_PER_DAY)  # GPU-hours per hour: GPUs held on average
         steps = tuple(
-            min(
-                model_gpus[model],
-                max(0, _round(rate * (t + 1)) - _round(rate * t) - (held[t] if t < len(held) else 0)),
-            )
-            for t in range(horizon)
+            min(model_gpus[model], _round(rate * (t + 1)) - _round(rate * t)) for t in range(horizon)
         )
         if any(steps):
             forecast[model] = steps
     return forecast
-
-
-def _held_ahead(
-    jobs: Iterable[Job],
-    team: str,
-    now: datetime,
-    *,
-    pools: Sequence[Pool],
-    model_gpus: Mapping[str, int],
-    step_hours: float,
-) -> dict[str, list[int]]:
-    """Per model, per step from ``now``, the GPUs ``team``'s running jobs still hold (to their P50 end)."""
-    held: dict[str, list[int]] = {}
-    for job in jobs:
-        estimate = job.estimate
-        if job.team != team or job.ended_at is not None or job.started_at is None or estimate is None:
-            continue
-        model = DEFAULT_POOL if job.first_gpu is None else model_of(pools, job.first_gpu)
-        if model is None:
-            continue
-        on_model = estimate.hours_on(model_key(model)) if pools else None
-        p50 = estimate.hours_p50 if on_model is None else on_model[0]
-        left = (job.started_at + timedelta(hours=p50) - now).total_seconds() / 3600
-        steps = math.ceil(left / step_hours) if left > 0 else 0
-        key = model if model in model_gpus else DEFAULT_POOL
-        row = held.setdefault(key, [])
-        row.extend([0] * max(0, steps - len(row)))
-        for t in range(steps):
-            row[t] += job.gpus or estimate.gpus
-    return held
-
-
-def covered_hours(jobs: Sequence[Job], now: datetime) -> float:
-    """The hours of the forecast's window the stored ``jobs`` (every team's) cover: from the
-    first submission to ``now``, within :data:`MIN_FORECAST_HOURS` and :data:`FORECAST_DAYS`."""
-    full = FORECAST_DAYS * HOURS_PER_DAY
-    first = min((job.submitted_at for job in jobs), default=None)
-    seen = full if first is None else (now - first).total_seconds() / 3600
-    return min(full, max(MIN_FORECAST_HOURS, seen))
 
 
 def _round(value: float) -> int:
