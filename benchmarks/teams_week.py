@@ -184,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     named = {p.strip() for p in args.policies.split(",") if p.strip()}
+    known = [policy.value for policy in POLICIES] + [NO_TEAMS_ARG]
+    if unknown := sorted(named - set(known)):
+        parser.error(f"--policies must name policies of {known}; got {unknown}")
     only = frozenset(NO_TEAMS if p == NO_TEAMS_ARG else p for p in named) or None
     seeds = [int(s) for s in args.seeds.split(",") if s]
     held_out = [int(s) for s in args.held_out.split(",") if s]
