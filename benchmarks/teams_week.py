@@ -50,6 +50,8 @@ POLICIES = (
     SimPolicy.FIFO_LEND,
 )
 NO_TEAMS = "fast, no teams"
+#: :data:`NO_TEAMS` as ``--policies`` names it (no comma).
+NO_TEAMS_ARG = "fast-no-teams"
 
 
 def teams_text() -> str:
@@ -74,13 +76,18 @@ def with_teams(setup: Setup, seed: int) -> Setup:
     return replace(setup, jobs=tuple(sorted(jobs, key=lambda job: job.submit_hour)))
 
 
-def run_seed(seed: int, *, days: int, work: Path) -> dict[str, PolicyMetrics]:
+def run_seed(
+    seed: int, *, days: int, work: Path, only: frozenset[str] | None = None
+) -> dict[str, PolicyMetrics]:
+    """Each policy's measures on ``seed`` (only those named in ``only``, when given)."""
     config = config_text(pooled=True) + teams_text()
     setup = with_teams(drawn_setup(seed, days=days, work=work, name="teams.yaml", config=config), seed)
     found = {}
     runs = [(policy.value, policy, setup) for policy in POLICIES]
     runs.append((NO_TEAMS, SimPolicy.FAST, replace(setup, teams=())))
     for name, policy, shape in runs:
+        if only is not None and name not in only:
+            continue
         run = run_policy(shape, policy, SimOptions())
         instance, grid = week_grid(shape, run)
         violations = check_plan(instance, grid)
@@ -119,18 +126,25 @@ def _table(seed: int, metrics: dict[str, PolicyMetrics]) -> str:
 
 
 def _goals(by_seed: dict[int, dict[str, PolicyMetrics]]) -> list[list[str]]:
+    """The goals per seed for the fast mode (``n/a`` where a policy compared with was not run)."""
     rows = []
     for seed, metrics in by_seed.items():
-        fast = metrics[SimPolicy.FAST.value]
-        assert fast.teams is not None
+        fast = metrics.get(SimPolicy.FAST.value)
+        if fast is None or fast.teams is None:
+            continue
         met = min((t.entitlement_met for t in fast.teams.teams.values() if t.backlog_hours >= 1), default=1.0)
         reclaim = max(t.reclaim_wait_h_p90 for t in fast.teams.teams.values())
-        quota = max(
-            metrics[p.value].utilization for p in (SimPolicy.FIFO_QUOTA, SimPolicy.PRIORITY_BACKFILL_QUOTA)
-        )
-        worst_gain = min(
-            fast.value / metrics[p.value].value - 1 for p in POLICIES[1:] if metrics[p.value].value
-        )
+        quotas = [
+            metrics[p.value].utilization
+            for p in (SimPolicy.FIFO_QUOTA, SimPolicy.PRIORITY_BACKFILL_QUOTA)
+            if p.value in metrics
+        ]
+        gains = [
+            fast.value / metrics[p.value].value - 1
+            for p in POLICIES[1:]
+            if p.value in metrics and metrics[p.value].value
+        ]
+        alone = metrics.get(NO_TEAMS)
         rows.append(
             [
                 str(seed),
@@ -138,9 +152,9 @@ def _goals(by_seed: dict[int, dict[str, PolicyMetrics]]) -> list[list[str]]:
                 f"{fast.teams.fairness:.3f}",
                 f"{reclaim:.2f}",
                 str(fast.teams.lent_p90_overruns),
-                f"{(fast.utilization - metrics[NO_TEAMS].utilization) * 100:+.1f}",
-                f"{(fast.utilization - quota) * 100:+.1f}",
-                f"{worst_gain:+.1%}",
+                f"{(fast.utilization - alone.utilization) * 100:+.1f}" if alone else "n/a",
+                f"{(fast.utilization - max(quotas)) * 100:+.1f}" if quotas else "n/a",
+                f"{min(gains):+.1%}" if gains else "n/a",
             ]
         )
     return rows
@@ -163,7 +177,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--held-out", default="2", help="seeds never looked at while the scheduler changed")
     parser.add_argument("--days", type=int, default=2)
+    parser.add_argument(
+        "--policies",
+        default="",
+        help=f"comma-separated policies to run (default all; {NO_TEAMS_ARG}: the fast mode without teams)",
+    )
     args = parser.parse_args(argv)
+    named = {p.strip() for p in args.policies.split(",") if p.strip()}
+    known = [policy.value for policy in POLICIES] + [NO_TEAMS_ARG]
+    if unknown := sorted(named - set(known)):
+        parser.error(f"--policies must name policies of {known}; got {unknown}")
+    only = frozenset(NO_TEAMS if p == NO_TEAMS_ARG else p for p in named) or None
     seeds = [int(s) for s in args.seeds.split(",") if s]
     held_out = [int(s) for s in args.held_out.split(",") if s]
     with tempfile.TemporaryDirectory(prefix="teams-week-") as work:
@@ -171,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         for group, names in (("seeds", seeds), ("held-out seeds", held_out)):
             by_seed = {}
             for seed in names:
-                by_seed[seed] = run_seed(seed, days=args.days, work=Path(work))
+                by_seed[seed] = run_seed(seed, days=args.days, work=Path(work), only=only)
                 print(_table(seed, by_seed[seed]), flush=True)
             if by_seed:
                 print(f"{group}, the goals (fast):")

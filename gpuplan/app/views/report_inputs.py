@@ -237,15 +237,21 @@ def team_commits(
 TEAM_REPORT_DAYS = 7
 
 
-def team_report_inputs(
-    url: str, since: str | None, until: str | None, now: datetime
-) -> tuple[Cluster, list[Job], datetime, datetime]:
-    """The cluster, every stored job, and ``report teams``' window: ``[since, until)``, by default
-    the :data:`TEAM_REPORT_DAYS` days up to ``now``."""
+def team_report_window(since: str | None, until: str | None, now: datetime) -> tuple[datetime, datetime]:
+    """``report teams``' window: ``[since, until)``, by default the :data:`TEAM_REPORT_DAYS` days
+    up to ``now`` (errors name ``since`` and ``until``)."""
     until_at = parse_time(until, "until") if until else now
     since_at = parse_since(since) or until_at - timedelta(days=TEAM_REPORT_DAYS)
     if since_at >= until_at:
         raise InputError("until", f"a time after since ({since_at.isoformat()})", until_at.isoformat())
+    return since_at, until_at
+
+
+def team_report_inputs(
+    url: str, since: str | None, until: str | None, now: datetime
+) -> tuple[Cluster, list[Job], datetime, datetime]:
+    """The cluster, every stored job, and ``report teams``' window (:func:`team_report_window`)."""
+    since_at, until_at = team_report_window(since, until, now)
     store = open_existing_store(url)
     try:
         return stored_cluster(store), store.jobs(), since_at, until_at

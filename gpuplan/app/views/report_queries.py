@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from contract.errors import InputError
 from contract.records import PlanRun
-from contract.scenario import Instance, Pool
+from contract.scenario import Instance, Pool, Team
 from gpuplan.app.views.report_inputs import (
     CoverageInputs,
     commits_inputs_in,
     coverage_inputs_in,
+    stored_cluster,
+    team_report_window,
     utilization_inputs_in,
 )
 from gpuplan.app.views.reports import (
@@ -38,6 +40,7 @@ from gpuplan.app.views.reports import (
     utilization_of_pools,
 )
 from gpuplan.app.views.status import checked_pool, find_run
+from gpuplan.app.views.teams import TeamHoursRow, TeamReport, team_report
 from storage.store import Store
 
 #: Each report's row type, by its name in the API.
@@ -47,6 +50,7 @@ ROW_TYPES: dict[str, type] = {
     "coverage-risk": CoverageRow,
     "utilization": UtilizationRow,
     "commits": CommitRow,
+    "teams": TeamHoursRow,
 }
 
 
@@ -169,3 +173,23 @@ def commits_query(
     checked_pool(pool, pools)
     commits, amendments, _, _ = commits_inputs_in(store, since, cluster=False, team=team)
     return commit_rows(commits, amendments, pools, pool)
+
+
+def teams_query(
+    store: Store,
+    teams: Sequence[Team],
+    *,
+    pools: Sequence[Pool],
+    since: str | None,
+    until: str | None,
+    now: datetime,
+) -> TeamReport:
+    """``report teams`` on ``store``: per team (the config's ``teams``) and GPU model, the GPU-hours
+    its jobs ran in the window (:func:`team_report_window`) against its entitlement there."""
+    if not teams:
+        raise InputError("teams", "a config with a `teams:` section", "none", hint="It names no teams.")
+    since_at, until_at = team_report_window(since, until, now)
+    cluster = stored_cluster(store)
+    return team_report(
+        teams, store.jobs(), pools=pools, cluster_gpus=cluster.gpus, since=since_at, until=until_at
+    )

@@ -16,6 +16,7 @@ from gpuplan.app.views.report_queries import (
     commits_query,
     coverage_query,
     idle_query,
+    teams_query,
     utilization_query,
 )
 from gpuplan.http.deps import Call, Reader
@@ -141,3 +142,25 @@ def get_commits(
         return _rows("commits", rows, format)
 
     return _cached(call, ("commits", since, team, pool, format), build)
+
+
+@router.get("/teams", responses=error_responses())
+def get_teams(
+    *,
+    call: Reader,
+    since: str | None = Query(None, description="from this time (default: a week before `until`)"),
+    until: str | None = Query(None, description="up to this time (default: now)"),
+    format: Format = Format.JSON,
+) -> Response:
+    """GPU-hours per team and GPU model in ``[since, until)`` against each team's entitlement
+    (quota x the window's hours), as ``gpuplan report teams``; refused (422, naming ``teams``)
+    when the config names no teams."""
+    config, now = call.ctx.config, call.ctx.clock()
+
+    def build() -> tuple[bytes, str]:
+        report = teams_query(
+            call.ctx.store, config.teams, pools=config.pools, since=since, until=until, now=now
+        )
+        return _rows("teams", report.rows, format)
+
+    return _cached(call, ("teams", since, until, format), build)

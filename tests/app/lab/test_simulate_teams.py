@@ -13,7 +13,7 @@ from contract.errors import InputError
 from contract.scenario_io import parse_scenario
 from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, run_policy, week_grid
 from gpuplan.app.lab.simulate.cycles import hard_quotas
-from gpuplan.app.lab.simulate.fairness import jain
+from gpuplan.app.lab.simulate.fairness import TeamMetrics, fairness_of, jain
 from gpuplan.app.lab.simulate.measures import measure
 from gpuplan.app.lab.workload import read_workload
 from scheduler.check import check_plan
@@ -72,6 +72,29 @@ def test_jain_s_index() -> None:
     assert jain([1.0, 1.0, 1.0]) == 1.0
     assert jain([1.0, 0.0]) == 0.5
     assert jain([]) == 1.0
+
+
+def _team(entitlement: float, backlog_share: float, backlog_hours: float = 10.0) -> TeamMetrics:
+    return TeamMetrics(
+        gpu_hours=0.0,
+        share=0.0,
+        entitlement=entitlement,
+        backlog_hours=backlog_hours,
+        backlog_share=backlog_share,
+        wait_p50_h=0.0,
+        wait_p90_h=0.0,
+        reclaim_wait_h_p90=0.0,
+    )
+
+
+def test_fairness_is_jains_index_of_each_backlogged_teams_part_of_its_entitlement_uncapped() -> None:
+    """A team at 170% of its entitlement beside one at 90% is not fair sharing (a cap at 100%
+    would read 0.997); a team without an hour of backlog, or without an entitlement, is not judged."""
+    teams = {"a": _team(0.2, 0.34), "b": _team(0.3, 0.27)}
+    assert fairness_of(teams) == pytest.approx(jain([1.7, 0.9])) and fairness_of(teams) < 0.95
+    idle = {**teams, "idle": _team(0.3, 0.0, backlog_hours=0.5), "none": _team(0.0, 0.1)}
+    assert fairness_of(idle) == fairness_of(teams)
+    assert fairness_of({"a": _team(0.2, 0.2), "b": _team(0.3, 0.3)}) == pytest.approx(1.0)
 
 
 def test_a_borrower_past_its_p90_makes_the_owner_wait_and_is_counted(setup: Setup) -> None:

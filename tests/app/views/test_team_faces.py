@@ -27,7 +27,7 @@ from gpuplan.app.jobs.submit import checked_spec
 from gpuplan.app.views.dashboard import grid_rows
 from gpuplan.app.views.teams import NO_TEAM_COLOUR, TEAM_COLOURS, beyond_quota, team_report, team_status
 from scheduler.lns import MIN_BUDGET_MS
-from tests.http_fixtures import T0, Served, served, served_api
+from tests.http_fixtures import T0, Served, served_api
 from tests.service_fixtures import _in_tmp_path, models_dir, run_cli
 
 __all__ = ["_in_tmp_path", "models_dir"]
@@ -311,12 +311,25 @@ def test_the_api_and_the_command_line_show_each_team_and_refuse_a_team_not_in_th
     backwards = run_cli("report", "teams", "--db", db, "--config", config, "--since", until, "--until", since)
     assert backwards.code == 2 and "`--until` must be a time after since" in backwards.err
 
+    # The same report over HTTP, as the other /v1/reports/*: its JSON rows, its CSV, the refusal.
+    auth, query = service.auth("reader"), {"since": since, "until": until}
+    answer = client.get("/v1/reports/teams", params=query, headers=auth)
+    assert answer.status_code == 200 and answer.json() == rows, answer.text
+    as_csv = client.get("/v1/reports/teams", params={**query, "format": "csv"}, headers=auth)
+    assert as_csv.headers["content-type"].startswith("text/csv")
+    assert list(csv.DictReader(io.StringIO(as_csv.text))) == listed
+    wrong = client.get("/v1/reports/teams", params={"since": until, "until": since}, headers=auth)
+    assert wrong.status_code == 422 and [e["field"] for e in wrong.json()["errors"]] == ["until"]
+    assert client.get("/v1/reports/teams", params=query).status_code == 401  # a token is asked for
+
 
 def test_a_config_without_teams_shows_no_teams_anywhere(tmp_path: Path, models_dir: Path) -> None:
     config = load_config(_team_config(tmp_path, models_dir, teams=False))
-    with served(f"sqlite:///{tmp_path / 'plain.db'}", models_dir, config=config) as service:
+    with served_api(f"sqlite:///{tmp_path / 'plain.db'}", models_dir, config) as (client, service):
         assert "teams" not in service.context.dashboard()["status"]
         assert service.context.dashboard()["team_legend"] is None
+        refused = client.get("/v1/reports/teams", headers=service.auth("reader"))
+        assert refused.status_code == 422 and [e["field"] for e in refused.json()["errors"]] == ["teams"]
     plain = run_cli(
         "report", "teams", "--db", f"sqlite:///{tmp_path / 'plain.db'}", "--config", tmp_path / "config.yaml"
     )

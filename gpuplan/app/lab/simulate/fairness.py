@@ -13,11 +13,14 @@ of its quota on a model the job may run on. Per team:
 - ``reclaim_wait_h_p90``: of the spells in which it waited for its quota, the 90th percentile
   of their lengths (0 with none).
 
-``fairness`` is Jain's index ``(sum x)^2 / (n sum x^2)`` of ``x = min(1, entitlement_met)`` over
-the teams with an entitlement and an hour of backlog: 1 when each got the same part of its
-entitlement (or all of it). ``lent_p90_overruns`` counts the jobs that ran past their P90 end
-while their team held more than its quota of the model they ran on and another team waited for
-its quota there: the one case lending without preemption makes an owner wait.
+``fairness`` is Jain's index ``(sum x)^2 / (n sum x^2)`` of ``x = entitlement_met`` (the issue's
+share over entitlement, the share taken while the team had backlog) over the teams with an
+entitlement and an hour of backlog: 1 when each got the same part of its entitlement. It is not
+capped at 1: a team far above its entitlement beside one below it is unequal sharing of what is
+beyond the quotas, and a cap would read it as fair. ``lent_p90_overruns`` counts the jobs that
+ran past their P90 end while their team held more than its quota of the model they ran on and
+another team waited for its quota there: the one case lending without preemption makes an owner
+wait.
 """
 
 from __future__ import annotations
@@ -151,13 +154,15 @@ def team_metrics(setup: Setup, run: PolicyRun) -> TeamsMetrics | None:
                 _spells(np.logical_or.reduce(list(waits_for_quota[name].values()))), 90
             ),
         )
-    judged = [
-        min(1.0, m.entitlement_met)
-        for m in teams.values()
-        if m.entitlement and m.backlog_hours >= BACKLOG_HOURS
-    ]
     overruns = _lent_overruns(ran, quota, held, waits_for_quota, times)
-    return TeamsMetrics(teams=teams, fairness=jain(judged), lent_p90_overruns=overruns)
+    return TeamsMetrics(teams=teams, fairness=fairness_of(teams), lent_p90_overruns=overruns)
+
+
+def fairness_of(teams: Mapping[str, TeamMetrics]) -> float:
+    """Jain's index of ``entitlement_met`` over the teams with an entitlement and an hour of backlog."""
+    return jain(
+        [m.entitlement_met for m in teams.values() if m.entitlement and m.backlog_hours >= BACKLOG_HOURS]
+    )
 
 
 def _model_gpus(setup: Setup) -> dict[str, int]:
