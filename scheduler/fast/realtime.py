@@ -27,7 +27,7 @@ def place_realtime(
     """Hold each service's curve (of ``services``, default all), stacked from the highest GPU
     ids; marks the board. Without ``compact_at_start``, no service moves a GPU it held in the
     committed hour up at step 0 (compaction): that step is committed next, and the move
-    restarts a replica now (the sticky plan of :func:`scheduler.fast.entry.allocate`).
+    restarts a replica now (the first pass is built both ways: scheduler.fast.search).
 
     Raises :class:`InfeasiblePromiseError` when a blocked schedule (down windows and promised
     batch blocks) would need more changes in one step than a job's swap cap.
@@ -100,8 +100,8 @@ def _grow_into_given_up(
     given_up: int,
     t: int,
 ) -> int:
-    """GPUs a service gave up at step ``t`` (free from then on) taken by a service placed
-    before it that is still short of its curve, within its swap cap; returns those taken.
+    """GPUs a service gave up at step ``t`` (free from then on) taken by the services still
+    short of their curves, within their swap caps; returns those taken.
     A service does not grow into a GPU another holds until that one has decided, so without
     this the one placed first stays short beside a GPU the other frees."""
     taken = 0
