@@ -21,8 +21,10 @@ Passes over a :class:`~scheduler.board.Board` of per-step bitmasks:
    GPUs back in troughs. Spare swap budget replaces GPUs that will go down (or are
    promised to a batch job) early, one in before one out, and moves a service's
    lowest GPU up into a free higher one (compaction), so whole aligned blocks stay
-   free below. Every change is charged to the swap cap; earliest-deadline-first
-   shedding guarantees no step ever needs more changes than the cap.
+   free below; at step 0, the step committed next, only where that gains more than the
+   replicas it restarts cost (the first pass built both ways). Every change is charged to
+   the swap cap; earliest-deadline-first shedding guarantees no step ever needs more
+   changes than the cap.
 2. **Batch by value.** Queued jobs are packed greedily in a few orders (priority
    first with larger rectangles first among equals; value per step; widest first),
    each job at its earliest feasible start on the aligned block that best fits the

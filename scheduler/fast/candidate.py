@@ -143,15 +143,20 @@ def _rebuild(
 
 
 def _build(
-    instance: Instance, committed: Mapping[str, Placement], orders: Sequence[Sequence[BatchJob]]
+    instance: Instance,
+    committed: Mapping[str, Placement],
+    orders: Sequence[Sequence[BatchJob]],
+    *,
+    compact_at_start: bool = False,
 ) -> _Candidate:
-    """Real-time around the committed blocks, then every other batch job greedily, in the
-    best of ``orders``."""
+    """Real-time around the committed blocks (with ``compact_at_start``, compaction at step 0
+    too: :func:`place_realtime`), then every other batch job greedily, in the best of
+    ``orders``."""
     board = Board(instance)
     promised = placement_masks(instance, committed)
     blocked = [down | mask for down, mask in zip(instance.down_masks, promised, strict=True)]
     board.busy = [busy | mask for busy, mask in zip(board.busy, promised, strict=True)]
-    realtime = place_realtime(instance, board, BlockedSchedule(blocked))
+    realtime = place_realtime(instance, board, BlockedSchedule(blocked), compact_at_start=compact_at_start)
     packed = [(*_pack(instance, board.busy, committed, order), order) for order in orders]
     value, placements, order = max(packed, key=lambda p: p[0])
     rt_objective = realtime_objective(instance, realtime)
@@ -164,6 +169,21 @@ def _build(
         committed=committed,
         busy_before_batch=tuple(board.busy),
     )
+
+
+def restarts_cost(instance: Instance, allocation: Allocation) -> float:
+    """What the GPUs the services swap at step 0 (one given up, another taken in its place)
+    cost as replica restarts: each one GPU-step of the service unserved, at the contract's
+    price. Step 0 is committed next; a move planned later is decided again an hour on."""
+    running = instance.running_realtime
+    cost = 0.0
+    for job in instance.realtime_jobs:
+        if job.id not in running:
+            continue
+        before, now = running[job.id].mask, allocation.realtime[job.id][0]
+        swapped = ((before ^ now).bit_count() - abs(before.bit_count() - now.bit_count())) // 2
+        cost += swapped * instance.rt_penalty * job.priority * instance.weights[0]
+    return cost
 
 
 def _shortfall(instance: Instance, realtime: Mapping[str, Sequence[int]]) -> int:

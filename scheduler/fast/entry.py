@@ -110,7 +110,11 @@ def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
     if flipped is not None and budget.affords(costs.build + costs.pack):
         flipped_orders = _job_orders(flipped, worth)
         starts.append(
-            (flipped, flipped_orders, _first_pass(flipped, flipped_orders[:FIRST_ORDERS], budget, costs))
+            (
+                flipped,
+                flipped_orders,
+                _first_pass(flipped, flipped_orders[:FIRST_ORDERS], budget, costs, keep=promotion),
+            )
         )
         starts.sort(key=lambda start: -start[2].objective)  # the better orientation first
     oriented, orders, best = starts[0]
@@ -171,14 +175,16 @@ def _oriented_first_pass(
     (docs/benchmarks.md, "Small queues of long jobs").
     """
     flipped = mirrored(instance)
-    first = _first_pass(instance, orders[:1], budget, costs)
+    first = _first_pass(
+        instance, orders[:1], budget, costs, keep=costs.build + FIRST_ORDERS * costs.pack + promotion
+    )
     if (
         flipped is None
         or not _mirror_likely_better(instance)
         or budget.affords(costs.build + FIRST_ORDERS * costs.pack + promotion)
     ):
         return instance, first, flipped
-    other = _first_pass(flipped, orders[:1], budget, costs)
+    other = _first_pass(flipped, orders[:1], budget, costs, keep=promotion)
     if other.objective > first.objective + EPSILON:
         return flipped, other, None
     return instance, first, None

@@ -17,10 +17,17 @@ class InfeasiblePromiseError(Exception):
 
 
 def place_realtime(
-    instance: Instance, board: Board, blocked: BlockedSchedule, services: Sequence[RealtimeJob] | None = None
+    instance: Instance,
+    board: Board,
+    blocked: BlockedSchedule,
+    services: Sequence[RealtimeJob] | None = None,
+    *,
+    compact_at_start: bool = False,
 ) -> dict[str, tuple[int, ...]]:
     """Hold each service's curve (of ``services``, default all), stacked from the highest GPU
-    ids; marks the board.
+    ids; marks the board. Without ``compact_at_start``, no service moves a GPU it held in the
+    committed hour up at step 0 (compaction): that step is committed next, and the move
+    restarts a replica now (the first pass is built both ways: scheduler.fast.search).
 
     Raises :class:`InfeasiblePromiseError` when a blocked schedule (down windows and promised
     batch blocks) would need more changes in one step than a job's swap cap.
@@ -62,6 +69,7 @@ def place_realtime(
                 free=grow_into & ~held_before,
                 grow_into=grow_into,
                 downs=blocked,
+                compact=compact_at_start or t > 0,
             )
             if before is not None and current.bit_count() < demand[t]:
                 current = _take_from_lower(
@@ -77,10 +85,38 @@ def place_realtime(
                 )
             taken_now |= current
             holdings.append(current)
+        given_up = held_before & ~(busy[t] | taken_now | blocked.blocked_from[t])
+        if given_up:
+            taken_now |= _grow_into_given_up(per_service, previous, given_up, t)
         for _, _, job_id, _, holdings, _ in per_service:
             previous[job_id] = holdings[t]
         busy[t] |= taken_now
     return {job_id: tuple(masks) for job_id, masks in held.items()}
+
+
+def _grow_into_given_up(
+    per_service: Sequence[tuple[int, RealtimeJob, str, list[int], list[int], Sequence[int]]],
+    previous: Mapping[str, int | None],
+    given_up: int,
+    t: int,
+) -> int:
+    """GPUs a service gave up at step ``t`` (free from then on) taken by the services still
+    short of their curves, within their swap caps; returns those taken.
+    A service does not grow into a GPU another holds until that one has decided, so without
+    this the one placed first stays short beside a GPU the other frees."""
+    taken = 0
+    for _, job, job_id, curve, holdings, _ in per_service:
+        current, before = holdings[t], previous[job_id]
+        short = curve[t] - current.bit_count()
+        spare = UNLIMITED if before is None else job.swap_cap - (current ^ before).bit_count()
+        for gpu in iter_gpus_down(given_up & ~taken if short > 0 and spare > 0 else 0):
+            current |= 1 << gpu
+            taken |= 1 << gpu
+            short, spare = short - 1, spare - 1
+            if short == 0 or spare == 0:
+                break
+        holdings[t] = current
+    return taken
 
 
 def _take_from_lower(
@@ -136,8 +172,10 @@ def _step_realtime(
     free: int,
     grow_into: int | None = None,
     downs: BlockedSchedule,
+    compact: bool = True,
 ) -> int:
-    """The GPUs ``job`` holds at step ``t``, at most ``swap_cap`` changes away from ``previous``.
+    """The GPUs ``job`` holds at step ``t``, at most ``swap_cap`` changes away from ``previous``
+    (without ``compact``, no held GPU is moved up into a free one).
 
     ``free`` are the GPUs nobody holds at ``t`` or held at ``t - 1`` (so adding one never
     forces another service to give it up); ``grow_into`` (default ``free``) are those it may
@@ -195,7 +233,7 @@ def _step_realtime(
         if room and doomed:
             current, budget = _evacuate_early(current, doomed, room, budget, t, downs=downs, cap=job.swap_cap)
             room &= ~current
-        if budget and room >= current & -current:  # a free GPU above the lowest held
+        if compact and budget and room >= current & -current:  # a free GPU above the lowest held
             current = _compact(current, room, budget)
     return current
 

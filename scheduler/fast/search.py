@@ -7,20 +7,46 @@ from collections.abc import Callable, Iterator, Sequence
 
 from contract.scenario import BatchJob, Instance
 from scheduler.budget import Budget, WorkCosts
-from scheduler.fast.candidate import EPSILON, Targets, _build, _Candidate, _pack, _with_batch
+from scheduler.fast.candidate import EPSILON, Targets, _build, _Candidate, _pack, _with_batch, restarts_cost
 from scheduler.fast.promote import PROMISE_OFFSETS, _promote
+
+# The largest share of the budget the first pass's build without compaction at step 0 may take
+# (a tight budget spends it on the searches: docs/benchmarks.md, "Real-time moves").
+STICKY_SHARE = 0.05
 
 # The share of the budget left that one round of promotions may spend before the order search.
 PROMOTION_SHARE = 0.5
 
 
 def _first_pass(
-    instance: Instance, orders: Sequence[Sequence[BatchJob]], budget: Budget, costs: WorkCosts
+    instance: Instance,
+    orders: Sequence[Sequence[BatchJob]],
+    budget: Budget,
+    costs: WorkCosts,
+    *,
+    keep: float = 0.0,
 ) -> _Candidate:
     """Real-time, then the best packing of ``orders``: it completes unless the wall clock
-    has run out before an order after the first (a large cluster on a tight budget)."""
-    best = _build(instance, {}, orders[:1])
+    has run out before an order after the first (a large cluster on a tight budget).
+
+    Where the services' compaction swaps GPUs at step 0 and the budget affords another build
+    beside ``keep`` (the steps after it), at most :data:`STICKY_SHARE` of it, the real-time is
+    built again without compaction at step 0, and that plan kept unless compaction gains more
+    than the replicas it restarts cost (:func:`restarts_cost`): step 0 is committed next, and
+    a move planned later is decided again by the next hour's plan (docs/benchmarks.md,
+    "Real-time moves").
+    """
+    best = _build(instance, {}, orders[:1], compact_at_start=True)
     budget.charge(costs.build)
+    restarts = restarts_cost(instance, best.allocation)
+    if restarts > 0 and costs.build <= STICKY_SHARE * budget.units and budget.affords(costs.build + keep):
+        budget.charge(costs.build)
+        sticky = _build(instance, {}, orders[:1])
+        if (
+            best.objective - restarts
+            <= sticky.objective - restarts_cost(instance, sticky.allocation) + EPSILON
+        ):
+            best = sticky
     return _other_orders(instance, best, orders[1:], budget, costs)
 
 
