@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+import yaml
 
+from contract.errors import InputError
 from contract.records import Cluster, Job, JobEstimate
 from contract.scenario import JobKind
 from contract.scenario_io import parse_scenario
 from gpuplan.app.core.bridge import OVERDUE_STEP, Snapshot, fifo_starts, scenario_document
-from gpuplan.app.core.config import PlanWith, ServiceConfig
+from gpuplan.app.core.config import PlanWith, ServiceConfig, load_config
 from gpuplan.app.cycle.tick import plan_snapshot
 from scheduler.policies import PolicyName
 
@@ -105,3 +108,14 @@ def test_an_overdue_job_is_lifted_to_the_ceiling_the_longest_overdue_highest() -
     parse_scenario(document, source="deadline")
     plain = scenario_document(snapshot, PlanWith.P90, name="plain")
     assert {job["id"]: job["priority"] for job in plain["jobs"]} == {"oldest": 20.0, "old": 30.0, "new": 90.0}
+
+
+def test_the_config_turns_the_deadline_on_and_refuses_what_is_not_a_boolean(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"cluster": {"gpus": 8}, "fifo_deadline": True}))
+    assert load_config(path).fifo_deadline is True
+    path.write_text(yaml.safe_dump({"cluster": {"gpus": 8}}))
+    assert load_config(path).fifo_deadline is False
+    path.write_text(yaml.safe_dump({"cluster": {"gpus": 8}, "fifo_deadline": "yes"}))
+    with pytest.raises(InputError, match=r"fifo_deadline.*true or false.*yes"):
+        load_config(path)
