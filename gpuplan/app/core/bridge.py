@@ -260,10 +260,8 @@ def _fifo_capacity(snapshot: Snapshot, *, peak: bool = False) -> float:
     """The GPUs the apps leave free on average over the plan's horizon, or (``peak``) when
     each holds its peak over it, as FIFO reserves them (at least one)."""
     horizon = snapshot.cluster.horizon_steps
-    if peak:
-        apps = sum(max(d.gpus[:horizon], default=0) for d in snapshot.demand)
-    else:
-        apps = sum(sum(d.gpus[:horizon]) / max(1, len(d.gpus[:horizon])) for d in snapshot.demand)
+    held = [d.gpus[:horizon] for d in snapshot.demand]
+    apps = sum(max(g, default=0) if peak else sum(g) / max(1, len(g)) for g in held)
     return max(1.0, snapshot.cluster.gpus - apps)
 
 
