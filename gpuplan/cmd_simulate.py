@@ -159,8 +159,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fifo-deadline",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="lift a queued job above the queue's top priority once the start FIFO would have given it "
-        "has come (fast and commit-all; default: the config's fifo_deadline, else off; "
+        help="plan a queued job first (at twice the top batch priority) once the start FIFO would have "
+        "given it has come (fast and commit-all; default: the config's fifo_deadline, else off; "
         'docs/benchmarks.md, "Aging")',
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the drawn workload (default 0)")

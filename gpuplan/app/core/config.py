@@ -174,7 +174,7 @@ class ServiceConfig:
     #: Hours of waiting after which a queued job's priority in the plans has doubled
     #: (``bridge.aged_priority``); None or 0: no aging.
     aging_hours: float | None = None
-    #: Lift a queued job above the queue's top priority once its FIFO start has come
+    #: Plan a queued job first once the start FIFO would have given it has come
     #: (``bridge.fifo_starts``, ``bridge.queued_priorities``); it outranks ``aging_hours``.
     fifo_deadline: bool = False
     #: ``warn`` or ``stop`` a running job past its time limit (:data:`OVERRUN_ACTIONS`).

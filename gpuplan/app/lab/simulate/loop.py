@@ -69,7 +69,7 @@ class SimOptions:
     promises: PromiseTerms = field(default_factory=PromiseTerms)
     #: Hours after which a queued job's priority has doubled (``--aging-hours``; None: off).
     aging_hours: float | None = None
-    #: Lift a job whose FIFO start has come above the queue (``--fifo-deadline``).
+    #: Plan first a job whose FIFO start has come (``--fifo-deadline``).
     fifo_deadline: bool = False
 
     def __post_init__(self) -> None:
