@@ -42,6 +42,7 @@ FLAGS = {
     "promise_break_hours": "--promise-break",
     "promise_lookback_hours": "--promise-lookback",
     "aging_hours": "--aging-hours",
+    "fifo_deadline": "--fifo-deadline",
 }
 #: Four weeks: the longest bundled series (Philly, ten weeks) still has two weeks of history.
 MAX_DAYS = 28
@@ -154,6 +155,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "growing with the wait's fourth power (fast and commit-all; default: the config's aging_hours, "
         "else no aging; 64 is the scale measured in docs/benchmarks.md)",
     )
+    parser.add_argument(
+        "--fifo-deadline",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="plan a queued job first (at twice the top batch priority) once the start FIFO would have "
+        "given it has come (fast and commit-all; default: the config's fifo_deadline, else off; "
+        'docs/benchmarks.md, "Aging")',
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the drawn workload (default 0)")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.add_argument("--png", type=Path, default=None, metavar="DIR", help="directory for the plots")
@@ -228,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
             lookback_hours=given(args.promise_lookback, terms.lookback_hours),
         ),
         aging_hours=given(args.aging_hours, None if config is None else config.aging_hours) or None,
+        fifo_deadline=given(args.fifo_deadline, config is not None and config.fifo_deadline),
     )
     with tempfile.TemporaryDirectory(prefix="gpuplan-simulate-") as work:
         setup = prepare(

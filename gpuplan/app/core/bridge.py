@@ -178,10 +178,8 @@ def fifo_waits(snapshot: Snapshot, plan_with: PlanWith) -> dict[str, float]:
     of the work submitted before it (queued, and running for the hours it has left) over the
     GPUs the apps leave free on average over the plan's horizon. The work ahead that has
     finished already is not counted, so a job past this wait is past FIFO's."""
-    cluster, start = snapshot.cluster, snapshot.start
-    horizon = cluster.horizon_steps
-    apps = sum(sum(d.gpus[:horizon]) / max(1, len(d.gpus[:horizon])) for d in snapshot.demand)
-    capacity = max(1.0, cluster.gpus - apps)
+    start = snapshot.start
+    capacity = _fifo_capacity(snapshot)
     work: list[tuple[datetime, float]] = []
     for job in snapshot.running:
         if job.estimate is None or job.started_at is None:
@@ -197,6 +195,74 @@ def fifo_waits(snapshot: Snapshot, plan_with: PlanWith) -> dict[str, float]:
     return {
         job.id: ahead[bisect.bisect_left(arrivals, job.submitted_at)] / capacity for job in snapshot.queued
     }
+
+
+#: Among the jobs past their FIFO start, each later one's priority is this share below the
+#: one before it (:func:`queued_priorities`): the longest overdue is placed first.
+OVERDUE_STEP = 1e-4
+
+
+def fifo_starts(snapshot: Snapshot, plan_with: PlanWith) -> dict[str, datetime]:
+    """Per queued job, the latest start FIFO would give it, counted at its submit: its submit
+    time plus the GPU-hours of the work submitted before it, as that work stood then (running
+    for the hours it had left, queued whole), over the GPUs FIFO leaves the batch jobs (each
+    app holding its peak over the horizon). Work ahead that has ended since is not in the
+    snapshot, so the start is at most FIFO's, never later."""
+    capacity = _fifo_capacity(snapshot, peak=True)
+    work = [job for job in (*snapshot.running, *snapshot.queued) if job.estimate is not None]
+    due = {}
+    for job in snapshot.queued:
+        at, ahead = job.submitted_at, 0.0
+        for other in (other for other in work if other.submitted_at < at):
+            assert other.estimate is not None
+            ran = 0.0 if other.started_at is None else max(0.0, (at - other.started_at) / STEP)
+            hours = max(0.0, planned_hours(other.estimate, plan_with) - ran)
+            ahead += (other.gpus or other.estimate.gpus) * hours
+        due[job.id] = at + ahead / capacity * STEP
+    return due
+
+
+def queued_priorities(
+    snapshot: Snapshot, plan_with: PlanWith, aging_hours: float | None, *, fifo_deadline: bool = False
+) -> dict[str, float]:
+    """The queued jobs whose priority in the plan is not their own, and what it is.
+
+    With ``fifo_deadline``, a job whose FIFO start (:func:`fifo_starts`) has come is lifted to
+    :func:`aging_ceiling`, the longest overdue highest, so that the plan places it first: a
+    deadline at FIFO's start. Else, with ``aging_hours``, each job's :func:`aged_priority` for
+    the hours it has waited beyond its FIFO wait (:func:`fifo_waits`).
+    """
+    start = snapshot.start
+    if fifo_deadline:
+        most = min(MAX_PRIORITY, aging_ceiling(snapshot))
+        own = {job.id: job.priority for job in snapshot.queued}
+        overdue = sorted(
+            (at, job_id) for job_id, at in fifo_starts(snapshot, plan_with).items() if at <= start
+        )
+        return {
+            job_id: max(own[job_id], most * (1 - rank * OVERDUE_STEP))
+            for rank, (_, job_id) in enumerate(overdue)
+        }
+    if not aging_hours:
+        return {}
+    ceiling = aging_ceiling(snapshot)
+    fifo = fifo_waits(snapshot, plan_with) if AGING_BASIS == "fifo" else {}
+    lifted = {}
+    for job in snapshot.queued:
+        waited = (start - job.submitted_at) / STEP - fifo.get(job.id, 0.0)
+        aged = aged_priority(job.priority, waited, aging_hours, ceiling)
+        if aged != job.priority:
+            lifted[job.id] = aged
+    return lifted
+
+
+def _fifo_capacity(snapshot: Snapshot, *, peak: bool = False) -> float:
+    """The GPUs the apps leave free on average over the plan's horizon, or (``peak``) when
+    each holds its peak over it, as FIFO reserves them (at least one)."""
+    horizon = snapshot.cluster.horizon_steps
+    held = [d.gpus[:horizon] for d in snapshot.demand]
+    apps = sum(max(g, default=0) if peak else sum(g) / max(1, len(g)) for g in held)
+    return max(1.0, snapshot.cluster.gpus - apps)
 
 
 def aging_ceiling(snapshot: Snapshot) -> float:
@@ -219,6 +285,7 @@ def scenario_document(
     name: str,
     promises: PromiseTerms | None = None,
     aging_hours: float | None = None,
+    fifo_deadline: bool = False,
     pools: Sequence[Pool] = (),
     app_pools: Mapping[str, str] | None = None,
     app_rates: Mapping[str, Mapping[str, float]] | None = None,
@@ -237,9 +304,9 @@ def scenario_document(
     With ``promises`` of a penalty above 0, each queued job's promised start becomes its
     ``promise`` (steps from the plan's start, negative once passed) and the scenario
     carries the terms; without, the scenario is the contract's as it always was.
-    With ``aging_hours``, each queued job's ``priority`` is its :func:`aged_priority` for the
-    time it has waited by the plan's start, up to :func:`aging_ceiling`: a job starved by a
-    stream of higher-priority work comes to outrank it. The scenario stays the contract's.
+    With ``fifo_deadline`` or ``aging_hours``, a queued job's ``priority`` is its
+    :func:`queued_priorities`: a job starved by a stream of higher-priority work comes to
+    outrank it. The scenario stays the contract's.
     """
     terms = {} if promises is None else promises.scenario_keys(snapshot.cluster.step_minutes)
     cluster, start = snapshot.cluster, snapshot.start
@@ -270,16 +337,13 @@ def scenario_document(
                 "remaining": remaining,
             }
         )
-    ceiling = aging_ceiling(snapshot) if aging_hours else 0.0
-    fifo = fifo_waits(snapshot, plan_with) if aging_hours and AGING_BASIS == "fifo" else {}
+    lifted = queued_priorities(snapshot, plan_with, aging_hours, fifo_deadline=fifo_deadline)
     for job in snapshot.queued:
         entry = queued_entry(job, plan_with, step_minutes=cluster.step_minutes, order=len(jobs))
         if not _place_in_pools(entry, job, plan_with, planned_pools, cluster.step_minutes):
             continue
-        waited = (start - job.submitted_at) / STEP - fifo.get(job.id, 0.0)
-        aged = aged_priority(job.priority, waited, aging_hours, ceiling)
-        if aged != job.priority:
-            entry["priority"] = aged
+        if job.id in lifted:
+            entry["priority"] = lifted[job.id]
         if terms and job.promised_start is not None:
             entry["promise"] = promise_step(job.promised_start, start)
         jobs.append(entry)

@@ -174,6 +174,9 @@ class ServiceConfig:
     #: Hours of waiting after which a queued job's priority in the plans has doubled
     #: (``bridge.aged_priority``); None or 0: no aging.
     aging_hours: float | None = None
+    #: Plan a queued job first once the start FIFO would have given it has come
+    #: (``bridge.fifo_starts``, ``bridge.queued_priorities``); it outranks ``aging_hours``.
+    fifo_deadline: bool = False
     #: ``warn`` or ``stop`` a running job past its time limit (:data:`OVERRUN_ACTIONS`).
     overrun: str = "warn"
     #: A job without ``time_limit_hours`` overruns after its P90 hours times this.
@@ -255,6 +258,7 @@ TOP_KEYS = {
     "promise_break_hours",
     "promise_lookback_hours",
     "aging_hours",
+    "fifo_deadline",
     "overrun",
     "overrun_factor",
     "models_dir",
@@ -474,6 +478,7 @@ def load_config(path: Path) -> ServiceConfig:
         aging_hours=None
         if top.get("aging_hours") is None
         else r.number(top.get("aging_hours"), "aging_hours", *AGING_RANGE) or None,
+        fifo_deadline=r.boolean(top.get("fifo_deadline", False), "fifo_deadline"),
         overrun=overrun,
         overrun_factor=r.number(
             top.get("overrun_factor", OVERRUN_FACTOR), "overrun_factor", *OVERRUN_FACTOR_RANGE

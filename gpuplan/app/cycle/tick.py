@@ -314,6 +314,7 @@ def plan_snapshot(
         name=name,
         promises=config.promises,
         aging_hours=config.aging_hours,
+        fifo_deadline=config.fifo_deadline,
         pools=config.pools,
         app_pools=config.app_pools,
         app_rates=config.app_rates,

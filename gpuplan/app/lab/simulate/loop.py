@@ -69,6 +69,8 @@ class SimOptions:
     promises: PromiseTerms = field(default_factory=PromiseTerms)
     #: Hours after which a queued job's priority has doubled (``--aging-hours``; None: off).
     aging_hours: float | None = None
+    #: Plan first a job whose FIFO start has come (``--fifo-deadline``).
+    fifo_deadline: bool = False
 
     def __post_init__(self) -> None:
         # Cycles must land on every hour, where commits are made.
@@ -154,6 +156,7 @@ def run_policy(
             else replace(options.promises, lookback_hours=0),
             # The baselines stay the contract's (FIFO reads no priority).
             aging_hours=None if policy in BASELINES else options.aging_hours,
+            fifo_deadline=options.fifo_deadline and policy not in BASELINES,
             models_dir=setup.models_dir,
             executor=InMemoryExecutor.name,
         )
