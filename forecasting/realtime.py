@@ -175,6 +175,8 @@ SURGE_RISK_HOURS = 3
 #: and served about as much where FIFO reaches 98% (docs/closed-loop-log.md, *The reserve's
 #: width and the promises*).
 SURGE_RESERVE = 0.25
+#: The rise hold (module docstring): a rise faster than the swap cap is carried on this many hours.
+RAMP_HOURS = 3
 
 
 class ProfileMethod(Enum):
@@ -663,7 +665,20 @@ class RealtimeProfile:
             reserve = np.where(steps < SURGE_RISK_HOURS, np.maximum(widened, reach), p90)
         if regrow is not None:
             reserve = np.maximum(reserve, self._regrowable(partial, hours, regrow))
+            reserve = np.maximum(reserve, self._ramp(partial, hours, regrow))
         return ProfileForecast(hours, p50, p90, self.method_, reserve)
+
+    def _ramp(self, partial: float | None, hours: HourArray, regrow: float) -> FloatArray:
+        """The rise hold (module docstring): when the latest hour seen rose above the one before
+        by more than ``regrow`` (faster than the swap cap follows), the rise carried on for
+        each of the next ``RAMP_HOURS`` hours after it (zeros elsewhere, and without a rise)."""
+        actual, seen = self._latest(partial)
+        rise = float(actual[-1] - actual[-2]) if actual.size > 1 else 0.0
+        if not rise > regrow:
+            return np.zeros(hours.size)
+        after = ((hours - seen[-1]) // _HOUR).astype(float)
+        ramp: FloatArray = np.where(after <= RAMP_HOURS, actual[-1] + rise * np.minimum(after, RAMP_HOURS), 0.0)
+        return ramp
 
     def _regrowable(self, partial: float | None, hours: HourArray, regrow: float) -> FloatArray:
         """The dip hold (module docstring): per hour ahead, the most requests of the latest

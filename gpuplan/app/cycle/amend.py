@@ -33,7 +33,7 @@ from contract.errors import InputError
 from contract.records import Amendment, App, Assignment, JobState, ObservedTraffic
 from gpuplan.app.core.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
 from gpuplan.app.cycle.outbox import deliver_pending
-from gpuplan.app.cycle.tick import down_gpus, plan_cycle, require_cluster
+from gpuplan.app.cycle.tick import app_demand, down_gpus, plan_cycle, require_cluster
 
 if TYPE_CHECKING:
     from gpuplan.app.adapters.executors import Executor
@@ -290,6 +290,19 @@ def hourly_rates(observed: Sequence[ObservedTraffic], now: datetime) -> dict[str
     return {o.app: o.hourly_rate() for o in observed if o.hour == hour and o.minutes > 0}
 
 
+#: The hours after the current one whose planned GPUs the amendment provisions ahead for.
+AHEAD_HOURS = 4
+
+
+def ahead_need(store: Store, app: App, hour: datetime, rate: float) -> int:
+    """The GPUs ``app`` should hold in ``hour`` (in progress, seen at ``rate`` requests an
+    hour so far): those the rate needs, and never fewer than the swap cap lets grow into the
+    GPUs the next hours are planned for (their swap-capped curve's first hour less one
+    cap), so that a rise the plan sees coming is provisioned from this hour on."""
+    demand = app_demand(store, app, hour + STEP, AHEAD_HOURS, partial_rate=rate)
+    return max(gpus_for(app, rate), (demand.gpus[0] - app.swap_cap) if demand.gpus else 0)
+
+
 def amend_hour(
     store: Store,
     now: datetime,
@@ -313,7 +326,7 @@ def amend_hour(
     cluster = require_cluster(store)
     apps = store.apps()
     rates = hourly_rates(observed, now)
-    need = {app.id: gpus_for(app, rates[app.id]) for app in apps if app.id in rates}
+    need = {app.id: ahead_need(store, app, hour, rates[app.id]) for app in apps if app.id in rates}
     next_hour: dict[str, list[int]] = {}
     for gpu, row in enumerate(run.grid):
         if row and row[0] is not None:
