@@ -677,7 +677,9 @@ class RealtimeProfile:
         if not rise > regrow:
             return np.zeros(hours.size)
         after = ((hours - seen[-1]) // _HOUR).astype(float)
-        ramp: FloatArray = np.where(after <= RAMP_HOURS, actual[-1] + rise * np.minimum(after, RAMP_HOURS), 0.0)
+        ramp: FloatArray = np.where(
+            after <= RAMP_HOURS, actual[-1] + rise * np.minimum(after, RAMP_HOURS), 0.0
+        )
         return ramp
 
     def _regrowable(self, partial: float | None, hours: HourArray, regrow: float) -> FloatArray:
