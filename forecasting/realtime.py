@@ -97,6 +97,13 @@ is planned for at least its traffic, and a one-hour dip does not release the GPU
 next hour, back at the level before the dip, needs (it can regrow one swap-cap step, not
 more). The reserve falls from the traffic just seen no faster than the swap cap can bring
 it back.
+
+**The rise hold.** When the latest hour seen (the hour in progress at its rate so far counts)
+rose above the hour before by more than ``regrow``, faster than one swap-cap step an hour
+follows, the rise is taken to carry on: each of the next ``RAMP_HOURS`` (3) hours after it
+is planned for at least the latest hour plus the rise once per hour between. The swap-capped
+curve then grows the app's GPUs ahead of the traffic, a cap an hour, and the amendment of the
+hour in progress starts that growth at once (``gpuplan.app.cycle.amend.ahead_need``).
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ An hour is committed once, at its first cycle. A later cycle in the same hour (t
 one) may add to it, never move or remove anything:
 
 - **real-time GPUs from GPUs idle in that hour**, when the traffic observed so far in the
-  hour runs above what the app's committed GPUs serve; within the app's swap cap, counted
-  against the hour before (adding only, so the change from the hour before grows by
-  exactly the GPUs added);
+  hour runs above what the app's committed GPUs serve, or when the next hours' plan asks for
+  more than one swap-cap step above them (a rise planned ahead: :func:`ahead_need`); within
+  the app's swap cap, counted against the hour before (adding only, so the change from the
+  hour before grows by exactly the GPUs added);
 - **batch starts on GPUs free for the rest of the hour**: a queued job that the new plan
   starts at the next hour, on a block that is idle now, starts now on that block.
 
