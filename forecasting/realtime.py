@@ -98,12 +98,9 @@ next hour, back at the level before the dip, needs (it can regrow one swap-cap s
 more). The reserve falls from the traffic just seen no faster than the swap cap can bring
 it back.
 
-**The rise hold.** When the latest hour seen (the hour in progress at its rate so far counts)
-rose above the hour before by more than ``regrow``, faster than one swap-cap step an hour
-follows, the rise is taken to carry on: each of the next ``RAMP_HOURS`` (3) hours after it
-is planned for at least the latest hour plus the rise once per hour between. The swap-capped
-curve then grows the app's GPUs ahead of the traffic, a cap an hour, and the amendment of the
-hour in progress starts that growth at once (``gpuplan.app.cycle.amend.ahead_need``).
+**The rise hold.** When the latest hour seen (or in progress) rose above the one before by more
+than ``regrow``, faster than the swap cap follows, each of the next ``RAMP_HOURS`` (3) hours
+is planned for at least the latest plus the rise once per hour between (``rise_hold``).
 """
 
 from __future__ import annotations
@@ -131,8 +128,10 @@ from forecasting.realtime_members import (
     Member,
     SameHourMedian,
     Shaped,
+    busiest_quarter,
     hour_of_day,
     recalibrated_level,
+    rise_hold,
 )
 
 #: The calendar constants and array types live with the members; they are read from here.
@@ -672,22 +671,8 @@ class RealtimeProfile:
             reserve = np.where(steps < SURGE_RISK_HOURS, np.maximum(widened, reach), p90)
         if regrow is not None:
             reserve = np.maximum(reserve, self._regrowable(partial, hours, regrow))
-            reserve = np.maximum(reserve, self._ramp(partial, hours, regrow))
+            reserve = np.maximum(reserve, rise_hold(*self._latest(partial), hours, regrow, RAMP_HOURS))
         return ProfileForecast(hours, p50, p90, self.method_, reserve)
-
-    def _ramp(self, partial: float | None, hours: HourArray, regrow: float) -> FloatArray:
-        """The rise hold (module docstring): when the latest hour seen rose above the one before
-        by more than ``regrow`` (faster than the swap cap follows), the rise carried on for
-        each of the next ``RAMP_HOURS`` hours after it (zeros elsewhere, and without a rise)."""
-        actual, seen = self._latest(partial)
-        rise = float(actual[-1] - actual[-2]) if actual.size > 1 else 0.0
-        if not rise > regrow:
-            return np.zeros(hours.size)
-        after = ((hours - seen[-1]) // _HOUR).astype(float)
-        ramp: FloatArray = np.where(
-            after <= RAMP_HOURS, actual[-1] + rise * np.minimum(after, RAMP_HOURS), 0.0
-        )
-        return ramp
 
     def _regrowable(self, partial: float | None, hours: HourArray, regrow: float) -> FloatArray:
         """The dip hold (module docstring): per hour ahead, the most requests of the latest
@@ -763,14 +748,6 @@ class RealtimeProfile:
     def _check_fitted(self) -> None:
         if not hasattr(self, "band_"):
             raise NotFittedError("This RealtimeProfile is not fitted yet; call fit(hours, requests) first.")
-
-
-def busiest_quarter(actual: FloatArray) -> npt.NDArray[np.bool_]:
-    """Per row (one day), the quarter of hours with the most requests."""
-    count = max(1, actual.shape[1] // 4)
-    busy = np.zeros(actual.shape, dtype=bool)
-    np.put_along_axis(busy, np.argsort(actual, axis=1, kind="stable")[:, -count:], True, axis=1)
-    return busy
 
 
 def _best_family(mae: dict[ProfileMethod, float]) -> ProfileMethod | None:
