@@ -97,6 +97,10 @@ is planned for at least its traffic, and a one-hour dip does not release the GPU
 next hour, back at the level before the dip, needs (it can regrow one swap-cap step, not
 more). The reserve falls from the traffic just seen no faster than the swap cap can bring
 it back.
+
+**The rise hold.** When the latest hour seen (or in progress) rose above the one before by more
+than ``regrow``, faster than the swap cap follows, each of the next ``RAMP_HOURS`` (3) hours
+is planned for at least the latest plus the rise once per hour between (``rise_hold``).
 """
 
 from __future__ import annotations
@@ -124,8 +128,10 @@ from forecasting.realtime_members import (
     Member,
     SameHourMedian,
     Shaped,
+    busiest_quarter,
     hour_of_day,
     recalibrated_level,
+    rise_hold,
 )
 
 #: The calendar constants and array types live with the members; they are read from here.
@@ -175,6 +181,8 @@ SURGE_RISK_HOURS = 3
 #: and served about as much where FIFO reaches 98% (docs/closed-loop-log.md, *The reserve's
 #: width and the promises*).
 SURGE_RESERVE = 0.25
+#: The rise hold (module docstring): a rise faster than the swap cap is carried on this many hours.
+RAMP_HOURS = 3
 
 
 class ProfileMethod(Enum):
@@ -663,6 +671,7 @@ class RealtimeProfile:
             reserve = np.where(steps < SURGE_RISK_HOURS, np.maximum(widened, reach), p90)
         if regrow is not None:
             reserve = np.maximum(reserve, self._regrowable(partial, hours, regrow))
+            reserve = np.maximum(reserve, rise_hold(*self._latest(partial), hours, regrow, RAMP_HOURS))
         return ProfileForecast(hours, p50, p90, self.method_, reserve)
 
     def _regrowable(self, partial: float | None, hours: HourArray, regrow: float) -> FloatArray:
@@ -739,14 +748,6 @@ class RealtimeProfile:
     def _check_fitted(self) -> None:
         if not hasattr(self, "band_"):
             raise NotFittedError("This RealtimeProfile is not fitted yet; call fit(hours, requests) first.")
-
-
-def busiest_quarter(actual: FloatArray) -> npt.NDArray[np.bool_]:
-    """Per row (one day), the quarter of hours with the most requests."""
-    count = max(1, actual.shape[1] // 4)
-    busy = np.zeros(actual.shape, dtype=bool)
-    np.put_along_axis(busy, np.argsort(actual, axis=1, kind="stable")[:, -count:], True, axis=1)
-    return busy
 
 
 def _best_family(mae: dict[ProfileMethod, float]) -> ProfileMethod | None:

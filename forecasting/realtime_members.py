@@ -167,3 +167,21 @@ def recalibrated_level(
 #: One setting of a family: (log1p history, horizon) -> log1p forecast, or None when the
 #: history is too short for it.
 Member = Callable[[FloatArray, int], FloatArray | None]
+
+
+def busiest_quarter(actual: FloatArray) -> npt.NDArray[np.bool_]:
+    """Per row (one day), the quarter of hours with the most requests."""
+    count = max(1, actual.shape[1] // 4)
+    busy = np.zeros(actual.shape, dtype=bool)
+    np.put_along_axis(busy, np.argsort(actual, axis=1, kind="stable")[:, -count:], True, axis=1)
+    return busy
+
+
+def rise_hold(actual: FloatArray, seen: HourArray, hours: HourArray, regrow: float, ahead: int) -> FloatArray:
+    """The rise hold (forecasting/realtime.py): when the latest of ``actual`` (requests of the
+    hours ``seen``) rose above the one before by more than ``regrow``, per hour of ``hours``
+    within ``ahead`` hours after it the latest plus the rise once per hour between; else 0."""
+    rise = float(actual[-1] - actual[-2]) if actual.size > 1 else 0.0
+    after = ((hours - seen[-1]) // np.timedelta64(1, "h")).astype(float)
+    held: FloatArray = np.where((after <= ahead) & (rise > regrow), actual[-1] + rise * after, 0.0)
+    return held

@@ -407,6 +407,49 @@ def test_a_dip_holds_the_next_hours_reserve_within_a_swap_cap_step_of_the_latest
         profile.predict(hours[903], 24, regrow=-1.0)
 
 
+def test_a_rise_faster_than_the_swap_cap_is_planned_ahead_for_the_next_hours(
+    philly: tuple[np.ndarray, np.ndarray],
+) -> None:
+    from forecasting.realtime import RAMP_HOURS
+
+    hours = philly[0]
+    # Two hours two band widths below their P50, then one two widths above: a steep rise,
+    # the mean band position below the surge risk's.
+    profile = _fed_in_band_widths(philly, (-2.0, -2.0, 2.0))
+    actual = np.expm1(profile.z_[-3:])
+    latest, rise = float(actual[-1]), float(actual[-1] - actual[-2])
+    assert rise > 0
+
+    def dip_hold(start: int, regrow: float) -> np.ndarray:
+        between = np.arange(start, start + 24)[:, None] - np.arange(900, 903)[None, :] - 1
+        return np.asarray(np.max(actual[None, :] - regrow * between, axis=1))
+
+    # A swap cap that follows the rise within an hour: the dip hold alone.
+    slow = profile.predict(hours[903], 24, regrow=rise)
+    np.testing.assert_allclose(slow.planned, np.maximum(slow.p90, dip_hold(903, rise)))
+    # A swap cap slower than the rise: the rise carries on for the next RAMP_HOURS hours,
+    # planned ahead of the traffic; after them, the dip hold again; the P50 and P90 unchanged.
+    regrow = rise / 3
+    fast = profile.predict(hours[903], 24, regrow=regrow)
+    ramp = latest + rise * np.arange(1, RAMP_HOURS + 1)
+    np.testing.assert_allclose(fast.planned[:RAMP_HOURS], ramp)
+    assert fast.planned[0] > slow.planned[0] > fast.planned[0] - rise - 1e-9
+    np.testing.assert_allclose(
+        fast.planned[RAMP_HOURS:], np.maximum(fast.p90, dip_hold(903, regrow))[RAMP_HOURS:]
+    )
+    np.testing.assert_array_equal(fast.p90, slow.p90)
+    # The hour in progress rising again, at its rate so far, is the latest: one step on.
+    later = profile.predict(hours[904], 24, partial=latest + rise, regrow=regrow)
+    np.testing.assert_allclose(
+        later.planned[:RAMP_HOURS], latest + rise + rise * np.arange(1, RAMP_HOURS + 1)
+    )
+    # A fall is no rise: with no regrow, the dip hold keeps the latest hours' highest, no more.
+    falling = _fed_in_band_widths(philly, (2.0, 2.0, -2.0))
+    forecast = falling.predict(hours[903], 24, regrow=0.0)
+    highest = float(np.max(np.expm1(falling.z_[-3:])))
+    np.testing.assert_allclose(forecast.planned, np.maximum(forecast.p90, highest))
+
+
 def test_the_recalibrated_level_is_the_latest_ratio_shrunk_by_its_weight() -> None:
     forecast = np.array([10.0, 20.0, 0.0])
     before = np.array([4.0, 6.0])

@@ -4,9 +4,10 @@ An hour is committed once, at its first cycle. A later cycle in the same hour (t
 one) may add to it, never move or remove anything:
 
 - **real-time GPUs from GPUs idle in that hour**, when the traffic observed so far in the
-  hour runs above what the app's committed GPUs serve; within the app's swap cap, counted
-  against the hour before (adding only, so the change from the hour before grows by
-  exactly the GPUs added);
+  hour runs above what the app's committed GPUs serve, or when the next hours' plan asks for
+  more than one swap-cap step above them (a rise planned ahead: :func:`ahead_need`); within
+  the app's swap cap, counted against the hour before (adding only, so the change from the
+  hour before grows by exactly the GPUs added);
 - **batch starts on GPUs free for the rest of the hour**: a queued job that the new plan
   starts at the next hour, on a block that is idle now, starts now on that block.
 
@@ -33,7 +34,7 @@ from contract.errors import InputError
 from contract.records import Amendment, App, Assignment, JobState, ObservedTraffic
 from gpuplan.app.core.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
 from gpuplan.app.cycle.outbox import deliver_pending
-from gpuplan.app.cycle.tick import down_gpus, plan_cycle, require_cluster
+from gpuplan.app.cycle.tick import app_demand, down_gpus, plan_cycle, require_cluster
 
 if TYPE_CHECKING:
     from gpuplan.app.adapters.executors import Executor
@@ -290,6 +291,19 @@ def hourly_rates(observed: Sequence[ObservedTraffic], now: datetime) -> dict[str
     return {o.app: o.hourly_rate() for o in observed if o.hour == hour and o.minutes > 0}
 
 
+#: The hours after the current one whose planned GPUs the amendment provisions ahead for.
+AHEAD_HOURS = 4
+
+
+def ahead_need(store: Store, app: App, hour: datetime, rate: float) -> int:
+    """The GPUs ``app`` should hold in ``hour`` (in progress, seen at ``rate`` requests an
+    hour so far): those the rate needs, and never fewer than the swap cap lets grow into the
+    GPUs the next hours are planned for (their swap-capped curve's first hour less one
+    cap), so that a rise the plan sees coming is provisioned from this hour on."""
+    demand = app_demand(store, app, hour + STEP, AHEAD_HOURS, partial_rate=rate)
+    return max(gpus_for(app, rate), (demand.gpus[0] - app.swap_cap) if demand.gpus else 0)
+
+
 def amend_hour(
     store: Store,
     now: datetime,
@@ -313,7 +327,7 @@ def amend_hour(
     cluster = require_cluster(store)
     apps = store.apps()
     rates = hourly_rates(observed, now)
-    need = {app.id: gpus_for(app, rates[app.id]) for app in apps if app.id in rates}
+    need = {app.id: ahead_need(store, app, hour, rates[app.id]) for app in apps if app.id in rates}
     next_hour: dict[str, list[int]] = {}
     for gpu, row in enumerate(run.grid):
         if row and row[0] is not None:

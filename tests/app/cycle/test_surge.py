@@ -231,3 +231,42 @@ def test_an_app_whose_traffic_ran_high_in_its_band_is_planned_with_the_reserve(t
                 assert sum(demand.gpus[:SURGE_RISK_HOURS]) > sum(p90_only.gpus[:SURGE_RISK_HOURS])
     finally:
         store.close()
+
+
+def _rising(tmp_path: Path, before: float, rate: float) -> int:
+    """chat (swap cap 2, 10 requests a GPU-hour) on GPUs 4-7 in the hour before and in H0, a
+    flat profile of about 10 requests an hour whose latest hour (before H0) saw ``before``;
+    H0 observed at ``rate`` an hour at :30: the GPUs chat holds in H0 after the :30 cycle."""
+    import numpy as np
+
+    from forecasting.persistence import model_bytes
+    from forecasting.realtime import RealtimeProfile
+
+    url = f"sqlite:///{tmp_path}/rising.db"
+    config = ServiceConfig(cluster=Cluster(gpus=8), apps=(CHAT,), models_dir=Path("models"))
+    store = open_store(url)
+    try:
+        store.save_cluster(config.cluster)
+        store.save_app(CHAT)
+        commit_by_hand(store, (H0 - STEP, H0), (Assignment("chat", (4, 5, 6, 7)),), gpus=8)
+        first = np.datetime64(H0.replace(tzinfo=None), "h") - 21 * 24
+        hours = first + np.arange(21 * 24).astype("timedelta64[h]")
+        requests = 10.0 + np.random.default_rng(0).normal(0, 1, hours.size).clip(-3, 3)
+        requests[-1] = before
+        profile = RealtimeProfile(method="flat", surge_decay=0.0, surge_reserve=0.0).fit(hours, requests)
+        store.save_profile("chat", model_bytes(profile), through=H0 - STEP)
+        store.observe_traffic([ObservedTraffic("chat", H0, rate / 2, 30.0)])
+        run_once(Service(store, config, InMemoryExecutor()), H0 + timedelta(minutes=30))
+        return len(_chat(store, H0))
+    finally:
+        store.close()
+
+
+def test_a_rising_app_gets_gpus_before_the_hour_that_needs_them(tmp_path: Path) -> None:
+    """35 requests an hour so far are within chat's 4 GPUs (40), but up from 10 the hour
+    before: faster than its swap cap follows (2 GPUs, 20 requests, an hour). The next hours are
+    planned for the rise carried on (60, 85, 110 requests: 6, 9, 11 GPUs), and the :30 cycle
+    grows chat now, in the hour that does not need it yet, toward what the swap cap must reach:
+    5 GPUs (the next hour's 7 of the capped curve less a cap). Not rising, nothing is added."""
+    assert _rising(tmp_path / "up", before=10.0, rate=35.0) == 5
+    assert _rising(tmp_path / "flat", before=30.0, rate=35.0) == 4
