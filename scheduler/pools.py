@@ -203,7 +203,7 @@ def allocate(
             assignment = trial
             kept += 1
             plans[source], plans[target] = new_source, new_target
-    log.debug("pools: %d moves tried, %d kept, %d jobs assigned, %d moves listed, units %s", tried, kept, len(assignment), len(_moves(instance, assignment, plans)), budget.units)
+    log.debug("pools: %d moves tried, %d kept, %d jobs assigned", tried, kept, len(assignment))
     return merge(instance, {name: plan for name, (plan, _) in plans.items()})
 
 
