@@ -10,9 +10,11 @@ A job's priority in its pool's instance is its worth per GPU-step there (times i
 rate, :meth:`~contract.scenario.Instance.output_rate`); so is the weight of its promise.
 
 The choice: each job, in order of priority, goes where its value (priority x decayed
-output, with that pool's steps, from the start the pool's load so far suggests) is
-highest; then, while the budget lasts, a job left out or delayed in its pool is moved to
-another of its pools, and the move is kept when the two pools' plans score higher.
+output, with that pool's steps) is highest from its foreseen start there (the first step
+the pool's GPUs left free hold it), the wait to that start counted :data:`WAIT_SLIP` times
+longer, since a foreseen wait slips as higher-priority work arrives; then, while the budget
+lasts, a job left out or delayed in its pool is moved to another of its pools, and the move
+is kept when the two pools' plans score higher, their waits counted the same way.
 
 A single-pool instance never comes here: the callers plan it as before.
 """
