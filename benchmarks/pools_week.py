@@ -1,6 +1,7 @@
 """Two simulated days of a two-pool cluster: the fast mode against the baselines, per pool.
 
     python -m benchmarks.pools_week [--seeds 0,1,2,3,4] [--held-out 5,6] [--days 2] [--no-reference]
+        [--policies fast,fifo,priority-backfill,fastest-free]
 
 The cluster (docs/pools.md): pool `h100` (32 H100, the reference) beside pool `a100` (32 A100),
 and two real-time apps of the bundled traffic, one on each pool. The workload is the
@@ -79,12 +80,14 @@ def drawn_setup(seed: int, *, days: int, work: Path, name: str, config: str) -> 
     )
 
 
-def run_seed(seed: int, *, days: int, pooled: bool, work: Path) -> dict[SimPolicy, PolicyMetrics]:
-    """Every policy on one seed's workload; raises on any illegal plan."""
+def run_seed(
+    seed: int, *, days: int, pooled: bool, work: Path, policies: tuple[SimPolicy, ...] = POLICIES
+) -> dict[SimPolicy, PolicyMetrics]:
+    """Each of ``policies`` on one seed's workload; raises on any illegal plan."""
     name = f"cluster-{'pools' if pooled else 'one'}.yaml"
     setup = drawn_setup(seed, days=days, work=work, name=name, config=config_text(pooled))
     found = {}
-    for policy in POLICIES:
+    for policy in policies:
         plans = 0
 
         def planned(store: Store, run: PlanRun, policy: SimPolicy = policy) -> None:
@@ -144,7 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--held-out", default="5,6", help="seeds never looked at while the scheduler changed")
     parser.add_argument("--days", type=int, default=2)
     parser.add_argument("--no-reference", action="store_true", help="skip the one-pool reference")
+    parser.add_argument(
+        "--policies",
+        default=",".join(p.value for p in POLICIES),
+        help="the policies to run (the goals' table needs all four)",
+    )
     args = parser.parse_args(argv)
+    policies = tuple(SimPolicy(name) for name in args.policies.split(",") if name)
     seeds = [int(s) for s in args.seeds.split(",") if s]
     held_out = [int(s) for s in args.held_out.split(",") if s]
     shapes = [True] if args.no_reference else [True, False]
@@ -155,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
             for group, names in (("seeds", seeds), ("held-out seeds", held_out)):
                 by_seed = {}
                 for seed in names:
-                    by_seed[seed] = run_seed(seed, days=args.days, pooled=pooled, work=Path(work))
+                    by_seed[seed] = run_seed(
+                        seed, days=args.days, pooled=pooled, work=Path(work), policies=policies
+                    )
                     print(_table(seed, by_seed[seed]), flush=True)
-                if not by_seed:
+                if not by_seed or set(policies) != set(POLICIES):
                     continue
                 pools = list(by_seed[names[0]][SimPolicy.FAST].pools)
                 headers = ["seed", *(f"fast vs {p.value}" for p in POLICIES[1:])]

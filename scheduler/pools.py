@@ -10,9 +10,11 @@ A job's priority in its pool's instance is its worth per GPU-step there (times i
 rate, :meth:`~contract.scenario.Instance.output_rate`); so is the weight of its promise.
 
 The choice: each job, in order of priority, goes where its value (priority x decayed
-output, with that pool's steps, from the start the pool's load so far suggests) is
-highest; then, while the budget lasts, a job left out or delayed in its pool is moved to
-another of its pools, and the move is kept when the two pools' plans score higher.
+output, with that pool's steps) is highest from its foreseen start there (the first step
+the pool's GPUs left free hold it), the wait to that start counted :data:`WAIT_SLIP` times
+longer, since a foreseen wait slips as higher-priority work arrives; then, while the budget
+lasts, a job left out or delayed in its pool is moved to another of its pools, and the move
+is kept when the two pools' plans score higher, their waits counted the same way.
 
 A single-pool instance never comes here: the callers plan it as before.
 """
@@ -20,6 +22,7 @@ A single-pool instance never comes here: the callers plan it as before.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -34,6 +37,13 @@ log = logging.getLogger(__name__)
 FIRST_PLAN_SHARE = 0.5
 #: At most this many moves are tried, whatever the budget (each plans two pools again).
 MAX_MOVES = 64
+#: How much longer than the plan foresees it the pool choice counts a queued job's wait: a
+#: start planned ``w`` steps after the job's release is weighed as one ``(1 + WAIT_SLIP) x w``
+#: steps after it. Each cycle the wait a plan foresaw slips as higher-priority work arrives
+#: (docs/pools.md, "The foreseen wait slips"), so a start now on a slower pool that is idle
+#: loses to a later start on a faster one only where the gain exceeds that risk. The plan of
+#: each pool is still made and scored by the contract's objective.
+WAIT_SLIP = 1.0
 
 Planner = Callable[[Instance, Budget], Allocation]
 Assignment = dict[str, str]  # queued job id -> pool name
@@ -178,10 +188,10 @@ def allocate(
         run = budget.sibling(share_ms)
         allocation = planner(sub, run)
         budget.charge(run.spent)
-        return allocation, objective(sub, allocation)
+        return allocation, objective(sub, allocation) - slip_loss(sub, allocation)
 
     plans = {name: plan_pool(name, assignment) for name in pools}
-    tried = 0
+    tried = kept = 0
     per_move = 2 * budget.units * share_ms / budget.budget_ms  # two pools planned again
     for job, target in _moves(instance, assignment, plans):
         if tried >= MAX_MOVES or not budget.affords(per_move):
@@ -193,37 +203,81 @@ def allocate(
         before = plans[source][1] + plans[target][1]
         if new_source[1] + new_target[1] > before + 1e-9:
             assignment = trial
+            kept += 1
             plans[source], plans[target] = new_source, new_target
-    log.debug("pools: %d moves tried, %d jobs assigned", tried, len(assignment))
+    log.debug("pools: %d moves tried, %d kept, %d jobs assigned", tried, kept, len(assignment))
     return merge(instance, {name: plan for name, (plan, _) in plans.items()})
 
 
+def slip_loss(instance: Instance, allocation: Allocation) -> float:
+    """What the queued jobs ``allocation`` starts after their release would lose were each of
+    their waits :data:`WAIT_SLIP` times longer still (their value, priority x GPUs x decayed
+    steps, at the slipped start against the planned one)."""
+    weights = instance.weights
+    loss = 0.0
+    for job in instance.queued_jobs:
+        placed = allocation.batch.get(job.id)
+        if placed is None or placed.start_step <= job.release_step:
+            continue
+        start = placed.start_step
+        slipped = start + math.ceil(WAIT_SLIP * (start - job.release_step))
+        steps = job.duration_steps
+        kept = sum(weights[start : start + steps]) - sum(weights[slipped : slipped + steps])
+        loss += job.priority * job.gpus * kept
+    return loss
+
+
 def first_assignment(instance: Instance, rates: Rates | None = None) -> Assignment:
-    """Each queued job, by priority, on the allowed pool where its value is highest from the
-    start that the pool's load so far suggests (its busy GPU-steps over its GPUs)."""
+    """Each queued job, by priority, on the allowed pool where its value is highest from its
+    foreseen start there, the wait to it counted :data:`WAIT_SLIP` times longer: the first step
+    from which the pool's GPUs left free (by the running work, the down GPUs, its services'
+    demand and the jobs given it so far, counted, not placed in blocks) hold the job for its
+    steps there."""
     weights, horizon = instance.weights, instance.horizon_steps
-    load = {pool.name: 0.0 for pool in instance.pools}
-    for pool in instance.pools:
-        mask = pool.mask
-        busy = zip(instance.down_masks, instance.running_masks, strict=True)
-        load[pool.name] += sum(((d | r) & mask).bit_count() for d, r in busy)
-    for rt in instance.realtime_jobs:
-        load[instance.realtime_pool(rt).name] += sum(rt.demand)
+    free = {pool.name: _free_counts(instance, pool) for pool in instance.pools}
     assignment: Assignment = {}
     for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order)):
-        best: tuple[float, int, str] | None = None
+        best: tuple[float, int, int, str] | None = None
         for index, pool in enumerate(instance.allowed_pools(job)):
             steps = _steps(job, pool)
-            start = max(job.release_step, int(load[pool.name] / pool.gpus))
+            start = _earliest(free[pool.name], job.gpus, steps, job.release_step)
+            weighed = start + math.ceil(WAIT_SLIP * (start - job.release_step))
             worth = job.priority * _rate(instance, rates, job, pool) * job.gpus
-            value = worth * sum(weights[start : min(start + steps, horizon)])
-            if best is None or (value, -index) > best[:2]:
-                best = (value, -index, pool.name)
+            value = worth * sum(weights[weighed : min(weighed + steps, horizon)])
+            if best is None or (value, -start, -index) > best[:3]:
+                best = (value, -start, -index, pool.name)
         assert best is not None
-        assignment[job.id] = best[2]
-        pool = instance.pools_by_name[best[2]]
-        load[pool.name] += job.gpus * _steps(job, pool)
+        assignment[job.id] = best[3]
+        counts, start = free[best[3]], -best[1]
+        for t in range(start, min(start + _steps(job, instance.pools_by_name[best[3]]), horizon)):
+            counts[t] -= job.gpus
     return assignment
+
+
+def _free_counts(instance: Instance, pool: Pool) -> list[int]:
+    """The GPUs of ``pool`` at each step that no running job, down window or service of it holds."""
+    mask = pool.mask
+    busy = zip(instance.down_masks, instance.running_masks, strict=True)
+    counts = [pool.gpus - ((d | r) & mask).bit_count() for d, r in busy]
+    for rt in instance.realtime_jobs:
+        if instance.realtime_pool(rt) is pool:
+            counts = [c - d for c, d in zip(counts, rt.demand, strict=True)]
+    return counts
+
+
+def _earliest(free: Sequence[int], gpus: int, steps: int, release: int) -> int:
+    """The first step from ``release`` from which ``free`` holds ``gpus`` for ``steps`` steps (or
+    to the horizon); the horizon when there is none."""
+    run_start = None
+    for t in range(release, len(free)):
+        if free[t] < gpus:
+            run_start = None
+            continue
+        if run_start is None:
+            run_start = t
+        if t - run_start + 1 >= steps:
+            return run_start
+    return len(free) if run_start is None else run_start
 
 
 def _moves(

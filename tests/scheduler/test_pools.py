@@ -266,3 +266,23 @@ def test_a_job_is_moved_off_the_pool_another_needs() -> None:
     assert first_assignment(instance) == {"x": "a", "y": "a"}
     grid = plan(instance, PolicyName.FAST, WORK).grid
     assert [row[0] for row in grid] == ["y"] * 4 + ["x"] * 4
+
+
+def test_a_foreseen_wait_on_the_fast_pool_loses_to_a_start_now_on_the_idle_slow_one() -> None:
+    """`wide` holds the fast pool for a step; `j` (3 steps there, 6 on the slow pool) is worth a
+    little more on the fast pool after that wait, by the plan's own decay, than on the slow
+    pool now. The pool choice counts the wait twice as long (WAIT_SLIP), since a foreseen wait
+    slips as work arrives: `j` starts now on the slow pool."""
+    from scheduler.pools import WAIT_SLIP, first_assignment
+
+    doc = two_pools(duration_by_pool={"slow": 6, "fast": 3})
+    doc["jobs"].append(
+        {"id": "wide", "kind": "training", "priority": 50, "gpus": 8, "duration": 1, "pools": ["fast"]}
+    )
+    instance = instance_of(doc)
+    w = instance.weights
+    assert sum(w[1:4]) > sum(w[0:6]) / 2 > sum(w[2:5])  # waiting wins unless the wait slips
+    assert WAIT_SLIP == 1.0
+    assert first_assignment(instance) == {"wide": "fast", "j": "slow"}
+    grid = plan(instance, PolicyName.FAST, WORK).grid
+    assert [row[:6].count("j") for row in grid[:8]] == [6] * 4 + [0] * 4
