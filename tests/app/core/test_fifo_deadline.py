@@ -5,34 +5,20 @@ starved by a stream of higher-priority work starts no later than FIFO starts it.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
 from contract.errors import InputError
-from contract.records import Cluster, Job, JobEstimate
-from contract.scenario import JobKind
+from contract.records import Cluster, Job
 from contract.scenario_io import parse_scenario
 from gpuplan.app.core.bridge import OVERDUE_STEP, Snapshot, fifo_starts, scenario_document
 from gpuplan.app.core.config import PlanWith, ServiceConfig, load_config
 from gpuplan.app.cycle.tick import plan_snapshot
 from scheduler.policies import PolicyName
-
-T0 = datetime(2026, 12, 1, tzinfo=UTC)
-HOUR = timedelta(hours=1)
-
-
-def _job(job_id: str, priority: float, submitted_at: datetime, *, gpus: int = 8, hours: float = 1.0) -> Job:
-    return Job(
-        id=job_id,
-        kind=JobKind.TRAINING,
-        priority=priority,
-        spec={"id": job_id, "kind": "training", "priority": priority, "gpus": gpus, "hours": hours},
-        submitted_at=submitted_at,
-        estimate=JobEstimate(gpus=gpus, hours_p50=hours, hours_p90=hours),
-    )
+from tests.app.core.test_aging import HOUR, T0, _job
 
 
 def _running(job: Job, started_at: datetime) -> Job:
