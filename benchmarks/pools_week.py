@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from contract.records import PlanRun
@@ -141,6 +142,15 @@ def _goals(by_seed: dict[int, dict[SimPolicy, PolicyMetrics]]) -> list[list[str]
     return rows
 
 
+def named_policies(parser: argparse.ArgumentParser, text: str, known: Sequence[str]) -> list[str]:
+    """The policies ``--policies`` names (comma-separated), each one of ``known``, else the
+    parser's error."""
+    named = [name.strip() for name in text.split(",") if name.strip()]
+    if unknown := sorted(set(named) - set(known)):
+        parser.error(f"--policies must name policies of {list(known)}; got {unknown}")
+    return named
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2,3,4")
@@ -153,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the policies to run (the goals' table needs all four)",
     )
     args = parser.parse_args(argv)
-    policies = tuple(SimPolicy(name) for name in args.policies.split(",") if name)
+    policies = tuple(
+        SimPolicy(name) for name in named_policies(parser, args.policies, [p.value for p in POLICIES])
+    )
     seeds = [int(s) for s in args.seeds.split(",") if s]
     held_out = [int(s) for s in args.held_out.split(",") if s]
     shapes = [True] if args.no_reference else [True, False]

@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.pools_week import config_text, drawn_setup
+from benchmarks.pools_week import config_text, drawn_setup, named_policies
 from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, run_policy, week_grid
 from gpuplan.app.lab.simulate.measures import PolicyMetrics, measure
 from gpuplan.table import format_table
@@ -183,10 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated policies to run (default all; {NO_TEAMS_ARG}: the fast mode without teams)",
     )
     args = parser.parse_args(argv)
-    named = {p.strip() for p in args.policies.split(",") if p.strip()}
-    known = [policy.value for policy in POLICIES] + [NO_TEAMS_ARG]
-    if unknown := sorted(named - set(known)):
-        parser.error(f"--policies must name policies of {known}; got {unknown}")
+    named = named_policies(parser, args.policies, [policy.value for policy in POLICIES] + [NO_TEAMS_ARG])
     only = frozenset(NO_TEAMS if p == NO_TEAMS_ARG else p for p in named) or None
     seeds = [int(s) for s in args.seeds.split(",") if s]
     held_out = [int(s) for s in args.held_out.split(",") if s]
