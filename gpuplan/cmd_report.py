@@ -356,8 +356,9 @@ def _teams(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from gpuplan.app.core.config import load_config
-    from gpuplan.app.views.report_inputs import team_report_inputs
-    from gpuplan.app.views.teams import TeamHoursRow, team_colours, team_report
+    from gpuplan.app.views.report_inputs import open_existing_store
+    from gpuplan.app.views.report_queries import teams_query
+    from gpuplan.app.views.teams import TeamHoursRow, team_colours
 
     config = load_config(args.config)
     if not config.teams:
@@ -365,11 +366,19 @@ def _teams(args: argparse.Namespace) -> int:
             "--config", "a config with a `teams:` section", str(args.config), hint="It names no teams."
         )
     with as_flags({"since": "--since", "until": "--until"}):
-        cluster, jobs, since, until = team_report_inputs(args.db, args.since, args.until, datetime.now(UTC))
-    report = team_report(
-        config.teams, jobs, pools=config.pools, cluster_gpus=cluster.gpus, since=since, until=until
-    )
-    period = f"{cell_text(since)} to {cell_text(until)} ({report.hours:g} h)"
+        store = open_existing_store(args.db)
+        try:
+            report = teams_query(
+                store,
+                config.teams,
+                pools=config.pools,
+                since=args.since,
+                until=args.until,
+                now=datetime.now(UTC),
+            )
+        finally:
+            store.close()
+    period = f"{cell_text(report.since)} to {cell_text(report.until)} ({report.hours:g} h)"
     totals: dict[str, float] = {}
     for row in report.rows:
         totals[row.team] = totals.get(row.team, 0.0) + row.gpu_hours

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from contract.errors import InputError, StoreError
-from contract.records import Amendment, App, Assignment, Cluster, Commit, Job, PlanRun, TrafficHour
+from contract.records import Amendment, App, Assignment, Cluster, Commit, PlanRun, TrafficHour
 from contract.scenario import Instance, JobKind
 from contract.times import parse_time
 from gpuplan.app.core.bridge import merged_assignments
@@ -245,15 +245,3 @@ def team_report_window(since: str | None, until: str | None, now: datetime) -> t
     if since_at >= until_at:
         raise InputError("until", f"a time after since ({since_at.isoformat()})", until_at.isoformat())
     return since_at, until_at
-
-
-def team_report_inputs(
-    url: str, since: str | None, until: str | None, now: datetime
-) -> tuple[Cluster, list[Job], datetime, datetime]:
-    """The cluster, every stored job, and ``report teams``' window (:func:`team_report_window`)."""
-    since_at, until_at = team_report_window(since, until, now)
-    store = open_existing_store(url)
-    try:
-        return stored_cluster(store), store.jobs(), since_at, until_at
-    finally:
-        store.close()
