@@ -286,3 +286,22 @@ def test_a_foreseen_wait_on_the_fast_pool_loses_to_a_start_now_on_the_idle_slow_
     assert first_assignment(instance) == {"wide": "fast", "j": "slow"}
     grid = plan(instance, PolicyName.FAST, WORK).grid
     assert [row[:6].count("j") for row in grid[:8]] == [6] * 4 + [0] * 4
+
+
+def test_a_pool_whose_free_gpus_are_scattered_is_not_foreseen_to_start_a_wide_job() -> None:
+    """The fast pool has 6 of its 8 GPUs free, but a running 1-GPU job sits in each of its
+    aligned 4-GPU blocks for 8 steps: `j` (4 GPUs, 3 steps there, 4 on the slow pool) cannot
+    start there before step 8. Its foreseen start is read from the pool's free blocks, not
+    its free GPU count: it starts now on the slow pool."""
+    from scheduler.pools import first_assignment
+
+    doc = two_pools(duration_by_pool={"slow": 4, "fast": 3})
+    doc["jobs"] += [
+        {"id": f"small{g}", "kind": "training", "priority": 5, "gpus": 1, "duration": 8, "pools": ["fast"]}
+        for g in (8, 12)
+    ]
+    doc["running"] = [{"id": f"small{g}", "gpus": [g], "remaining": 8} for g in (8, 12)]
+    instance = instance_of(doc)
+    assert first_assignment(instance) == {"j": "slow"}
+    grid = plan(instance, PolicyName.FAST, WORK).grid
+    assert [row[0] for row in grid[:4]] == ["j"] * 4
