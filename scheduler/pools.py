@@ -13,8 +13,8 @@ The choice: each job, in order of priority, goes where its value (priority x dec
 output, with that pool's steps) is highest from its foreseen start there (the first step
 from which an aligned block of the pool is free for it, its services' demand counted, so
 GPUs free but scattered over the pool's blocks start no wide job), the wait to that start
-counted :data:`WAIT_SLIP` times
-longer, since a foreseen wait slips as higher-priority work arrives; then, while the budget
+counted :data:`WAIT_SLIP` times longer, since a foreseen wait slips as higher-priority work
+arrives; then, while the budget
 lasts, a job left out or delayed in its pool is moved to another of its pools, and the move
 is kept when the two pools' plans score higher, their waits counted the same way.
 
