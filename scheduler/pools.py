@@ -14,9 +14,9 @@ output, with that pool's steps) is highest from its foreseen start there (the fi
 from which an aligned block of the pool is free for it, its services' demand counted, so
 GPUs free but scattered over the pool's blocks start no wide job), the wait to that start
 counted :data:`WAIT_SLIP` times longer, since a foreseen wait slips as higher-priority work
-arrives; then, while the budget
-lasts, a job left out or delayed in its pool is moved to another of its pools, and the move
-is kept when the two pools' plans score higher, their waits counted the same way.
+arrives; then, while the budget lasts, a job left out or delayed in its pool is moved to
+another of its pools, and the move is kept when the two pools' plans score higher, their
+waits counted the same way.
 
 A single-pool instance never comes here: the callers plan it as before.
 """
