@@ -1,6 +1,7 @@
 """Two simulated days of a two-pool cluster: the fast mode against the baselines, per pool.
 
-    python -m benchmarks.pools_week [--seeds 0,1,2,3,4] [--held-out 5,6] [--days 2] [--no-reference]
+    python -m benchmarks.pools_week [--seeds 0,1,2,3,4] [--held-out 5,6] [--days 2]
+        [--no-reference | --reference-only]
         [--policies fast,fifo,priority-backfill,fastest-free]
 
 The cluster (docs/pools.md): pool `h100` (32 H100, the reference) beside pool `a100` (32 A100),
@@ -156,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--held-out", default="5,6", help="seeds never looked at while the scheduler changed")
     parser.add_argument("--days", type=int, default=2)
-    parser.add_argument("--no-reference", action="store_true", help="skip the one-pool reference")
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument("--no-reference", action="store_true", help="skip the one-pool reference")
+    shape.add_argument("--reference-only", action="store_true", help="only the one-pool reference")
     parser.add_argument(
         "--policies",
         default=",".join(p.value for p in POLICIES),
@@ -168,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     seeds = [int(s) for s in args.seeds.split(",") if s]
     held_out = [int(s) for s in args.held_out.split(",") if s]
-    shapes = [True] if args.no_reference else [True, False]
+    shapes = [True] if args.no_reference else [False] if args.reference_only else [True, False]
     with tempfile.TemporaryDirectory(prefix="pools-week-") as work:
         for pooled in shapes:
             title = "two pools: 32 H100 + 32 A100" if pooled else "reference: one pool of 64 H100"

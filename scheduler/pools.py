@@ -11,10 +11,12 @@ rate, :meth:`~contract.scenario.Instance.output_rate`); so is the weight of its 
 
 The choice: each job, in order of priority, goes where its value (priority x decayed
 output, with that pool's steps) is highest from its foreseen start there (the first step
-the pool's GPUs left free hold it), the wait to that start counted :data:`WAIT_SLIP` times
-longer, since a foreseen wait slips as higher-priority work arrives; then, while the budget
-lasts, a job left out or delayed in its pool is moved to another of its pools, and the move
-is kept when the two pools' plans score higher, their waits counted the same way.
+from which an aligned block of the pool is free for it, its services' demand counted, so
+GPUs free but scattered over the pool's blocks start no wide job), the wait to that start
+counted :data:`WAIT_SLIP` times longer, since a foreseen wait slips as higher-priority work
+arrives; then, while the budget lasts, a job left out or delayed in its pool is moved to
+another of its pools, and the move is kept when the two pools' plans score higher, their
+waits counted the same way.
 
 A single-pool instance never comes here: the callers plan it as before.
 """
@@ -26,7 +28,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from contract.scenario import BatchJob, DownWindow, Instance, Pool, RunningRealtime
+from contract.scenario import BatchJob, DownWindow, Instance, JobKind, Pool, RunningRealtime, block_mask
+from scheduler.board import Board
 from scheduler.budget import Budget
 from scheduler.metrics import score
 from scheduler.model import Allocation, Placement, build_grid
@@ -42,8 +45,10 @@ MAX_MOVES = 64
 #: steps after it. Each cycle the wait a plan foresaw slips as higher-priority work arrives
 #: (docs/pools.md, "The foreseen wait slips"), so a start now on a slower pool that is idle
 #: loses to a later start on a faster one only where the gain exceeds that risk. The plan of
-#: each pool is still made and scored by the contract's objective.
-WAIT_SLIP = 1.0
+#: each pool is still made and scored by the contract's objective. 0.75 since the foreseen
+#: start reads the pool's free blocks (docs/pools.md: chosen on seeds 0 and 7 among 0.5, 0.75,
+#: 1, 1.5 and 2; it was 1 on free GPU counts).
+WAIT_SLIP = 0.75
 
 Planner = Callable[[Instance, Budget], Allocation]
 Assignment = dict[str, str]  # queued job id -> pool name
@@ -230,17 +235,18 @@ def slip_loss(instance: Instance, allocation: Allocation) -> float:
 def first_assignment(instance: Instance, rates: Rates | None = None) -> Assignment:
     """Each queued job, by priority, on the allowed pool where its value is highest from its
     foreseen start there, the wait to it counted :data:`WAIT_SLIP` times longer: the first step
-    from which the pool's GPUs left free (by the running work, the down GPUs, its services'
-    demand and the jobs given it so far, counted, not placed in blocks) hold the job for its
-    steps there."""
+    from which an aligned block of the pool is free for the job's steps there (of the running
+    work, the down GPUs and the jobs given the pool so far, each on the lowest block free for
+    it) while the GPUs its services' demand leaves hold the job too. A pool whose free GPUs are
+    scattered over its blocks starts a wide job no sooner than its blocks allow."""
     weights, horizon = instance.weights, instance.horizon_steps
-    free = {pool.name: _free_counts(instance, pool) for pool in instance.pools}
+    ledgers = {pool.name: _Ledger(instance, pool) for pool in instance.pools}
     assignment: Assignment = {}
     for job in sorted(instance.queued_jobs, key=lambda j: (-j.priority, j.order)):
         best: tuple[float, int, int, str] | None = None
         for index, pool in enumerate(instance.allowed_pools(job)):
             steps = _steps(job, pool)
-            start = _earliest(free[pool.name], job.gpus, steps, job.release_step)
+            start = ledgers[pool.name].earliest(job.gpus, steps, job.release_step)
             weighed = start + math.ceil(WAIT_SLIP * (start - job.release_step))
             worth = job.priority * _rate(instance, rates, job, pool) * job.gpus
             value = worth * sum(weights[weighed : min(weighed + steps, horizon)])
@@ -248,10 +254,50 @@ def first_assignment(instance: Instance, rates: Rates | None = None) -> Assignme
                 best = (value, -start, -index, pool.name)
         assert best is not None
         assignment[job.id] = best[3]
-        counts, start = free[best[3]], -best[1]
-        for t in range(start, min(start + _steps(job, instance.pools_by_name[best[3]]), horizon)):
-            counts[t] -= job.gpus
+        ledgers[best[3]].take(job.gpus, _steps(job, instance.pools_by_name[best[3]]), -best[1])
     return assignment
+
+
+class _Ledger:
+    """One pool as :func:`first_assignment` foresees it: its GPUs taken per step (a board of the
+    pool: the running work, the down GPUs, the jobs given it so far) and the GPUs its services'
+    demand leaves free per step. A foreseen start needs both: an aligned block free on the
+    board and the free count (services are counted, not placed: the plan moves them)."""
+
+    def __init__(self, instance: Instance, pool: Pool) -> None:
+        self.board = Board(sub_instance(instance, pool, ()))
+        self.free = _free_counts(instance, pool)
+        self.horizon = instance.horizon_steps
+
+    def earliest(self, gpus: int, steps: int, release: int) -> int:
+        """The first step from ``release`` of a run of ``steps`` (cut at the horizon) on an
+        aligned block of ``gpus`` free on the board, the free count holding ``gpus`` at each of
+        its steps; the horizon where there is none."""
+        not_before = release
+        while not_before < self.horizon:
+            start, end, _ = self._run(gpus, steps, not_before)
+            short = next((t for t in range(start, end) if self.free[t] < gpus), None)
+            if short is None:
+                return start
+            not_before = short + 1
+        return self.horizon
+
+    def take(self, gpus: int, steps: int, start: int) -> None:
+        """The run of a job given the pool, from ``start``: its lowest free block, and its count."""
+        if start >= self.horizon:
+            return
+        start, end, starts = self._run(gpus, steps, start)
+        if start >= self.horizon:
+            return
+        first_gpu = (starts & -starts).bit_length() - 1
+        self.board.occupy(block_mask(first_gpu, gpus), start, end)
+        for t in range(start, end):
+            self.free[t] -= gpus
+
+    def _run(self, gpus: int, steps: int, not_before: int) -> tuple[int, int, int]:
+        probe = BatchJob(id="", kind=JobKind.TRAINING, priority=1.0, gpus=gpus, duration_steps=steps)
+        run = self.board.earliest_run(probe, not_before)
+        return (self.horizon, self.horizon, 0) if run is None else run
 
 
 def _free_counts(instance: Instance, pool: Pool) -> list[int]:
@@ -263,21 +309,6 @@ def _free_counts(instance: Instance, pool: Pool) -> list[int]:
         if instance.realtime_pool(rt) is pool:
             counts = [c - d for c, d in zip(counts, rt.demand, strict=True)]
     return counts
-
-
-def _earliest(free: Sequence[int], gpus: int, steps: int, release: int) -> int:
-    """The first step from ``release`` from which ``free`` holds ``gpus`` for ``steps`` steps (or
-    to the horizon); the horizon when there is none."""
-    run_start = None
-    for t in range(release, len(free)):
-        if free[t] < gpus:
-            run_start = None
-            continue
-        if run_start is None:
-            run_start = t
-        if t - run_start + 1 >= steps:
-            return run_start
-    return len(free) if run_start is None else run_start
 
 
 def _moves(

@@ -271,8 +271,8 @@ def test_a_job_is_moved_off_the_pool_another_needs() -> None:
 def test_a_foreseen_wait_on_the_fast_pool_loses_to_a_start_now_on_the_idle_slow_one() -> None:
     """`wide` holds the fast pool for a step; `j` (3 steps there, 6 on the slow pool) is worth a
     little more on the fast pool after that wait, by the plan's own decay, than on the slow
-    pool now. The pool choice counts the wait twice as long (WAIT_SLIP), since a foreseen wait
-    slips as work arrives: `j` starts now on the slow pool."""
+    pool now. The pool choice counts the wait longer (WAIT_SLIP; a wait of one step, rounded up,
+    as two), since a foreseen wait slips as work arrives: `j` starts now on the slow pool."""
     from scheduler.pools import WAIT_SLIP, first_assignment
 
     doc = two_pools(duration_by_pool={"slow": 6, "fast": 3})
@@ -282,7 +282,26 @@ def test_a_foreseen_wait_on_the_fast_pool_loses_to_a_start_now_on_the_idle_slow_
     instance = instance_of(doc)
     w = instance.weights
     assert sum(w[1:4]) > sum(w[0:6]) / 2 > sum(w[2:5])  # waiting wins unless the wait slips
-    assert WAIT_SLIP == 1.0
+    assert 0 < WAIT_SLIP <= 1  # one step's wait weighed as two
     assert first_assignment(instance) == {"wide": "fast", "j": "slow"}
     grid = plan(instance, PolicyName.FAST, WORK).grid
     assert [row[:6].count("j") for row in grid[:8]] == [6] * 4 + [0] * 4
+
+
+def test_a_pool_whose_free_gpus_are_scattered_is_not_foreseen_to_start_a_wide_job() -> None:
+    """The fast pool has 6 of its 8 GPUs free, but a running 1-GPU job sits in each of its
+    aligned 4-GPU blocks for 8 steps: `j` (4 GPUs, 3 steps there, 4 on the slow pool) cannot
+    start there before step 8. Its foreseen start is read from the pool's free blocks, not
+    its free GPU count: it starts now on the slow pool."""
+    from scheduler.pools import first_assignment
+
+    doc = two_pools(duration_by_pool={"slow": 4, "fast": 3})
+    doc["jobs"] += [
+        {"id": f"small{g}", "kind": "training", "priority": 5, "gpus": 1, "duration": 8, "pools": ["fast"]}
+        for g in (8, 12)
+    ]
+    doc["running"] = [{"id": f"small{g}", "gpus": [g], "remaining": 8} for g in (8, 12)]
+    instance = instance_of(doc)
+    assert first_assignment(instance) == {"j": "slow"}
+    grid = plan(instance, PolicyName.FAST, WORK).grid
+    assert [row[0] for row in grid[:4]] == ["j"] * 4
