@@ -254,7 +254,7 @@ def _early_promotions(
 
     def large(instance: Instance, candidate: _Candidate) -> list[BatchJob]:
         ranked = expected_gains(instance, candidate.allocation, loss, rt_objective=candidate.rt_objective)
-        return [job for gain, job in ranked[:1] if gain > threshold]
+        return [expected.job for expected in ranked if expected.gain > threshold][:1]
 
     return _promote(instance, first, budget, costs, large, offsets=PROMISE_OFFSETS[:1])
 
