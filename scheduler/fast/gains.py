@@ -60,7 +60,7 @@ def expected_gains(
     loss: ServicesLoss | None = None,
     *,
     rt_objective: float | None = None,
-) -> list[tuple[float, BatchJob]]:
+) -> list[ExpectedGain]:
     """:func:`most_gain`'s ranking with each job's expected gain, the largest first."""
     horizon = instance.horizon_steps
     worth = list(accumulate(instance.weights, initial=0.0))  # worth[t]: the weights before t
