@@ -43,7 +43,7 @@ EARLY_GAIN = 0.2
 EARLY_GAIN_AFFORDED = 0.05
 # The share on a small queue, whose ranking counts what the services must lose
 # (:data:`scheduler.fast.gains.NET_GAIN_JOBS`).
-EARLY_GAIN_SMALL = 0.2
+EARLY_GAIN_SMALL = 0.07
 
 
 def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:

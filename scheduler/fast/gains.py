@@ -129,18 +129,26 @@ def expected_gains(
         gain = run_value(job, earliest) - kept
         hopeless = False
         at_earliest = services_lose(size, earliest, end) if loss is not None else 0.0
-        ranked_by = gain - at_earliest if net else gain
-        if loss is not None and gain <= at_earliest:
-            # The services cannot make room at its earliest start for less than it gains there.
-            gain = 0.0
+        ranked_by = gain
+        if loss is not None and (net or gain <= at_earliest):
+            # The best of the starts the promotions try, net of what the services must lose
+            # there: where they cannot make room at its earliest start for less than it gains
+            # there, or on a small queue.
+            later_net = 0.0
             for offset in PROMISE_OFFSETS[1:]:
                 if (later := earliest + offset) >= start:
                     break
                 later_gain = run_value(job, later) - kept
-                gain = max(gain, later_gain - services_lose(size, later, job.end_step(later, horizon)))
-            if gain <= 0:
-                gain, hopeless = gain - at_earliest, True
-            ranked_by = gain
+                later_net = max(
+                    later_net, later_gain - services_lose(size, later, job.end_step(later, horizon))
+                )
+            if gain > at_earliest:
+                ranked_by = max(gain - at_earliest, later_net)
+            elif later_net > 0:
+                gain = ranked_by = later_net
+            else:
+                gain = ranked_by = later_net - at_earliest
+                hopeless = True
         ranked.append((hopeless, -ranked_by, job.order, ExpectedGain(gain, job)))
     return [expected for *_, expected in sorted(ranked, key=lambda r: r[:3])]
 
