@@ -83,3 +83,15 @@ def test_a_promise_the_services_in_its_way_cannot_serve_around_is_replanned_with
     monkeypatch.setattr(promote, "REPLAN_ALL_JOBS", 0)
     before = objective(instance, allocate(instance, Budget.of_work(2.0)))
     assert at_two > 1.05 * before
+
+
+def test_at_one_ms_a_small_queue_tries_early_a_promotion_worth_a_few_percent_of_the_plan() -> None:
+    # long-tight-597 (tuning seed): the first pass plans no batch job at all (the services hold
+    # the free blocks). batch-00's promotion is expected to gain 18% of it, below the 20% the
+    # early promotions wait for on a longer queue; at 1 ms of work the budget then goes to the
+    # mirror image's first pass and the plan stays empty. Tried early, batch-00 runs from step 0.
+    instance = _long_tight(597)
+    at_one = allocate(instance, Budget.of_work(1.0))
+    assert at_one.batch["batch-00"].start_step == 0
+    known = objective(instance, allocate(instance, Budget.of_work(20.0)))
+    assert objective(instance, at_one) >= 0.95 * known
