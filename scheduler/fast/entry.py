@@ -243,7 +243,9 @@ def _early_promotions(
     """``first`` with the promotions of the delayed jobs that are expected to gain more than
     :data:`EARLY_GAIN` of its objective (the largest first), if any improves it; more than
     :data:`EARLY_GAIN_AFFORDED` where ``afforded`` (the budget affords the promotion beside the
-    first pass's other job orders and the mirror image's first pass). ``worth``: each
+    first pass's other job orders and the mirror image's first pass), else
+    :data:`EARLY_GAIN_SMALL` on a small queue (the first job its ranking, net of the services'
+    loss, puts above the threshold by its own gain). ``worth``: each
     job's run value from its earliest start on the fixed load (:func:`_worth_at_earliest`), an
     upper bound on what its promotion gains; where none is above the threshold, nothing is
     ranked or charged. ``loss``: :class:`ServicesLoss` (None without services)."""
