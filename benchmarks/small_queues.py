@@ -1,6 +1,6 @@
 """The hot path and the plan cycle on small queues of long jobs, against the best plan known.
 
-    python -m benchmarks.small_queues [--split tuning|heldout] [--families ...] [--time-limit 10]
+    python -m benchmarks.small_queues [--split tuning|heldout|wide-heldout] [--families ...] [--time-limit 10]
     python -m benchmarks.small_queues --write-heldout benchmarks/heldout-small
 
 Two families a cluster meets every week, and where the hot path was weakest on outside
@@ -26,7 +26,11 @@ A third set, ``seven``, is the seven benchmark shapes as calibrated
 seven's shapes. The held-out split is frozen: :data:`HELDOUT_SEEDS` of each family and
 :data:`SEVEN_HELDOUT_SEEDS` of each of the seven's shapes, written once to
 ``benchmarks/heldout-small/`` (``--write-heldout``) and committed before any tuning; a
-change to this generator does not change them, and tuning never reads them.
+change to this generator does not change them, and tuning never reads them. A wider frozen
+split, ``--split wide-heldout``, is drawn rather than written: :data:`WIDE_HELDOUT_SEEDS` of
+each family and :data:`SEVEN_WIDE_HELDOUT_SEEDS` of each of the seven's shapes, its
+documents pinned by a digest (:data:`WIDE_HELDOUT_DIGEST`) that a change to the generator
+breaks (``tests/benchmarks/test_small_queues.py``).
 
 For each scenario it runs the three baselines, the hot path at ``--hot-ms`` (2 and 1 ms of
 work), the plan cycle (1,000 ms of work; CP-SAT one worker, deterministic time) and the full
@@ -39,6 +43,7 @@ budget), so it moves with the machine's load.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import random
@@ -56,6 +61,10 @@ TUNING_SEEDS = range(1, 1000)
 # Frozen before any tuning read a case of these families (benchmarks/heldout-small/).
 HELDOUT_SEEDS = range(50_001, 50_021)
 SEVEN_HELDOUT_SEEDS = range(50_001, 50_003)
+# Frozen before any tuning read them (issue 50, the wide split): drawn by seed, not written.
+WIDE_HELDOUT_SEEDS = range(5_001, 5_301)
+SEVEN_WIDE_HELDOUT_SEEDS = range(60_001, 60_006)
+WIDE_HELDOUT_DIGEST = "23901b6c33f38bef2ac981b2deb066bb8b69c4c18e586283dba950541bf08e54"
 HELDOUT_DIR = Path(__file__).parent / "heldout-small"
 GPUS = 8
 HORIZON = 24
@@ -213,6 +222,26 @@ def heldout_documents() -> Iterator[tuple[str, dict[str, Any]]]:
             yield f"seven-{name}-{seed}", {**doc, "name": f"seven-{name}-{seed}"}
 
 
+def wide_heldout_documents(families: list[str]) -> Iterator[dict[str, Any]]:
+    """The wide held-out split of ``families``: drawn by seed, the same documents every time."""
+    for family in families:
+        if family == "seven":
+            for name, shape in CALIBRATED_SHAPES.items():
+                for seed in SEVEN_WIDE_HELDOUT_SEEDS:
+                    yield {**generate(shape, seed), "name": f"seven-{name}-{seed}"}
+            continue
+        for seed in WIDE_HELDOUT_SEEDS:
+            yield scenario(family, seed)
+
+
+def wide_heldout_digest() -> str:
+    """The SHA-256 of every document of the wide held-out split, in order."""
+    digest = hashlib.sha256()
+    for doc in wide_heldout_documents([*FAMILIES, "seven"]):
+        digest.update(json.dumps(doc, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
 def tuning_documents(
     families: list[str], per_family: int, seven_per_shape: int, first_seed: int = 1
 ) -> Iterator[dict[str, Any]]:
@@ -241,7 +270,7 @@ def family_of(name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--split", choices=("tuning", "heldout"), default="tuning")
+    parser.add_argument("--split", choices=("tuning", "heldout", "wide-heldout"), default="tuning")
     parser.add_argument("--families", default=",".join((*FAMILIES, "seven")))
     parser.add_argument("--per-family", type=int, default=12, help="tuning: seeds per family")
     parser.add_argument(
@@ -263,10 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-heldout", type=Path, metavar="DIR", help="write the frozen split and stop")
     args = parser.parse_args(argv)
     drawn = range(args.first_seed, args.first_seed + args.per_family)
-    if args.split == "tuning" and (drawn.start < 1 or set(drawn) & set(HELDOUT_SEEDS)):
+    heldout = set(HELDOUT_SEEDS) | set(WIDE_HELDOUT_SEEDS)
+    if args.split == "tuning" and (drawn.start < 1 or set(drawn) & heldout):
         parser.error(
             f"--first-seed and --per-family must draw seeds from 1 on, outside the held-out "
-            f"seeds {HELDOUT_SEEDS.start}-{HELDOUT_SEEDS.stop - 1}; got {drawn.start}-{drawn.stop - 1}"
+            f"seeds {HELDOUT_SEEDS.start}-{HELDOUT_SEEDS.stop - 1} and "
+            f"{WIDE_HELDOUT_SEEDS.start}-{WIDE_HELDOUT_SEEDS.stop - 1}; got {drawn.start}-{drawn.stop - 1}"
         )
     if args.write_heldout:
         args.write_heldout.mkdir(parents=True, exist_ok=True)
@@ -286,11 +317,12 @@ def _measure(args: argparse.Namespace) -> int:
     from scheduler.policies import PolicyName, SolveOptions, plan
 
     families = args.families.split(",")
-    docs = (
-        list(heldout_loaded(families))
-        if args.split == "heldout"
-        else list(tuning_documents(families, args.per_family, args.seven_per_shape, args.first_seed))
-    )
+    if args.split == "heldout":
+        docs = list(heldout_loaded(families))
+    elif args.split == "wide-heldout":
+        docs = list(wide_heldout_documents(families))
+    else:
+        docs = list(tuning_documents(families, args.per_family, args.seven_per_shape, args.first_seed))
     hot_ms = [float(x) for x in args.hot_ms.split(",")]
     known: dict[str, float] = (
         json.loads(args.references.read_text()) if args.references and args.references.exists() else {}

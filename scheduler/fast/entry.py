@@ -19,7 +19,7 @@ from scheduler.fast.candidate import (
     _with_batch,
     objective,
 )
-from scheduler.fast.gains import ServicesLoss, _by_priority, expected_gains, most_gain
+from scheduler.fast.gains import NET_GAIN_JOBS, ServicesLoss, _by_priority, expected_gains, most_gain
 from scheduler.fast.mirror import _unmirror, mirrored
 from scheduler.fast.orders import MAX_JOBS, best_order
 from scheduler.fast.promote import PROMISE_OFFSETS, _promote
@@ -41,6 +41,9 @@ EARLY_GAIN = 0.2
 # the mirror image's first pass: it takes the budget of the later searches only
 # (docs/allocator.md, "Tuning evidence").
 EARLY_GAIN_AFFORDED = 0.05
+# The share on a small queue, whose ranking counts what the services must lose
+# (:data:`scheduler.fast.gains.NET_GAIN_JOBS`).
+EARLY_GAIN_SMALL = 0.07
 
 
 def allocate(instance: Instance, budget: Budget | None = None) -> Allocation:
@@ -240,11 +243,16 @@ def _early_promotions(
     """``first`` with the promotions of the delayed jobs that are expected to gain more than
     :data:`EARLY_GAIN` of its objective (the largest first), if any improves it; more than
     :data:`EARLY_GAIN_AFFORDED` where ``afforded`` (the budget affords the promotion beside the
-    first pass's other job orders and the mirror image's first pass). ``worth``: each
+    first pass's other job orders and the mirror image's first pass), else
+    :data:`EARLY_GAIN_SMALL` on a small queue (the first job its ranking, net of the services'
+    loss, puts above the threshold by its own gain). ``worth``: each
     job's run value from its earliest start on the fixed load (:func:`_worth_at_earliest`), an
     upper bound on what its promotion gains; where none is above the threshold, nothing is
     ranked or charged. ``loss``: :class:`ServicesLoss` (None without services)."""
-    threshold = (EARLY_GAIN_AFFORDED if afforded else EARLY_GAIN) * abs(first.objective)
+    small = len(instance.queued_jobs) <= NET_GAIN_JOBS
+    threshold = (EARLY_GAIN_AFFORDED if afforded else EARLY_GAIN_SMALL if small else EARLY_GAIN) * abs(
+        first.objective
+    )
     if all(
         worth[job.id] - _run_value(instance, job, _start_or_horizon(instance, first.allocation, job))
         <= threshold
@@ -254,7 +262,7 @@ def _early_promotions(
 
     def large(instance: Instance, candidate: _Candidate) -> list[BatchJob]:
         ranked = expected_gains(instance, candidate.allocation, loss, rt_objective=candidate.rt_objective)
-        return [job for gain, job in ranked[:1] if gain > threshold]
+        return [expected.job for expected in ranked if expected.gain > threshold][:1]
 
     return _promote(instance, first, budget, costs, large, offsets=PROMISE_OFFSETS[:1])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from itertools import accumulate, islice
+from typing import NamedTuple
 
 from contract.scenario import BatchJob, Instance, iter_gpus
 from scheduler.board import Board
@@ -14,6 +15,10 @@ from scheduler.fast.need import _served_all, _unserved_cost
 from scheduler.fast.promote import PROMISE_OFFSETS
 from scheduler.metrics import realtime_objective
 from scheduler.model import Allocation
+
+# A queue of at most this many jobs ranks its promotions by their gain net of what the
+# services must lose at least (docs/benchmarks.md, "The wide held-out split").
+NET_GAIN_JOBS = 6
 
 
 def most_delayed(instance: Instance, allocation: Allocation) -> list[BatchJob]:
@@ -45,7 +50,8 @@ def most_gain(
     other job where none does: its promotion would be tried and refuted first, and at 2 ms
     that spends the budget of the jobs after it. ``loss`` and ``rt_objective`` are computed
     here unless given (the fast mode builds ``loss`` once a plan)."""
-    return [job for _, job in expected_gains(instance, allocation, loss, rt_objective=rt_objective)]
+    ranked = expected_gains(instance, allocation, loss, rt_objective=rt_objective)
+    return [expected.job for expected in ranked]
 
 
 def expected_gains(
@@ -54,7 +60,7 @@ def expected_gains(
     loss: ServicesLoss | None = None,
     *,
     rt_objective: float | None = None,
-) -> list[tuple[float, BatchJob]]:
+) -> list[ExpectedGain]:
     """:func:`most_gain`'s ranking with each job's expected gain, the largest first."""
     horizon = instance.horizon_steps
     worth = list(accumulate(instance.weights, initial=0.0))  # worth[t]: the weights before t
@@ -86,6 +92,7 @@ def expected_gains(
     if loss is None and instance.realtime_jobs:
         loss = ServicesLoss(instance)
     lost_now: float | None = None  # what the services lose in ``allocation``, when first needed
+    net = len(instance.queued_jobs) <= NET_GAIN_JOBS
 
     def services_lose(gpus: int, begin: int, end: int) -> float:
         """What the services must lose at least beyond what they lose now."""
@@ -121,18 +128,36 @@ def expected_gains(
         kept = run_value(job, start) + least  # what the promotion gives up
         gain = run_value(job, earliest) - kept
         hopeless = False
-        if loss is not None and gain <= (at_earliest := services_lose(size, earliest, end)):
-            # The services cannot make room at its earliest start for less than it gains there.
-            gain = 0.0
+        at_earliest = services_lose(size, earliest, end) if loss is not None else 0.0
+        ranked_by = gain
+        if loss is not None and (net or gain <= at_earliest):
+            # The best of the starts the promotions try, net of what the services must lose
+            # there: where they cannot make room at its earliest start for less than it gains
+            # there, or on a small queue.
+            later_net = 0.0
             for offset in PROMISE_OFFSETS[1:]:
                 if (later := earliest + offset) >= start:
                     break
                 later_gain = run_value(job, later) - kept
-                gain = max(gain, later_gain - services_lose(size, later, job.end_step(later, horizon)))
-            if gain <= 0:
-                gain, hopeless = gain - at_earliest, True
-        ranked.append((hopeless, -gain, job.order, job))
-    return [(-gain, job) for _, gain, _, job in sorted(ranked, key=lambda r: r[:3])]
+                later_net = max(
+                    later_net, later_gain - services_lose(size, later, job.end_step(later, horizon))
+                )
+            if gain > at_earliest:
+                ranked_by = max(gain - at_earliest, later_net)
+            elif later_net > 0:
+                gain = ranked_by = later_net
+            else:
+                gain = ranked_by = later_net - at_earliest
+                hopeless = True
+        ranked.append((hopeless, -ranked_by, job.order, ExpectedGain(gain, job)))
+    return [expected for *_, expected in sorted(ranked, key=lambda r: r[:3])]
+
+
+class ExpectedGain(NamedTuple):
+    """A delayed job and what its promotion is expected to gain (:func:`expected_gains`)."""
+
+    gain: float
+    job: BatchJob
 
 
 class ServicesLoss:

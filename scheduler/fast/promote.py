@@ -37,6 +37,9 @@ PROMISE_RETRIES = 1
 # Blocks tried per promised start: where the one real-time uses least leaves demand unserved,
 # the next may not.
 BLOCKS_PER_START = 2
+# A queue of at most this many jobs re-plans every service around a promise where re-planning
+# only those in its way leaves more demand unserved, or none can follow their caps.
+REPLAN_ALL_JOBS = 6
 
 
 def _promote(
@@ -227,8 +230,25 @@ class _Promotion:
             return _Trial(stop=True)
         budget.charge(replan)
         try:
-            trial = _rebuild(instance, best, committed, in_the_way)
+            trial: _Candidate | None = _rebuild(instance, best, committed, in_the_way)
         except InfeasiblePromiseError:
+            trial = None
+        services = instance.realtime_jobs
+        if (
+            len(instance.queued_jobs) <= REPLAN_ALL_JOBS
+            and len(in_the_way) < len(services)
+            and (trial is None or trial.rt_shortfall > best.rt_shortfall)
+            and budget.affords(costs.replan(len(services)))
+        ):
+            # The services kept in place may be what leaves the others no room: all re-planned.
+            budget.charge(costs.replan(len(services)))
+            try:
+                every = _rebuild(instance, best, committed, services)
+            except InfeasiblePromiseError:
+                every = None
+            if every is not None and (trial is None or every.objective > trial.objective):
+                trial = every
+        if trial is None:
             return _Trial()
         return _Trial(candidate=_unpinned(instance, trial, pins) if pins else trial)
 

@@ -11,11 +11,18 @@ from benchmarks.small_queues import (
     HELDOUT_DIR,
     HELDOUT_SEEDS,
     SEVEN_HELDOUT_SEEDS,
+    SEVEN_WIDE_HELDOUT_SEEDS,
     TUNING_SEEDS,
+    WIDE_HELDOUT_DIGEST,
+    WIDE_HELDOUT_SEEDS,
     heldout_loaded,
+    main,
     scenario,
+    wide_heldout_digest,
+    wide_heldout_documents,
 )
 from contract.scenario_io import parse_scenario
+from gpuplan.app.lab import synthetic
 from gpuplan.app.lab.synthetic import CALIBRATED_SHAPES
 from scheduler.policies import PolicyName, SolveOptions, plan
 
@@ -37,8 +44,30 @@ def test_the_heldout_split_is_frozen_from_seeds_outside_tuning() -> None:
     }
     heldout = {json.dumps({**doc, "name": ""}, sort_keys=True) for doc in heldout_loaded(list(FAMILIES))}
     for family in FAMILIES:
-        for seed in TUNING_SEEDS[:40]:
-            assert json.dumps({**scenario(family, seed), "name": ""}, sort_keys=True) not in heldout
+        for tuning_seed in TUNING_SEEDS[:40]:
+            assert json.dumps({**scenario(family, tuning_seed), "name": ""}, sort_keys=True) not in heldout
+
+
+def test_the_wide_heldout_split_is_frozen_and_apart_from_tuning_and_the_small_split() -> None:
+    seeds = set(WIDE_HELDOUT_SEEDS)
+    assert len(seeds) == 300
+    assert not seeds & set(TUNING_SEEDS) and not seeds & set(HELDOUT_SEEDS)
+    seven = set(SEVEN_WIDE_HELDOUT_SEEDS)
+    assert not seven & set(synthetic.TUNING_SEEDS) and not seven & set(SEVEN_HELDOUT_SEEDS)
+    assert max(seven) < synthetic.HELDOUT_FIRST_SEED  # nor the wide shapes' frozen split
+    # a change to the generator would change the split: the digest pins its documents
+    assert wide_heldout_digest() == WIDE_HELDOUT_DIGEST
+    names = [doc["name"] for doc in wide_heldout_documents([*FAMILIES, "seven"])]
+    assert len(names) == len(set(names)) == 2 * 300 + len(CALIBRATED_SHAPES) * len(seven)
+    small = {json.dumps({**doc, "name": ""}, sort_keys=True) for doc in heldout_loaded(list(FAMILIES))}
+    for doc in wide_heldout_documents(list(FAMILIES)):
+        assert json.dumps({**doc, "name": ""}, sort_keys=True) not in small
+
+
+@pytest.mark.parametrize("first_seed", [4_990, 5_001, 50_001])
+def test_tuning_refuses_seeds_of_either_heldout_split(first_seed: int) -> None:
+    with pytest.raises(SystemExit):
+        main(["--split", "tuning", "--first-seed", str(first_seed), "--per-family", "20", "--runs", "0"])
 
 
 def test_long_tight_draws_small_queues_of_long_jobs_under_tight_services() -> None:

@@ -660,15 +660,16 @@ def test_a_promise_that_did_not_improve_a_plan_is_not_built_again_from_it(
 ) -> None:
     from benchmarks.adversarial import scenario
 
-    # Each re-plan by the plan it starts from (kept alive, so that no id is reused) and its promises.
-    built: list[tuple[int, tuple[tuple[str, int, int], ...]]] = []
+    # Each re-plan by the plan it starts from (kept alive, so that no id is reused), its promises
+    # and the services it re-plans (a small queue's retry with every service is another re-plan).
+    built: list[tuple[int, tuple[tuple[str, int, int], ...], int]] = []
     plans: list[Any] = []
     rebuild = promote._rebuild
 
     def counted(instance: Any, candidate: Any, committed: Any, in_the_way: Any) -> Any:
         promises = tuple(sorted((j, p.start_step, p.first_gpu) for j, p in committed.items()))
         plans.append(candidate)
-        built.append((id(candidate), promises))
+        built.append((id(candidate), promises, len(in_the_way)))
         return rebuild(instance, candidate, committed, in_the_way)
 
     monkeypatch.setattr(promote, "_rebuild", counted)
