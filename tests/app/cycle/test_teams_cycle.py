@@ -34,9 +34,9 @@ def _job(job_id: str, team: str | None, *, gpus: int, p50: float, p90: float, **
     )
 
 
-def _config() -> ServiceConfig:
+def _config(**more: Any) -> ServiceConfig:
     config = ServiceConfig(cluster=Cluster(gpus=8), apps=(), plan_wall_clock=False)
-    return replace(config, teams=TEAMS)
+    return replace(config, teams=TEAMS, **more)
 
 
 def test_the_cycles_scenario_carries_the_teams_and_each_jobs_team_and_p90() -> None:
@@ -82,7 +82,9 @@ def _plan_after(finished: list[Job]) -> tuple[dict[str, Any], Plan, dict[str, di
         realtime_sets={},
         finished=finished,
     )
-    document, plan = plan_snapshot(snapshot, _config(), PolicyName.FAST, budget_ms=20.0)
+    # A lending horizon as long as the plan's (24 one-hour steps): the arrivals forecast alone.
+    config = _config(lending_horizon_hours=24.0)
+    document, plan = plan_snapshot(snapshot, config, PolicyName.FAST, budget_ms=20.0)
     return document, plan, {team["name"]: team for team in document["teams"]}
 
 
@@ -123,3 +125,20 @@ def test_a_teams_forecast_is_its_last_weeks_submitted_gpu_hours_per_hour() -> No
     assert forecast[:4] == [3, 2, 3, 2] and sum(forecast) == round(2.5 * document["horizon"])
     assert "forecast" not in teams["research"]
     assert check_plan(instance_of(document), plan.grid) == []
+
+
+def test_idle_quota_is_lent_only_to_work_that_gives_it_back_within_the_lending_horizon() -> None:
+    """Beyond ``lending_horizon_hours`` (4 by default) each team's forecast is its whole quota, so
+    an 8-GPU product job borrowing research's idle 4 GPUs starts now only if its P90 end comes
+    within the horizon: at 3 hours it does, at 6 it does not (and not later either: every step
+    past the horizon keeps the quota), though research has nothing queued or forecast."""
+    for p90, starts in ((3, True), (6, False)):
+        wide = _job("wide", "product", gpus=8, p50=2, p90=p90)
+        snapshot = Snapshot(
+            start=T0, cluster=Cluster(gpus=8), queued=[wide], running=[], demand=[], realtime_sets={}
+        )
+        document, plan = plan_snapshot(snapshot, _config(), PolicyName.FAST, budget_ms=20.0)
+        assert check_plan(instance_of(document), plan.grid) == []
+        research = next(team for team in document["teams"] if team["name"] == "research")
+        assert research["forecast"]["default"] == [0] * 4 + [4] * 20
+        assert [row[0] for row in plan.grid][:8] == (["wide"] * 8 if starts else [None] * 8)
