@@ -72,8 +72,9 @@ def with_teams(document: Mapping[str, Any], snapshot: Snapshot, config: ServiceC
             horizon=int(document["horizon"]),
             model_gpus=model_gpus,
         )
-        lend_steps = math.ceil(config.lending_horizon_hours * 60 / step_minutes - 1e-9)
-        forecast = lend_within(forecast, row["quota"], steps=lend_steps, horizon=int(document["horizon"]))
+        if config.lending_horizon_hours is not None:
+            lend_steps = math.ceil(config.lending_horizon_hours * 60 / step_minutes - 1e-9)
+            forecast = lend_within(forecast, row["quota"], steps=lend_steps, horizon=int(document["horizon"]))
         if forecast:
             row["forecast"] = {model: list(steps) for model, steps in forecast.items()}
         teams.append(row)

@@ -278,7 +278,7 @@ class Setup:
     #: The config's teams (quotas per GPU model, weights; docs/teams.md); empty: no teams.
     teams: tuple[Team, ...] = ()
     half_life_days: float = DEFAULT_HALF_LIFE_DAYS
-    lending_horizon_hours: float = LENDING_HORIZON_HOURS  # the config's (docs/teams.md)
+    lending_horizon_hours: float | None = LENDING_HORIZON_HOURS  # the config's (docs/teams.md)
 
     @property
     def apps(self) -> tuple[App, ...]:
