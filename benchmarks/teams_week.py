@@ -1,6 +1,7 @@
 """Teams on a two-pool cluster: quotas, lending by P90 and the fair share against the baselines.
 
-    python -m benchmarks.teams_week [--seeds 0,1] [--held-out 2] [--days 2]
+    python -m benchmarks.teams_week [--seeds 0,1] [--held-out 2] [--days 2] [--policies fast,...]
+        [--lending-horizon-hours H]
 
 The cluster is :mod:`benchmarks.pools_week`'s (pool `h100` of 32 H100 beside pool `a100` of 32
 A100, one real-time app of no team on each) with three teams (:data:`TEAMS`, docs/teams.md):
