@@ -1,6 +1,7 @@
 """Teams on a two-pool cluster: quotas, lending by P90 and the fair share against the baselines.
 
-    python -m benchmarks.teams_week [--seeds 0,1] [--held-out 2] [--days 2]
+    python -m benchmarks.teams_week [--seeds 0,1] [--held-out 2] [--days 2] [--policies fast,...]
+        [--lending-horizon-hours H]
 
 The cluster is :mod:`benchmarks.pools_week`'s (pool `h100` of 32 H100 beside pool `a100` of 32
 A100, one real-time app of no team on each) with three teams (:data:`TEAMS`, docs/teams.md):
@@ -54,12 +55,14 @@ NO_TEAMS = "fast, no teams"
 NO_TEAMS_ARG = "fast-no-teams"
 
 
-def teams_text() -> str:
+def teams_text(lending_horizon_hours: float | None = None) -> str:
+    """The config's teams (and ``lending_horizon_hours``, when given: else the config's default)."""
     lines = [
         f"  - {{name: {name}, quota: {{{', '.join(f'{m}: {g}' for m, g in quota.items())}}}, weight: {w}}}\n"
         for name, quota, w in TEAMS
     ]
-    return "teams:\n" + "".join(lines) + "fair_share: {half_life_days: 7}\n"
+    horizon = "" if lending_horizon_hours is None else f"lending_horizon_hours: {lending_horizon_hours}\n"
+    return "teams:\n" + "".join(lines) + "fair_share: {half_life_days: 7}\n" + horizon
 
 
 def with_teams(setup: Setup, seed: int) -> Setup:
@@ -77,10 +80,15 @@ def with_teams(setup: Setup, seed: int) -> Setup:
 
 
 def run_seed(
-    seed: int, *, days: int, work: Path, only: frozenset[str] | None = None
+    seed: int,
+    *,
+    days: int,
+    work: Path,
+    only: frozenset[str] | None = None,
+    lending_horizon_hours: float | None = None,
 ) -> dict[str, PolicyMetrics]:
     """Each policy's measures on ``seed`` (only those named in ``only``, when given)."""
-    config = config_text(pooled=True) + teams_text()
+    config = config_text(pooled=True) + teams_text(lending_horizon_hours)
     setup = with_teams(drawn_setup(seed, days=days, work=work, name="teams.yaml", config=config), seed)
     found = {}
     runs = [(policy.value, policy, setup) for policy in POLICIES]
@@ -182,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help=f"comma-separated policies to run (default all; {NO_TEAMS_ARG}: the fast mode without teams)",
     )
+    parser.add_argument(
+        "--lending-horizon-hours",
+        type=float,
+        default=None,
+        help="the config's lending_horizon_hours (default: the config's default)",
+    )
     args = parser.parse_args(argv)
     named = named_policies(parser, args.policies, [policy.value for policy in POLICIES] + [NO_TEAMS_ARG])
     only = frozenset(NO_TEAMS if p == NO_TEAMS_ARG else p for p in named) or None
@@ -192,7 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         for group, names in (("seeds", seeds), ("held-out seeds", held_out)):
             by_seed = {}
             for seed in names:
-                by_seed[seed] = run_seed(seed, days=args.days, work=Path(work), only=only)
+                by_seed[seed] = run_seed(
+                    seed,
+                    days=args.days,
+                    work=Path(work),
+                    only=only,
+                    lending_horizon_hours=args.lending_horizon_hours,
+                )
                 print(_table(seed, by_seed[seed]), flush=True)
             if by_seed:
                 print(f"{group}, the goals (fast):")

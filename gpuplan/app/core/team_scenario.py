@@ -15,6 +15,7 @@ in the last week asked for, per model, spread over the horizon
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,7 +72,25 @@ def with_teams(document: Mapping[str, Any], snapshot: Snapshot, config: ServiceC
             horizon=int(document["horizon"]),
             model_gpus=model_gpus,
         )
+        if config.lending_horizon_hours is not None:
+            lend_steps = math.ceil(config.lending_horizon_hours * 60 / step_minutes - 1e-9)
+            forecast = lend_within(forecast, row["quota"], steps=lend_steps, horizon=int(document["horizon"]))
         if forecast:
             row["forecast"] = {model: list(steps) for model, steps in forecast.items()}
         teams.append(row)
     return {**document, "jobs": jobs, "teams": teams, "fair_share": {"half_life_days": config.half_life_days}}
+
+
+def lend_within(
+    forecast: Mapping[str, tuple[int, ...]], quota: Mapping[str, int], *, steps: int, horizon: int
+) -> dict[str, tuple[int, ...]]:
+    """``forecast`` (model -> GPUs per step over ``horizon`` steps) with the team's whole
+    ``quota`` of each model from step ``steps`` on: beyond the lending horizon the owner's need
+    is not known, so none of its quota is lent there, and a borrower (lent GPUs count until its
+    P90 end) gives them back by then even if the owner's work comes unforeseen."""
+    out = dict(forecast)
+    for model, gpus in quota.items():
+        if gpus > 0 and steps < horizon:
+            row = out.get(model, (0,) * horizon)
+            out[model] = (*row[:steps], *(max(g, gpus) for g in row[steps:]))
+    return out

@@ -43,6 +43,9 @@ def test_teams_and_fair_share_are_read(tmp_path: Path) -> None:
         ("product", {"h100": 8, "a100": 16}, 1.0),
     ]
     assert config.half_life_days == 3.0
+    assert config.lending_horizon_hours is None  # off unless set
+    later = load_config(config_file(tmp_path, "teams:\n  - {name: a}\nlending_horizon_hours: 12\n"))
+    assert later.lending_horizon_hours == 12.0
     assert [(c.name, c.verdict, c.why) for c in quota_checks(config)] == [
         ("teams h100", Verdict.OK, "h100: quotas add up to 24 of 32 GPUs, 8 unowned (any team may use them)"),
         ("teams a100", Verdict.OK, "a100: quotas add up to 24 of 32 GPUs, 8 unowned (any team may use them)"),
@@ -91,6 +94,11 @@ def test_no_teams_no_quota_line(tmp_path: Path) -> None:
             "teams:\n  - {name: a}\nfair_share: {half_life_days: -1}\n",
             "`fair_share.half_life_days` must be a number > 0; got -1.",
         ),
+        (
+            "teams:\n  - {name: a}\nlending_horizon_hours: -1\n",
+            "`lending_horizon_hours` must be a number in [0, 8760]; got -1.",
+        ),
+        ("lending_horizon_hours: 4\n", "`lending_horizon_hours` must be absent without a `teams:` section"),
         (
             "teams:\n  - {name: a, forecast: {h100: [1]}}\n",
             "`teams[0].forecast` must be absent (a forecast is the plan's, not the config's)",

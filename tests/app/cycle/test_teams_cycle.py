@@ -34,9 +34,9 @@ def _job(job_id: str, team: str | None, *, gpus: int, p50: float, p90: float, **
     )
 
 
-def _config() -> ServiceConfig:
+def _config(**more: Any) -> ServiceConfig:
     config = ServiceConfig(cluster=Cluster(gpus=8), apps=(), plan_wall_clock=False)
-    return replace(config, teams=TEAMS)
+    return replace(config, teams=TEAMS, **more)
 
 
 def test_the_cycles_scenario_carries_the_teams_and_each_jobs_team_and_p90() -> None:
@@ -123,3 +123,25 @@ def test_a_teams_forecast_is_its_last_weeks_submitted_gpu_hours_per_hour() -> No
     assert forecast[:4] == [3, 2, 3, 2] and sum(forecast) == round(2.5 * document["horizon"])
     assert "forecast" not in teams["research"]
     assert check_plan(instance_of(document), plan.grid) == []
+
+
+def test_idle_quota_is_lent_only_to_work_that_gives_it_back_within_the_lending_horizon() -> None:
+    """Beyond ``lending_horizon_hours`` (here 4) each team's forecast is its whole quota, so
+    an 8-GPU product job borrowing research's idle 4 GPUs starts now only if its P90 end comes
+    within the horizon: at 3 hours it does, at 6 it does not (and not later either: every step
+    past the horizon keeps the quota), though research has nothing queued or forecast. Without
+    the setting (the default) the forecast is the arrivals' alone and the 6-hour job starts."""
+    for horizon, p90, starts in ((4.0, 3, True), (4.0, 6, False), (None, 6, True)):
+        wide = _job("wide", "product", gpus=8, p50=2, p90=p90)
+        snapshot = Snapshot(
+            start=T0, cluster=Cluster(gpus=8), queued=[wide], running=[], demand=[], realtime_sets={}
+        )
+        config = _config(lending_horizon_hours=horizon)
+        document, plan = plan_snapshot(snapshot, config, PolicyName.FAST, budget_ms=20.0)
+        assert check_plan(instance_of(document), plan.grid) == []
+        research = next(team for team in document["teams"] if team["name"] == "research")
+        if horizon is None:
+            assert "forecast" not in research
+        else:
+            assert research["forecast"]["default"] == [0] * 4 + [4] * 20
+        assert [row[0] for row in plan.grid] == (["wide"] * 8 if starts else [None] * 8)

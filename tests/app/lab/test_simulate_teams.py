@@ -142,3 +142,20 @@ def test_hard_quotas_make_every_owner_need_its_whole_quota() -> None:
     quota = parse_scenario(hard_quotas(doc), source="t")
     assert plan(quota, PolicyName.FIFO).metrics.completed == 0
     assert hard_quotas({"gpus": 8, "jobs": []}) == {"gpus": 8, "jobs": []}
+
+
+def test_the_configs_lending_horizon_reaches_the_simulated_daemon(tmp_path: Path) -> None:
+    """With ``lending_horizon_hours: 1`` research's idle quota is lent only to work whose P90 end
+    comes within an hour: `p1` (P90 2 hours) no longer starts at once, as it does without it."""
+    config = write_config(
+        tmp_path,
+        "teams.yaml",
+        "teams:\n  - {name: research, quota: {h100: 4, a100: 2}, weight: 2}\n  - {name: product, quota: {h100: 4, a100: 2}}\n"
+        "lending_horizon_hours: 1\n",
+    )
+    setup = one_day(tmp_path, config, _workload(tmp_path, *OVERRUN))
+    assert setup.lending_horizon_hours == 1.0
+    run = run_policy(setup, SimPolicy.FAST, SimOptions())
+    instance, grid = week_grid(setup, run)
+    assert check_plan(instance, grid) == []
+    assert run.started.get("p1") != setup.start

@@ -144,6 +144,7 @@ def run_policy(
             apps=setup.apps,
             teams=setup.teams,
             half_life_days=setup.half_life_days,
+            lending_horizon_hours=setup.lending_horizon_hours,
             cycle_minutes=options.cycle_minutes,
             review_every_hours=options.review_every_hours,
             review_time_limit_s=options.review_time_limit_s,

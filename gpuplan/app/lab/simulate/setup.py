@@ -29,6 +29,7 @@ from forecasting.persistence import model_bytes
 from forecasting.realtime import RealtimeProfile
 from forecasting.realtime_training import bundled_traffic_paths
 from gpuplan.app.core.bridge import STEP, pool_of
+from gpuplan.app.core.config import LENDING_HORIZON_HOURS
 from gpuplan.app.core.forecasters import Forecasters
 from gpuplan.app.core.job_models import job_pools, model_key, pool_models
 from gpuplan.app.core.models import load_job_estimator
@@ -277,6 +278,7 @@ class Setup:
     #: The config's teams (quotas per GPU model, weights; docs/teams.md); empty: no teams.
     teams: tuple[Team, ...] = ()
     half_life_days: float = DEFAULT_HALF_LIFE_DAYS
+    lending_horizon_hours: float | None = LENDING_HORIZON_HOURS  # the config's (docs/teams.md)
 
     @property
     def apps(self) -> tuple[App, ...]:
@@ -390,6 +392,7 @@ def prepare(
     pools: tuple[Pool, ...] = ()
     teams: tuple[Team, ...] = ()
     half_life_days = DEFAULT_HALF_LIFE_DAYS
+    lending_horizon_hours = LENDING_HORIZON_HOURS
     app_pools: Mapping[str, str] = {}
     if config is not None:
         if config.cluster.down:
@@ -403,6 +406,7 @@ def prepare(
         if len(config.pools) > 1:
             pools, app_pools = config.pools, config.app_pools
         teams, half_life_days = config.teams, config.half_life_days
+        lending_horizon_hours = config.lending_horizon_hours
     models = list(pool_models(pools))
     if gpus < 1:
         raise InputError("gpus", "an integer >= 1", gpus)
@@ -476,6 +480,7 @@ def prepare(
         app_pools=app_pools,
         teams=teams,
         half_life_days=half_life_days,
+        lending_horizon_hours=lending_horizon_hours,
     )
 
 
