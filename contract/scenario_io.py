@@ -391,7 +391,12 @@ def _serving_default(
     first, choice = 0, None
     for pool in pools:
         end = first + pool.gpus
-        if held and pool.name in job.demand_by_pool and all(first <= g < end for g in held.gpus):
+        if (
+            held
+            and held.gpus
+            and pool.name in job.demand_by_pool
+            and all(first <= g < end for g in held.gpus)
+        ):
             choice = pool.name
         first = end
     if choice is None:

@@ -34,8 +34,9 @@ def chosen(instance: Instance, objective: Callable[[Instance], float]) -> Instan
     best = instance.serving_on(choice)
     best_score = objective(best)
     for job in sorted(instance.realtime_jobs, key=lambda j: -j.priority):
-        if job.demand_by_pool is None or job.id in instance.running_realtime:
-            continue
+        running = instance.running_realtime.get(job.id)
+        if job.demand_by_pool is None or (running is not None and running.gpus):
+            continue  # a service holding GPUs serves on their pool
         for pool in job.demand_by_pool:
             if pool == choice[job.id]:
                 continue

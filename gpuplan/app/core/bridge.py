@@ -85,7 +85,8 @@ class Snapshot:
     queued: Sequence[Job]
     running: Sequence[Job]
     demand: Sequence[AppDemand]
-    realtime_sets: Mapping[str, tuple[int, ...]]  # app -> GPUs it held in the hour before ``start``
+    # app -> GPUs it held in the hour before ``start``, when that hour is committed (empty: none)
+    realtime_sets: Mapping[str, tuple[int, ...]]
     #: The finished jobs the teams' past use and arrivals read (docs/teams.md; none without teams).
     finished: Sequence[Job] = ()
 
@@ -373,15 +374,19 @@ def scenario_document(
     down = _down_steps(cluster, start, pinned={r["id"]: r for r in running})
     for demand in snapshot.demand:
         pool = app_pool[demand.app.id]
+        # An app of the committed hour before, even one that held no GPU there, carries its
+        # set over: the swap cap counts step 0 against it (constraint 4).
+        inherited = demand.app.id in snapshot.realtime_sets
         held = snapshot.realtime_sets.get(demand.app.id, ())
         if demand.app.id in rates:  # the pool it serves on now, if it may still
             pool = pool_of(planned_pools, min(held)) if held else None
             pool = pool if pool is not None and pool.name in rates[demand.app.id] else None
+            inherited = inherited and (pool is not None or not held)
             held = held if pool is not None else ()
         if pool is not None:  # GPUs outside its pool (the pools changed) are let go
             held = tuple(gpu for gpu in held if pool.first_gpu <= gpu < pool.end_gpu)
         kept = sheddable(held, down, demand.app.swap_cap)
-        if kept:
+        if kept or inherited:
             running.append({"id": demand.app.id, "gpus": kept})
     document = {
         "name": name,

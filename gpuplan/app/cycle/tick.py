@@ -222,7 +222,8 @@ def load_snapshot(
     warn_overruns(running, start, config.overrun_factor, config.pools)
     apps = store.apps()
     previous = hour_allocation(store, start - STEP)
-    held = realtime_sets(previous, [a.id for a in apps]) if previous else {}
+    # Every app of a committed hour held a set there, empty when it held no GPU.
+    held = {a.id: () for a in apps} | realtime_sets(previous, [a.id for a in apps]) if previous else {}
     horizon = cluster.horizon_steps
     rates = partial_rates or {}
     demand = [
