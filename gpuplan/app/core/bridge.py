@@ -88,8 +88,6 @@ class Snapshot:
     realtime_sets: Mapping[str, tuple[int, ...]]  # app -> GPUs it held in the hour before ``start``
     #: The finished jobs the teams' past use and arrivals read (docs/teams.md; none without teams).
     finished: Sequence[Job] = ()
-    #: When the service began planning (its first commit): a job submitted before was first seen then.
-    planning_since: datetime | None = None
 
 
 def floor_hour(moment: datetime) -> datetime:
@@ -205,18 +203,17 @@ OVERDUE_STEP = 1e-4
 
 
 def fifo_starts(snapshot: Snapshot, plan_with: PlanWith) -> dict[str, datetime]:
-    """Per queued job, the latest start FIFO would give it, counted when the service first saw
-    it (its submit, or ``planning_since`` for a job submitted before): that time plus the
-    GPU-hours of the work submitted before it, as that work stood then (running for the hours
-    it had left, queued whole), over the GPUs FIFO leaves the batch jobs (each app holding its
-    peak over the horizon). Work ahead that has ended since is not in the snapshot, so the
-    start is at most FIFO's, never later."""
+    """Per queued job, the latest start FIFO would give it, counted at its submit: its submit
+    time plus the GPU-hours of the work submitted before it, as that work stood then (running
+    for the hours it had left, queued whole), over the GPUs FIFO leaves the batch jobs (each
+    app holding its peak over the horizon). Work ahead that has ended since is not in the
+    snapshot, so the start is at most FIFO's, never later."""
     capacity = _fifo_capacity(snapshot, peak=True)
     work = [job for job in (*snapshot.running, *snapshot.queued) if job.estimate is not None]
     due = {}
     for job in snapshot.queued:
-        at, ahead = max(job.submitted_at, snapshot.planning_since or job.submitted_at), 0.0
-        for other in (other for other in work if other.submitted_at < job.submitted_at):
+        at, ahead = job.submitted_at, 0.0
+        for other in (other for other in work if other.submitted_at < at):
             assert other.estimate is not None
             ran = 0.0 if other.started_at is None else max(0.0, (at - other.started_at) / STEP)
             hours = max(0.0, planned_hours(other.estimate, plan_with) - ran)

@@ -242,19 +242,7 @@ def load_snapshot(
         demand=demand,
         realtime_sets=held,
         finished=finished,
-        planning_since=planning_since(store, queued, start) if config.fifo_deadline else None,
     )
-
-
-def planning_since(store: Store, queued: Collection[Job], start: datetime) -> datetime | None:
-    """When the service began planning, where a queued job was submitted before it: the hour of
-    the first commit (``start`` when there is none: this plan is the first). None when every
-    queued job was submitted after a commit: each was seen at its submit."""
-    oldest = min((job.submitted_at for job in queued), default=None)
-    if oldest is None or store.last_commit(before=oldest) is not None:
-        return None
-    first = store.commits(since=oldest)[:1]
-    return first[0].hour if first else start
 
 
 #: The running jobs whose overrun this process has logged: each is warned of once.

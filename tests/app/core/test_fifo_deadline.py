@@ -16,11 +16,9 @@ from contract.records import Cluster, Job
 from contract.scenario_io import parse_scenario
 from gpuplan.app.core.bridge import OVERDUE_STEP, Snapshot, fifo_starts, scenario_document
 from gpuplan.app.core.config import PlanWith, ServiceConfig, load_config
-from gpuplan.app.cycle.tick import plan_snapshot, planning_since
+from gpuplan.app.cycle.tick import plan_snapshot
 from scheduler.policies import PolicyName
-from storage.factory import open_store
 from tests.app.core.test_aging import HOUR, T0, _job
-from tests.service_fixtures import commit_by_hand
 
 
 def _running(job: Job, started_at: datetime) -> Job:
@@ -107,43 +105,3 @@ def test_the_config_turns_the_deadline_on_and_refuses_what_is_not_a_boolean(tmp_
     path.write_text(yaml.safe_dump({"cluster": {"gpus": 8}, "fifo_deadline": "yes"}))
     with pytest.raises(InputError, match=r"fifo_deadline.*true or false.*yes"):
         load_config(path)
-
-
-def test_a_backlog_submitted_before_planning_began_is_due_in_fifo_order_from_then() -> None:
-    """8 GPUs, nothing running: four jobs of 8 GPUs for 2 hours submitted an hour apart from
-    T0, and the service's first plan at T0 + 10 h. Counted from their submits, all four are
-    overdue at once; counted from when planning began, FIFO starts them 2 hours apart from
-    then, and only the first is lifted."""
-    cluster = Cluster(gpus=8)
-    now = T0 + 10 * HOUR
-    queued = [_job(f"q{k}", 20.0, T0 + k * HOUR, hours=2.0) for k in range(4)]
-    seen = Snapshot(
-        start=now, cluster=cluster, queued=queued, running=[], demand=[], realtime_sets={}, planning_since=now
-    )
-    assert fifo_starts(seen, PlanWith.P90) == {f"q{k}": now + 2 * k * HOUR for k in range(4)}
-    document = scenario_document(seen, PlanWith.P90, name="backlog", fifo_deadline=True)
-    assert {job["id"]: job["priority"] for job in document["jobs"]} == {
-        "q0": 40.0,
-        "q1": 20.0,
-        "q2": 20.0,
-        "q3": 20.0,
-    }
-    counted_at_submit = replace(seen, planning_since=None)
-    assert fifo_starts(counted_at_submit, PlanWith.P90) == {f"q{k}": T0 + (3 * k) * HOUR for k in range(4)}
-
-
-def test_planning_began_at_the_first_commit_or_now_and_only_for_jobs_submitted_before() -> None:
-    store = open_store("sqlite://")
-    try:
-        store.save_cluster(Cluster(gpus=8))
-        queued = [_job("early", 20.0, T0), _job("later", 20.0, T0 + 3 * HOUR)]
-        store.add_jobs(queued)
-        assert (
-            planning_since(store, queued, T0 + 5 * HOUR) == T0 + 5 * HOUR
-        )  # no commit: this plan is the first
-        commit_by_hand(store, (T0 + 2 * HOUR, T0 + 3 * HOUR), (), gpus=8)
-        assert planning_since(store, queued, T0 + 5 * HOUR) == T0 + 2 * HOUR
-        assert planning_since(store, queued[1:], T0 + 5 * HOUR) is None  # submitted after a commit
-        assert planning_since(store, [], T0 + 5 * HOUR) is None
-    finally:
-        store.close()
