@@ -241,6 +241,11 @@ def _gpu_hours(job: Job, plan_with: PlanWith, ran: float) -> float:
 FIFO_SLACK_QUANTILE: float | None = None
 
 
+#: With it, an overdue job's priority ramps from its own to the ceiling as the hours past its due
+#: time grow to this share of its wait to that time (None: lifted to the ceiling at once).
+FIFO_RAMP: float | None = None
+
+
 def fifo_due(snapshot: Snapshot, plan_with: PlanWith) -> dict[str, datetime]:
     """Per queued job, when the FIFO deadline lifts it: its FIFO start (:func:`fifo_starts`), or,
     with :data:`FIFO_SLACK_QUANTILE`, its submit plus the longer of its FIFO wait and that
@@ -268,11 +273,17 @@ def queued_priorities(
     if fifo_deadline:
         most = min(MAX_PRIORITY, aging_ceiling(snapshot))
         own = {job.id: job.priority for job in snapshot.queued}
+        submitted = {job.id: job.submitted_at for job in snapshot.queued}
         overdue = sorted((at, job_id) for job_id, at in fifo_due(snapshot, plan_with).items() if at <= start)
-        return {
-            job_id: max(own[job_id], most * (1 - rank * OVERDUE_STEP))
-            for rank, (_, job_id) in enumerate(overdue)
-        }
+        lifted = {}
+        for rank, (at, job_id) in enumerate(overdue):
+            share = 1.0
+            if FIFO_RAMP is not None:
+                share = min(1.0, (start - at) / max(STEP, at - submitted[job_id]) / FIFO_RAMP)
+            lifted[job_id] = max(
+                own[job_id], (own[job_id] + (most - own[job_id]) * share) * (1 - rank * OVERDUE_STEP)
+            )
+        return lifted
     if not aging_hours:
         return {}
     ceiling = aging_ceiling(snapshot)
