@@ -235,30 +235,6 @@ def _gpu_hours(job: Job, plan_with: PlanWith, ran: float) -> float:
     return (job.gpus or job.estimate.gpus) * max(0.0, planned_hours(job.estimate, plan_with) - ran)
 
 
-#: The FIFO deadline's slack common to the queue: each queued job is due at its submit plus the
-#: longer of its own FIFO wait (:func:`fifo_starts`) and this quantile of the FIFO waits of the
-#: queue now (None: at its own FIFO start).
-FIFO_SLACK_QUANTILE: float | None = None
-
-
-#: With it, an overdue job's priority ramps from its own to the ceiling as the hours past its due
-#: time grow to this share of its wait to that time (None: lifted to the ceiling at once).
-FIFO_RAMP: float | None = None
-
-
-def fifo_due(snapshot: Snapshot, plan_with: PlanWith) -> dict[str, datetime]:
-    """Per queued job, when the FIFO deadline lifts it: its FIFO start (:func:`fifo_starts`), or,
-    with :data:`FIFO_SLACK_QUANTILE`, its submit plus the longer of its FIFO wait and that
-    quantile of the queue's FIFO waits, so that only the tail of the waits is bounded."""
-    starts = fifo_starts(snapshot, plan_with)
-    if FIFO_SLACK_QUANTILE is None or not starts:
-        return starts
-    submitted = {job.id: job.submitted_at for job in snapshot.queued}
-    waits = sorted(at - submitted[job_id] for job_id, at in starts.items())
-    slack = waits[min(len(waits) - 1, math.floor(FIFO_SLACK_QUANTILE * len(waits)))]
-    return {job_id: max(at, submitted[job_id] + slack) for job_id, at in starts.items()}
-
-
 def queued_priorities(
     snapshot: Snapshot, plan_with: PlanWith, aging_hours: float | None, *, fifo_deadline: bool = False
 ) -> dict[str, float]:
@@ -273,17 +249,13 @@ def queued_priorities(
     if fifo_deadline:
         most = min(MAX_PRIORITY, aging_ceiling(snapshot))
         own = {job.id: job.priority for job in snapshot.queued}
-        submitted = {job.id: job.submitted_at for job in snapshot.queued}
-        overdue = sorted((at, job_id) for job_id, at in fifo_due(snapshot, plan_with).items() if at <= start)
-        lifted = {}
-        for rank, (at, job_id) in enumerate(overdue):
-            share = 1.0
-            if FIFO_RAMP is not None:
-                share = min(1.0, (start - at) / max(STEP, at - submitted[job_id]) / FIFO_RAMP)
-            lifted[job_id] = max(
-                own[job_id], (own[job_id] + (most - own[job_id]) * share) * (1 - rank * OVERDUE_STEP)
-            )
-        return lifted
+        overdue = sorted(
+            (at, job_id) for job_id, at in fifo_starts(snapshot, plan_with).items() if at <= start
+        )
+        return {
+            job_id: max(own[job_id], most * (1 - rank * OVERDUE_STEP))
+            for rank, (_, job_id) in enumerate(overdue)
+        }
     if not aging_hours:
         return {}
     ceiling = aging_ceiling(snapshot)

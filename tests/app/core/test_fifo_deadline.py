@@ -15,7 +15,6 @@ import yaml
 from contract.errors import InputError
 from contract.records import Cluster, Job
 from contract.scenario_io import parse_scenario
-from gpuplan.app.core import bridge
 from gpuplan.app.core.bridge import OVERDUE_STEP, Snapshot, fifo_starts, planned_hours, scenario_document
 from gpuplan.app.core.config import PlanWith, ServiceConfig, load_config
 from gpuplan.app.cycle.tick import plan_snapshot
@@ -159,30 +158,3 @@ def test_fifo_starts_equal_the_definition_on_random_snapshots(seed: int) -> None
     assert fast.keys() == slow.keys()
     for job_id, at in fast.items():
         assert abs((at - slow[job_id]) / HOUR) < 1e-9
-
-
-def test_with_a_common_slack_a_job_is_due_at_the_longer_of_its_fifo_wait_and_the_queues_quantile(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """8 GPUs, nothing running. FIFO waits: a 0 h, b 1 h (behind a's 8 GPU-hours), c 9 h, d 10 h;
-    their median (the slack, at the 0.5 quantile) 9 h. a is due at T0 + 9 h, b at T0 + 10 h (its
-    own FIFO start, T0 + 2 h, has passed), c at its own FIFO start, T0 + 11 h."""
-    monkeypatch.setattr(bridge, "FIFO_SLACK_QUANTILE", 0.5)
-    cluster = Cluster(gpus=8)
-    queued = [
-        _job("a", 20.0, T0),
-        _job("b", 20.0, T0 + HOUR, hours=8.0),
-        _job("c", 20.0, T0 + 2 * HOUR),
-        _job("d", 90.0, T0 + 9 * HOUR),
-    ]
-
-    def lifted(now: datetime) -> set[str]:
-        snapshot = Snapshot(
-            start=now, cluster=cluster, queued=queued, running=[], demand=[], realtime_sets={}
-        )
-        return set(bridge.queued_priorities(snapshot, PlanWith.P90, None, fifo_deadline=True))
-
-    assert lifted(T0 + 9 * HOUR - HOUR / 2) == set()
-    assert lifted(T0 + 9 * HOUR + HOUR / 2) == {"a"}
-    assert lifted(T0 + 10 * HOUR + HOUR / 2) == {"a", "b"}
-    assert lifted(T0 + 11 * HOUR + HOUR / 2) == {"a", "b", "c"}
