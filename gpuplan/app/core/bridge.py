@@ -208,19 +208,32 @@ def fifo_starts(snapshot: Snapshot, plan_with: PlanWith) -> dict[str, datetime]:
     time plus the GPU-hours of the work submitted before it, as that work stood then (running
     for the hours it had left, queued whole), over the GPUs FIFO leaves the batch jobs (each
     app holding its peak over the horizon). Work ahead that has ended since is not in the
-    snapshot, so the start is at most FIFO's, never later."""
+    snapshot, so the start is at most FIFO's, never later.
+
+    The work not started is summed once, in submit order (prefix sums); only the started jobs,
+    whose hours left depend on the submit, are gone over for each queued job."""
     capacity = _fifo_capacity(snapshot, peak=True)
     work = [job for job in (*snapshot.running, *snapshot.queued) if job.estimate is not None]
+    started = [job for job in work if job.started_at is not None]
+    waiting = sorted((job for job in work if job.started_at is None), key=lambda job: job.submitted_at)
+    arrivals = [job.submitted_at for job in waiting]
+    whole = list(itertools.accumulate((_gpu_hours(job, plan_with, 0.0) for job in waiting), initial=0.0))
     due = {}
     for job in snapshot.queued:
-        at, ahead = job.submitted_at, 0.0
-        for other in (other for other in work if other.submitted_at < at):
-            assert other.estimate is not None
-            ran = 0.0 if other.started_at is None else max(0.0, (at - other.started_at) / STEP)
-            hours = max(0.0, planned_hours(other.estimate, plan_with) - ran)
-            ahead += (other.gpus or other.estimate.gpus) * hours
+        at = job.submitted_at
+        ahead = whole[bisect.bisect_left(arrivals, at)]
+        for other in started:
+            if other.submitted_at < at:
+                assert other.started_at is not None
+                ahead += _gpu_hours(other, plan_with, max(0.0, (at - other.started_at) / STEP))
         due[job.id] = at + ahead / capacity * STEP
     return due
+
+
+def _gpu_hours(job: Job, plan_with: PlanWith, ran: float) -> float:
+    """The GPU-hours ``job`` has left to run after ``ran`` hours of its planned ones."""
+    assert job.estimate is not None
+    return (job.gpus or job.estimate.gpus) * max(0.0, planned_hours(job.estimate, plan_with) - ran)
 
 
 def queued_priorities(
@@ -669,100 +682,6 @@ def planned_place(run: PlanRun, job_id: str) -> tuple[datetime | None, int | Non
         if gpus:
             return run.start + step * STEP, min(gpus)
     return None, None
-
-
-@dataclass(frozen=True)
-class _RunFacts:
-    """What :func:`no_start_reason` reads of a run, worked out once per run (a status lists
-    every queued job of one run)."""
-
-    run: PlanRun
-    sizes: Mapping[str, int]  # each batch job's GPUs, as the run planned it
-    hours: str
-    most_free_up: int  # the most GPUs up and free of real-time work at one step
-    most_free: int  # the same, down GPUs counted as up
-
-    @classmethod
-    def of(cls, run: PlanRun) -> _RunFacts:
-        jobs = run.scenario.get("jobs", [])
-        horizon = len(run.grid[0]) if run.grid else 0
-        realtime = {job["id"] for job in jobs if job.get("kind") == "realtime"}
-        down = {
-            (int(window["gpu"]), step)
-            for window in run.scenario.get("down", [])
-            for step in range(int(window.get("start", 0)), int(window.get("end", horizon)))
-        }
-
-        def most_free(count_down: bool) -> int:
-            return max(
-                (
-                    sum(
-                        1
-                        for gpu, row in enumerate(run.grid)
-                        if row[step] not in realtime and not (count_down and (gpu, step) in down)
-                    )
-                    for step in range(horizon)
-                ),
-                default=0,
-            )
-
-        return cls(
-            run,
-            {job["id"]: int(job["gpus"]) for job in jobs if job.get("kind") != "realtime"},
-            f"{horizon * int(run.scenario.get('step_minutes', 60)) / 60:g} h",
-            most_free(count_down=True),
-            most_free(count_down=False),
-        )
-
-
-_last_facts: list[_RunFacts] = []  # the last run's, kept while that run is asked about
-
-
-def _facts(run: PlanRun) -> _RunFacts:
-    if _last_facts and _last_facts[0].run is run:
-        return _last_facts[0]
-    facts = _RunFacts.of(run)
-    _last_facts[:] = [facts]
-    return facts
-
-
-def no_start_inputs(run: PlanRun, job_id: str) -> tuple[object, ...]:
-    """What :func:`no_start_reason` reads of ``run`` for ``job_id`` (beside its ``gpus``): two
-    runs with the same give it the same reason."""
-    facts = _facts(run)
-    return (
-        facts.sizes.get(job_id),
-        facts.most_free_up,
-        facts.most_free,
-        facts.hours,
-        run.scenario.get("gpus", 0),
-    )
-
-
-def no_start_reason(run: PlanRun, job_id: str, gpus: int | None) -> str:
-    """Why ``run`` gives ``job_id`` no start in its horizon, in an operator's words.
-
-    A job the run left out is explained by its estimated ``gpus`` (None: not estimated yet).
-    A job the run planned is set against what the run left to batch work: at each step, the GPUs
-    that are up and hold no real-time app. Too few of them, even at the best step, is the
-    job's own size (or, if they would do with every GPU up, the GPUs that are down);
-    enough of them means other batch work holds them.
-    """
-    facts = _facts(run)
-    planned = facts.sizes.get(job_id)
-    if planned is None:  # the run left it out
-        cluster_gpus = int(run.scenario.get("gpus", 0))
-        if gpus is None:
-            return "no estimate yet: its forecast failed (the daemon's log says why)"
-        if gpus > cluster_gpus:
-            return f"needs {gpus} GPUs; the cluster has {cluster_gpus}"
-        return "submitted after the last plan run"
-    free, within = facts.most_free_up, f"in the next {facts.hours}"
-    if planned > free:
-        if planned <= facts.most_free:
-            return f"GPUs down: needs {planned} GPUs; at most {free} are up and free at once {within}"
-        return f"needs {planned} GPUs; at most {free} are free at once {within}"
-    return "waits behind higher-priority work"
 
 
 def planned_places(run: PlanRun) -> dict[str, tuple[datetime, int]]:

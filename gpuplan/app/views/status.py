@@ -17,13 +17,12 @@ from contract.scenario_io import write_json_atomic
 from gpuplan.app.core.bridge import (
     STEP,
     floor_hour,
-    no_start_inputs,
-    no_start_reason,
     planned_place,
     planned_places,
     realtime_sets,
     time_limit,
 )
+from gpuplan.app.core.no_start import no_start_inputs, no_start_reason
 from gpuplan.app.core.team_use import history_since
 from gpuplan.app.core.tokens import NotFoundError
 from gpuplan.app.views.reports import down_gpus_at
@@ -212,7 +211,7 @@ def placement_reason(
     run: PlanRun, job_id: str, estimate: JobEstimate | None, planned_start: datetime | None
 ) -> str:
     """Why a queued job starts when ``run`` plans it, in one short line (with no start in the
-    horizon: :func:`gpuplan.app.core.bridge.no_start_reason`)."""
+    horizon: :func:`gpuplan.app.core.no_start.no_start_reason`)."""
     if estimate is None:
         return "no forecast (the model cannot read its spec)"
     block = f"{estimate.gpus}-GPU block"

@@ -4,6 +4,7 @@ starved by a stream of higher-priority work starts no later than FIFO starts it.
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 from contract.errors import InputError
 from contract.records import Cluster, Job
 from contract.scenario_io import parse_scenario
-from gpuplan.app.core.bridge import OVERDUE_STEP, Snapshot, fifo_starts, scenario_document
+from gpuplan.app.core.bridge import OVERDUE_STEP, Snapshot, fifo_starts, planned_hours, scenario_document
 from gpuplan.app.core.config import PlanWith, ServiceConfig, load_config
 from gpuplan.app.cycle.tick import plan_snapshot
 from scheduler.policies import PolicyName
@@ -105,3 +106,55 @@ def test_the_config_turns_the_deadline_on_and_refuses_what_is_not_a_boolean(tmp_
     path.write_text(yaml.safe_dump({"cluster": {"gpus": 8}, "fifo_deadline": "yes"}))
     with pytest.raises(InputError, match=r"fifo_deadline.*true or false.*yes"):
         load_config(path)
+
+
+def _brute_force_fifo_starts(snapshot: Snapshot, plan_with: PlanWith) -> dict[str, datetime]:
+    """The starts of :func:`fifo_starts` by its definition: for each queued job, every job
+    submitted before it, as it stood at that submit."""
+    capacity = max(
+        1.0,
+        snapshot.cluster.gpus - sum(max(d.gpus[: snapshot.cluster.horizon_steps]) for d in snapshot.demand),
+    )
+    work = [job for job in (*snapshot.running, *snapshot.queued) if job.estimate is not None]
+    due = {}
+    for job in snapshot.queued:
+        ahead = 0.0
+        for other in work:
+            if other.submitted_at < job.submitted_at:
+                assert other.estimate is not None
+                ran = (
+                    0.0
+                    if other.started_at is None
+                    else max(0.0, (job.submitted_at - other.started_at) / HOUR)
+                )
+                hours = max(0.0, planned_hours(other.estimate, plan_with) - ran)
+                ahead += (other.gpus or other.estimate.gpus) * hours
+        due[job.id] = job.submitted_at + ahead / capacity * HOUR
+    return due
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fifo_starts_equal_the_definition_on_random_snapshots(seed: int) -> None:
+    """Running jobs started before and after the queued jobs' submits, ties in submit times,
+    jobs of several sizes: the prefix sums give the starts the job-by-job sum gives."""
+    rng = random.Random(seed)
+    now = T0 + 48 * HOUR
+    cluster = Cluster(gpus=rng.choice((8, 24, 64)))
+
+    def drawn(name: str) -> Job:
+        submitted = T0 + rng.randrange(0, 96) * HOUR / 2
+        return _job(name, 50.0, submitted, gpus=rng.randint(1, 8), hours=rng.uniform(0.5, 30.0))
+
+    running = []
+    for index in range(rng.randint(0, 12)):
+        job = drawn(f"r{index}")
+        running.append(_running(job, job.submitted_at + rng.randrange(0, 40) * HOUR / 2))
+    queued = [drawn(f"q{index}") for index in range(rng.randint(1, 40))]
+    snapshot = Snapshot(
+        start=now, cluster=cluster, queued=queued, running=running, demand=[], realtime_sets={}
+    )
+    fast = fifo_starts(snapshot, PlanWith.P90)
+    slow = _brute_force_fifo_starts(snapshot, PlanWith.P90)
+    assert fast.keys() == slow.keys()
+    for job_id, at in fast.items():
+        assert abs((at - slow[job_id]) / HOUR) < 1e-9
