@@ -1,0 +1,91 @@
+"""The simulation of an app that lists several GPU models (``apps[i].gpu_models``): every plan
+chooses its pool from its demand on each, and the measures count its need where it served, at
+that pool's requests per GPU-hour."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from contract.records import PlanRun
+from contract.scenario_io import parse_scenario
+from forecasting.gpu_mapping import gpus_needed
+from forecasting.realtime_training import BUNDLED_TRAFFIC_DIR
+from gpuplan.app.core.bridge import STEP, pool_of
+from gpuplan.app.lab.simulate import Setup, SimOptions, SimPolicy, run_policy, week_grid
+from gpuplan.app.lab.simulate.loop import SimHooks
+from gpuplan.app.lab.simulate.measures import hourly, measure, realtime_hours
+from scheduler.check import check_plan
+from storage.store import Store
+from tests.app.lab.two_pools import one_day, write_workload
+
+#: Requests per GPU-hour on each model: the A100s need 2.5x the GPUs for the same traffic. The
+#: A100s come first, so the app's one rate (``requests_per_gpu_hour``) is theirs, and its
+#: default pool, where it needs the fewest GPU-hours, the H100s.
+RATES = {"a100": 12.0, "h100": 30.0}
+CONFIG = (
+    "cluster:\n  pools:\n    - {name: a100, gpu_model: a100, gpus: 8}\n"
+    "    - {name: h100, gpu_model: h100, gpus: 8}\n"
+    "apps:\n  - {id: chat, priority: 90, swap_cap: 2, gpu_models: {h100: 30, a100: 12},\n"
+    f"     traffic: {BUNDLED_TRAFFIC_DIR / 'alibaba_genai_lora_hourly.csv'}}}\n"
+)
+HEADER = "id,submit_hour,kind,priority,gpus,actual_hours,forecast_hours,gpu_models"
+ROWS = (
+    "t1,0,training,60,4,5.5,5,any",
+    "t2,0.5,training,50,8,3,3,h100",
+    "q1,2,quantization,40,1,1,1,any",
+    "t3,2,training,70,8,6,6,any",
+)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    folder = tmp_path_factory.mktemp("app-models")
+    config = folder / "pools.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    return one_day(folder, config, write_workload(folder, HEADER, *ROWS))
+
+
+@pytest.mark.parametrize("policy", [SimPolicy.FAST, SimPolicy.FIFO])
+def test_an_app_of_two_models_is_planned_on_either_and_served_at_its_pool_s_rate(
+    setup: Setup, policy: SimPolicy
+) -> None:
+    assert setup.app_rates == {"chat": RATES}
+    scenarios: list[dict[str, object]] = []
+
+    def planned(store: Store, run: PlanRun) -> None:
+        chat = next(job for job in run.scenario["jobs"] if job["id"] == "chat")
+        assert set(chat["demand_by_pool"]) == {"h100", "a100"} and "pool" not in chat
+        instance = parse_scenario(run.scenario, source=f"run {run.id}")
+        assert check_plan(instance, tuple(tuple(row) for row in run.grid)) == []
+        scenarios.append(chat)
+
+    run = run_policy(setup, policy, SimOptions(plan_budget_ms=20.0), hooks=SimHooks(planned=planned))
+    assert len(scenarios) >= 24
+    instance, grid = week_grid(setup, run)
+    assert check_plan(instance, grid) == []
+
+    # The need the measures count: each hour's traffic at the rate of the pool chat held GPUs of.
+    series = setup.series[0]
+    requests = series.requests[series.history_hours : series.history_hours + setup.hours]
+    held = {
+        (commit.hour - setup.start) // STEP: a.gpus
+        for commit in run.commits
+        for a in commit.assignments
+        if a.job == "chat"
+    }
+    on = {h: pool_of(setup.pools, min(gpus)) for h, gpus in held.items() if gpus and 0 <= h < setup.hours}
+    assert on, "chat never served"
+    need = {h: int(gpus_needed(requests[h : h + 1], RATES[pool.name])[0]) for h, pool in on.items() if pool}
+    one_rate = setup.apps[0].requests_per_gpu_hour
+    assert any(gpus != int(gpus_needed(requests[h : h + 1], one_rate)[0]) for h, gpus in need.items())
+    counted = realtime_hours(setup, run)["chat"]
+    for h, gpus in need.items():
+        assert counted.demand[h] == gpus, f"hour {h} on {on[h]}"
+    for pool in setup.pools:
+        hours = [h for h, p in on.items() if p == pool]
+        assert np.sum(hourly(setup, run, pool).rt_demand[hours]) == sum(need[h] for h in hours)
+    metrics = measure(setup, run)
+    assert sum(p.value for p in metrics.pools.values()) == pytest.approx(metrics.value)
+    demand = sum(float(hourly(setup, run, pool).rt_demand.sum()) for pool in setup.pools)
+    assert demand == pytest.approx(float(hourly(setup, run).rt_demand.sum()))
