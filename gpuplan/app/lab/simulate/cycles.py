@@ -68,7 +68,7 @@ def _fast_cycle(service: SimService, now: datetime, observed: Sequence[ObservedT
     report = plan_cycle(store, now, config, executor, forecasters=service.forecasters, partial_rates=rates)
     if service.amend and report.start != floor_hour(now):  # within a committed hour
         started = time.perf_counter()
-        amend_hour(store, now, report, executor, observed=observed)
+        amend_hour(store, now, report, executor, observed=observed, config=config)
         service.amend_ms.append((time.perf_counter() - started) * 1000)
     return True
 
