@@ -20,12 +20,13 @@ from storage.store import Store
 from tests.app.lab.two_pools import one_day, write_workload
 
 #: Requests per GPU-hour on each model: the A100s need 2.5x the GPUs for the same traffic. The
-#: H100s come first: the app's one rate (``requests_per_gpu_hour``) is theirs.
-RATES = {"h100": 30.0, "a100": 12.0}
+#: A100s come first: the app's one rate (``requests_per_gpu_hour``, what it was measured at
+#: before) is theirs, its default pool (the fewest GPU-hours) the H100s.
+RATES = {"a100": 40.0, "h100": 100.0}
 CONFIG = (
-    "cluster:\n  pools:\n    - {name: h100, gpu_model: h100, gpus: 8}\n"
-    "    - {name: a100, gpu_model: a100, gpus: 8}\n"
-    "apps:\n  - {id: chat, priority: 90, swap_cap: 2, gpu_models: {h100: 30, a100: 12},\n"
+    "cluster:\n  pools:\n    - {name: a100, gpu_model: a100, gpus: 8}\n"
+    "    - {name: h100, gpu_model: h100, gpus: 8}\n"
+    "apps:\n  - {id: chat, priority: 90, swap_cap: 2, gpu_models: {h100: 100, a100: 40},\n"
     f"     traffic: {BUNDLED_TRAFFIC_DIR / 'alibaba_genai_lora_hourly.csv'}}}\n"
 )
 HEADER = "id,submit_hour,kind,priority,gpus,actual_hours,forecast_hours,gpu_models"
@@ -49,7 +50,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 def test_an_app_of_two_models_is_planned_on_either_and_served_at_its_pool_s_rate(
     setup: Setup, policy: SimPolicy
 ) -> None:
-    assert setup.app_rates == {"chat": RATES}
     scenarios: list[dict[str, object]] = []
 
     def planned(store: Store, run: PlanRun) -> None:
@@ -76,9 +76,9 @@ def test_an_app_of_two_models_is_planned_on_either_and_served_at_its_pool_s_rate
     on = {h: pool_of(setup.pools, min(gpus)) for h, gpus in held.items() if gpus and 0 <= h < setup.hours}
     assert on, "chat never served"
     need = {h: int(gpus_needed(requests[h : h + 1], RATES[pool.name])[0]) for h, pool in on.items() if pool}
-    if policy is SimPolicy.FAST:  # the plan leaves the H100s to the batch work: the A100s' rate counts
-        assert {pool.name for pool in on.values() if pool} == {"a100"}
-        assert setup.apps[0].requests_per_gpu_hour == RATES["h100"]
+    assert setup.apps[0].requests_per_gpu_hour == RATES["a100"]
+    if policy is SimPolicy.FIFO:  # a baseline keeps the app on its default pool: the H100s' rate counts
+        assert {pool.name for pool in on.values() if pool} == {"h100"}
     counted = realtime_hours(setup, run)["chat"]
     for h, gpus in need.items():
         assert counted.demand[h] == gpus, f"hour {h} on {on[h]}"
