@@ -4,6 +4,8 @@ that pool's requests per GPU-hour."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -23,12 +25,14 @@ from tests.app.lab.two_pools import one_day, write_workload
 #: A100s come first: the app's one rate (``requests_per_gpu_hour``, what it was measured at
 #: before) is theirs, its default pool (the fewest GPU-hours) the H100s.
 RATES = {"a100": 40.0, "h100": 100.0}
-CONFIG = (
-    "cluster:\n  pools:\n    - {name: a100, gpu_model: a100, gpus: 8}\n"
-    "    - {name: h100, gpu_model: h100, gpus: 8}\n"
-    "apps:\n  - {id: chat, priority: 90, swap_cap: 2, gpu_models: {h100: 100, a100: 40},\n"
-    f"     traffic: {BUNDLED_TRAFFIC_DIR / 'alibaba_genai_lora_hourly.csv'}}}\n"
+CONFIG_TEXT = (
+    "cluster:\n  pools:\n    - {{name: a100, gpu_model: a100, gpus: 8}}\n"
+    "    - {{name: h100, gpu_model: h100, gpus: 8}}\n"
+    "apps:\n  - {{id: chat, priority: 90, swap_cap: 2, gpu_models: {{h100: {h100}, a100: {a100}}},\n"
+    "     traffic: {traffic}}}\n"
 )
+TRAFFIC = BUNDLED_TRAFFIC_DIR / "alibaba_genai_lora_hourly.csv"
+CONFIG = CONFIG_TEXT.format(traffic=TRAFFIC, **{model: int(rate) for model, rate in RATES.items()})
 HEADER = "id,submit_hour,kind,priority,gpus,actual_hours,forecast_hours,gpu_models"
 ROWS = (
     "t1,0,training,60,4,5.5,5,any",
@@ -38,12 +42,15 @@ ROWS = (
 )
 
 
+def _setup(folder: Path, config_text: str) -> Setup:
+    config = folder / "pools.yaml"
+    config.write_text(config_text, encoding="utf-8")
+    return one_day(folder, config, write_workload(folder, HEADER, *ROWS))
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
-    folder = tmp_path_factory.mktemp("app-models")
-    config = folder / "pools.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
-    return one_day(folder, config, write_workload(folder, HEADER, *ROWS))
+    return _setup(tmp_path_factory.mktemp("app-models"), CONFIG)
 
 
 @pytest.mark.parametrize("policy", [SimPolicy.FAST, SimPolicy.FIFO])
@@ -89,3 +96,16 @@ def test_an_app_of_two_models_is_planned_on_either_and_served_at_its_pool_s_rate
     assert sum(p.value for p in metrics.pools.values()) == pytest.approx(metrics.value)
     demand = sum(float(hourly(setup, run, pool).rt_demand.sum()) for pool in setup.pools)
     assert demand == pytest.approx(float(hourly(setup, run).rt_demand.sum()))
+
+
+def test_an_amendment_adds_gpus_of_the_pool_the_app_serves_on_only(tmp_path: Path) -> None:
+    # Needing most GPUs, chat fills the A100s; the traffic seen within an hour asks for more.
+    setup = _setup(tmp_path, CONFIG_TEXT.format(traffic=TRAFFIC, a100=12, h100=30))
+    run = run_policy(setup, SimPolicy.FAST, SimOptions(plan_budget_ms=20.0))
+    committed = {c.hour: a.gpus for c in run.commits for a in c.assignments if a.job == "chat"}
+    added = [(m.hour, a.gpus) for m in run.amendments for a in m.assignments if a.job == "chat"]
+    for hour, gpus in added:
+        pools = {pool_of(setup.pools, gpu) for gpu in (*committed.get(hour, ()), *gpus)}
+        assert len(pools) == 1, f"chat on {pools} in {hour}"
+    instance, grid = week_grid(setup, run)
+    assert check_plan(instance, grid) == []
