@@ -4,6 +4,7 @@ that pool's requests per GPU-hour."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from gpuplan.app.lab.simulate.measures import hourly, measure, realtime_hours
 from scheduler.check import check_plan
 from storage.store import Store
 from tests.app.lab.two_pools import one_day, write_workload
+from tests.service_fixtures import run_cli
 
 #: Requests per GPU-hour on each model: the A100s need 2.5x the GPUs for the same traffic. The
 #: A100s come first: the app's one rate (``requests_per_gpu_hour``, what it was measured at
@@ -109,3 +111,17 @@ def test_an_amendment_adds_gpus_of_the_pool_the_app_serves_on_only(tmp_path: Pat
         assert len(pools) == 1, f"chat on {pools} in {hour}"
     instance, grid = week_grid(setup, run)
     assert check_plan(instance, grid) == []
+
+
+def test_the_json_gives_the_app_s_rate_on_each_of_its_pools(tmp_path: Path) -> None:
+    config = tmp_path / "pools.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    workload = write_workload(tmp_path, HEADER, *ROWS)
+    args = ("--config", config, "--days", 1, "--workload", workload, "--policy", "fifo", "--json")
+    result = run_cli("simulate", *args)
+    assert result.code == 0, result.err
+    answer = json.loads(result.out)
+    app = answer["cluster"]["apps"][0]
+    assert app["pools"] == RATES and "pool" not in app
+    served = answer["policies"]["fifo"]["pools"]
+    assert served["a100"]["rt_served"] == 1.0  # nothing asked of it: chat served on the H100s
