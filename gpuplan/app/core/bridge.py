@@ -362,7 +362,7 @@ def scenario_document(
             entry["promise"] = promise_step(job.promised_start, start)
         jobs.append(entry)
     app_pool = {
-        demand.app.id: _app_pool(planned_pools, (app_pools or {}).get(demand.app.id))
+        demand.app.id: named_pool(planned_pools, (app_pools or {}).get(demand.app.id))
         for demand in snapshot.demand
     }
     rates = {app: by_pool for app, by_pool in (app_rates or {}).items() if planned_pools}
@@ -435,7 +435,7 @@ def _demand_by_pool(
     return out
 
 
-def _app_pool(pools: Sequence[Pool], name: str | None) -> Pool | None:
+def named_pool(pools: Sequence[Pool], name: str | None) -> Pool | None:
     """The pool an app serves on: the one it names, else the first (None: no pools)."""
     if not pools:
         return None

@@ -32,11 +32,20 @@ from typing import TYPE_CHECKING
 
 from contract.errors import InputError
 from contract.records import Amendment, App, Assignment, JobState, ObservedTraffic
-from gpuplan.app.core.bridge import STEP, floor_hour, gpus_for, hour_allocation, merged_assignments
+from gpuplan.app.core.bridge import (
+    STEP,
+    floor_hour,
+    gpus_for,
+    hour_allocation,
+    merged_assignments,
+    named_pool,
+    pool_of,
+)
 from gpuplan.app.cycle.outbox import deliver_pending
 from gpuplan.app.cycle.tick import app_demand, down_gpus, plan_cycle, require_cluster
 
 if TYPE_CHECKING:
+    from contract.scenario import Pool
     from gpuplan.app.adapters.executors import Executor
     from gpuplan.app.core.config import ServiceConfig
     from gpuplan.app.core.forecasters import Forecasters
@@ -185,6 +194,7 @@ def propose(
     need: Mapping[str, int],
     next_hour: Mapping[str, tuple[int, ...]],
     starting: Sequence[str],
+    within: Mapping[str, frozenset[int]] | None = None,
 ) -> list[Assignment]:
     """The additions a cycle within a committed hour makes (a pure function).
 
@@ -195,6 +205,9 @@ def propose(
     the idle GPUs the next hour's plan gives it first, then those the plan leaves idle,
     then the highest others. Then batch: each job of ``starting`` (the next plan's starts
     at its first hour, best first) whose planned block is idle now starts on it.
+
+    ``within``: on a cluster of pools, the GPUs each app may take (those of the pool it serves
+    on); an app not in it may take any.
     """
     free = set(range(gpus)) - down - {gpu for block in held.values() for gpu in block}
     planned_idle = free - {gpu for block in next_hour.values() for gpu in block}
@@ -205,16 +218,17 @@ def propose(
         if want <= 0:
             continue
         # the idle GPUs the next hour's plan gives it, those the plan leaves idle, the others
-        planned_mine = free & set(next_hour.get(app.id, ()))
-        tiers = [planned_mine, (free & planned_idle) - planned_mine, free - planned_idle - planned_mine]
+        usable = free if within is None or app.id not in within else free & within[app.id]
+        planned_mine = usable & set(next_hour.get(app.id, ()))
+        tiers = [planned_mine, (usable & planned_idle) - planned_mine, usable - planned_idle - planned_mine]
         if before is None:
-            chosen = _first(free, want, tiers)
+            chosen = _first(usable, want, tiers)
         else:
             # A GPU it held the hour before comes back within the swap cap: the change shrinks.
             was = set(before.get(app.id, ()))
-            back = _first(free & (was - mine), want, tiers)
+            back = _first(usable & (was - mine), want, tiers)
             room = app.swap_cap - len(mine ^ was) + len(back)
-            chosen = back + _first(free - was, max(0, min(want - len(back), room)), tiers)
+            chosen = back + _first(usable - was, max(0, min(want - len(back), room)), tiers)
         if chosen:
             free -= set(chosen)
             additions.append(Assignment(app.id, tuple(sorted(chosen))))
@@ -248,7 +262,7 @@ def amend_cycle(
     report = plan_cycle(
         store, now, config, executor, forecasters=forecasters, partial_rates=hourly_rates(observed, now)
     )
-    amendment = amend_hour(store, now, report, executor, observed=observed)
+    amendment = amend_hour(store, now, report, executor, observed=observed, config=config)
     if amendment is not None:
         apps = {app.id for app in store.apps()}
         report = replace(
@@ -311,12 +325,15 @@ def amend_hour(
     executor: Executor | None = None,
     *,
     observed: Sequence[ObservedTraffic] = (),
+    config: ServiceConfig | None = None,
 ) -> Amendment | None:
     """Within a committed hour, the amendment that the cycle's plan and the traffic allow.
 
     Step 0 of the cycle's plan is the next hour (this one is committed); the amendment adds
     to this hour what :func:`propose` finds: GPUs for apps whose ``observed`` traffic
     outruns their committed GPUs, and the plan's next-hour starts whose blocks are idle now.
+    On a cluster of pools (``config``'s), an app adds GPUs of the pool it serves on only
+    (:func:`serving_pool`), at its requests per GPU-hour there.
     """
 
     hour = floor_hour(now)
@@ -325,23 +342,45 @@ def amend_hour(
     run = store.run(report.run_id)
     assert run is not None  # just stored
     cluster = require_cluster(store)
-    apps = store.apps()
-    rates = hourly_rates(observed, now)
-    need = {app.id: ahead_need(store, app, hour, rates[app.id]) for app in apps if app.id in rates}
     next_hour: dict[str, list[int]] = {}
     for gpu, row in enumerate(run.grid):
         if row and row[0] is not None:
             next_hour.setdefault(row[0], []).append(gpu)
+    held = occupied(store, hour)
+    apps = store.apps()
+    within: dict[str, frozenset[int]] = {}
+    if config is not None and len(config.pools) > 1:
+        for index, app in enumerate(apps):
+            pool = serving_pool(config, app.id, held.get(app.id) or next_hour.get(app.id))
+            within[app.id] = frozenset() if pool is None else frozenset(range(pool.first_gpu, pool.end_gpu))
+            rate = config.app_rates.get(app.id, {}).get(pool.name) if pool is not None else None
+            if rate is not None:
+                apps[index] = replace(app, requests_per_gpu_hour=rate)
+    rates = hourly_rates(observed, now)
+    need = {app.id: ahead_need(store, app, hour, rates[app.id]) for app in apps if app.id in rates}
     queued = {job.id: job.priority for job in store.jobs([JobState.QUEUED])}
     starting = sorted((job for job in next_hour if job in queued), key=lambda job: (-queued[job], job))
     additions = propose(
         gpus=cluster.gpus,
         down=down_gpus(cluster, hour),
-        held=occupied(store, hour),
+        held=held,
         before=allocated(store, hour - STEP),
         apps=apps,
         need=need,
         next_hour={job: tuple(gpus) for job, gpus in next_hour.items()},
         starting=starting,
+        within=within,
     )
     return amend(store, now, additions, run_id=run.id, executor=executor)
+
+
+def serving_pool(config: ServiceConfig, app_id: str, gpus: Sequence[int] | None) -> Pool | None:
+    """The pool of ``config``'s an app serves on in the hour, holding ``gpus`` (those it holds,
+    else those the next hour's plan gives it): theirs; holding none, its one pool (its ``pool``,
+    default the first); None for an app of several pools whose plan gives it none there (the
+    plan chooses its pool, not the amendment)."""
+    if gpus:
+        return pool_of(config.pools, min(gpus))
+    if app_id in config.app_rates:
+        return None
+    return named_pool(config.pools, config.app_pools.get(app_id))

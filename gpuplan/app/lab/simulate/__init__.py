@@ -90,6 +90,15 @@ class SimulationReport:
     runs: Mapping[SimPolicy, PolicyRun]
     metrics: Mapping[SimPolicy, PolicyMetrics]
 
+    def _app_pools(self, app_id: str) -> dict[str, Any]:
+        """Where an app serves: its ``pool``, or for an app of several GPU models its ``pools``
+        (pool -> requests per GPU-hour there), of which each plan chooses one; none on one pool."""
+        rates = self.setup.app_rates.get(app_id)
+        if self.setup.pooled and rates:
+            return {"pools": dict(rates)}
+        pool = self.setup.app_pool(app_id)
+        return {} if pool is None else {"pool": pool.name}
+
     def as_json(self) -> dict[str, Any]:
         cluster: dict[str, Any] = {
             "gpus": self.setup.cluster.gpus,
@@ -100,7 +109,7 @@ class SimulationReport:
                     "swap_cap": app.swap_cap,
                     "requests_per_gpu_hour": app.requests_per_gpu_hour,
                     "headroom": app.headroom,
-                    **({"pool": pool.name} if (pool := self.setup.app_pool(app.id)) else {}),
+                    **self._app_pools(app.id),
                 }
                 for app in self.setup.apps
             ],

@@ -68,7 +68,7 @@ def _fast_cycle(service: SimService, now: datetime, observed: Sequence[ObservedT
     report = plan_cycle(store, now, config, executor, forecasters=service.forecasters, partial_rates=rates)
     if service.amend and report.start != floor_hour(now):  # within a committed hour
         started = time.perf_counter()
-        amend_hour(store, now, report, executor, observed=observed)
+        amend_hour(store, now, report, executor, observed=observed, config=config)
         service.amend_ms.append((time.perf_counter() - started) * 1000)
     return True
 
@@ -127,13 +127,15 @@ class _HourCycle:
         snapshot = load_snapshot(store, start, config, service.forecasters)
         name = f"{self.name.value}-{start:%Y%m%dT%H%M}"
         document = scenario_document(
-            snapshot, config.plan_with, name=name, pools=config.pools, app_pools=config.app_pools
+            snapshot,
+            config.plan_with,
+            name=name,
+            pools=config.pools,
+            app_pools=config.app_pools,
+            app_rates=config.app_rates,
         )
         if self.reserve_peaks:
-            peaks = service.setup.peak_last_week(start)
-            for entry in document["jobs"]:
-                if entry["kind"] == "realtime":
-                    entry["demand"] = [peaks[entry["id"]]] * config.cluster.horizon_steps
+            reserve_peaks(document, service.setup, start)
         if self.teams is not TeamRule.LEND:
             document = with_teams(document, snapshot, config)
         if self.teams is TeamRule.QUOTA:
@@ -152,6 +154,24 @@ class _HourCycle:
             commits=not committed,
         )
         return not committed  # the baseline decides when the hour starts: only that is its cycle
+
+
+def reserve_peaks(document: dict[str, Any], setup: Setup, start: datetime) -> None:
+    """Each app of ``document`` reserves last week's peak need all day (a FIFO cluster); an app
+    of several pools its peak on each of them, at its rate there, no more than the pool."""
+    horizon = int(document["horizon"])
+    peaks = setup.peak_last_week(start)
+    for entry in document["jobs"]:
+        if entry["kind"] != "realtime":
+            continue
+        if "demand_by_pool" in entry:
+            entry["demand_by_pool"] = {
+                pool.name: [min(pool.gpus, setup.peak_last_week(start, pool)[entry["id"]])] * horizon
+                for pool in setup.pools
+                if pool.name in entry["demand_by_pool"]
+            }
+        else:
+            entry["demand"] = [peaks[entry["id"]]] * horizon
 
 
 def hard_quotas(document: Mapping[str, Any]) -> dict[str, Any]:

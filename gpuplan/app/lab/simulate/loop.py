@@ -141,6 +141,7 @@ def run_policy(
             cluster=setup.cluster,
             pools=setup.pools,
             app_pools=setup.app_pools,
+            app_rates=setup.app_rates,
             apps=setup.apps,
             teams=setup.teams,
             half_life_days=setup.half_life_days,

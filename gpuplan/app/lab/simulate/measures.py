@@ -163,16 +163,67 @@ class Hourly:
 
 @dataclass(frozen=True, eq=False)
 class AppHours:
-    """One app's simulated hours: GPUs held and demand served, in GPU-hours."""
+    """One app's simulated hours: GPUs held and demand served, in GPU-hours; the GPUs its
+    actual traffic needed on the pool it served on, at its rate there; and that pool."""
 
     held: FloatArray
     served: FloatArray
+    demand: IntArray
+    pools: tuple[str | None, ...]  # per hour (None on one pool): :func:`serving_pools`
+
+    def on(self, pool: Pool) -> AppHours:
+        """Its hours on ``pool`` alone (nothing in the hours it served on another)."""
+        mask = np.array([name == pool.name for name in self.pools], dtype=bool)
+        return AppHours(
+            np.where(mask, self.held, 0.0),
+            np.where(mask, self.served, 0.0),
+            np.where(mask, self.demand, 0),
+            self.pools,
+        )
+
+
+def serving_pools(setup: Setup, run: PolicyRun) -> dict[str, list[Pool | None]]:
+    """Per app and simulated hour, the pool it served on (None on one pool): that of the GPUs it
+    held in the hour; in an hour it held none, the pool it held last (before its first hour
+    held, the first it held; never held, :meth:`Setup.app_pool`)."""
+    held = realtime_sets(setup, run)
+    found: dict[str, list[Pool | None]] = {}
+    for s in setup.series:
+        masks = held[s.app.id]
+        if not setup.pooled:
+            found[s.app.id] = [None] * setup.hours
+            continue
+        on = [pool_of(setup.pools, (mask & -mask).bit_length() - 1) if mask else None for mask in masks]
+        last = next((pool for pool in on if pool is not None), setup.app_pool(s.app.id))
+        pools = []
+        for pool in on:
+            last = pool if pool is not None else last
+            pools.append(last)
+        found[s.app.id] = pools
+    return found
+
+
+def serving_demand(setup: Setup, pools: Mapping[str, Sequence[Pool | None]]) -> dict[str, IntArray]:
+    """Per app and simulated hour, the GPUs its actual traffic needed on the pool it served on
+    then (``pools``: :func:`serving_pools`), at its requests per GPU-hour there."""
+    found = {}
+    for s in setup.series:
+        need = np.zeros(setup.hours, dtype=np.int64)
+        hours = pools[s.app.id]
+        distinct: list[Pool | None] = list({pool.name: pool for pool in hours if pool is not None}.values())
+        for pool in distinct or [None]:
+            mask = np.array([p == pool for p in hours], dtype=bool)
+            on = setup.needs_on(s.app.id, pool)[s.history_hours : s.history_hours + setup.hours]
+            need[mask] = on[mask]
+        found[s.app.id] = need
+    return found
 
 
 def realtime_hours(setup: Setup, run: PolicyRun) -> dict[str, AppHours]:
     """Per app and simulated hour, GPU-hours held and served: the commit's GPUs all hour,
-    each amendment's from when it was made."""
-    demand = setup.demand()
+    each amendment's from when it was made; served against its need on the pool it held."""
+    pools = serving_pools(setup, run)
+    demand = serving_demand(setup, pools)
     segments: dict[str, dict[int, list[tuple[float, int]]]] = {s.app.id: {} for s in setup.series}
     for commit in run.commits:
         h = (commit.hour - setup.start) // STEP
@@ -196,7 +247,8 @@ def realtime_hours(setup: Setup, run: PolicyRun) -> dict[str, AppHours]:
                 count += added
                 held[h] += count * (end - at)
                 served[h] += min(count, int(demand[app][h])) * (end - at)
-        hours[app] = AppHours(held, served)
+        names = tuple(None if pool is None else pool.name for pool in pools[app])
+        hours[app] = AppHours(held, served, demand[app], names)
     return hours
 
 
@@ -226,14 +278,12 @@ def hourly(setup: Setup, run: PolicyRun, pool: Pool | None = None) -> Hourly:
         for h in range(int(begin), min(setup.hours, math.ceil(end))):
             batch[h] += run.gpus[job.id] * (min(end, h + 1) - max(begin, h))
     apps = realtime_hours(setup, run)
-    demand = setup.demand()
-    if pool is not None:
-        apps = {app: hours for app, hours in apps.items() if setup.app_pool(app) == pool}
-        demand = {app: need for app, need in demand.items() if app in apps}
+    if pool is not None:  # each app's hours on it
+        apps = {app: hours.on(pool) for app, hours in apps.items()}
     zeros = np.zeros(setup.hours)
     return Hourly(
         batch_gpus=batch,
-        rt_demand=sum(demand.values(), np.zeros(setup.hours, dtype=np.int64)),
+        rt_demand=sum((a.demand for a in apps.values()), np.zeros(setup.hours, dtype=np.int64)),
         rt_held=sum((a.held for a in apps.values()), zeros),
         rt_served=sum((a.served for a in apps.values()), zeros),
     )
@@ -278,9 +328,7 @@ def pool_metrics(setup: Setup, run: PolicyRun) -> dict[str, PoolMetrics]:
             job for job in setup.jobs if job.id in run.started and job_pool_of(setup, run, job.id) == pool
         ]
         value = sum(batch_value(setup, run, job) for job in jobs) + sum(
-            s.app.priority * float(apps[s.app.id].served.sum())
-            for s in setup.series
-            if setup.app_pool(s.app.id) == pool
+            s.app.priority * float(apps[s.app.id].on(pool).served.sum()) for s in setup.series
         )
         found[pool.name] = PoolMetrics(
             gpu_model=pool.gpu_model,
@@ -410,7 +458,7 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
             committed_hours[job] = committed_hours.get(job, 0) + 1
     # A job an amendment started may start within the hour it was submitted in.
     amended = {a.job for amendment in run.amendments for a in amendment.assignments}
-    demand = setup.demand()
+    services = week_services(setup, run, grid)
     instance = Instance(
         name=f"simulated-{run.policy.value}",
         gpus=setup.cluster.gpus,
@@ -430,19 +478,70 @@ def week_grid(setup: Setup, run: PolicyRun) -> tuple[Instance, Grid]:
             )
             for n, job in enumerate(setup.jobs)
         ),
-        realtime_jobs=tuple(
-            RealtimeJob(
-                id=s.app.id,
-                priority=s.app.priority,
-                demand=tuple(int(d) for d in demand[s.app.id]),
-                swap_cap=s.app.swap_cap,
-                pool=None if (pool := setup.app_pool(s.app.id)) is None else pool.name,
-            )
-            for s in setup.series
-        ),
+        realtime_jobs=services,
         pools=setup.pools,
     )
     return instance, tuple(tuple(row) for row in grid)
+
+
+def week_services(setup: Setup, run: PolicyRun, grid: list[list[str | None]]) -> tuple[RealtimeJob, ...]:
+    """The apps as the week's services, their demand the actual need.
+
+    An app of several pools (``Setup.app_rates``) has its need on each (``demand_by_pool``);
+    the contract keeps a service on one pool for a whole plan, and the daemon moves an app only
+    when it has stopped (a running app keeps its pool). So each run of hours it served on one
+    pool, from a start after an hour it held no GPUs, is a service of its own, ``APP#2`` and
+    on, its cells renamed in ``grid``: a move while it held GPUs stays in one service, and the
+    checker reports it."""
+    held = realtime_sets(setup, run)
+    pools = serving_pools(setup, run)
+    services = []
+    for s in setup.series:
+        app, rates = s.app, setup.app_rates.get(s.app.id)
+        pool = setup.app_pool(app.id)
+        if not setup.pooled or not rates:
+            need = setup.needs_on(app.id, pool)[s.history_hours : s.history_hours + setup.hours]
+            services.append(
+                RealtimeJob(
+                    id=app.id,
+                    priority=app.priority,
+                    demand=tuple(int(d) for d in need),
+                    swap_cap=app.swap_cap,
+                    pool=None if pool is None else pool.name,
+                )
+            )
+            continue
+        masks, hours = held[app.id], pools[app.id]
+        starts = [0] + [
+            h for h in range(1, setup.hours) if masks[h] and not masks[h - 1] and hours[h] != hours[h - 1]
+        ]
+        needs = {
+            on.name: setup.needs_on(app.id, on)[s.history_hours : s.history_hours + setup.hours]
+            for on in setup.pools
+            if on.name in rates
+        }
+        for k, (begin, end) in enumerate(zip(starts, [*starts[1:], setup.hours], strict=True)):
+            name = app.id if k == 0 else f"{app.id}#{k + 1}"
+            for row in grid:
+                for h in range(begin, end):
+                    if row[h] == app.id:
+                        row[h] = name
+            by_pool = {
+                on: tuple(int(need[h]) if begin <= h < end else 0 for h in range(setup.hours))
+                for on, need in needs.items()
+            }
+            first = next(iter(by_pool))
+            services.append(
+                RealtimeJob(
+                    id=name,
+                    priority=app.priority,
+                    demand=by_pool[first],
+                    swap_cap=app.swap_cap,
+                    pool=first,
+                    demand_by_pool=by_pool,
+                )
+            )
+    return tuple(services)
 
 
 def committed_grid(setup: Setup, run: PolicyRun) -> list[list[str | None]]:

@@ -275,6 +275,9 @@ class Setup:
     pools: tuple[Pool, ...] = ()
     #: app -> the pool it serves on (the config's ``apps[i].pool``; default: the first pool).
     app_pools: Mapping[str, str] = field(default_factory=dict)
+    #: app -> pool -> its requests per GPU-hour there (the config's ``apps[i].gpu_models``): an
+    #: app of several pools, served on the one each plan chooses (docs/pools.md).
+    app_rates: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     #: The config's teams (quotas per GPU model, weights; docs/teams.md); empty: no teams.
     teams: tuple[Team, ...] = ()
     half_life_days: float = DEFAULT_HALF_LIFE_DAYS
@@ -290,11 +293,23 @@ class Setup:
         return len(self.pools) > 1
 
     def app_pool(self, app_id: str) -> Pool | None:
-        """The pool an app serves on (None on one pool)."""
+        """The pool an app serves on (None on one pool); for an app of several pools, the first
+        of them (the one its ``requests_per_gpu_hour`` and :meth:`demand` are on)."""
         if not self.pooled:
             return None
-        name = self.app_pools.get(app_id, self.pools[0].name)
+        rates = self.app_rates.get(app_id)
+        name = next(iter(rates)) if rates else self.app_pools.get(app_id, self.pools[0].name)
         return next(pool for pool in self.pools if pool.name == name)
+
+    def needs_on(self, app_id: str, pool: Pool | None) -> IntArray:
+        """GPUs an app's actual traffic needed every hour of its series (history, then the
+        simulated hours) on ``pool``, at its requests per GPU-hour there (its one rate where
+        ``pool`` is None or not one of its pools)."""
+        series = next(s for s in self.series if s.app.id == app_id)
+        rate = self.app_rates.get(app_id, {}).get(pool.name) if pool is not None else None
+        if rate is None:
+            return series.demand_gpus
+        return gpus_needed(series.requests, rate)
 
     def actual_hours(self, job: SimJob, first_gpu: int) -> float:
         """How long ``job`` really runs on a block from ``first_gpu``: on its pool's model,
@@ -333,13 +348,14 @@ class Setup:
         """Per app, the GPUs its actual traffic needed in each simulated hour."""
         return {s.app.id: s.simulated_demand(self.hours) for s in self.series}
 
-    def peak_last_week(self, hour: datetime) -> dict[str, int]:
-        """Per app, its peak GPU need in the week before the day ``hour`` falls in."""
+    def peak_last_week(self, hour: datetime, pool: Pool | None = None) -> dict[str, int]:
+        """Per app, its peak GPU need in the week before the day ``hour`` falls in (on
+        ``pool``, at its rate there: :meth:`needs_on`)."""
         day_start = self.start + (hour - self.start) // timedelta(days=1) * timedelta(days=1)
         index = (day_start - self.start) // STEP
         return {
             s.app.id: int(
-                s.demand_gpus[
+                self.needs_on(s.app.id, pool)[
                     max(0, s.history_hours + index - HOURS_PER_WEEK) : s.history_hours + index
                 ].max()
             )
@@ -394,6 +410,7 @@ def prepare(
     half_life_days = DEFAULT_HALF_LIFE_DAYS
     lending_horizon_hours = LENDING_HORIZON_HOURS
     app_pools: Mapping[str, str] = {}
+    app_rates: Mapping[str, Mapping[str, float]] = {}
     if config is not None:
         if config.cluster.down:
             log.warning(
@@ -404,7 +421,7 @@ def prepare(
         cluster = replace(config.cluster, down=())
         gpus = cluster.gpus
         if len(config.pools) > 1:
-            pools, app_pools = config.pools, config.app_pools
+            pools, app_pools, app_rates = config.pools, config.app_pools, config.app_rates
         teams, half_life_days = config.teams, config.half_life_days
         lending_horizon_hours = config.lending_horizon_hours
     models = list(pool_models(pools))
@@ -478,6 +495,7 @@ def prepare(
         hours=hours,
         pools=pools,
         app_pools=app_pools,
+        app_rates=app_rates,
         teams=teams,
         half_life_days=half_life_days,
         lending_horizon_hours=lending_horizon_hours,
