@@ -200,10 +200,10 @@ def test_ingest_with_the_hour_in_progress_answers_the_surge(tmp_path: Path) -> N
 
 def test_an_app_whose_traffic_ran_high_in_its_band_is_planned_with_the_reserve(tmp_path: Path) -> None:
     """Three hours at their P90: the plan's next hours ask GPUs for the reserve, later ones for the P90."""
-    from features.traffic import load_traffic
-    from forecasting.persistence import model_bytes
     import numpy as np
 
+    from features.traffic import load_traffic
+    from forecasting.persistence import model_bytes
     from forecasting.realtime import SURGE_RISK_HOURS, RealtimeProfile
     from forecasting.realtime_members import long_band
     from gpuplan.app.core.bridge import AppDemand
