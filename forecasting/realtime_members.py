@@ -185,22 +185,3 @@ def rise_hold(actual: FloatArray, seen: HourArray, hours: HourArray, regrow: flo
     after = ((hours - seen[-1]) // np.timedelta64(1, "h")).astype(float)
     held: FloatArray = np.where((after <= ahead) & (rise > regrow), actual[-1] + rise * after, 0.0)
     return held
-
-
-#: The long commitment's band (docs/closed-loop.md): from this many hours after the first hour
-#: not yet seen, the GPUs kept from batch work that would still hold them then are planned for
-#: the P90 widened by this many widths of its band above the P50.
-LONG_FROM_HOURS = 2
-LONG_WIDTH = 1.0
-
-
-def long_band(next_hour: np.datetime64, hours: HourArray, p50: FloatArray, p90: FloatArray) -> FloatArray:
-    """The long commitment's band: per hour of ``hours`` at least ``LONG_FROM_HOURS`` after
-    ``next_hour`` (the first not yet seen), ``P90 + LONG_WIDTH x (P90 - P50)``; 0 nearer.
-
-    A batch start is irrevocable (no preemption), so a job that will still run in those hours
-    may take only GPUs the app's plausible peak there leaves; the plan replans every hour, and
-    an hour's own commit is planned for the nearer, narrower reserve when it comes."""
-    after = (hours - next_hour) // np.timedelta64(1, "h")
-    band: FloatArray = np.where(after >= LONG_FROM_HOURS, p90 + LONG_WIDTH * (p90 - p50), 0.0)
-    return band

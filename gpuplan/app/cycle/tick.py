@@ -29,7 +29,6 @@ from contract.scenario_io import parse_scenario
 from forecasting.gpu_mapping import AppCapacity
 from forecasting.persistence import model_bytes, model_from_bytes
 from forecasting.realtime import KEPT_HOURS, RealtimeProfile
-from forecasting.realtime_members import long_band
 from gpuplan.app.adapters.traffic_sources import store_traffic
 from gpuplan.app.core.bridge import (
     STEP,
@@ -135,9 +134,7 @@ def app_demand(
     store: Store, app: App, start: datetime, hours: int, *, partial_rate: float | None = None
 ) -> AppDemand:
     """P50 and P90 requests for ``hours`` hours from ``start`` from the app's stored profile,
-    and the requests its GPUs are planned for (the P90, raised where a surge is a risk, and
-    from two hours after the first one not yet seen the long commitment's band,
-    ``forecasting.realtime_members.long_band``, that long batch starts must leave free).
+    and the requests its GPUs are planned for (the P90, raised where a surge is a risk).
 
     Hours the profile has already seen (a cycle replayed in the past) take the stored
     traffic instead; an app with no profile and no traffic gets no demand (logged).
@@ -169,8 +166,7 @@ def app_demand(
         forecast = profile.predict(first, hours - known, partial=partial, regrow=capacity.regrow)
         p50 += [float(v) for v in forecast.p50]
         p90 += [float(v) for v in forecast.p90]
-        band = long_band(profile.next_hour_, forecast.hours, forecast.p50, forecast.p90)
-        reserve += [float(v) for v in np.maximum(forecast.planned, band)]
+        reserve += [float(v) for v in forecast.planned]
     return AppDemand(app, p50, p90, reserve)
 
 

@@ -200,12 +200,9 @@ def test_ingest_with_the_hour_in_progress_answers_the_surge(tmp_path: Path) -> N
 
 def test_an_app_whose_traffic_ran_high_in_its_band_is_planned_with_the_reserve(tmp_path: Path) -> None:
     """Three hours at their P90: the plan's next hours ask GPUs for the reserve, later ones for the P90."""
-    import numpy as np
-
     from features.traffic import load_traffic
     from forecasting.persistence import model_bytes
     from forecasting.realtime import SURGE_RISK_HOURS, RealtimeProfile
-    from forecasting.realtime_members import long_band
     from gpuplan.app.core.bridge import AppDemand
     from gpuplan.app.cycle.tick import app_demand, next_unseen_hour
 
@@ -226,15 +223,12 @@ def test_an_app_whose_traffic_ran_high_in_its_band_is_planned_with_the_reserve(t
             start = next_unseen_hour(profile)
             store.save_profile(app.id, model_bytes(profile), through=start - STEP)
             demand = app_demand(store, app, start, 24)
-            # Without the surge's reserve: the P90, widened by the long commitment's band.
-            ahead = np.datetime64(start.replace(tzinfo=None), "h") + np.arange(24).astype("timedelta64[h]")
-            long = long_band(profile.next_hour_, ahead, np.array(demand.p50), np.array(demand.p90))
-            no_risk = AppDemand(app, demand.p50, demand.p90, list(np.maximum(demand.p90, long)))
-            assert list(demand.gpus[SURGE_RISK_HOURS:]) == list(no_risk.gpus[SURGE_RISK_HOURS:])
-            if band == "p50":  # at the P50: no risk
-                assert list(demand.gpus) == list(no_risk.gpus)
+            p90_only = AppDemand(app, demand.p50, demand.p90)
+            assert list(demand.gpus[SURGE_RISK_HOURS:]) == list(p90_only.gpus[SURGE_RISK_HOURS:])
+            if band == "p50":  # at the P50: no risk, the P90 alone
+                assert list(demand.gpus) == list(p90_only.gpus)
             else:
-                assert sum(demand.gpus[:SURGE_RISK_HOURS]) > sum(no_risk.gpus[:SURGE_RISK_HOURS])
+                assert sum(demand.gpus[:SURGE_RISK_HOURS]) > sum(p90_only.gpus[:SURGE_RISK_HOURS])
     finally:
         store.close()
 
@@ -276,38 +270,3 @@ def test_a_rising_app_gets_gpus_before_the_hour_that_needs_them(tmp_path: Path) 
     5 GPUs (the next hour's 7 of the capped curve less a cap). Not rising, nothing is added."""
     assert _rising(tmp_path / "up", before=10.0, rate=35.0) == 5
     assert _rising(tmp_path / "flat", before=30.0, rate=35.0) == 4
-
-
-def test_the_hours_past_the_next_are_planned_for_the_long_commitments_band(tmp_path: Path) -> None:
-    """From two hours after the first one not yet seen, the app's GPUs are planned for the P90
-    widened by its band above the P50 (what a long batch start must leave free); the hour in
-    progress and the next keep the profile's own reserve; the P50 and P90 are unchanged."""
-    import numpy as np
-
-    from forecasting.gpu_mapping import AppCapacity
-    from forecasting.persistence import model_bytes
-    from forecasting.realtime import RealtimeProfile
-    from forecasting.realtime_members import LONG_FROM_HOURS, LONG_WIDTH
-    from gpuplan.app.cycle.tick import app_demand
-
-    first = np.datetime64(H0.replace(tzinfo=None), "h") - 21 * 24
-    hours = first + np.arange(21 * 24).astype("timedelta64[h]")
-    requests = 20.0 + np.random.default_rng(0).normal(0, 4, hours.size).clip(-10, 10)
-    profile = RealtimeProfile(method="flat", surge_decay=0.0, surge_reserve=0.0).fit(hours, requests)
-    app = App("chat", 80.0, swap_cap=64, requests_per_gpu_hour=1.0)
-    store = open_store(f"sqlite:///{tmp_path}/long.db")
-    try:
-        store.save_app(app)
-        store.save_profile("chat", model_bytes(profile), through=H0 - STEP)
-        demand = app_demand(store, app, H0, 6)
-    finally:
-        store.close()
-    assert demand.reserve is not None
-    regrow = AppCapacity(app.requests_per_gpu_hour, app.headroom, app.swap_cap).regrow
-    own = profile.predict(np.datetime64(H0.replace(tzinfo=None), "h"), 6, regrow=regrow)
-    np.testing.assert_allclose(demand.p50, own.p50)
-    np.testing.assert_allclose(demand.p90, own.p90)
-    np.testing.assert_allclose(demand.reserve[:LONG_FROM_HOURS], own.planned[:LONG_FROM_HOURS])
-    widened = own.p90 + LONG_WIDTH * (own.p90 - own.p50)
-    assert np.all(widened[LONG_FROM_HOURS:] > own.planned[LONG_FROM_HOURS:])
-    np.testing.assert_allclose(demand.reserve[LONG_FROM_HOURS:], widened[LONG_FROM_HOURS:])
