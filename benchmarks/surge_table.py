@@ -1,6 +1,6 @@
 """Real-time served on bursty traffic, over several series and seeds, with every missed hour traced.
 
-    .venv/bin/python -m benchmarks.surge_table --out DIR [--set tuning|held-out|held-out-2|bundled]
+    .venv/bin/python -m benchmarks.surge_table --out DIR [--set tuning|held-out|held-out-2|held-out-3|bundled]
         [--days 2] [--gpus 64] [--plan-with p90] [--jobs 2] [--data ../shared/data]
 
 Each run is ``gpuplan simulate --days D --gpus G --traffic CSV --seed S --policy
@@ -19,6 +19,10 @@ scales any series, and its last ``D`` days are simulated. The sets:
 - ``held-out``: the openb GPUs requested per hour, seed 0 (read once, on the final code);
 - ``held-out-2``: the openb pods deleted per hour and the CPUs the pods created asked for
   per hour, seed 0 (a second held-out pair, read once, on the final code);
+- ``held-out-3``: issue 50's second round (docs/closed-loop.md), seeds 0 and 7: the LoRA
+  trace's image-to-image requests per hour and the openb best-effort pods' CPUs requested
+  (fresh), then the best-effort pods' GPUs requested and the LoRA execution seconds (the
+  round before's held-out pair);
 - ``bundled``: the bundled traffic, seed 0.
 
 Prints one row per run (served, unmet GPU-h at the worst hour, utilization and value
@@ -57,12 +61,15 @@ class RunSpec:
     seed: int
 
 
-def _rewritten(source: Path, out: Path, *, pad_week: bool = False, drop_hours: int = 0) -> Path:
+def _rewritten(
+    source: Path, out: Path, *, pad_week: bool = False, drop_hours: int = 0, column: str | None = None
+) -> Path:
     """``source`` as a traffic CSV, with its first week repeated before it (``pad_week``: a
-    two-week series made long enough) or its last ``drop_hours`` left off (an earlier window)."""
+    two-week series made long enough) or its last ``drop_hours`` left off (an earlier window);
+    ``column`` is the count column to read (the file's ``requests`` when None)."""
     from features.traffic import load_traffic
 
-    traffic = load_traffic(source)
+    traffic = load_traffic(source, requests_column=column)
     hours, values = list(traffic.hours), [float(v) for v in traffic.requests]
     if pad_week:
         week = 168
@@ -78,8 +85,22 @@ def _rewritten(source: Path, out: Path, *, pad_week: bool = False, drop_hours: i
     return out
 
 
+def _lora_class(requests: Path, predict_type: str, out: Path) -> Path:
+    """The LoRA trace's requests of one ``predict_type`` per hour, over every hour of the
+    trace (from its first request's hour to its last's), as a traffic CSV."""
+    import pandas as pd
+
+    trace = pd.read_csv(requests, usecols=["gmt_create", "predict_type"], parse_dates=["gmt_create"])
+    hour = trace["gmt_create"].dt.floor("h")
+    counts = hour[trace["predict_type"] == predict_type].value_counts()
+    every = pd.date_range(hour.min(), hour.max(), freq="h")
+    frame = pd.DataFrame({"hour": every, "requests": counts.reindex(every, fill_value=0).to_numpy()})
+    frame.to_csv(out, index=False)
+    return out
+
+
 #: The sets the table runs (module docstring).
-SETS = ("tuning", "held-out", "held-out-2", "bundled")
+SETS = ("tuning", "held-out", "held-out-2", "held-out-3", "bundled")
 
 
 def run_specs(which: str, data: Path, folder: Path) -> list[RunSpec]:
@@ -99,6 +120,17 @@ def run_specs(which: str, data: Path, folder: Path) -> list[RunSpec]:
             RunSpec("pods deleted", pod_series("openb_pods_deleted", measure="pods deleted"), 0),
             RunSpec("CPUs requested", pod_series("openb_cpus_requested", measure="cpus requested"), 0),
         ]
+    if which == "held-out-3":
+        be = pod_series("openb_be_gpus_requested", weeks=3, measure="gpus requested", qos="BE")
+        be_cpus = pod_series("openb_be_cpus_requested", weeks=3, measure="cpus requested", qos="BE")
+        lora = data / "traffic" / "alibaba_genai_lora_hourly.csv"
+        exec_seconds = _rewritten(lora, folder / "lora_exec_seconds.csv", column="exec_seconds")
+        img = _lora_class(
+            data / "traffic" / "alibaba_genai_lora_requests.csv", "IMG_2_IMG", folder / "lora_img.csv"
+        )
+        series = [("LoRA image-to-image", img), ("BE CPUs requested", be_cpus)]
+        series += [("BE GPUs requested", be), ("LoRA exec seconds", exec_seconds)]
+        return [RunSpec(f"{label}, seed {seed}", path, seed) for label, path in series for seed in (0, 7)]
     pods = pod_series("openb_pods")
     specs = [RunSpec(f"pods, seed {seed}", pods, seed) for seed in (0, 1, 2, 3, 4)]
     for days in (2, 4):
