@@ -325,7 +325,7 @@ def amend_hour(
     executor: Executor | None = None,
     *,
     observed: Sequence[ObservedTraffic] = (),
-    config: ServiceConfig | None = None,
+    config: ServiceConfig,
 ) -> Amendment | None:
     """Within a committed hour, the amendment that the cycle's plan and the traffic allow.
 
@@ -349,7 +349,7 @@ def amend_hour(
     held = occupied(store, hour)
     apps = store.apps()
     within: dict[str, frozenset[int]] = {}
-    if config is not None and len(config.pools) > 1:
+    if len(config.pools) > 1:
         for index, app in enumerate(apps):
             pool = serving_pool(config, app.id, held.get(app.id) or next_hour.get(app.id))
             within[app.id] = frozenset() if pool is None else frozenset(range(pool.first_gpu, pool.end_gpu))
