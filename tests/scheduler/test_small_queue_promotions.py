@@ -10,27 +10,16 @@ from benchmarks.small_queues import scenario
 from contract.scenario import Instance
 from contract.scenario_io import parse_scenario
 from scheduler.budget import Budget
-from scheduler.check import check_plan
 from scheduler.fast import ServicesLoss, allocate, expected_gains, promote
 from scheduler.fast.batch import _job_orders
 from scheduler.fast.candidate import _build, _rebuild
 from scheduler.fast.gains import NET_GAIN_JOBS
-from scheduler.metrics import score
-from scheduler.model import Allocation, build_grid
-from scheduler.policies import PolicyName, plan
-
-FLOORS = (PolicyName.FIFO, PolicyName.FIFO_BACKFILL, PolicyName.PRIORITY_BACKFILL)
+from scheduler.policies import plan
+from tests.scheduler.test_orientation import FLOORS, objective
 
 
 def _long_tight(seed: int) -> Instance:
     return parse_scenario(scenario("long-tight", seed), source=f"long-tight-{seed}")
-
-
-def objective(instance: Instance, allocation: Allocation) -> float:
-    """The contract's objective of a legal plan."""
-    grid = build_grid(instance, allocation)
-    assert check_plan(instance, grid) == []
-    return score(instance, grid).objective
 
 
 def test_a_small_queue_ranks_a_job_that_leaves_the_services_short_after_those_that_do_not() -> None:
